@@ -1,0 +1,675 @@
+// Package leasetest is the conformance suite every lease.Store must pass.
+//
+// Each store's tests call [Run] with a function that returns a [Target]: the
+// store under test, an independent view of the same data, the means to break
+// the connection to it, a restart of its server, and a fenced resource
+// guarded by the store's own guard. The suite asserts what the store really
+// holds (through Inspect on the independent view) as well as what each call
+// returns. A bug fixed in one store gets a case here.
+package leasetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tenurekit/tenure/fence"
+	"github.com/tenurekit/tenure/lease"
+)
+
+// Faults breaks and heals the path between a Store and its server.
+type Faults interface {
+	// Cut makes the server unreachable: requests fail, in-flight replies are
+	// lost.
+	Cut()
+	// DropReplies lets requests reach the server and apply, but loses every
+	// reply.
+	DropReplies()
+	// Heal restores normal service.
+	Heal()
+}
+
+// Resource is a value guarded by the store's fence guard, for the
+// paused-holder tests.
+type Resource interface {
+	// FencedWrite sets name to value if fence is greater than every fence
+	// admitted for name before; otherwise it returns an error wrapping
+	// fence.ErrStale and changes nothing.
+	FencedWrite(ctx context.Context, name string, fence uint64, value string) error
+	// PlainWrite sets name to value unconditionally (the negative control).
+	PlainWrite(ctx context.Context, name, value string) error
+	// Read returns name's value ("" if unset).
+	Read(ctx context.Context, name string) (string, error)
+}
+
+// Target is one store under test.
+type Target struct {
+	// Store is the store under test; Faults act on it.
+	Store lease.Store
+	// Direct is an independent view of the same data that Faults do not
+	// touch (a second client). Default Store.
+	Direct lease.Store
+	// Faults breaks the path between Store and its server. Required.
+	Faults Faults
+	// Restart restarts the store's server (or, for in-process stores,
+	// replaces the store as a process restart would, losing what such a
+	// restart loses) and returns the store to use afterwards. Required.
+	Restart func(t *testing.T) lease.Store
+	// Resource is a value behind the store's fence guard. Required.
+	Resource Resource
+	// Unit is a short TTL that the store grants exactly (etcd grants whole
+	// seconds). Default 200ms.
+	Unit time.Duration
+}
+
+// Run runs the conformance suite. newTarget is called once per subtest.
+func Run(t *testing.T, newTarget func(t *testing.T) Target) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, tg Target)
+	}{
+		{"InvalidInputWritesNothing", testInvalidInput},
+		{"OneWinnerAmong100", testOneWinner},
+		{"FencesIncrease", testFencesIncrease},
+		{"ReacquireSameToken", testReacquire},
+		{"StaleTokenCannotRenewOrRelease", testStaleToken},
+		{"RenewAfterExpiryDoesNotResurrect", testRenewAfterExpiry},
+		{"PausedHolderLosesToNext", testPausedHolder},
+		{"GuardRejectsLateWrite", testGuardRejectsLateWrite},
+		{"DoneBeforeStoreExpiry", testDoneBeforeStoreExpiry},
+		{"DoKeepsAlive", testDoKeepsAlive},
+		{"DoLosesWhenUnreachable", testDoLoses},
+		{"UnreachableIsAnError", testUnreachable},
+		{"DroppedReplyReconciled", testDroppedReply},
+		{"CancelledAcquireLeavesNoLock", testCancelledAcquire},
+		{"FenceSurvivesRestart", testRestart},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tg := newTarget(t)
+			if tg.Store == nil || tg.Faults == nil || tg.Restart == nil || tg.Resource == nil {
+				t.Fatal("leasetest: Target needs Store, Faults, Restart and Resource")
+			}
+			if tg.Direct == nil {
+				tg.Direct = tg.Store
+			}
+			if tg.Unit <= 0 {
+				tg.Unit = 200 * time.Millisecond
+			}
+			t.Cleanup(tg.Faults.Heal)
+			tc.fn(t, tg)
+		})
+	}
+}
+
+// key returns a key unique to the running test.
+func key(t *testing.T, suffix string) string {
+	return fmt.Sprintf("leasetest/%s/%d/%s", t.Name(), time.Now().UnixNano(), suffix)
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func inspect(t *testing.T, s lease.Store, k string) lease.Info {
+	t.Helper()
+	info, err := s.Inspect(ctxT(t), k)
+	if err != nil {
+		t.Fatalf("Inspect(%q): %v", k, err)
+	}
+	if info.Key != k {
+		t.Fatalf("Inspect(%q).Key = %q", k, info.Key)
+	}
+	return info
+}
+
+// waitFree polls the store's own judgement until k is free.
+func waitFree(t *testing.T, s lease.Store, k string, within time.Duration) time.Time {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		info := inspect(t, s, k)
+		if !info.Held {
+			return time.Now()
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%q still held (ttl %v) after %v", k, info.TTL, within)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func acquire(t *testing.T, s lease.Store, k, token string, ttl time.Duration) lease.Grant {
+	t.Helper()
+	g, err := s.Acquire(ctxT(t), k, token, ttl)
+	if err != nil {
+		t.Fatalf("Acquire(%q): %v", k, err)
+	}
+	if g.Fence == 0 {
+		t.Fatalf("Acquire(%q) granted fence 0", k)
+	}
+	if g.TTL < ttl {
+		t.Fatalf("Acquire(%q) granted TTL %v, less than the %v asked for", k, g.TTL, ttl)
+	}
+	return g
+}
+
+func testInvalidInput(t *testing.T, tg Target) {
+	ctx := ctxT(t)
+	s := tg.Store
+	k := key(t, "k")
+	tok := lease.NewToken()
+	long := strings.Repeat("k", lease.MaxKeyLen+1)
+	cases := []struct {
+		name string
+		call func() error
+	}{
+		{"acquire empty key", func() error { _, err := s.Acquire(ctx, "", tok, time.Second); return err }},
+		{"acquire long key", func() error { _, err := s.Acquire(ctx, long, tok, time.Second); return err }},
+		{"acquire bad utf8 key", func() error { _, err := s.Acquire(ctx, "\xff\xfe", tok, time.Second); return err }},
+		{"acquire key with NUL", func() error { _, err := s.Acquire(ctx, "a\x00b", tok, time.Second); return err }},
+		{"acquire zero ttl", func() error { _, err := s.Acquire(ctx, k, tok, 0); return err }},
+		{"acquire negative ttl", func() error { _, err := s.Acquire(ctx, k, tok, -time.Second); return err }},
+		{"acquire sub-ms ttl", func() error { _, err := s.Acquire(ctx, k, tok, time.Microsecond); return err }},
+		{"acquire ttl over max", func() error { _, err := s.Acquire(ctx, k, tok, lease.MaxTTL+time.Millisecond); return err }},
+		{"acquire empty token", func() error { _, err := s.Acquire(ctx, k, "", time.Second); return err }},
+		{"acquire long token", func() error {
+			_, err := s.Acquire(ctx, k, strings.Repeat("t", lease.MaxTokenLen+1), time.Second)
+			return err
+		}},
+		{"renew zero ttl", func() error { _, err := s.Renew(ctx, k, tok, 0); return err }},
+		{"renew empty key", func() error { _, err := s.Renew(ctx, "", tok, time.Second); return err }},
+		{"release empty token", func() error { return s.Release(ctx, k, "") }},
+		{"release long key", func() error { return s.Release(ctx, long, tok) }},
+		{"inspect empty key", func() error { _, err := s.Inspect(ctx, ""); return err }},
+		{"locker zero ttl", func() error { _, err := lease.New(s, nil).TryAcquire(ctx, k, 0); return err }},
+		{"locker long key", func() error { _, err := lease.New(s, nil).TryAcquire(ctx, long, time.Second); return err }},
+	}
+	for _, c := range cases {
+		err := c.call()
+		if !errors.Is(err, lease.ErrInvalid) {
+			t.Errorf("%s: err = %v, want lease.ErrInvalid", c.name, err)
+		}
+		if err != nil && strings.Contains(err.Error(), tok) {
+			t.Errorf("%s: error %q contains the token", c.name, err)
+		}
+	}
+	if info := inspect(t, tg.Direct, k); info.Held || info.Fence != 0 {
+		t.Fatalf("invalid calls wrote to %q: %+v", k, info)
+	}
+	// A valid acquire on the same key afterwards works.
+	acquire(t, s, k, tok, time.Second)
+}
+
+func testOneWinner(t *testing.T, tg Target) {
+	ctx := ctxT(t)
+	k := key(t, "k")
+	ttl := 30 * time.Second
+	const n = 100
+	var (
+		wg      sync.WaitGroup
+		start   = make(chan struct{})
+		mu      sync.Mutex
+		winners []lease.Grant
+		others  []error
+	)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tok := lease.NewToken()
+			<-start
+			g, err := tg.Store.Acquire(ctx, k, tok, ttl)
+			mu.Lock()
+			defer mu.Unlock()
+			if err == nil {
+				winners = append(winners, g)
+			} else {
+				others = append(others, err)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if len(winners) != 1 {
+		t.Fatalf("%d winners among %d contenders, want 1", len(winners), n)
+	}
+	for _, err := range others {
+		var held *lease.HeldError
+		if !errors.As(err, &held) || !errors.Is(err, lease.ErrHeld) {
+			t.Fatalf("loser error = %v, want *lease.HeldError", err)
+		}
+		if held.TTL <= 0 || held.TTL > ttl+time.Second || held.Key != k {
+			t.Fatalf("HeldError = %+v, want key %q and 0 < TTL <= %v", held, k, ttl)
+		}
+	}
+	info := inspect(t, tg.Direct, k)
+	if !info.Held || info.Fence != winners[0].Fence {
+		t.Fatalf("stored %+v, want held with fence %d", info, winners[0].Fence)
+	}
+}
+
+func testFencesIncrease(t *testing.T, tg Target) {
+	ctx := ctxT(t)
+	k := key(t, "k")
+	var last uint64
+	check := func(how string, g lease.Grant) {
+		t.Helper()
+		if g.Fence <= last {
+			t.Fatalf("%s: fence %d not above previous %d", how, g.Fence, last)
+		}
+		last = g.Fence
+		if info := inspect(t, tg.Direct, k); !info.Held || info.Fence != g.Fence {
+			t.Fatalf("%s: stored %+v, want held with fence %d", how, info, g.Fence)
+		}
+	}
+	for i := 0; i < 5; i++ {
+		tok := lease.NewToken()
+		check("after release", acquire(t, tg.Store, k, tok, 10*time.Second))
+		if err := tg.Store.Release(ctx, k, tok); err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+		if info := inspect(t, tg.Direct, k); info.Held || info.Fence != last {
+			t.Fatalf("after release stored %+v, want free with last fence %d", info, last)
+		}
+	}
+	for i := 0; i < 2; i++ {
+		tok := lease.NewToken()
+		check("after expiry", acquire(t, tg.Store, k, tok, tg.Unit))
+		waitFree(t, tg.Direct, k, 10*tg.Unit+5*time.Second)
+	}
+	// Through the Locker, across holders.
+	lk := lease.New(tg.Store, nil)
+	for i := 0; i < 3; i++ {
+		l, err := lk.TryAcquire(ctx, k, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		check("locker", lease.Grant{Fence: l.Fence(), TTL: time.Second})
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if l.Err() == nil {
+			t.Fatal("released lease reports no error")
+		}
+		select {
+		case <-l.Done():
+		default:
+			t.Fatal("released lease's Done is open")
+		}
+	}
+}
+
+func testReacquire(t *testing.T, tg Target) {
+	k := key(t, "k")
+	tok := lease.NewToken()
+	g1 := acquire(t, tg.Store, k, tok, 5*time.Second)
+	g2 := acquire(t, tg.Store, k, tok, 20*time.Second)
+	if g2.Fence != g1.Fence {
+		t.Fatalf("re-acquire with the holding token: fence %d, want %d", g2.Fence, g1.Fence)
+	}
+	info := inspect(t, tg.Direct, k)
+	if !info.Held || info.Fence != g1.Fence || info.TTL <= 5*time.Second {
+		t.Fatalf("stored %+v, want held, fence %d, TTL renewed past 5s", info, g1.Fence)
+	}
+	// Another token is still refused.
+	if _, err := tg.Store.Acquire(ctxT(t), k, lease.NewToken(), time.Second); !errors.Is(err, lease.ErrHeld) {
+		t.Fatalf("other token: %v, want ErrHeld", err)
+	}
+}
+
+func testStaleToken(t *testing.T, tg Target) {
+	ctx := ctxT(t)
+	k := key(t, "k")
+	a, b := lease.NewToken(), lease.NewToken()
+	acquire(t, tg.Store, k, a, tg.Unit)
+	waitFree(t, tg.Direct, k, 10*tg.Unit+5*time.Second)
+	gb := acquire(t, tg.Store, k, b, 30*time.Second)
+	if _, err := tg.Store.Renew(ctx, k, a, 30*time.Second); !errors.Is(err, lease.ErrNotHeld) {
+		t.Fatalf("stale renew: %v, want ErrNotHeld", err)
+	}
+	if err := tg.Store.Release(ctx, k, a); !errors.Is(err, lease.ErrNotHeld) {
+		t.Fatalf("stale release: %v, want ErrNotHeld", err)
+	}
+	info := inspect(t, tg.Direct, k)
+	if !info.Held || info.Fence != gb.Fence || info.TTL < 20*time.Second {
+		t.Fatalf("new holder disturbed: %+v, want held with fence %d", info, gb.Fence)
+	}
+	if g, err := tg.Store.Renew(ctx, k, b, 30*time.Second); err != nil || g.Fence != gb.Fence {
+		t.Fatalf("holder's renew: %+v, %v", g, err)
+	}
+	if err := tg.Store.Release(ctx, k, b); err != nil {
+		t.Fatalf("holder's release: %v", err)
+	}
+	if err := tg.Store.Release(ctx, k, b); !errors.Is(err, lease.ErrNotHeld) {
+		t.Fatalf("second release: %v, want ErrNotHeld", err)
+	}
+}
+
+func testRenewAfterExpiry(t *testing.T, tg Target) {
+	k := key(t, "k")
+	tok := lease.NewToken()
+	g := acquire(t, tg.Store, k, tok, tg.Unit)
+	waitFree(t, tg.Direct, k, 10*tg.Unit+5*time.Second)
+	if _, err := tg.Store.Renew(ctxT(t), k, tok, 30*time.Second); !errors.Is(err, lease.ErrNotHeld) {
+		t.Fatalf("renew after expiry: %v, want ErrNotHeld", err)
+	}
+	if info := inspect(t, tg.Direct, k); info.Held {
+		t.Fatalf("renew after expiry resurrected the lease: %+v", info)
+	}
+	// The next holder gets a newer fence.
+	if g2 := acquire(t, tg.Store, k, lease.NewToken(), time.Second); g2.Fence <= g.Fence {
+		t.Fatalf("fence %d after expiry not above %d", g2.Fence, g.Fence)
+	}
+}
+
+// testPausedHolder: A stops renewing (a stalled goroutine), B takes over,
+// and A's lease handle learns it lost.
+func testPausedHolder(t *testing.T, tg Target) {
+	ctx := ctxT(t)
+	k := key(t, "k")
+	lk := lease.New(tg.Store, nil)
+	a, err := lk.TryAcquire(ctx, k, tg.Unit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A is paused: it neither renews nor releases.
+	select {
+	case <-a.Done():
+	case <-time.After(10*tg.Unit + 5*time.Second):
+		t.Fatal("A's Done never closed")
+	}
+	if !errors.Is(a.Err(), lease.ErrLost) {
+		t.Fatalf("A.Err() = %v, want ErrLost", a.Err())
+	}
+	b, err := lk.Acquire(ctx, k, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Fence() <= a.Fence() {
+		t.Fatalf("B's fence %d not above A's %d", b.Fence(), a.Fence())
+	}
+	if err := a.Renew(ctx); !errors.Is(err, lease.ErrLost) {
+		t.Fatalf("A.Renew: %v, want ErrLost", err)
+	}
+	if _, err := tg.Store.Renew(ctx, k, a.Token(), time.Minute); !errors.Is(err, lease.ErrNotHeld) {
+		t.Fatalf("A's token renew: %v, want ErrNotHeld", err)
+	}
+	if err := a.Release(ctx); !errors.Is(err, lease.ErrNotHeld) {
+		t.Fatalf("A.Release: %v, want ErrNotHeld", err)
+	}
+	if info := inspect(t, tg.Direct, k); !info.Held || info.Fence != b.Fence() {
+		t.Fatalf("B disturbed by A: %+v, want held with fence %d", info, b.Fence())
+	}
+	if b.Err() != nil {
+		t.Fatalf("B.Err() = %v", b.Err())
+	}
+}
+
+// testGuardRejectsLateWrite runs many trials of the seeds' paused-holder
+// story against the store's own guard, and the negative control.
+func testGuardRejectsLateWrite(t *testing.T, tg Target) {
+	ctx := ctxT(t)
+	lk := lease.New(tg.Store, nil)
+	const trials = 10
+	ttl := tg.Unit
+	for i := 0; i < trials; i++ {
+		k := key(t, fmt.Sprintf("trial-%d", i))
+		guarded, plain := k+"/guarded", k+"/plain"
+		for _, res := range []string{guarded, plain} {
+			a, err := lk.TryAcquire(ctx, k, ttl)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// A stalls past its lease; the store frees the key.
+			<-a.Done()
+			waitFree(t, tg.Direct, k, 10*ttl+5*time.Second)
+			b, err := lk.TryAcquire(ctx, k, 30*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res == guarded {
+				if err := tg.Resource.FencedWrite(ctx, res, b.Fence(), "B"); err != nil {
+					t.Fatalf("trial %d: B's write: %v", i, err)
+				}
+				err := tg.Resource.FencedWrite(ctx, res, a.Fence(), "A-late")
+				if !errors.Is(err, fence.ErrStale) {
+					t.Fatalf("trial %d: A's late write: %v, want fence.ErrStale", i, err)
+				}
+			} else {
+				if err := tg.Resource.PlainWrite(ctx, res, "B"); err != nil {
+					t.Fatal(err)
+				}
+				if err := tg.Resource.PlainWrite(ctx, res, "A-late"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := b.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if v, err := tg.Resource.Read(ctx, guarded); err != nil || v != "B" {
+			t.Fatalf("trial %d: guarded value %q (%v), want B", i, v, err)
+		}
+		if v, err := tg.Resource.Read(ctx, plain); err != nil || v != "A-late" {
+			t.Fatalf("trial %d: negative control kept %q (%v); the unguarded late write should overwrite B", i, v, err)
+		}
+	}
+}
+
+func testDoneBeforeStoreExpiry(t *testing.T, tg Target) {
+	ctx := ctxT(t)
+	for i := 0; i < 3; i++ {
+		k := key(t, fmt.Sprint(i))
+		l, err := lease.New(tg.Store, nil).TryAcquire(ctx, k, tg.Unit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		closed := make(chan time.Time, 1)
+		go func() { <-l.Done(); closed <- time.Now() }()
+		freeAt := waitFree(t, tg.Direct, k, 10*tg.Unit+5*time.Second)
+		doneAt := <-closed
+		if !doneAt.Before(freeAt) {
+			t.Fatalf("Done closed at %v, the store freed the key at %v: Done must close first", doneAt, freeAt)
+		}
+		if !errors.Is(l.Err(), lease.ErrLost) {
+			t.Fatalf("Err() = %v, want ErrLost", l.Err())
+		}
+	}
+}
+
+func testDoKeepsAlive(t *testing.T, tg Target) {
+	ctx := ctxT(t)
+	k := key(t, "k")
+	var fenceSeen uint64
+	err := lease.New(tg.Store, nil).Do(ctx, k, tg.Unit, func(ctx context.Context, l *lease.Lease) error {
+		fenceSeen = l.Fence()
+		end := time.Now().Add(4 * tg.Unit)
+		for time.Now().Before(end) {
+			if info := inspect(t, tg.Direct, k); !info.Held || info.Fence != l.Fence() {
+				return fmt.Errorf("lease not kept alive: %+v", info)
+			}
+			if ctx.Err() != nil {
+				return fmt.Errorf("fn's context ended: %v", context.Cause(ctx))
+			}
+			time.Sleep(tg.Unit / 10)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info := inspect(t, tg.Direct, k); info.Held || info.Fence != fenceSeen {
+		t.Fatalf("after Do: %+v, want released with fence %d", info, fenceSeen)
+	}
+}
+
+func testDoLoses(t *testing.T, tg Target) {
+	ctx := ctxT(t)
+	k := key(t, "k")
+	var cause error
+	var cancelledBy, validUntil time.Time
+	lk := lease.New(tg.Store, &lease.Options{ReleaseTimeout: time.Second})
+	err := lk.Do(ctx, k, tg.Unit, func(ctx context.Context, l *lease.Lease) error {
+		tg.Faults.Cut()
+		select {
+		case <-ctx.Done():
+			cancelledBy, validUntil = time.Now(), l.ValidUntil()
+			cause = context.Cause(ctx)
+			return ctx.Err()
+		case <-time.After(20*tg.Unit + 10*time.Second):
+			return errors.New("fn's context was never cancelled")
+		}
+	})
+	tg.Faults.Heal()
+	if !errors.Is(err, lease.ErrLost) {
+		t.Fatalf("Do: %v, want ErrLost", err)
+	}
+	if !errors.Is(cause, lease.ErrLost) {
+		t.Fatalf("fn's context cause = %v, want ErrLost", cause)
+	}
+	if cancelledBy.After(validUntil.Add(50 * time.Millisecond)) {
+		t.Fatalf("fn's context cancelled at %v, validity ended %v", cancelledBy, validUntil)
+	}
+}
+
+func testUnreachable(t *testing.T, tg Target) {
+	k := key(t, "k")
+	tg.Faults.Cut()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if _, err := tg.Store.Acquire(ctx, k, lease.NewToken(), time.Minute); err == nil || errors.Is(err, lease.ErrHeld) {
+		t.Fatalf("Acquire on an unreachable store: %v, want an error other than ErrHeld", err)
+	}
+	if _, err := tg.Store.Inspect(ctx, k); err == nil {
+		t.Fatal("Inspect on an unreachable store succeeded")
+	}
+	if _, err := tg.Store.Renew(ctx, k, lease.NewToken(), time.Minute); err == nil || errors.Is(err, lease.ErrNotHeld) {
+		t.Fatalf("Renew on an unreachable store: %v, want an error other than ErrNotHeld", err)
+	}
+	tg.Faults.Heal()
+	// Service resumes.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		_, err := tg.Store.Acquire(ctxT(t), k, lease.NewToken(), time.Minute)
+		if err == nil {
+			break
+		}
+		if errors.Is(err, lease.ErrHeld) || time.Now().After(deadline) {
+			t.Fatalf("after Heal: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func testDroppedReply(t *testing.T, tg Target) {
+	k := key(t, "k")
+	tok := lease.NewToken()
+	tg.Faults.DropReplies()
+	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+	_, err := tg.Store.Acquire(ctx, k, tok, time.Minute)
+	cancel()
+	if err == nil || errors.Is(err, lease.ErrHeld) {
+		t.Fatalf("Acquire without reply: %v, want an error other than ErrHeld", err)
+	}
+	// The request applied.
+	var applied lease.Info
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		if applied = inspect(t, tg.Direct, k); applied.Held {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the acquire never applied: %+v", applied)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	tg.Faults.Heal()
+	// Retrying with the same token reconciles: the same grant, no new fence.
+	var g lease.Grant
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		g, err = tg.Store.Acquire(ctxT(t), k, tok, time.Minute)
+		if err == nil {
+			break
+		}
+		if errors.Is(err, lease.ErrHeld) || time.Now().After(deadline) {
+			t.Fatalf("retry with the same token: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if g.Fence != applied.Fence {
+		t.Fatalf("retry granted fence %d, the applied acquire has %d", g.Fence, applied.Fence)
+	}
+	if err := tg.Store.Release(ctxT(t), k, tok); err != nil {
+		t.Fatal(err)
+	}
+	if info := inspect(t, tg.Direct, k); info.Held {
+		t.Fatalf("still held after release: %+v", info)
+	}
+}
+
+func testCancelledAcquire(t *testing.T, tg Target) {
+	k := key(t, "k")
+	ttl := 60 * time.Second
+	tg.Faults.DropReplies()
+	ctx, cancel := context.WithCancel(t.Context())
+	time.AfterFunc(300*time.Millisecond, cancel)
+	lk := lease.New(tg.Store, &lease.Options{ReleaseTimeout: 20 * time.Second})
+	l, err := lk.TryAcquire(ctx, k, ttl)
+	if err == nil {
+		t.Fatalf("TryAcquire without reply succeeded: %v", l)
+	}
+	// The acquire reached the store (it granted a fence) ...
+	for deadline := time.Now().Add(5 * time.Second); inspect(t, tg.Direct, k).Fence == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the acquire never reached the store")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	tg.Faults.Heal()
+	// ... and is released long before its TTL.
+	waitFree(t, tg.Direct, k, ttl/3)
+}
+
+func testRestart(t *testing.T, tg Target) {
+	ctx := ctxT(t)
+	k := key(t, "k")
+	held := key(t, "held")
+	var max uint64
+	for i := 0; i < 3; i++ {
+		tok := lease.NewToken()
+		g := acquire(t, tg.Store, k, tok, 10*time.Second)
+		max = g.Fence
+		if err := tg.Store.Release(ctx, k, tok); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gh := acquire(t, tg.Store, held, lease.NewToken(), tg.Unit)
+	s := tg.Restart(t)
+	waitFree(t, s, held, 20*tg.Unit+10*time.Second)
+	for _, c := range []struct {
+		k    string
+		last uint64
+	}{{k, max}, {held, gh.Fence}} {
+		var g lease.Grant
+		var err error
+		for deadline := time.Now().Add(20 * time.Second); ; {
+			g, err = s.Acquire(ctx, c.k, lease.NewToken(), 10*time.Second)
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("acquire after restart: %v", err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if g.Fence <= c.last {
+			t.Fatalf("fence %d after restart not above %d granted before", g.Fence, c.last)
+		}
+	}
+}

@@ -1,0 +1,278 @@
+package lease
+
+import (
+	"context"
+	crand "crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+)
+
+// Options configure a Locker. The zero value (or nil) means the defaults
+// documented on each field.
+type Options struct {
+	// DriftFactor is the share of a grant's TTL subtracted from the client's
+	// validity to allow for clock rate differences between client and store.
+	// Default 0.01.
+	DriftFactor float64
+	// Margin is a fixed time subtracted from the client's validity on top of
+	// DriftFactor, so that Done closes before the store expires the lease.
+	// Default 2ms.
+	Margin time.Duration
+	// RetryMin and RetryMax bound the jittered exponential backoff of
+	// Acquire while another holder has the key. A waiter never sleeps past
+	// the holder's remaining TTL. Defaults 5ms and 500ms.
+	RetryMin, RetryMax time.Duration
+	// Attempts is how many times a request whose outcome is unknown
+	// (ErrUnavailable) is sent again with the same token before giving up.
+	// Default 3.
+	Attempts int
+	// ReleaseTimeout bounds a release that runs after the caller's context
+	// ended: Do's release, and the clean-up of an acquire whose outcome is
+	// unknown. Default 5s.
+	ReleaseTimeout time.Duration
+	// Logger receives debug and warning records. Tokens are never logged.
+	// Default: discard.
+	Logger *slog.Logger
+}
+
+// Locker hands out fenced leases from a Store. It is safe for concurrent use.
+type Locker struct {
+	store Store
+	o     Options
+	log   *slog.Logger
+}
+
+// New returns a Locker on s. o may be nil for the defaults.
+func New(s Store, o *Options) *Locker {
+	l := &Locker{store: s}
+	if o != nil {
+		l.o = *o
+	}
+	if l.o.DriftFactor <= 0 {
+		l.o.DriftFactor = 0.01
+	}
+	if l.o.Margin <= 0 {
+		l.o.Margin = 2 * time.Millisecond
+	}
+	if l.o.RetryMin <= 0 {
+		l.o.RetryMin = 5 * time.Millisecond
+	}
+	if l.o.RetryMax < l.o.RetryMin {
+		l.o.RetryMax = max(500*time.Millisecond, l.o.RetryMin)
+	}
+	if l.o.Attempts <= 0 {
+		l.o.Attempts = 3
+	}
+	if l.o.ReleaseTimeout <= 0 {
+		l.o.ReleaseTimeout = 5 * time.Second
+	}
+	l.log = l.o.Logger
+	if l.log == nil {
+		l.log = slog.New(slog.DiscardHandler)
+	}
+	return l
+}
+
+// Store returns the store the Locker was made with.
+func (lk *Locker) Store() Store { return lk.store }
+
+// NewToken returns a fresh random token of 128 bits, as the Locker uses for
+// every acquisition.
+func NewToken() string { return crand.Text() }
+
+// TryAcquire tries once to take key for ttl. If another holder has it, the
+// error is a *HeldError (errors.Is(err, ErrHeld)) carrying the holder's
+// remaining time.
+//
+// A request whose outcome is unknown (the store did not answer) is sent
+// again with the same token, which the store answers with the same grant if
+// the first one applied. If the outcome stays unknown, or ctx ends while a
+// request is in flight, TryAcquire releases the token in the background
+// (bounded by Options.ReleaseTimeout) so no lock is left behind for a whole
+// TTL, and returns the error.
+func (lk *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*Lease, error) {
+	if err := ValidateKey(key); err != nil {
+		return nil, err
+	}
+	if err := ValidateTTL(ttl); err != nil {
+		return nil, err
+	}
+	token := NewToken()
+	for attempt := 1; ; attempt++ {
+		sent := time.Now()
+		g, err := lk.store.Acquire(ctx, key, token, ttl)
+		if err == nil {
+			return lk.newLease(key, token, ttl, g, sent), nil
+		}
+		if errors.Is(err, ErrHeld) || errors.Is(err, ErrInvalid) {
+			return nil, err
+		}
+		// The request may have been applied.
+		if attempt >= lk.o.Attempts || ctx.Err() != nil || !errors.Is(err, ErrUnavailable) {
+			lk.cleanup(ctx, key, token)
+			return nil, err
+		}
+		lk.log.DebugContext(ctx, "lease: acquire outcome unknown, retrying with the same token",
+			"key", key, "attempt", attempt, "err", err)
+		if !sleep(ctx, lk.backoff(attempt)) {
+			lk.cleanup(ctx, key, token)
+			return nil, errors.Join(ctx.Err(), err)
+		}
+	}
+}
+
+// Acquire takes key for ttl, waiting while another holder has it until ctx
+// ends. Waiting time is the ctx deadline; lease time is ttl. Waiters back off
+// with jitter and never sleep past the holder's remaining TTL. When ctx ends
+// first, the error wraps both ctx.Err() and the last ErrHeld.
+func (lk *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (*Lease, error) {
+	for attempt := 1; ; attempt++ {
+		l, err := lk.TryAcquire(ctx, key, ttl)
+		var held *HeldError
+		if !errors.As(err, &held) {
+			return l, err
+		}
+		wait := lk.backoff(attempt)
+		if held.TTL > 0 && held.TTL < wait {
+			wait = held.TTL
+		}
+		if !sleep(ctx, wait) {
+			return nil, fmt.Errorf("lease: gave up waiting for %q: %w (last: %w)", key, ctx.Err(), err)
+		}
+	}
+}
+
+// Do acquires key (waiting as Acquire does), keeps the lease alive by
+// renewing it every ttl/3, and runs fn with a context that is cancelled when
+// the lease is lost or its validity runs out, before the store can expire
+// it. The context's cause is ErrLost. Afterwards Do releases the lease, even
+// if ctx was cancelled (bounded by Options.ReleaseTimeout).
+//
+// If the lease was lost while fn ran, Do's error wraps ErrLost (and fn's
+// error, if any): work done after the loss may have overlapped with another
+// holder, which is why writes should pass the lease's fence to a guard.
+func (lk *Locker) Do(ctx context.Context, key string, ttl time.Duration, fn func(ctx context.Context, l *Lease) error) error {
+	l, err := lk.Acquire(ctx, key, ttl)
+	if err != nil {
+		return err
+	}
+	fnCtx, cancel := context.WithCancelCause(ctx)
+	stop := make(chan struct{})
+	kept := make(chan struct{})
+	go func() {
+		defer close(kept)
+		lk.keepAlive(fnCtx, l, stop, cancel)
+	}()
+
+	fnErr := fn(fnCtx, l)
+
+	close(stop)
+	<-kept
+	cancel(context.Canceled)
+	lost := l.lostErr()
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), lk.o.ReleaseTimeout)
+	defer rcancel()
+	if rerr := l.Release(rctx); rerr != nil && lost == nil && !errors.Is(rerr, ErrNotHeld) {
+		lk.log.WarnContext(ctx, "lease: release after Do failed; the lease expires on its own", "key", key, "err", rerr)
+	}
+	if lost == nil {
+		lost = l.lostErr() // validity may have run out during release
+	}
+	switch {
+	case lost != nil && fnErr != nil:
+		return fmt.Errorf("%w while running: %w", lost, fnErr)
+	case lost != nil:
+		return lost
+	}
+	return fnErr
+}
+
+// keepAlive renews l every ttl/3 until stop closes, and cancels fn's context
+// with ErrLost as soon as the lease ends.
+func (lk *Locker) keepAlive(ctx context.Context, l *Lease, stop <-chan struct{}, cancel context.CancelCauseFunc) {
+	interval := max(l.ttl/3, time.Millisecond)
+	retry := max(l.ttl/10, time.Millisecond)
+	next := time.NewTimer(interval)
+	defer next.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-l.Done():
+			cancel(fmt.Errorf("%w: %q", ErrLost, l.key))
+			return
+		case <-next.C:
+			rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), interval)
+			err := l.Renew(rctx)
+			rcancel()
+			switch {
+			case err == nil:
+				next.Reset(interval)
+			case errors.Is(err, ErrLost):
+				cancel(fmt.Errorf("%w: %q", ErrLost, l.key))
+				return
+			default:
+				lk.log.DebugContext(ctx, "lease: renewal failed, retrying while valid", "key", l.key, "err", err)
+				next.Reset(retry)
+			}
+		}
+	}
+}
+
+// cleanup releases token in the background after an acquire whose outcome
+// is unknown, retrying until Options.ReleaseTimeout.
+func (lk *Locker) cleanup(ctx context.Context, key, token string) {
+	go func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lk.o.ReleaseTimeout)
+		defer cancel()
+		lk.releaseToken(rctx, key, token)
+	}()
+}
+
+// releaseToken releases key held by token, sending the request again while
+// its outcome is unknown and ctx allows.
+func (lk *Locker) releaseToken(ctx context.Context, key, token string) error {
+	for attempt := 1; ; attempt++ {
+		err := lk.store.Release(ctx, key, token)
+		if err == nil || errors.Is(err, ErrNotHeld) || errors.Is(err, ErrInvalid) {
+			return err
+		}
+		if !sleep(ctx, lk.backoff(attempt)) {
+			return err
+		}
+	}
+}
+
+// backoff returns a jittered exponential delay for the given attempt (1-based).
+func (lk *Locker) backoff(attempt int) time.Duration {
+	d := lk.o.RetryMin << min(attempt-1, 20)
+	if d <= 0 || d > lk.o.RetryMax {
+		d = lk.o.RetryMax
+	}
+	// Equal jitter: half fixed, half random, so waiters spread out but
+	// still back off.
+	return d/2 + rand.N(d/2+1)
+}
+
+// margin is what the client subtracts from a grant's TTL.
+func (lk *Locker) margin(ttl time.Duration) time.Duration {
+	return time.Duration(float64(ttl)*lk.o.DriftFactor) + lk.o.Margin
+}
+
+// sleep waits d or until ctx ends; it reports whether the full time passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -1,0 +1,197 @@
+// Package memstore is the in-process reference implementation of tenure's
+// store contracts. It is what the conformance suites and property tests use
+// as the model, and what single-process programs and tests can use directly.
+//
+// The store's clock is Options.Clock (time.Now by default), so tests can
+// drive expiry deterministically. Fences come from [lease.NextFence]: one
+// more than the last, never below the clock in microseconds, so a process
+// that restarts with an empty memstore still grants fences above every fence
+// it granted before (as long as the clock did not go back).
+//
+// Everything is lost when the process exits; state shared by several
+// processes belongs in one of the other stores.
+package memstore
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/tenurekit/tenure/fence"
+	"github.com/tenurekit/tenure/lease"
+)
+
+// Options configure a Store. Nil means the defaults.
+type Options struct {
+	// Clock is the store's clock. Default time.Now.
+	Clock func() time.Time
+}
+
+// Store keeps tenure's state in memory. It is safe for concurrent use.
+type Store struct {
+	now func() time.Time
+
+	mu     sync.Mutex
+	leases map[string]*leaseRec
+	fenced map[string]fencedRec
+}
+
+type leaseRec struct {
+	token   string
+	fence   uint64
+	expires time.Time
+}
+
+type fencedRec struct {
+	fence uint64
+	value []byte
+}
+
+// New returns an empty Store.
+func New(o *Options) *Store {
+	s := &Store{now: time.Now, leases: map[string]*leaseRec{}, fenced: map[string]fencedRec{}}
+	if o != nil && o.Clock != nil {
+		s.now = o.Clock
+	}
+	return s
+}
+
+// Leases returns the store's lease.Store view.
+func (s *Store) Leases() lease.Store { return leases{s} }
+
+type leases struct{ s *Store }
+
+func (v leases) Acquire(ctx context.Context, key, token string, ttl time.Duration) (lease.Grant, error) {
+	if err := lease.Validate(key, token, ttl); err != nil {
+		return lease.Grant{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return lease.Grant{}, err
+	}
+	s := v.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	r := s.leases[key]
+	switch {
+	case r == nil:
+		r = &leaseRec{}
+		s.leases[key] = r
+	case r.expires.After(now) && r.token != token:
+		return lease.Grant{}, &lease.HeldError{Key: key, TTL: r.expires.Sub(now)}
+	}
+	if r.token != token || !r.expires.After(now) {
+		r.token = token
+		r.fence = lease.NextFence(r.fence, now)
+	}
+	r.expires = now.Add(ttl)
+	return lease.Grant{Fence: r.fence, TTL: ttl}, nil
+}
+
+func (v leases) Renew(ctx context.Context, key, token string, ttl time.Duration) (lease.Grant, error) {
+	if err := lease.Validate(key, token, ttl); err != nil {
+		return lease.Grant{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return lease.Grant{}, err
+	}
+	s := v.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	r := s.leases[key]
+	if r == nil || r.token != token || !r.expires.After(now) {
+		return lease.Grant{}, lease.ErrNotHeld
+	}
+	r.expires = now.Add(ttl)
+	return lease.Grant{Fence: r.fence, TTL: ttl}, nil
+}
+
+func (v leases) Release(ctx context.Context, key, token string) error {
+	if err := lease.ValidateKey(key); err != nil {
+		return err
+	}
+	if err := lease.ValidateToken(token); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s := v.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.leases[key]
+	if r == nil || r.token != token || !r.expires.After(s.now()) {
+		return lease.ErrNotHeld
+	}
+	// Keep the record (without holder) so the next fence follows this one.
+	r.token = ""
+	r.expires = time.Time{}
+	return nil
+}
+
+func (v leases) Inspect(ctx context.Context, key string) (lease.Info, error) {
+	if err := lease.ValidateKey(key); err != nil {
+		return lease.Info{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return lease.Info{}, err
+	}
+	s := v.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	info := lease.Info{Key: key}
+	if r := s.leases[key]; r != nil {
+		info.Fence = r.fence
+		if now := s.now(); r.expires.After(now) {
+			info.Held = true
+			info.TTL = r.expires.Sub(now)
+		}
+	}
+	return info, nil
+}
+
+// FencedSet writes value to resource if f is greater than every fence
+// admitted for resource before (strict mode); otherwise it returns a
+// *fence.StaleError and changes nothing.
+func (s *Store) FencedSet(ctx context.Context, resource string, f uint64, value []byte) error {
+	return s.fencedSet(ctx, resource, f, value, fence.Strict)
+}
+
+// FencedSetAtLeast is FencedSet that also admits a fence equal to the
+// greatest admitted one (several writes in one tenure).
+func (s *Store) FencedSetAtLeast(ctx context.Context, resource string, f uint64, value []byte) error {
+	return s.fencedSet(ctx, resource, f, value, fence.AtLeast)
+}
+
+func (s *Store) fencedSet(ctx context.Context, resource string, f uint64, value []byte, mode fence.Mode) error {
+	if err := lease.ValidateKey(resource); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cur := s.fenced[resource]
+	if !mode.Admits(cur.fence, f) {
+		return &fence.StaleError{Resource: resource, Fence: f, Current: cur.fence}
+	}
+	s.fenced[resource] = fencedRec{fence: f, value: append([]byte(nil), value...)}
+	return nil
+}
+
+// FencedGet returns resource's value and the fence that wrote it (nil, 0 if
+// never written).
+func (s *Store) FencedGet(ctx context.Context, resource string) ([]byte, uint64, error) {
+	if err := lease.ValidateKey(resource); err != nil {
+		return nil, 0, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, 0, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.fenced[resource]
+	return append([]byte(nil), r.value...), r.fence, nil
+}
