@@ -1,0 +1,40 @@
+// Package lease hands out fenced lease locks: time-limited, exclusive
+// tenures of a key, each with a fencing token that a resource can check.
+//
+// # The model
+//
+// A [Store] (memory, SQLite, PostgreSQL, Redis, etcd) grants a key to a
+// random token for a TTL judged on the store's own clock. Every grant carries
+// a fence strictly greater than every earlier grant for that key. A [Locker]
+// wraps a Store with fresh 128-bit tokens, waiting with jittered backoff,
+// keep-alive and clean-up; a [Lease] is one tenure.
+//
+// A lease coordinates; it does not protect. A holder that pauses (GC, swap,
+// SIGSTOP, a slow network) can wake after its lease expired and still
+// believe it holds it. Two things close that hole:
+//
+//   - The client's validity ends before the store's expiry: it is measured on
+//     the monotonic clock from when the request was sent, minus a margin.
+//     [Lease.Done] closes and the context [Locker.Do] gives its function is
+//     cancelled at that point, before another holder can be granted the key.
+//   - The resource has the last word: pass [Lease.Fence] to the guard where
+//     the write lands (see package fence and each store's Admit, CheckHolder,
+//     FencedSet or Compare). A late write with an older fence is refused.
+//
+// # Unknown outcomes
+//
+// A request that got no reply may have been applied. Stores make every write
+// idempotent per token: acquiring again with the holding token returns the
+// same grant. TryAcquire retries such a request with the same token and, if
+// the outcome stays unknown or its context ends while a request is in
+// flight, releases the token in the background, so no lock is left behind
+// for a whole TTL. A store that cannot be reached is an error wrapping
+// [ErrUnavailable], never "acquired" or "not held".
+//
+// # Errors
+//
+// [ErrHeld] (as *[HeldError], with the holder's remaining TTL), [ErrNotHeld],
+// [ErrLost], [ErrInvalid] (nothing was written) and [ErrUnavailable]; test
+// them with errors.Is. Tokens are secrets: they never appear in errors, and
+// a Lease prints and logs without its token.
+package lease
