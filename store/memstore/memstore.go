@@ -195,3 +195,30 @@ func (s *Store) FencedGet(ctx context.Context, resource string) ([]byte, uint64,
 	r := s.fenced[resource]
 	return append([]byte(nil), r.value...), r.fence, nil
 }
+
+// HolderSet writes value to resource only while l is the current holder of
+// its key: same token and fence, not expired on the store's clock. This is
+// the strict holder check, atomic with the write; unlike a max-fence guard it
+// refuses a holder whose lease expired even before the next holder wrote.
+// Otherwise it returns lease.ErrNotHeld and changes nothing. The fence is
+// admitted for resource as by FencedSetAtLeast.
+func (s *Store) HolderSet(ctx context.Context, l *lease.Lease, resource string, value []byte) error {
+	if err := lease.ValidateKey(resource); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.leases[l.Key()]
+	if r == nil || r.token != l.Token() || r.fence != l.Fence() || !r.expires.After(s.now()) {
+		return lease.ErrNotHeld
+	}
+	cur := s.fenced[resource]
+	if !fence.AtLeast.Admits(cur.fence, l.Fence()) {
+		return &fence.StaleError{Resource: resource, Fence: l.Fence(), Current: cur.fence}
+	}
+	s.fenced[resource] = fencedRec{fence: l.Fence(), value: append([]byte(nil), value...)}
+	return nil
+}
