@@ -1,0 +1,116 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tenurekit/tenure/fence"
+	"github.com/tenurekit/tenure/lease"
+)
+
+// Admit admits fence f for resource inside the caller's transaction tx, in
+// strict mode: f must be greater than every fence admitted for resource
+// before (one write per tenure). It is one statement on the fences table
+// (an upsert that raises the stored fence only when f is greater); the
+// resource's row stays locked until tx ends, so concurrent admissions of
+// the same resource are serialized.
+//
+// A refused fence returns a *fence.StaleError (errors.Is fence.ErrStale)
+// and changes nothing; the caller must then roll tx back, so that its own
+// writes in tx do not land. Resource names follow the rules of lease keys
+// (lease.ValidateKey); a bad name or a fence of 0 (or above the largest
+// bigint) wraps lease.ErrInvalid.
+//
+// Admit is blind to time: if the holder of f has expired but no newer
+// fence has been admitted yet, f is still admitted. [Store.CheckHolder]
+// closes that window.
+func (s *Store) Admit(ctx context.Context, tx pgx.Tx, resource string, f uint64) error {
+	return s.admit(ctx, tx, resource, f, fence.Strict)
+}
+
+// AdmitAtLeast is [Store.Admit] that also admits a fence equal to the
+// greatest admitted one, for several writes within one tenure.
+func (s *Store) AdmitAtLeast(ctx context.Context, tx pgx.Tx, resource string, f uint64) error {
+	return s.admit(ctx, tx, resource, f, fence.AtLeast)
+}
+
+func (s *Store) admit(ctx context.Context, tx pgx.Tx, resource string, f uint64, mode fence.Mode) error {
+	if err := lease.ValidateKey(resource); err != nil {
+		return fmt.Errorf("pgstore: resource: %w", err)
+	}
+	if f == 0 || f > math.MaxInt64 {
+		return fmt.Errorf("%w: pgstore: fence %d out of range [1, %d]", lease.ErrInvalid, f, int64(math.MaxInt64))
+	}
+	if tx == nil {
+		return fmt.Errorf("%w: pgstore: nil transaction", lease.ErrInvalid)
+	}
+	if s.err != nil {
+		return s.err
+	}
+	q := s.q.admitStrict
+	if mode == fence.AtLeast {
+		q = s.q.admitAtLeast
+	}
+	var got int64
+	err := tx.QueryRow(ctx, q, resource, int64(f)).Scan(&got)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return s.wrap(ctx, fmt.Sprintf("admit fence %d for %q", f, resource), err)
+	}
+	stale := &fence.StaleError{Resource: resource, Fence: f}
+	// The refused upsert locked the row; read what it holds for the error.
+	// The refusal stands whether or not this read works.
+	var cur int64
+	if tx.QueryRow(ctx, s.q.admitted, resource).Scan(&cur) == nil && cur > 0 {
+		stale.Current = uint64(cur)
+	}
+	return stale
+}
+
+// CheckHolder checks, inside the caller's transaction tx, that l is the
+// current holder of its key: the lease row has l's token and fence and has
+// not expired on the database's clock (clock_timestamp()). It locks the row
+// (SELECT ... FOR UPDATE) until tx ends, so no other holder can acquire,
+// renew or release the key before tx commits or rolls back: writes made
+// in tx after a successful check are ordered before the next tenure. Keep
+// such transactions short; an acquirer waits for them.
+//
+// If l does not hold its key (it expired, was released, or another holder
+// took it), the error wraps lease.ErrNotHeld and fence.ErrStale; the
+// caller must roll tx back. Unlike [Store.Admit], this refuses a holder
+// whose lease expired even when the next holder has not written yet.
+func (s *Store) CheckHolder(ctx context.Context, tx pgx.Tx, l *lease.Lease) error {
+	if l == nil {
+		return fmt.Errorf("%w: pgstore: nil lease", lease.ErrInvalid)
+	}
+	if tx == nil {
+		return fmt.Errorf("%w: pgstore: nil transaction", lease.ErrInvalid)
+	}
+	if err := lease.ValidateKey(l.Key()); err != nil {
+		return err
+	}
+	if err := pgToken(l.Token()); err != nil {
+		return err
+	}
+	if l.Fence() == 0 || l.Fence() > math.MaxInt64 {
+		return fmt.Errorf("%w: pgstore: fence %d out of range [1, %d]", lease.ErrInvalid, l.Fence(), int64(math.MaxInt64))
+	}
+	if s.err != nil {
+		return s.err
+	}
+	var f int64
+	err := tx.QueryRow(ctx, s.q.checkHolder, l.Key(), l.Token(), int64(l.Fence())).Scan(&f)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, pgx.ErrNoRows):
+		return fmt.Errorf("pgstore: check holder of %q with fence %d: %w (%w)", l.Key(), l.Fence(), lease.ErrNotHeld, fence.ErrStale)
+	}
+	return s.wrap(ctx, fmt.Sprintf("check holder of %q", l.Key()), err)
+}

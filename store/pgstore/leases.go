@@ -1,0 +1,153 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tenurekit/tenure/lease"
+)
+
+// Leases returns the Store's lease.Store view. Each of its calls is one
+// SQL statement judged on the server's clock_timestamp().
+func (s *Store) Leases() lease.Store { return leases{s} }
+
+type leases struct{ s *Store }
+
+// heldAttempts bounds how often Acquire retries when the key was busy at
+// the acquire but free again when the holder's TTL was read.
+const heldAttempts = 3
+
+// pgToken checks what lease.ValidateToken leaves to the store: PostgreSQL
+// text holds valid UTF-8 without NUL only. The error never contains the
+// token.
+func pgToken(token string) error {
+	if err := lease.ValidateToken(token); err != nil {
+		return err
+	}
+	if !utf8.ValidString(token) {
+		return fmt.Errorf("%w: token is not valid UTF-8", lease.ErrInvalid)
+	}
+	for i := 0; i < len(token); i++ {
+		if token[i] == 0 {
+			return fmt.Errorf("%w: token contains NUL", lease.ErrInvalid)
+		}
+	}
+	return nil
+}
+
+func (s *Store) validate(key, token string, ttl time.Duration) error {
+	if err := lease.Validate(key, token, ttl); err != nil {
+		return err
+	}
+	if err := pgToken(token); err != nil {
+		return err
+	}
+	return s.err
+}
+
+// grantTTL rounds ttl up to PostgreSQL's microsecond resolution, so the
+// store never grants less than was asked for.
+func grantTTL(ttl time.Duration) time.Duration {
+	return (ttl + time.Microsecond - 1) / time.Microsecond * time.Microsecond
+}
+
+func (v leases) Acquire(ctx context.Context, key, token string, ttl time.Duration) (lease.Grant, error) {
+	s := v.s
+	if err := s.validate(key, token, ttl); err != nil {
+		return lease.Grant{}, err
+	}
+	ttl = grantTTL(ttl)
+	for attempt := 1; ; attempt++ {
+		var f int64
+		err := s.pool.QueryRow(ctx, s.q.acquire, key, token, ttl).Scan(&f)
+		if err == nil {
+			return lease.Grant{Fence: uint64(f), TTL: ttl}, nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return lease.Grant{}, s.wrap(ctx, fmt.Sprintf("acquire %q", key), err)
+		}
+		// Another token holds key. Its remaining time is read in a second
+		// statement; if the holder released or expired in between, try
+		// again.
+		var last, rem int64
+		err = s.pool.QueryRow(ctx, s.q.inspect, key).Scan(&last, &rem)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return lease.Grant{}, s.wrap(ctx, fmt.Sprintf("acquire %q: read holder", key), err)
+		}
+		if rem > 0 {
+			return lease.Grant{}, &lease.HeldError{Key: key, TTL: time.Duration(rem) * time.Microsecond}
+		}
+		if attempt >= heldAttempts {
+			// Held at every acquire, free at every read: a busy key
+			// changing hands. Report it held, for the shortest time.
+			return lease.Grant{}, &lease.HeldError{Key: key, TTL: time.Microsecond}
+		}
+	}
+}
+
+func (v leases) Renew(ctx context.Context, key, token string, ttl time.Duration) (lease.Grant, error) {
+	s := v.s
+	if err := s.validate(key, token, ttl); err != nil {
+		return lease.Grant{}, err
+	}
+	ttl = grantTTL(ttl)
+	var f int64
+	err := s.pool.QueryRow(ctx, s.q.renew, key, token, ttl).Scan(&f)
+	switch {
+	case err == nil:
+		return lease.Grant{Fence: uint64(f), TTL: ttl}, nil
+	case errors.Is(err, pgx.ErrNoRows):
+		return lease.Grant{}, fmt.Errorf("pgstore: renew %q: %w", key, lease.ErrNotHeld)
+	}
+	return lease.Grant{}, s.wrap(ctx, fmt.Sprintf("renew %q", key), err)
+}
+
+func (v leases) Release(ctx context.Context, key, token string) error {
+	s := v.s
+	if err := lease.ValidateKey(key); err != nil {
+		return err
+	}
+	if err := pgToken(token); err != nil {
+		return err
+	}
+	if s.err != nil {
+		return s.err
+	}
+	tag, err := s.pool.Exec(ctx, s.q.release, key, token)
+	if err != nil {
+		return s.wrap(ctx, fmt.Sprintf("release %q", key), err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("pgstore: release %q: %w", key, lease.ErrNotHeld)
+	}
+	return nil
+}
+
+func (v leases) Inspect(ctx context.Context, key string) (lease.Info, error) {
+	s := v.s
+	if err := lease.ValidateKey(key); err != nil {
+		return lease.Info{}, err
+	}
+	if s.err != nil {
+		return lease.Info{}, s.err
+	}
+	var f, rem int64
+	err := s.pool.QueryRow(ctx, s.q.inspect, key).Scan(&f, &rem)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return lease.Info{Key: key}, nil
+	case err != nil:
+		return lease.Info{}, s.wrap(ctx, fmt.Sprintf("inspect %q", key), err)
+	}
+	info := lease.Info{Key: key, Fence: uint64(f)}
+	if rem > 0 {
+		info.Held = true
+		info.TTL = time.Duration(rem) * time.Microsecond
+	}
+	return info, nil
+}

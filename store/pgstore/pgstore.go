@@ -1,0 +1,262 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"net"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tenurekit/tenure/lease"
+)
+
+// DefaultSchema is the schema that holds tenure's tables unless
+// Options.Schema names another.
+const DefaultSchema = "tenure"
+
+// maxIdentLen is PostgreSQL's limit on identifiers (NAMEDATALEN-1).
+const maxIdentLen = 63
+
+// Options configure a Store. Nil means the defaults.
+type Options struct {
+	// Schema is the schema that holds tenure's tables (leases, fences). It
+	// must be a plain lower-case identifier: a letter or underscore, then
+	// letters, digits or underscores, at most 63 bytes, not starting with
+	// "pg_". Default "tenure" (DefaultSchema). A bad name does not make New
+	// fail: Migrate and every call report it (wrapping lease.ErrInvalid)
+	// and write nothing.
+	Schema string
+}
+
+// Store keeps tenure's state in PostgreSQL through a pgx pool. It is safe
+// for concurrent use. Create its tables with [Store.Migrate].
+type Store struct {
+	pool   *pgxpool.Pool
+	schema string
+	err    error // a bad Options.Schema, reported by every call
+	q      queries
+}
+
+// queries are the statements of a Store, built once for its schema. pgx
+// prepares each one per connection on first use and caches it.
+type queries struct {
+	acquire, renew, release, inspect      string
+	admitStrict, admitAtLeast, admitted   string
+	checkHolder                           string
+	createSchema, createLeases, createFen string
+}
+
+// New returns a Store on pool using the schema in o (nil: defaults). It
+// does not touch the database; call [Store.Migrate] once to create the
+// tables.
+func New(pool *pgxpool.Pool, o *Options) *Store {
+	s := &Store{pool: pool, schema: DefaultSchema}
+	if o != nil && o.Schema != "" {
+		s.schema = o.Schema
+	}
+	if err := validateSchema(s.schema); err != nil {
+		s.err = err
+		return s
+	}
+	if pool == nil {
+		s.err = fmt.Errorf("%w: pgstore: nil pool", lease.ErrInvalid)
+		return s
+	}
+	s.q = buildQueries(pgx.Identifier{s.schema}.Sanitize())
+	return s
+}
+
+// Schema returns the schema that holds the Store's tables.
+func (s *Store) Schema() string { return s.schema }
+
+// validateSchema accepts plain lower-case identifiers only, so the quoted
+// name the Store uses and the unquoted name a person types are the same.
+func validateSchema(name string) error {
+	bad := func(why string) error {
+		return fmt.Errorf("%w: pgstore: schema name %q %s", lease.ErrInvalid, name, why)
+	}
+	if len(name) > maxIdentLen {
+		return bad(fmt.Sprintf("is longer than %d bytes", maxIdentLen))
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		switch {
+		case c >= 'a' && c <= 'z', c == '_':
+		case c >= '0' && c <= '9' && i > 0:
+		default:
+			return bad("must be a lower-case identifier: a letter or underscore, then letters, digits or underscores")
+		}
+	}
+	if strings.HasPrefix(name, "pg_") {
+		return bad(`starts with "pg_", which PostgreSQL reserves for system schemas`)
+	}
+	return nil
+}
+
+func buildQueries(schema string) queries {
+	leases := schema + ".leases"
+	fences := schema + ".fences"
+	// Every lease statement reads the clock once (c.now): expiry and the
+	// fence floor are judged on that single reading of the server's clock.
+	// clock_timestamp(), not now(): now() is the start of the transaction.
+	const clock = `WITH c AS (SELECT clock_timestamp() AS now) `
+	// remaining is the holder's time left in microseconds (0 when free).
+	const remaining = `CASE WHEN l.token IS NOT NULL AND l.expires_at > c.now
+		THEN ((extract(epoch FROM l.expires_at) - extract(epoch FROM c.now)) * 1000000)::bigint
+		ELSE 0 END`
+	return queries{
+		// The inserted row carries the fence floor (the clock in
+		// microseconds) in excluded.fence. A conflicting row is taken over
+		// when it is free, expired, or held by the same token; the same
+		// token within its validity keeps its fence and is renewed to ttl,
+		// every other takeover starts a new tenure whose fence is above
+		// both the last fence and the floor (lease.NextFence).
+		acquire: clock + `INSERT INTO ` + leases + ` AS l (key, token, fence, expires_at)
+SELECT $1, $2, greatest((extract(epoch FROM c.now) * 1000000)::bigint, 1), c.now + $3::interval FROM c
+ON CONFLICT (key) DO UPDATE SET
+	fence = CASE WHEN l.token = excluded.token AND l.expires_at > (SELECT now FROM c) THEN l.fence
+		ELSE greatest(l.fence + 1, excluded.fence) END,
+	token = excluded.token,
+	expires_at = excluded.expires_at
+WHERE l.token IS NULL OR l.expires_at <= (SELECT now FROM c) OR l.token = excluded.token
+RETURNING l.fence`,
+		renew: clock + `UPDATE ` + leases + ` AS l SET expires_at = c.now + $3::interval FROM c
+WHERE l.key = $1 AND l.token = $2 AND l.expires_at > c.now
+RETURNING l.fence`,
+		// Release keeps the row and its fence, so the next tenure's fence
+		// follows this one and Inspect reports the last fence.
+		release: clock + `UPDATE ` + leases + ` AS l SET token = NULL, expires_at = NULL FROM c
+WHERE l.key = $1 AND l.token = $2 AND l.expires_at > c.now`,
+		inspect: clock + `SELECT l.fence, ` + remaining + ` FROM ` + leases + ` AS l, c WHERE l.key = $1`,
+
+		admitStrict: `INSERT INTO ` + fences + ` AS f (resource, fence) VALUES ($1, $2)
+ON CONFLICT (resource) DO UPDATE SET fence = excluded.fence WHERE f.fence < excluded.fence
+RETURNING f.fence`,
+		admitAtLeast: `INSERT INTO ` + fences + ` AS f (resource, fence) VALUES ($1, $2)
+ON CONFLICT (resource) DO UPDATE SET fence = excluded.fence WHERE f.fence <= excluded.fence
+RETURNING f.fence`,
+		admitted: `SELECT fence FROM ` + fences + ` WHERE resource = $1`,
+
+		checkHolder: `SELECT l.fence FROM ` + leases + ` AS l
+WHERE l.key = $1 AND l.token = $2 AND l.fence = $3 AND l.expires_at > clock_timestamp()
+FOR UPDATE`,
+
+		createSchema: `CREATE SCHEMA IF NOT EXISTS ` + schema,
+		createLeases: `CREATE TABLE IF NOT EXISTS ` + leases + ` (
+	key        text PRIMARY KEY,
+	token      text,
+	fence      bigint NOT NULL,
+	expires_at timestamptz
+)`,
+		createFen: `CREATE TABLE IF NOT EXISTS ` + fences + ` (
+	resource text PRIMARY KEY,
+	fence    bigint NOT NULL
+)`,
+	}
+}
+
+// migrateLockKey is the advisory lock that serializes Migrate per schema
+// and database.
+func migrateLockKey(schema string) int64 {
+	h := fnv.New64a()
+	io.WriteString(h, "tenure/pgstore/migrate\x00"+schema)
+	return int64(h.Sum64())
+}
+
+// Migrate creates the schema and tenure's tables in it if they do not
+// exist. It is idempotent and safe to run concurrently from several
+// processes: it works in one transaction under a transaction-scoped
+// advisory lock. Objects that already exist are left alone (and need no
+// CREATE privilege).
+func (s *Store) Migrate(ctx context.Context) error {
+	if s.err != nil {
+		return s.err
+	}
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, migrateLockKey(s.schema)); err != nil {
+			return err
+		}
+		var hasSchema, hasLeases, hasFences bool
+		err := tx.QueryRow(ctx, `SELECT
+	EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1),
+	to_regclass(format('%I.leases', $1::text)) IS NOT NULL,
+	to_regclass(format('%I.fences', $1::text)) IS NOT NULL`, s.schema).Scan(&hasSchema, &hasLeases, &hasFences)
+		if err != nil {
+			return err
+		}
+		for _, step := range []struct {
+			done bool
+			sql  string
+		}{{hasSchema, s.q.createSchema}, {hasLeases, s.q.createLeases}, {hasFences, s.q.createFen}} {
+			if step.done {
+				continue
+			}
+			if _, err := tx.Exec(ctx, step.sql); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return s.wrap(ctx, "migrate schema "+s.schema, err)
+	}
+	return nil
+}
+
+// wrap classifies err from a request: transport failures, timeouts and
+// context errors wrap lease.ErrUnavailable (the outcome of a write is
+// unknown); errors the server reported are returned with context.
+func (s *Store) wrap(ctx context.Context, op string, err error) error {
+	if unavailable(ctx, err) {
+		return fmt.Errorf("pgstore: %s: %w: %w", op, lease.ErrUnavailable, err)
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && (pe.Code == "42P01" || pe.Code == "3F000") {
+		// undefined_table, invalid_schema_name
+		return fmt.Errorf("pgstore: %s: tables missing in schema %q (run Migrate): %w", op, s.schema, err)
+	}
+	return fmt.Errorf("pgstore: %s: %w", op, err)
+}
+
+// unavailable reports whether err means the server could not be reached
+// or did not answer in time.
+func unavailable(ctx context.Context, err error) bool {
+	if ctx.Err() != nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	if pgconn.Timeout(err) {
+		return true
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch {
+		case strings.HasPrefix(pe.Code, "08"): // connection exception
+			return true
+		case strings.HasPrefix(pe.Code, "57P"): // admin/crash shutdown, cannot connect now, ...
+			return true
+		case pe.Code == "57014": // query_canceled (statement_timeout or a cancel request)
+			return true
+		case pe.Code == "53300": // too_many_connections
+			return true
+		case pe.Code == "25P03": // idle_in_transaction_session_timeout
+			return true
+		}
+		return false
+	}
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) {
+		return true
+	}
+	var ne net.Error
+	if errors.As(err, &ne) {
+		return true
+	}
+	return errors.Is(err, pgconn.ErrConnClosed) || errors.Is(err, io.EOF) ||
+		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed)
+}
