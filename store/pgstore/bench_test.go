@@ -1,0 +1,65 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tenurekit/tenure/internal/testenv"
+	"github.com/tenurekit/tenure/lease"
+)
+
+// BenchmarkAcquireRelease compares the Store's acquire+release cycle with
+// the same two statements sent through pgx directly, on one pool.
+//
+//	go test -run '^$' -bench AcquireRelease ./store/pgstore/
+func BenchmarkAcquireRelease(b *testing.B) {
+	srv := testenv.SharedPostgres(b)
+	pool := srv.Pool(b, srv.NewDatabase(b))
+	s := New(pool, nil)
+	ctx := context.Background()
+	if err := s.Migrate(ctx); err != nil {
+		b.Fatal(err)
+	}
+	tok := lease.NewToken()
+	const ttl = 10 * time.Second
+	ls := s.Leases()
+	b.Run("tenure", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := ls.Acquire(ctx, "bench", tok, ttl); err != nil {
+				b.Fatal(err)
+			}
+			if err := ls.Release(ctx, "bench", tok); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("raw", func(b *testing.B) {
+		for b.Loop() {
+			var f int64
+			if err := pool.QueryRow(ctx, s.q.acquire, "bench", tok, ttl).Scan(&f); err != nil {
+				b.Fatal(err)
+			}
+			tag, err := pool.Exec(ctx, s.q.release, "bench", tok)
+			if err != nil || tag.RowsAffected() != 1 {
+				b.Fatal(tag, err)
+			}
+		}
+	})
+	b.Run("tenure-parallel", func(b *testing.B) {
+		var n atomic.Int64
+		b.RunParallel(func(pb *testing.PB) {
+			key := fmt.Sprintf("bench-p-%d", n.Add(1))
+			for pb.Next() {
+				if _, err := ls.Acquire(ctx, key, tok, ttl); err != nil {
+					b.Fatal(err)
+				}
+				if err := ls.Release(ctx, key, tok); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	})
+}
