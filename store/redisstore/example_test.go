@@ -1,0 +1,51 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/tenurekit/tenure/fence"
+	"github.com/tenurekit/tenure/lease"
+	"github.com/tenurekit/tenure/store/redisstore"
+)
+
+// A lease on Redis, and the fenced write that protects the resource from a
+// holder that paused past its lease.
+func Example() {
+	ctx := context.Background()
+	c, err := rueidis.NewClient(rueidis.ClientOption{
+		InitAddress:  []string{"127.0.0.1:6379"}, // or every node of a cluster
+		DisableRetry: true,                       // the Locker decides when to send again
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+
+	db := redisstore.New(c, nil)
+	// Optional: refuse an evicting server at start-up rather than at the
+	// first write.
+	if err := db.Check(ctx); err != nil {
+		log.Fatal(err)
+	}
+
+	locker := lease.New(db.Leases(), nil)
+	err = locker.Do(ctx, "report:tenant-42", 10*time.Second, func(ctx context.Context, l *lease.Lease) error {
+		// ... build the report ...
+		return db.FencedSet(ctx, "report:tenant-42", l.Fence(), []byte("report body"))
+	})
+	switch {
+	case errors.Is(err, fence.ErrStale):
+		fmt.Println("a newer holder already wrote the report")
+	case errors.Is(err, lease.ErrHeld):
+		fmt.Println("another instance is building the report")
+	case errors.Is(err, redisstore.ErrOutOfMemory):
+		fmt.Println("Redis is full: nothing was written")
+	case err != nil:
+		log.Fatal(err)
+	}
+}

@@ -1,0 +1,208 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/tenurekit/tenure/internal/testenv"
+	"github.com/tenurekit/tenure/lease"
+)
+
+// The scripts repeat lease's limits; they must agree.
+func TestScriptLimitsMatchLease(t *testing.T) {
+	if lease.MaxTokenLen != 128 {
+		t.Errorf("lease.MaxTokenLen = %d; the scripts check 128", lease.MaxTokenLen)
+	}
+	if lease.MaxTTL != 24*time.Hour || lease.MinTTL != time.Millisecond {
+		t.Errorf("lease TTL range [%v, %v]; the scripts check [1ms, 24h]", lease.MinTTL, lease.MaxTTL)
+	}
+	for name, src := range map[string]string{"acquire": acquireSrc, "renew": renewSrc} {
+		if !strings.Contains(src, "#token > 128") || !strings.Contains(src, "ttl > 86400000") {
+			t.Errorf("%s.lua does not check the token and TTL limits", name)
+		}
+	}
+}
+
+func TestSlotMatchesRedis(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for i := 0; i < 2000; i++ {
+		b := make([]byte, 1+r.IntN(40))
+		for j := range b {
+			b[j] = byte(r.IntN(256))
+		}
+		tag := escape(string(b))
+		if got, want := int(slot(tag)), testenv.KeySlot("x{"+tag+"}y"); got != want {
+			t.Fatalf("slot(%q) = %d, Redis says %d", tag, got, want)
+		}
+	}
+}
+
+func TestEscapeIsInjective(t *testing.T) {
+	seen := map[string]string{}
+	for _, s := range []string{"}", "%7D", "%257D", "{", "%7B", "%", "%25", "a}b", "a%7Db", "plain", "{}", "%7B%7D"} {
+		e := escape(s)
+		if strings.ContainsAny(e, "{}") {
+			t.Fatalf("escape(%q) = %q keeps a brace", s, e)
+		}
+		if prev, ok := seen[e]; ok {
+			t.Fatalf("escape(%q) = escape(%q) = %q", s, prev, e)
+		}
+		seen[e] = s
+	}
+}
+
+// The scripts validate their arguments before their first write, so a call
+// that bypasses the Go checks still writes nothing.
+func TestScriptsValidateBeforeWriting(t *testing.T) {
+	ctx := context.Background()
+	srv := testenv.Redis(t, nil)
+	c := srv.Client(t)
+	s := New(c, nil)
+	lock, fk := s.leaseKeys("k")
+	vk, ak := s.valueKeys("r")
+	cases := []struct {
+		name string
+		lua  *rueidis.Lua
+		keys []string
+		args []string
+	}{
+		{"acquire empty token", acquireScript, []string{lock, fk}, []string{"", "1000", "1000"}},
+		{"acquire long token", acquireScript, []string{lock, fk}, []string{strings.Repeat("t", 129), "1000", "1000"}},
+		{"acquire zero ttl", acquireScript, []string{lock, fk}, []string{"t", "0", "1000"}},
+		{"acquire fractional ttl", acquireScript, []string{lock, fk}, []string{"t", "1.5", "1000"}},
+		{"acquire ttl over a day", acquireScript, []string{lock, fk}, []string{"t", "86400001", "1000"}},
+		{"acquire ttl not a number", acquireScript, []string{lock, fk}, []string{"t", "x", "1000"}},
+		{"acquire bad retention", acquireScript, []string{lock, fk}, []string{"t", "1000", "-1"}},
+		{"acquire one key", acquireScript, []string{lock}, []string{"t", "1000", "1000"}},
+		{"renew zero ttl", renewScript, []string{lock, fk}, []string{"t", "0", "1000"}},
+		{"release empty token", releaseScript, []string{lock}, []string{""}},
+		{"fenced set negative", fencedSetScript, []string{vk, ak}, []string{"-1", "s", "v"}},
+		{"fenced set leading zero", fencedSetScript, []string{vk, ak}, []string{"01", "s", "v"}},
+		{"fenced set too long", fencedSetScript, []string{vk, ak}, []string{"123456789012345678901", "s", "v"}},
+		{"fenced set bad mode", fencedSetScript, []string{vk, ak}, []string{"1", "x", "v"}},
+		{"holder set empty token", holderSetScript, []string{lock, fk, vk, ak}, []string{"", "1", "v"}},
+	}
+	for _, tc := range cases {
+		err := tc.lua.Exec(ctx, c, tc.keys, tc.args).Error()
+		if _, ok := rueidis.IsRedisErr(err); !ok || !strings.Contains(err.Error(), "redisstore: invalid") {
+			t.Errorf("%s: %v, want the script's refusal", tc.name, err)
+		}
+		if !errors.Is(s.fail(err), lease.ErrInvalid) {
+			t.Errorf("%s: classified as %v, want ErrInvalid", tc.name, s.fail(err))
+		}
+	}
+	n, err := c.Do(ctx, c.B().Dbsize().Build()).AsInt64()
+	if err != nil || n != 0 {
+		t.Fatalf("refused scripts wrote %d keys (%v)", n, err)
+	}
+	// A malformed stored fence stops the acquire before it writes the lock.
+	if err := c.Do(ctx, c.B().Set().Key(fk).Value("garbage").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Leases().Acquire(ctx, "k", "t", time.Second); err == nil || errors.Is(err, lease.ErrUnavailable) {
+		t.Fatalf("acquire over a malformed fence: %v", err)
+	}
+	if err := c.Do(ctx, c.B().Get().Key(lock).Build()).Error(); !rueidis.IsRedisNil(err) {
+		t.Fatalf("lock written over a malformed fence (%v)", err)
+	}
+}
+
+// A node without DELEX (as after a downgrade in a mixed cluster) makes the
+// release fall back to the script, without deleting anything by mistake.
+func TestDelexFallback(t *testing.T) {
+	ctx := context.Background()
+	srv := testenv.Redis(t, nil)
+	c := srv.Client(t)
+	s := New(c, nil)
+	if err := s.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s.delex.Load() {
+		t.Skip("the server has DELEX")
+	}
+	tok := lease.NewToken()
+	if _, err := s.Leases().Acquire(ctx, "k", tok, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	s.delex.Store(true) // as if the check had seen DELEX
+	if p, _ := s.ReleasePath(ctx); p != ReleaseDelex {
+		t.Fatalf("path %q", p)
+	}
+	err := s.Leases().Release(ctx, "k", lease.NewToken())
+	if !errors.Is(err, lease.ErrNotHeld) {
+		t.Fatalf("wrong-token release through the fallback: %v", err)
+	}
+	if p, _ := s.ReleasePath(ctx); p != ReleaseLua {
+		t.Fatalf("path after the fallback = %q, want lua", p)
+	}
+	lock, _ := s.leaseKeys("k")
+	if v, err := c.Do(ctx, c.B().Get().Key(lock).Build()).ToString(); err != nil || v != tok {
+		t.Fatalf("the owner's lock was touched (%v)", err)
+	}
+	s.delex.Store(true)
+	if err := s.Leases().Release(ctx, "k", tok); err != nil {
+		t.Fatalf("owner's release through the fallback: %v", err)
+	}
+	if err := c.Do(ctx, c.B().Get().Key(lock).Build()).Error(); !rueidis.IsRedisNil(err) {
+		t.Fatalf("lock still stored (%v)", err)
+	}
+}
+
+// The lazy check runs once: later writes cost no extra round trip, and a
+// connection failure (not a caller's deadline) makes the next write check
+// again.
+func TestCheckIsCached(t *testing.T) {
+	ctx := context.Background()
+	srv := testenv.Redis(t, nil)
+	p := testenv.NewProxy(t, srv.Addr())
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{p.Addr()}, DisableRetry: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s := New(c, nil)
+	if s.checked.Load() {
+		t.Fatal("checked before any write")
+	}
+	if _, err := s.Leases().Acquire(ctx, "k", "t", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if !s.checked.Load() {
+		t.Fatal("the first write did not run the check")
+	}
+	short, cancel := context.WithTimeout(ctx, time.Nanosecond)
+	<-short.Done()
+	_, err = s.Leases().Acquire(short, "k2", "t", time.Minute)
+	cancel()
+	if !errors.Is(err, lease.ErrUnavailable) {
+		t.Fatalf("acquire with an expired context: %v", err)
+	}
+	if !s.checked.Load() {
+		t.Fatal("a caller's deadline dropped the check")
+	}
+	p.Cut()
+	if _, err := s.Leases().Acquire(ctx, "k3", "t", time.Minute); !errors.Is(err, lease.ErrUnavailable) {
+		t.Fatalf("acquire through a cut proxy: %v", err)
+	}
+	if s.checked.Load() {
+		t.Fatal("a connection failure kept the check")
+	}
+	p.Heal()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		_, err := s.Leases().Acquire(ctx, "k3", "t", time.Minute)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after Heal: %v", err)
+		}
+	}
+	if !s.checked.Load() {
+		t.Fatal("the check did not run again")
+	}
+}

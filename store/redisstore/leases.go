@@ -1,0 +1,173 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/tenurekit/tenure/lease"
+)
+
+// Leases returns the store's lease.Store view.
+func (s *Store) Leases() lease.Store { return leases{s} }
+
+// ReleasePath reports how releases compare and delete: ReleaseDelex
+// ("delex", DELEX key IFEQ token, when every node has it) or ReleaseLua
+// ("lua", the compare-and-delete script). It runs the server check first if
+// needed.
+func (s *Store) ReleasePath(ctx context.Context) (string, error) {
+	if err := s.ready(ctx); err != nil {
+		return "", err
+	}
+	if s.delex.Load() {
+		return ReleaseDelex, nil
+	}
+	return ReleaseLua, nil
+}
+
+type leases struct{ s *Store }
+
+func (v leases) Acquire(ctx context.Context, key, token string, ttl time.Duration) (lease.Grant, error) {
+	if err := lease.Validate(key, token, ttl); err != nil {
+		return lease.Grant{}, err
+	}
+	s := v.s
+	if err := s.ready(ctx); err != nil {
+		return lease.Grant{}, err
+	}
+	lock, fence := s.leaseKeys(key)
+	_, ms := s.ttlArg(ttl)
+	arr, err := acquireScript.Exec(ctx, s.c, []string{lock, fence}, []string{token, ms, s.keep}).ToArray()
+	if err != nil {
+		return lease.Grant{}, s.fail(err)
+	}
+	if len(arr) < 2 {
+		return lease.Grant{}, malformed("acquire")
+	}
+	ok, err1 := arr[0].AsInt64()
+	n, err2 := arr[1].AsInt64()
+	if err1 != nil || err2 != nil {
+		return lease.Grant{}, malformed("acquire")
+	}
+	if ok == 0 {
+		return lease.Grant{}, &lease.HeldError{Key: key, TTL: remaining(n)}
+	}
+	if len(arr) < 3 || n <= 0 {
+		return lease.Grant{}, malformed("acquire")
+	}
+	granted, err := arr[2].AsInt64()
+	if err != nil {
+		return lease.Grant{}, malformed("acquire")
+	}
+	return lease.Grant{Fence: uint64(n), TTL: time.Duration(granted) * time.Millisecond}, nil
+}
+
+// remaining converts a PTTL reply of an existing lock to a duration: at
+// least 1ms (the key exists, so it is held), 0 for a lock without expiry
+// (never written by this store).
+func remaining(pttl int64) time.Duration {
+	switch {
+	case pttl < 0:
+		return 0
+	case pttl == 0:
+		return time.Millisecond
+	}
+	return time.Duration(pttl) * time.Millisecond
+}
+
+func (v leases) Renew(ctx context.Context, key, token string, ttl time.Duration) (lease.Grant, error) {
+	if err := lease.Validate(key, token, ttl); err != nil {
+		return lease.Grant{}, err
+	}
+	s := v.s
+	if err := s.ready(ctx); err != nil {
+		return lease.Grant{}, err
+	}
+	lock, fence := s.leaseKeys(key)
+	ms, arg := s.ttlArg(ttl)
+	f, err := renewScript.Exec(ctx, s.c, []string{lock, fence}, []string{token, arg, s.keep}).AsInt64()
+	if err != nil {
+		return lease.Grant{}, s.fail(err)
+	}
+	if f <= 0 {
+		return lease.Grant{}, lease.ErrNotHeld
+	}
+	return lease.Grant{Fence: uint64(f), TTL: time.Duration(ms) * time.Millisecond}, nil
+}
+
+func (v leases) Release(ctx context.Context, key, token string) error {
+	if err := lease.ValidateKey(key); err != nil {
+		return err
+	}
+	if err := lease.ValidateToken(token); err != nil {
+		return err
+	}
+	s := v.s
+	if err := s.ready(ctx); err != nil {
+		return err
+	}
+	lock := s.lockKey(key)
+	var n int64
+	var err error
+	if s.delex.Load() {
+		n, err = s.c.Do(ctx, s.c.B().Delex().Key(lock).Ifeq(token).Build()).AsInt64()
+		if re, ok := rueidis.IsRedisErr(err); ok {
+			msg := re.Error()
+			if !strings.Contains(strings.ToLower(msg), "unknown command") {
+				// Never pass on a reply that might echo the token.
+				return s.classify(errors.New(strings.ReplaceAll(msg, token, "<token>")), re)
+			}
+			// A node without DELEX (a mixed-version cluster): nothing
+			// was deleted; use the script from now on.
+			s.delex.Store(false)
+			n, err = releaseScript.Exec(ctx, s.c, []string{lock}, []string{token}).AsInt64()
+		}
+	} else {
+		n, err = releaseScript.Exec(ctx, s.c, []string{lock}, []string{token}).AsInt64()
+	}
+	if err != nil {
+		return s.fail(err)
+	}
+	if n != 1 {
+		return lease.ErrNotHeld
+	}
+	return nil
+}
+
+func (v leases) Inspect(ctx context.Context, key string) (lease.Info, error) {
+	if err := lease.ValidateKey(key); err != nil {
+		return lease.Info{}, err
+	}
+	s := v.s
+	lock, fence := s.leaseKeys(key)
+	arr, err := inspectScript.Exec(ctx, s.c, []string{lock, fence}, nil).ToArray()
+	if err != nil {
+		return lease.Info{}, s.fail(err)
+	}
+	if len(arr) != 2 {
+		return lease.Info{}, malformed("inspect")
+	}
+	pttl, err := arr[0].AsInt64()
+	if err != nil {
+		return lease.Info{}, malformed("inspect")
+	}
+	info := lease.Info{Key: key}
+	if !arr[1].IsNil() {
+		str, err := arr[1].ToString()
+		if err != nil {
+			return lease.Info{}, malformed("inspect")
+		}
+		if info.Fence, err = strconv.ParseUint(str, 10, 64); err != nil {
+			return lease.Info{}, fmt.Errorf("redisstore: malformed fence key of %q", key)
+		}
+	}
+	if pttl != -2 {
+		info.Held = true
+		info.TTL = remaining(pttl)
+	}
+	return info, nil
+}

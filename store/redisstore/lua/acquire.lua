@@ -1,0 +1,41 @@
+#!lua
+-- Acquire a lease.
+-- KEYS[1] lock key (value: the holder's token, PX ttl)
+-- KEYS[2] fence key (the last fence granted, kept ttl + retention)
+-- ARGV[1] token, ARGV[2] ttl in ms, ARGV[3] fence retention in ms
+-- Returns {1, fence, ttl} when granted (or renewed for the holding token),
+-- {0, pttl} when another token holds the lock.
+-- Every argument and the stored fence are checked before the first write: a
+-- script error does not roll back what was already written.
+local token, ttl, keep = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+if #KEYS ~= 2 or #ARGV ~= 3 or #token < 1 or #token > 128
+  or not ttl or ttl < 1 or ttl > 86400000 or ttl % 1 ~= 0
+  or not keep or keep < 1 or keep > 315360000000 or keep % 1 ~= 0 then
+  return redis.error_reply('ERR redisstore: invalid acquire arguments')
+end
+local last = redis.call('GET', KEYS[2])
+if last then
+  last = tonumber(last)
+  if not last or last < 0 or last % 1 ~= 0 then
+    return redis.error_reply('ERR redisstore: malformed fence key')
+  end
+end
+local cur = redis.call('GET', KEYS[1])
+if cur then
+  if cur ~= token then
+    return {0, redis.call('PTTL', KEYS[1])}
+  end
+  if last then
+    redis.call('PEXPIRE', KEYS[1], ttl)
+    redis.call('PEXPIRE', KEYS[2], ttl + keep)
+    return {1, last, ttl}
+  end
+  -- The holder's fence key is gone (deleted by hand): grant a new fence,
+  -- which the clock floor keeps above the lost one.
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local f = math.max((last or 0) + 1, now)
+redis.call('SET', KEYS[1], token, 'PX', ttl)
+redis.call('SET', KEYS[2], string.format('%d', f), 'PX', ttl + keep)
+return {1, f, ttl}

@@ -1,0 +1,413 @@
+package redisstore
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/tenurekit/tenure/lease"
+)
+
+// DefaultPrefix is the key prefix used when Options.Prefix is empty.
+const DefaultPrefix = "tenure:"
+
+// DefaultFenceRetention is how long a lease's fence key outlives the lease
+// when Options.FenceRetention is zero.
+const DefaultFenceRetention = 7 * 24 * time.Hour
+
+// Release paths reported by [Store.ReleasePath].
+const (
+	// ReleaseDelex is DELEX key IFEQ token (Redis 8.4 and later).
+	ReleaseDelex = "delex"
+	// ReleaseLua is the compare-and-delete script (older servers).
+	ReleaseLua = "lua"
+)
+
+var (
+	// ErrEvictionPolicy reports a server whose maxmemory-policy is not
+	// noeviction. Such a server evicts keys like cache entries under memory
+	// pressure, and an evicted lock lets a second holder in. The store
+	// refuses to write to it unless Options.AllowEviction is set. Nothing
+	// was written.
+	ErrEvictionPolicy = errors.New("redisstore: the server may evict keys (maxmemory-policy is not noeviction)")
+	// ErrOutOfMemory reports a write that the server refused because it
+	// reached maxmemory (under noeviction). Nothing was written: no lease
+	// was granted and no value was stored. The error wraps the server's
+	// reply.
+	ErrOutOfMemory = errors.New("redisstore: the server is out of memory, nothing was written")
+)
+
+// Options configure a Store. Nil means the defaults; each field documents
+// its own.
+type Options struct {
+	// Prefix is put in front of every key the store writes. Default
+	// "tenure:" (an empty Prefix means the default). The characters '%',
+	// '{' and '}' are percent-encoded, so a prefix never changes the hash
+	// slot of a key: the keys of one lease always share the hash tag
+	// built from the lease key.
+	Prefix string
+	// AllowEviction lets the store write to a server whose
+	// maxmemory-policy is not noeviction. Default false: such a server is
+	// refused with ErrEvictionPolicy, because under memory pressure it
+	// would evict locks, fences and guarded values as if they were cache
+	// entries. Set it only for a server that can never reach maxmemory.
+	AllowEviction bool
+	// FenceRetention is how long a lease's fence key is kept after the
+	// lease's own expiry. Default 7 days. Each acquisition and renewal
+	// extends it. Once the fence key of an idle lease expires, the next
+	// fence falls back to the store clock floor (Redis TIME in
+	// microseconds), which is still above every fence granted before.
+	FenceRetention time.Duration
+}
+
+// Store keeps leases and fenced values in Redis or Redis Cluster through a
+// rueidis client. It is safe for concurrent use. Create it with [New].
+type Store struct {
+	c       rueidis.Client
+	prefix  string
+	evict   bool
+	keep    string // fence retention in ms, as sent to the scripts
+	cluster bool
+
+	checked atomic.Bool // the server check passed and still stands
+	delex   atomic.Bool // every node has DELEX (valid once checked)
+	checkMu chan struct{}
+
+	ttlCache atomic.Pointer[ttlString]
+}
+
+// ttlString caches the decimal form of the last TTL sent, which saves an
+// allocation per call when callers use one TTL.
+type ttlString struct {
+	ms int64
+	s  string
+}
+
+// New returns a Store on c. o may be nil for the defaults. The client is
+// the caller's: it is neither configured nor closed by the store. Create it
+// with DisableRetry: the store's writes are idempotent per token, but the
+// caller, not the client, should decide when to send one again (the
+// lease.Locker does).
+//
+// New does not contact the server. The server check ([Store.Check]) runs
+// before the first write and whenever a connection failed since.
+func New(c rueidis.Client, o *Options) *Store {
+	s := &Store{c: c, prefix: DefaultPrefix, checkMu: make(chan struct{}, 1)}
+	keep := DefaultFenceRetention
+	if o != nil {
+		if o.Prefix != "" {
+			s.prefix = escape(o.Prefix)
+		}
+		s.evict = o.AllowEviction
+		if o.FenceRetention > 0 {
+			keep = o.FenceRetention
+		}
+	}
+	s.keep = strconv.FormatInt(ceilMillis(keep), 10)
+	s.cluster = c.Mode() == rueidis.ClientModeCluster
+	return s
+}
+
+// ceilMillis rounds d up to whole milliseconds.
+func ceilMillis(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+// ttlArg returns the TTL in whole milliseconds (rounded up, so the store
+// never grants less than asked) and its decimal form.
+func (s *Store) ttlArg(ttl time.Duration) (int64, string) {
+	ms := ceilMillis(ttl)
+	if c := s.ttlCache.Load(); c != nil && c.ms == ms {
+		return ms, c.s
+	}
+	str := strconv.FormatInt(ms, 10)
+	s.ttlCache.Store(&ttlString{ms: ms, s: str})
+	return ms, str
+}
+
+// escape percent-encodes '%', '{' and '}' so that a string can sit inside
+// a hash tag without ending it early.
+func escape(s string) string {
+	if !strings.ContainsAny(s, "%{}") {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(len(s) + 8)
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '%':
+			b.WriteString("%25")
+		case '{':
+			b.WriteString("%7B")
+		case '}':
+			b.WriteString("%7D")
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
+// pair returns prefix{name}:a and prefix{name}:b, built in one allocation.
+func (s *Store) pair(name, a, b string) (string, string) {
+	name = escape(name)
+	both := s.prefix + "{" + name + "}:" + a + s.prefix + "{" + name + "}:" + b
+	n := len(s.prefix) + len(name) + 3 + len(a)
+	return both[:n], both[n:]
+}
+
+// leaseKeys returns the lock and fence keys of a lease.
+func (s *Store) leaseKeys(key string) (lock, fence string) { return s.pair(key, "lock", "fence") }
+
+// lockKey returns the lock key of a lease.
+func (s *Store) lockKey(key string) string {
+	return s.prefix + "{" + escape(key) + "}:lock"
+}
+
+// valueKeys returns the value key and the admitted-fence key of a fenced
+// resource.
+func (s *Store) valueKeys(resource string) (value, admitted string) {
+	return s.pair(resource, "value", "admitted")
+}
+
+// Lua scripts, embedded and run with EVALSHA (EVAL after NOSCRIPT).
+var (
+	//go:embed lua/acquire.lua
+	acquireSrc string
+	//go:embed lua/renew.lua
+	renewSrc string
+	//go:embed lua/release.lua
+	releaseSrc string
+	//go:embed lua/inspect.lua
+	inspectSrc string
+	//go:embed lua/fencedset.lua
+	fencedSetSrc string
+	//go:embed lua/holderset.lua
+	holderSetSrc string
+
+	scriptSources = []string{acquireSrc, renewSrc, releaseSrc, inspectSrc, fencedSetSrc, holderSetSrc}
+
+	acquireScript   = rueidis.NewLuaScript(acquireSrc)
+	renewScript     = rueidis.NewLuaScript(renewSrc)
+	releaseScript   = rueidis.NewLuaScript(releaseSrc)
+	inspectScript   = rueidis.NewLuaScriptReadOnly(inspectSrc)
+	fencedSetScript = rueidis.NewLuaScript(fencedSetSrc)
+	holderSetScript = rueidis.NewLuaScript(holderSetSrc)
+)
+
+// ready runs the server check unless it passed already and no connection
+// failed since. After the first call it costs an atomic load.
+func (s *Store) ready(ctx context.Context) error {
+	if s.checked.Load() {
+		return nil
+	}
+	select {
+	case s.checkMu <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("%w: %w", lease.ErrUnavailable, ctx.Err())
+	}
+	defer func() { <-s.checkMu }()
+	if s.checked.Load() {
+		return nil
+	}
+	return s.check(ctx)
+}
+
+// Check checks every node the client knows (c.Nodes(): the server, or every
+// master and replica of a cluster) and remembers the result:
+//
+//   - INFO memory: a maxmemory_policy other than noeviction is refused
+//     with ErrEvictionPolicy unless Options.AllowEviction (INFO works where
+//     CONFIG is disabled);
+//   - INFO server: Redis 7.0 or later is required (script flags, and TIME
+//     inside scripts with effects replication);
+//   - COMMAND INFO DELEX: releases use DELEX key IFEQ token when every node
+//     has it, and the compare-and-delete script otherwise;
+//   - SCRIPT LOAD of the store's scripts, so that the first call of each
+//     after a restart is one EVALSHA, not EVALSHA, NOSCRIPT and EVAL.
+//
+// The store runs the check by itself before its first write, so calling
+// Check is optional; it reports a misconfigured server early, and runs
+// again every time it is called. A failed check is not remembered: the next
+// write checks again, as does the first write after a connection failure
+// (the client may have reconnected to a restarted or different server).
+// A server reconfigured at runtime (CONFIG SET maxmemory-policy) is noticed
+// by the next explicit Check, not by writes.
+func (s *Store) Check(ctx context.Context) error {
+	select {
+	case s.checkMu <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("%w: %w", lease.ErrUnavailable, ctx.Err())
+	}
+	defer func() { <-s.checkMu }()
+	return s.check(ctx)
+}
+
+// nodeCheck is what the check learned about one node.
+type nodeCheck struct {
+	addr  string
+	delex bool
+	err   error
+}
+
+// check runs the server check; the caller holds checkMu.
+func (s *Store) check(ctx context.Context) error {
+	s.checked.Store(false)
+	nodes := s.c.Nodes()
+	if len(nodes) == 0 {
+		return fmt.Errorf("%w: redisstore: the client knows no node", lease.ErrUnavailable)
+	}
+	results := make([]nodeCheck, 0, len(nodes))
+	if len(nodes) == 1 {
+		for addr, n := range nodes {
+			results = append(results, s.checkNode(ctx, addr, n))
+		}
+	} else {
+		var (
+			mu sync.Mutex
+			wg sync.WaitGroup
+		)
+		for addr, n := range nodes {
+			wg.Go(func() {
+				r := s.checkNode(ctx, addr, n)
+				mu.Lock()
+				results = append(results, r)
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+	}
+	delex := true
+	var errs []error
+	for _, r := range results {
+		if r.err != nil {
+			errs = append(errs, r.err)
+		}
+		delex = delex && r.delex
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	s.delex.Store(delex)
+	s.checked.Store(true)
+	return nil
+}
+
+// checkNode checks one node in one round trip.
+func (s *Store) checkNode(ctx context.Context, addr string, n rueidis.Client) nodeCheck {
+	r := nodeCheck{addr: addr}
+	cmds := make(rueidis.Commands, 0, 3+len(scriptSources))
+	cmds = append(cmds,
+		n.B().Info().Section("server").Build(),
+		n.B().Info().Section("memory").Build(),
+		n.B().CommandInfo().CommandName("DELEX").Build(),
+	)
+	// Load the scripts in the same round trip, so that EVALSHA finds them
+	// on a fresh or restarted server and every call stays one round trip
+	// (without it, the first call of each script sends EVALSHA, gets
+	// NOSCRIPT and sends EVAL). Failures are harmless: EVAL remains.
+	for _, src := range scriptSources {
+		cmds = append(cmds, n.B().ScriptLoad().Script(src).Build())
+	}
+	res := n.DoMulti(ctx, cmds...)
+	server, err := res[0].ToString()
+	if err == nil {
+		var memory string
+		if memory, err = res[1].ToString(); err == nil {
+			r.err = s.judgeNode(addr, server, memory)
+		}
+	}
+	if err != nil {
+		if _, ok := rueidis.IsRedisErr(err); ok && s.evict {
+			// INFO refused (ACL): nothing to judge that the caller did not
+			// already accept.
+			err = nil
+		} else {
+			r.err = s.classify(fmt.Errorf("redisstore: check node %s: %w", addr, err), err)
+			return r
+		}
+	}
+	// COMMAND INFO DELEX answers [nil] where the command does not exist.
+	if arr, err := res[2].ToArray(); err == nil && len(arr) == 1 && !arr[0].IsNil() {
+		if cmd, err := arr[0].ToArray(); err == nil && len(cmd) > 0 {
+			r.delex = true
+		}
+	}
+	return r
+}
+
+// judgeNode checks a node's INFO server and INFO memory sections.
+func (s *Store) judgeNode(addr, server, memory string) error {
+	if v := infoField(server, "redis_version"); v != "" {
+		major, _, _ := strings.Cut(v, ".")
+		if m, err := strconv.Atoi(major); err == nil && m < 7 {
+			return fmt.Errorf("redisstore: node %s runs Redis %s; 7.0 or later is required", addr, v)
+		}
+	}
+	if s.evict {
+		return nil
+	}
+	policy := infoField(memory, "maxmemory_policy")
+	if policy == "" {
+		return fmt.Errorf("%w: node %s does not report maxmemory_policy in INFO memory; set Options.AllowEviction to accept it unchecked", ErrEvictionPolicy, addr)
+	}
+	if policy != "noeviction" {
+		return fmt.Errorf("%w: node %s has maxmemory-policy %s, which evicts leases, fences and guarded values like cache entries; use a server with noeviction or set Options.AllowEviction", ErrEvictionPolicy, addr, policy)
+	}
+	return nil
+}
+
+// infoField returns the value of name in an INFO reply ("" if absent).
+func infoField(info, name string) string {
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(line, name+":"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
+// fail classifies an error of a request: server replies become plain errors
+// (or ErrOutOfMemory, or ErrUnavailable for a server that is not serving),
+// everything else (network, context) wraps lease.ErrUnavailable.
+func (s *Store) fail(err error) error { return s.classify(err, err) }
+
+// classify classifies cause and returns wrapped, annotated accordingly.
+func (s *Store) classify(wrapped, cause error) error {
+	re, ok := rueidis.IsRedisErr(cause)
+	if !ok {
+		if !errors.Is(cause, context.Canceled) && !errors.Is(cause, context.DeadlineExceeded) {
+			// The connection failed: the client may reconnect to a
+			// restarted or different server, so check it again.
+			s.checked.Store(false)
+		}
+		return fmt.Errorf("%w: %w", lease.ErrUnavailable, wrapped)
+	}
+	msg := re.Error()
+	switch {
+	case strings.HasPrefix(msg, "OOM"):
+		return fmt.Errorf("%w: %w", ErrOutOfMemory, wrapped)
+	case strings.Contains(msg, "redisstore: invalid"):
+		return fmt.Errorf("%w: the server refused the arguments: %w", lease.ErrInvalid, wrapped)
+	case re.IsLoading(), re.IsClusterDown(), re.IsTryAgain(), strings.HasPrefix(msg, "BUSY"),
+		strings.HasPrefix(msg, "MASTERDOWN"), strings.HasPrefix(msg, "READONLY"), strings.HasPrefix(msg, "NOREPLICAS"):
+		// Not serving right now (loading, failing over, busy script): the
+		// request was refused, but callers should treat the store as
+		// unavailable and retry. The server may have changed: check again.
+		s.checked.Store(false)
+		return fmt.Errorf("%w: server not ready: %w", lease.ErrUnavailable, wrapped)
+	}
+	return fmt.Errorf("redisstore: server error: %w", wrapped)
+}
+
+// malformed reports a reply the scripts never produce.
+func malformed(what string) error {
+	return fmt.Errorf("redisstore: unexpected reply to %s", what)
+}
