@@ -85,6 +85,12 @@ func (s *Store) admit(ctx context.Context, tx pgx.Tx, resource string, f uint64,
 // took it), the error wraps lease.ErrNotHeld and fence.ErrStale; the
 // caller must roll tx back. Unlike [Store.Admit], this refuses a holder
 // whose lease expired even when the next holder has not written yet.
+//
+// In a READ COMMITTED transaction (PostgreSQL's default) a check that has
+// to wait for the row re-checks the newest version. In REPEATABLE READ or
+// SERIALIZABLE, a lease row changed since the transaction's snapshot makes
+// PostgreSQL abort with a serialization failure (a plain error): retry the
+// transaction.
 func (s *Store) CheckHolder(ctx context.Context, tx pgx.Tx, l *lease.Lease) error {
 	if l == nil {
 		return fmt.Errorf("%w: pgstore: nil lease", lease.ErrInvalid)
