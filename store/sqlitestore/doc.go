@@ -1,0 +1,74 @@
+// Package sqlitestore is tenure's embedded default store: its state lives in
+// tables of a SQLite database file (modernc.org/sqlite, no cgo, nothing to
+// install), which can also hold the caller's own business tables, so that
+// fence admission commits or rolls back together with the business change.
+//
+//	db, err := sqlitestore.Open(ctx, "app.db", nil)
+//	locker := lease.New(db.Leases(), nil)
+//
+// # Opening
+//
+// [Open] opens the file with [DSN]: WAL (readers do not block the writer),
+// a busy timeout of 5s (writers wait for each other instead of failing with
+// SQLITE_BUSY), synchronous=NORMAL, and _txlock=immediate (every
+// transaction from BeginTx takes the write lock at BEGIN, so it cannot fail
+// with SQLITE_BUSY halfway). [New] uses the caller's *sql.DB, which should be
+// opened with the same parameters. Both create two tables if they do not
+// exist (CREATE TABLE IF NOT EXISTS, so creation is idempotent and several
+// processes may start at once):
+//
+//	<prefix>leases(key TEXT PRIMARY KEY, token TEXT, fence INTEGER NOT NULL, expires_us INTEGER)
+//	<prefix>fences(resource TEXT PRIMARY KEY, fence INTEGER NOT NULL)
+//
+// The prefix is Options.TablePrefix, "tenure_" by default.
+//
+// # Expiry and the store's clock
+//
+// Expiry is judged on one clock, the store's: Options.Clock (time.Now by
+// default) of the process that runs the statement, in microseconds. Several
+// processes may share one file (SQLite's locks serialise them), and since a
+// SQLite file is shared only between processes on one machine (its locking
+// does not work over network file systems), they share that machine's
+// clock. Every lease operation is one conditional statement (an upsert with
+// RETURNING for Acquire, an UPDATE ... WHERE token = ? AND expires_us > now
+// for Renew and Release) run in a transaction that holds the write lock
+// before the clock is read: a request that waited for the lock is judged
+// on the time it is applied. Renewal sets the expiry to now + ttl; release
+// clears token and expiry and keeps the fence, so Inspect reports the last
+// fence.
+//
+// # Fences, also after data loss
+//
+// A new tenure gets fence max(last fence + 1, now in microseconds) (see
+// lease.NextFence); re-acquiring with the holding token keeps the fence and
+// renews the expiry. The fence counter lives in the file, so it survives
+// restarts of the process. If the file is lost or replaced by an older
+// backup, fences still start above every fence granted before, because they
+// are never below the clock in microseconds, as long as the clock did not go
+// back by more than the counter had run ahead of it (which it only does
+// when more than one tenure per microsecond was granted on a key).
+//
+// # The guard
+//
+// A lock coordinates; it does not protect. The resource has the last word:
+// [Store.Admit] admits a fence for a named resource inside the caller's own
+// transaction, in one statement on <prefix>fences, and refuses a fence that
+// is not newer than every fence admitted before with a *fence.StaleError
+// (errors.Is fence.ErrStale); the caller then rolls back its transaction,
+// business rows included. [Store.AdmitAtLeast] also accepts the same fence
+// again, for several writes in one tenure.
+//
+// A max-fence guard is blind to time: if holder A's lease expired but the
+// next holder B has not written yet, A's fence is still the greatest and is
+// admitted. [Store.CheckHolder] closes that window: in the caller's
+// transaction it takes SQLite's write lock and checks that the lease row
+// still has the holder's token and fence and has not expired on the store's
+// clock; no acquirer can commit until the transaction ends.
+//
+// # Errors
+//
+// Bad input returns an error wrapping lease.ErrInvalid and writes nothing.
+// Database errors (a closed store, I/O errors, a busy timeout, a cancelled
+// context) wrap lease.ErrUnavailable: the outcome of a write is unknown, and
+// retrying with the same token reconciles it. Errors never contain a token.
+package sqlitestore

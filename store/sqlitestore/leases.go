@@ -1,0 +1,152 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/tenurekit/tenure/lease"
+)
+
+// Leases returns the store's lease.Store view.
+func (s *Store) Leases() lease.Store { return leases{s} }
+
+type leases struct{ s *Store }
+
+// micros returns d in whole microseconds, rounded up so that a grant is
+// never shorter than asked.
+func micros(d time.Duration) int64 {
+	return int64((d + time.Microsecond - 1) / time.Microsecond)
+}
+
+// write runs fn in a write transaction. The store's clock is read only once
+// the transaction holds SQLite's write lock, so a request that waited for
+// the lock is judged on the time it is applied, not the time it was made.
+// Database errors of fn must already be wrapped; fn's other errors (the
+// store's answer, e.g. ErrNotHeld) roll back and are returned as they are.
+func (s *Store) write(ctx context.Context, op, key string, fn func(tx *sql.Tx, now int64) error) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return unavailable(op, key, err)
+	}
+	if s.lockFirst {
+		if _, err := tx.ExecContext(ctx, s.q.lock); err != nil {
+			tx.Rollback()
+			return unavailable(op, key, err)
+		}
+	}
+	if err := fn(tx, s.nowUS()); err != nil {
+		tx.Rollback()
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return unavailable(op, key, err)
+	}
+	return nil
+}
+
+func (v leases) Acquire(ctx context.Context, key, token string, ttl time.Duration) (lease.Grant, error) {
+	if err := lease.Validate(key, token, ttl); err != nil {
+		return lease.Grant{}, err
+	}
+	s := v.s
+	ttlUS := micros(ttl)
+	var f int64
+	err := s.write(ctx, "acquire", key, func(tx *sql.Tx, now int64) error {
+		err := tx.QueryRowContext(ctx, s.q.acquire, key, token, now, ttlUS).Scan(&f)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return unavailable("acquire", key, err)
+		}
+		// Held by another token. The transaction still holds the write
+		// lock, so the holder read here is the one that refused us.
+		var left int64
+		if err := tx.QueryRowContext(ctx, s.q.heldTTL, key, now).Scan(&left); err != nil {
+			if errors.Is(err, sql.ErrNoRows) {
+				err = errors.New("the refusing holder vanished inside the transaction")
+			}
+			return unavailable("acquire", key, err)
+		}
+		return &lease.HeldError{Key: key, TTL: time.Duration(left) * time.Microsecond}
+	})
+	if err != nil {
+		return lease.Grant{}, err
+	}
+	return lease.Grant{Fence: uint64(f), TTL: time.Duration(ttlUS) * time.Microsecond}, nil
+}
+
+func (v leases) Renew(ctx context.Context, key, token string, ttl time.Duration) (lease.Grant, error) {
+	if err := lease.Validate(key, token, ttl); err != nil {
+		return lease.Grant{}, err
+	}
+	s := v.s
+	ttlUS := micros(ttl)
+	var f int64
+	err := s.write(ctx, "renew", key, func(tx *sql.Tx, now int64) error {
+		err := tx.QueryRowContext(ctx, s.q.renew, key, token, now, ttlUS).Scan(&f)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("%w: sqlitestore: renew %q", lease.ErrNotHeld, key)
+		}
+		if err != nil {
+			return unavailable("renew", key, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return lease.Grant{}, err
+	}
+	return lease.Grant{Fence: uint64(f), TTL: time.Duration(ttlUS) * time.Microsecond}, nil
+}
+
+func (v leases) Release(ctx context.Context, key, token string) error {
+	if err := lease.ValidateKey(key); err != nil {
+		return err
+	}
+	if err := lease.ValidateToken(token); err != nil {
+		return err
+	}
+	s := v.s
+	return s.write(ctx, "release", key, func(tx *sql.Tx, now int64) error {
+		res, err := tx.ExecContext(ctx, s.q.release, key, token, now)
+		if err != nil {
+			return unavailable("release", key, err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return unavailable("release", key, err)
+		}
+		if n == 0 {
+			return fmt.Errorf("%w: sqlitestore: release %q", lease.ErrNotHeld, key)
+		}
+		return nil
+	})
+}
+
+func (v leases) Inspect(ctx context.Context, key string) (lease.Info, error) {
+	if err := lease.ValidateKey(key); err != nil {
+		return lease.Info{}, err
+	}
+	s := v.s
+	now := s.nowUS()
+	var (
+		f   int64
+		exp sql.NullInt64
+	)
+	err := s.db.QueryRowContext(ctx, s.q.inspect, key).Scan(&f, &exp)
+	if errors.Is(err, sql.ErrNoRows) {
+		return lease.Info{Key: key}, nil
+	}
+	if err != nil {
+		return lease.Info{}, unavailable("inspect", key, err)
+	}
+	info := lease.Info{Key: key, Fence: uint64(f)}
+	if exp.Valid && exp.Int64 > now {
+		info.Held = true
+		info.TTL = time.Duration(exp.Int64-now) * time.Microsecond
+	}
+	return info, nil
+}

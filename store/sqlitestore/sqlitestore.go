@@ -1,0 +1,270 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/tenurekit/tenure/lease"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+)
+
+// DefaultTablePrefix is the prefix of the store's tables when
+// Options.TablePrefix is empty.
+const DefaultTablePrefix = "tenure_"
+
+// maxPrefixLen bounds Options.TablePrefix.
+const maxPrefixLen = 48
+
+// DSNParams are the connection parameters Open adds to the file name (see
+// [DSN]). A database given to [New] should be opened with the same ones: a
+// busy timeout, so that writers wait for each other instead of failing with
+// SQLITE_BUSY; WAL, so that readers do not block the writer; and
+// _txlock=immediate, so that every transaction from BeginTx takes SQLite's
+// write lock at BEGIN and cannot fail with SQLITE_BUSY halfway through.
+const DSNParams = "_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_txlock=immediate"
+
+// DSN returns the modernc.org/sqlite data source name Open uses for the
+// database file at path: a file: URI (the characters %, ? and # of the path
+// escaped) followed by [DSNParams]. Use it to open the *sql.DB you pass to
+// [New]:
+//
+//	db, err := sql.Open("sqlite", sqlitestore.DSN(path))
+func DSN(path string) string {
+	p := filepath.ToSlash(filepath.Clean(path))
+	p = strings.NewReplacer("%", "%25", "?", "%3F", "#", "%23").Replace(p)
+	return "file:" + p + "?" + DSNParams
+}
+
+// Options configure a Store. Nil means the defaults.
+type Options struct {
+	// TablePrefix is prepended to the names of the store's tables
+	// (<prefix>leases, <prefix>fences). It must be an SQL identifier: a
+	// letter or underscore, then letters, digits or underscores, at most 48
+	// bytes, not starting with "sqlite_". Default "tenure_".
+	TablePrefix string
+	// Clock is the store's clock: expiry is judged and fences are floored on
+	// it. Default time.Now. Every process that opens the same file must use
+	// the same clock; SQLite files are shared only between processes on one
+	// machine, which share its clock.
+	Clock func() time.Time
+}
+
+// Store keeps tenure's state in tables of a SQLite database. It is safe for
+// concurrent use, and several Stores (in one process or several) may use the
+// same file: SQLite's write lock serialises them.
+type Store struct {
+	db    *sql.DB
+	owned bool // Open opened db; Close closes it
+	now   func() time.Time
+	// lockFirst: BeginTx may start a deferred transaction (a database from
+	// New), so a write statement takes the write lock before the clock is
+	// read.
+	lockFirst bool
+	q         queries
+}
+
+// Open opens (creating if needed) the SQLite database file at path with
+// [DSN] (WAL, a busy timeout of 5s, synchronous=NORMAL, BEGIN IMMEDIATE
+// transactions) and creates the store's tables if they do not exist. Close
+// closes the database.
+func Open(ctx context.Context, path string, o *Options) (*Store, error) {
+	if path == "" {
+		return nil, errors.New("sqlitestore: empty database path")
+	}
+	if _, _, err := resolve(o); err != nil {
+		return nil, err
+	}
+	db, err := sql.Open("sqlite", DSN(path))
+	if err != nil {
+		return nil, fmt.Errorf("sqlitestore: open %s: %w", path, err)
+	}
+	// Keep a few connections: opening one runs the pragmas again.
+	db.SetMaxIdleConns(8)
+	s, err := newStore(ctx, db, o)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	s.owned = true
+	s.lockFirst = false
+	return s, nil
+}
+
+// New returns a Store on the caller's database, which must be a
+// modernc.org/sqlite database (driver "sqlite"), and creates the store's
+// tables if they do not exist. Open the database with [DSN] (or at least a
+// busy timeout, WAL and _txlock=immediate, see [DSNParams]): without a busy
+// timeout concurrent writers fail with SQLITE_BUSY, and deferred
+// transactions of the caller's own can fail with SQLITE_BUSY halfway. The
+// store's own operations are correct on a deferred database too. Close does
+// not close db.
+func New(ctx context.Context, db *sql.DB, o *Options) (*Store, error) {
+	if db == nil {
+		return nil, errors.New("sqlitestore: nil *sql.DB")
+	}
+	return newStore(ctx, db, o)
+}
+
+func resolve(o *Options) (prefix string, clock func() time.Time, err error) {
+	prefix, clock = DefaultTablePrefix, time.Now
+	if o != nil {
+		if o.TablePrefix != "" {
+			prefix = o.TablePrefix
+		}
+		if o.Clock != nil {
+			clock = o.Clock
+		}
+	}
+	if err := validatePrefix(prefix); err != nil {
+		return "", nil, err
+	}
+	return prefix, clock, nil
+}
+
+func validatePrefix(p string) error {
+	bad := len(p) > maxPrefixLen || strings.HasPrefix(strings.ToLower(p), "sqlite_")
+	for i := 0; i < len(p) && !bad; i++ {
+		c := p[i]
+		switch {
+		case c == '_', 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z':
+		case '0' <= c && c <= '9' && i > 0:
+		default:
+			bad = true
+		}
+	}
+	if bad {
+		return fmt.Errorf("sqlitestore: invalid TablePrefix %q: want a letter or underscore, then letters, digits or underscores, at most %d bytes, not starting with \"sqlite_\"", p, maxPrefixLen)
+	}
+	return nil
+}
+
+func newStore(ctx context.Context, db *sql.DB, o *Options) (*Store, error) {
+	prefix, clock, err := resolve(o)
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{db: db, now: clock, lockFirst: true, q: buildQueries(prefix)}
+	if err := s.createTables(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// createTables creates the store's tables if they do not exist, in one
+// transaction. Creation is idempotent (CREATE TABLE IF NOT EXISTS); a later
+// change of the schema will add a version table.
+func (s *Store) createTables(ctx context.Context) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("sqlitestore: create tables: %w", err)
+	}
+	defer tx.Rollback()
+	for _, stmt := range s.q.schema {
+		if _, err := tx.ExecContext(ctx, stmt); err != nil {
+			return fmt.Errorf("sqlitestore: create tables: %w", err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("sqlitestore: create tables: %w", err)
+	}
+	return nil
+}
+
+// DB returns the store's database, for the caller's own tables and
+// transactions (pass those transactions to Admit, AdmitAtLeast and
+// CheckHolder).
+func (s *Store) DB() *sql.DB { return s.db }
+
+// Close closes the database if Open opened it; a Store from New leaves the
+// caller's database open. Calls on a closed store fail with errors wrapping
+// lease.ErrUnavailable.
+func (s *Store) Close() error {
+	if !s.owned {
+		return nil
+	}
+	return s.db.Close()
+}
+
+// nowUS returns the store's clock in microseconds since the Unix epoch.
+func (s *Store) nowUS() int64 { return s.now().UnixMicro() }
+
+// unavailable wraps a database error of a request: the store could not be
+// reached or did not answer, the outcome of a write is unknown.
+func unavailable(op, key string, err error) error {
+	return fmt.Errorf("%w: sqlitestore: %s %q: %w", lease.ErrUnavailable, op, key, err)
+}
+
+type queries struct {
+	schema []string
+	// lock is a write statement that changes nothing: run first in a
+	// transaction, it takes SQLite's write lock (or fails if the
+	// transaction's snapshot is already stale), like SELECT ... FOR UPDATE.
+	lock string
+
+	acquire, heldTTL, renew, release, inspect string
+	admit, admitAtLeast, fenceOf, holder      string
+}
+
+func buildQueries(prefix string) queries {
+	l := `"` + prefix + `leases"`
+	f := `"` + prefix + `fences"`
+	r := strings.NewReplacer("$L", l, "$F", f)
+	return queries{
+		schema: []string{
+			r.Replace(`CREATE TABLE IF NOT EXISTS $L (
+				"key" TEXT PRIMARY KEY,
+				token TEXT,
+				fence INTEGER NOT NULL,
+				expires_us INTEGER
+			)`),
+			r.Replace(`CREATE TABLE IF NOT EXISTS $F (
+				resource TEXT PRIMARY KEY,
+				fence INTEGER NOT NULL
+			)`),
+		},
+		lock: r.Replace(`UPDATE $L SET fence = fence WHERE 0`),
+
+		// ?1 key, ?2 token, ?3 now (µs), ?4 ttl (µs). A free or expired
+		// key, or the holding token, gets the grant; a new tenure gets
+		// max(last fence + 1, now), the holding token keeps its fence.
+		acquire: r.Replace(`INSERT INTO $L ("key", token, fence, expires_us)
+			VALUES (?1, ?2, max(?3, 1), ?3 + ?4)
+			ON CONFLICT ("key") DO UPDATE SET
+				fence = CASE WHEN $L.token = excluded.token AND $L.expires_us > ?3
+					THEN $L.fence ELSE max($L.fence + 1, ?3) END,
+				token = excluded.token,
+				expires_us = excluded.expires_us
+			WHERE $L.token IS NULL OR $L.expires_us IS NULL OR $L.expires_us <= ?3
+				OR $L.token = excluded.token
+			RETURNING fence`),
+		heldTTL: r.Replace(`SELECT expires_us - ?2 FROM $L WHERE "key" = ?1 AND expires_us > ?2`),
+		// ?1 key, ?2 token, ?3 now, ?4 ttl.
+		renew: r.Replace(`UPDATE $L SET expires_us = ?3 + ?4
+			WHERE "key" = ?1 AND token = ?2 AND expires_us > ?3
+			RETURNING fence`),
+		// ?1 key, ?2 token, ?3 now. The fence stays.
+		release: r.Replace(`UPDATE $L SET token = NULL, expires_us = NULL
+			WHERE "key" = ?1 AND token = ?2 AND expires_us > ?3`),
+		inspect: r.Replace(`SELECT fence, expires_us FROM $L WHERE "key" = ?1`),
+
+		// ?1 resource, ?2 fence.
+		admit: r.Replace(`INSERT INTO $F (resource, fence) VALUES (?1, ?2)
+			ON CONFLICT (resource) DO UPDATE SET fence = excluded.fence
+			WHERE $F.fence < excluded.fence
+			RETURNING fence`),
+		admitAtLeast: r.Replace(`INSERT INTO $F (resource, fence) VALUES (?1, ?2)
+			ON CONFLICT (resource) DO UPDATE SET fence = excluded.fence
+			WHERE $F.fence <= excluded.fence
+			RETURNING fence`),
+		fenceOf: r.Replace(`SELECT fence FROM $F WHERE resource = ?1`),
+		// ?1 key, ?2 token, ?3 fence, ?4 now.
+		holder: r.Replace(`SELECT 1 FROM $L
+			WHERE "key" = ?1 AND token = ?2 AND fence = ?3 AND expires_us > ?4`),
+	}
+}
