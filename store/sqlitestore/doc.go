@@ -29,11 +29,14 @@
 // processes may share one file (SQLite's locks serialise them), and since a
 // SQLite file is shared only between processes on one machine (its locking
 // does not work over network file systems), they share that machine's
-// clock. Every lease operation is one conditional statement (an upsert with
+// clock. Every lease write is one conditional statement (an upsert with
 // RETURNING for Acquire, an UPDATE ... WHERE token = ? AND expires_us > now
-// for Renew and Release) run in a transaction that holds the write lock
-// before the clock is read: a request that waited for the lock is judged
-// on the time it is applied. Renewal sets the expiry to now + ttl; release
+// for Renew and Release) with now passed as a parameter, run in a
+// transaction that holds the write lock before the clock is read: a request
+// that waited for the lock is judged on the time it is applied, so a
+// renewal that waited past the lease's expiry does not bring it back. Only
+// a refused Acquire reads once more, in the same transaction, for the
+// holder's remaining time. Renewal sets the expiry to now + ttl; release
 // clears token and expiry and keeps the fence, so Inspect reports the last
 // fence.
 //
