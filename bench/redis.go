@@ -1,0 +1,164 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/bsm/redislock"
+	"github.com/go-redsync/redsync/v4"
+	redsyncgoredis "github.com/go-redsync/redsync/v4/redis/goredis/v9"
+
+	"github.com/tenurekit/tenure/lease"
+	"github.com/tenurekit/tenure/store/redisstore"
+)
+
+// RedisContenders are the contenders of BenchmarkRedisCycle:
+//
+//   - tenure: redisstore's lease.Store, Acquire + Release with a fresh
+//     token per cycle (one Lua script call each: the acquire script sets
+//     the lock and the fence key; the release script compares the token
+//     and deletes, or DELEX IFEQ on Redis 8.4+), through rueidis.
+//   - tenure-locker: the same store through lease.Locker: TryAcquire +
+//     Lease.Release (adds the Lease's validity timer and bookkeeping).
+//   - redislock: bsm/redislock Obtain + Release (Lua SET NX PX script,
+//     Lua compare-and-delete) through go-redis.
+//   - redsync: go-redsync/redsync with one pool (one Redis),
+//     NewMutex(WithTries(1)) + Lock + Unlock (SET NX PX, Lua
+//     compare-and-delete) through go-redis.
+//   - raw: SET key 1 NX PX ttl + DEL key through go-redis. This is the
+//     unsafe baseline the seed documents warn about: DEL removes whoever
+//     holds the key, and there is no fence. It is the floor of what one
+//     acquire and one release can cost on a go-redis client.
+//   - raw-rueidis: the same two commands through tenure's rueidis client,
+//     which separates the cost of the client from the cost of tenure's
+//     scripts.
+var RedisContenders = []string{"tenure", "tenure-locker", "redislock", "redsync", "raw", "raw-rueidis"}
+
+// redisContenders builds the per-worker cycles of every contender.
+type redisContenders struct {
+	store  lease.Store
+	locker *lease.Locker
+	rlock  *redislock.Client
+	rsync  *redsync.Redsync
+}
+
+func (r *redisClients) contenders(ctx context.Context) (*redisContenders, error) {
+	st := redisstore.New(r.rueidis, nil)
+	// The server check runs once before the first write; run it now so no
+	// measured cycle pays for it.
+	if err := st.Check(ctx); err != nil {
+		return nil, fmt.Errorf("redisstore check: %w", err)
+	}
+	ls := st.Leases()
+	return &redisContenders{
+		store:  ls,
+		locker: lease.New(ls, nil),
+		rlock:  redislock.New(r.goredis),
+		rsync:  redsync.New(redsyncgoredis.NewPool(r.goredis)),
+	}, nil
+}
+
+var errNotAcquired = errors.New("bench: a free key was not acquired")
+
+// redisCycle returns the cycle of contender name.
+func (e *Env) redisCycle(name string) (newWorker, error) {
+	r, err := e.Redis()
+	if err != nil {
+		return nil, err
+	}
+	e.redisContOnce.Do(func() {
+		e.redisCont, e.redisContErr = r.contenders(context.Background())
+	})
+	if e.redisContErr != nil {
+		return nil, e.redisContErr
+	}
+	c := e.redisCont
+	switch name {
+	case "tenure":
+		return func(int) cycleFunc {
+			return func(ctx context.Context, key string) error {
+				tok := lease.NewToken()
+				if _, err := c.store.Acquire(ctx, key, tok, TTL); err != nil {
+					return err
+				}
+				return c.store.Release(ctx, key, tok)
+			}
+		}, nil
+	case "tenure-locker":
+		return func(int) cycleFunc {
+			return func(ctx context.Context, key string) error {
+				l, err := c.locker.TryAcquire(ctx, key, TTL)
+				if err != nil {
+					return err
+				}
+				return l.Release(ctx)
+			}
+		}, nil
+	case "redislock":
+		return func(int) cycleFunc {
+			return func(ctx context.Context, key string) error {
+				l, err := c.rlock.Obtain(ctx, key, TTL, nil)
+				if err != nil {
+					return err
+				}
+				return l.Release(ctx)
+			}
+		}, nil
+	case "redsync":
+		return func(int) cycleFunc {
+			return func(ctx context.Context, key string) error {
+				m := c.rsync.NewMutex(key, redsync.WithTries(1), redsync.WithExpiry(TTL))
+				if err := m.LockContext(ctx); err != nil {
+					return err
+				}
+				ok, err := m.UnlockContext(ctx)
+				if err == nil && !ok {
+					err = errors.New("redsync: unlock failed")
+				}
+				return err
+			}
+		}, nil
+	case "raw":
+		gc := r.goredis
+		return func(int) cycleFunc {
+			return func(ctx context.Context, key string) error {
+				ok, err := gc.SetNX(ctx, key, "1", TTL).Result()
+				if err != nil {
+					return err
+				}
+				if !ok {
+					return errNotAcquired
+				}
+				return gc.Del(ctx, key).Err()
+			}
+		}, nil
+	case "raw-rueidis":
+		rc := r.rueidis
+		ms := TTL.Milliseconds()
+		return func(int) cycleFunc {
+			return func(ctx context.Context, key string) error {
+				err := rc.Do(ctx, rc.B().Set().Key(key).Value("1").Nx().PxMilliseconds(ms).Build()).Error()
+				if err != nil {
+					return err // a nil reply (not set) is an error too
+				}
+				return rc.Do(ctx, rc.B().Del().Key(key).Build()).Error()
+			}
+		}, nil
+	}
+	return nil, fmt.Errorf("bench: unknown redis contender %q", name)
+}
+
+// RedisCycle measures acquire+release cycles of contender on one Redis with
+// workers concurrent workers. It skips b when redis-server is not installed.
+func (e *Env) RedisCycle(b *testing.B, contender string, workers int) {
+	nw, err := e.redisCycle(contender)
+	if errors.Is(err, ErrSkipped) {
+		b.Skip(err)
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	runCycles(b, "redis:"+contender, workers, nw)
+}
