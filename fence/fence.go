@@ -36,9 +36,10 @@ import (
 )
 
 // ErrStale reports that a resource refused a write because it has already
-// admitted a newer fence (or, for a holder check, that the writer no longer
-// holds its lease). The caller's write did not happen; in a transaction the
-// caller must roll back.
+// admitted a newer fence. The caller's write did not happen; in a
+// transaction the caller must roll back. A failed strict holder check
+// (CheckHolder) wraps both lease.ErrNotHeld and ErrStale, so one errors.Is
+// test catches every guard refusal.
 var ErrStale = errors.New("fence: stale fence")
 
 // Mode says which fences a guard admits.

@@ -118,11 +118,17 @@ func Validate(key, token string, ttl time.Duration) error {
 	return ValidateTTL(ttl)
 }
 
-// ValidateToken checks a token: 1 to MaxTokenLen bytes. The error never
-// contains the token.
+// ValidateToken checks a token: 1 to MaxTokenLen bytes of visible ASCII
+// (what NewToken makes, and what every store can keep as text). The error
+// never contains the token.
 func ValidateToken(token string) error {
 	if token == "" || len(token) > MaxTokenLen {
 		return fmt.Errorf("%w: token must be 1 to %d bytes", ErrInvalid, MaxTokenLen)
+	}
+	for i := 0; i < len(token); i++ {
+		if c := token[i]; c <= ' ' || c > '~' {
+			return fmt.Errorf("%w: token must be visible ASCII", ErrInvalid)
+		}
 	}
 	return nil
 }

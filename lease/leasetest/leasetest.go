@@ -183,6 +183,7 @@ func testInvalidInput(t *testing.T, tg Target) {
 			_, err := s.Acquire(ctx, k, strings.Repeat("t", lease.MaxTokenLen+1), time.Second)
 			return err
 		}},
+		{"acquire token with NUL", func() error { _, err := s.Acquire(ctx, k, "a\x00b", time.Second); return err }},
 		{"renew zero ttl", func() error { _, err := s.Renew(ctx, k, tok, 0); return err }},
 		{"renew empty key", func() error { _, err := s.Renew(ctx, "", tok, time.Second); return err }},
 		{"release empty token", func() error { return s.Release(ctx, k, "") }},
