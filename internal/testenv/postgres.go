@@ -1,0 +1,477 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// PostgresServer is a PostgreSQL cluster (one postmaster and its data
+// directory) listening on 127.0.0.1 only, with trust authentication for the
+// superuser "postgres" and its Unix socket in its own directory. It runs
+// with fsync off: it is fast and survives Stop/Start, but not a machine
+// crash. Its port and data directory stay the same across Stop, Start and
+// Restart. All methods are safe for concurrent use.
+type PostgresServer struct {
+	postgresBin string
+	base        string // private temp dir: log, socket and data/
+	dataDir     string
+	logPath     string
+	cred        *syscall.Credential // run as this user (set when root)
+	env         []string
+
+	mu   sync.Mutex
+	port int
+	proc *process // nil while stopped
+}
+
+// dbSeq numbers the databases made by NewDatabase in this process.
+var dbSeq atomic.Int64
+
+// Postgres initializes and starts a fresh PostgreSQL cluster and stops it,
+// removing its data, when the test ends. It skips or fails the test as
+// [RequireBinary] does when initdb or postgres is not installed.
+func Postgres(t testing.TB) *PostgresServer {
+	t.Helper()
+	initdb, pg := requirePostgres(t)
+	s, err := newPostgres(initdb, pg)
+	if err != nil {
+		defer s.destroy()
+		failStart(t, err, s.logFiles()...)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			logTails(t, "postgres", s.logPath)
+		}
+		if err := s.destroy(); err != nil {
+			t.Errorf("testenv: %v", err)
+		}
+	})
+	return s
+}
+
+// sharedPostgres is started by the first call of SharedPostgres.
+var sharedPostgres struct {
+	sync.Mutex
+	server *PostgresServer
+}
+
+// SharedPostgres returns the PostgreSQL cluster shared by all tests of the
+// process, starting it on first use. Tests should work in a database of
+// their own (see [PostgresServer.NewDatabase]) and must not stop, restart or
+// pause it. [Main] stops it.
+func SharedPostgres(t testing.TB) *PostgresServer {
+	t.Helper()
+	initdb, pg := requirePostgres(t)
+	sharedPostgres.Lock()
+	defer sharedPostgres.Unlock()
+	if sharedPostgres.server == nil {
+		s, err := newPostgres(initdb, pg)
+		if err != nil {
+			defer s.destroy()
+			failStart(t, err, s.logFiles()...)
+		}
+		sharedPostgres.server = s
+		registerShared(func() error {
+			sharedPostgres.Lock()
+			defer sharedPostgres.Unlock()
+			sharedPostgres.server = nil
+			return s.destroy()
+		})
+	}
+	s := sharedPostgres.server
+	t.Cleanup(func() {
+		if t.Failed() {
+			logTails(t, "shared postgres", s.logPath)
+		}
+	})
+	return s
+}
+
+// requirePostgres finds initdb and a postgres binary of the same
+// installation.
+func requirePostgres(t testing.TB) (initdb, postgres string) {
+	t.Helper()
+	initdb = RequireBinary(t, "initdb")
+	if real, err := filepath.EvalSymlinks(initdb); err == nil {
+		p := filepath.Join(filepath.Dir(real), "postgres")
+		if _, err := os.Stat(p); err == nil {
+			return initdb, p
+		}
+	}
+	return initdb, RequireBinary(t, "postgres")
+}
+
+// newPostgres creates a private directory, runs initdb in it and starts
+// the server on a free port. On failure the returned server (never nil)
+// still names its log file.
+func newPostgres(initdbBin, postgresBin string) (*PostgresServer, error) {
+	s := &PostgresServer{postgresBin: postgresBin, env: postgresEnv()}
+	cred, err := postgresCredential()
+	if err != nil {
+		return s, err
+	}
+	s.cred = cred
+	if s.base, err = postgresTempDir(cred); err != nil {
+		return s, err
+	}
+	s.dataDir = filepath.Join(s.base, "data")
+	s.logPath = filepath.Join(s.base, "postgres.log")
+
+	p, err := startProcess(procSpec{
+		name: "initdb",
+		bin:  initdbBin,
+		args: []string{
+			"-D", s.dataDir, "-A", "trust", "-U", "postgres",
+			"-E", "UTF8", "--locale=C", "--no-sync", "--no-instructions",
+		},
+		dir:     s.base,
+		logPath: s.logPath,
+		cred:    cred,
+		env:     s.env,
+	})
+	if err != nil {
+		return s, err
+	}
+	select {
+	case <-p.done:
+	case <-time.After(startTimeout):
+		p.kill()
+		return s, fmt.Errorf("testenv: initdb did not finish within %v", startTimeout)
+	}
+	if p.waitErr != nil {
+		return s, fmt.Errorf("testenv: initdb failed: %w", p.waitErr)
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for attempt := 1; ; attempt++ {
+		if s.port, err = freePort(); err != nil {
+			return s, err
+		}
+		p, err := s.startLocked()
+		if err == nil {
+			return s, nil
+		}
+		if p == nil || !p.portClash() || attempt == portAttempts {
+			return s, err
+		}
+	}
+}
+
+// postgresCredential returns the credential of the "postgres" user when
+// running as root, where initdb and postgres refuse to run, and nil
+// otherwise.
+func postgresCredential() (*syscall.Credential, error) {
+	if os.Geteuid() != 0 {
+		return nil, nil
+	}
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		return nil, fmt.Errorf("testenv: PostgreSQL cannot run as root and there is no postgres user to run it as (%w); install it with `apt-get install postgresql`", err)
+	}
+	uid, err := strconv.ParseUint(u.Uid, 10, 32)
+	if err != nil {
+		return nil, fmt.Errorf("testenv: postgres user: bad uid %q", u.Uid)
+	}
+	gid, err := strconv.ParseUint(u.Gid, 10, 32)
+	if err != nil {
+		return nil, fmt.Errorf("testenv: postgres user: bad gid %q", u.Gid)
+	}
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), NoSetGroups: true}, nil
+}
+
+// postgresTempDir creates the server's private directory, owned by the
+// user in cred when set. Every parent of that directory must be searchable
+// by that user, so the system temp dir is used only when it is; /tmp
+// otherwise.
+func postgresTempDir(cred *syscall.Credential) (string, error) {
+	parent := os.TempDir()
+	if cred != nil && !searchableByOthers(parent) {
+		parent = "/tmp"
+	}
+	dir, err := os.MkdirTemp(parent, "tenure-postgres-")
+	if err != nil {
+		return "", fmt.Errorf("testenv: create temp dir: %w", err)
+	}
+	if cred != nil {
+		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
+			os.RemoveAll(dir)
+			return "", fmt.Errorf("testenv: chown %s to the postgres user: %w", dir, err)
+		}
+	}
+	return dir, nil
+}
+
+// searchableByOthers reports whether dir and all its parents have the
+// search (x) permission for others.
+func searchableByOthers(dir string) bool {
+	dir, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return false
+	}
+	for {
+		st, err := os.Stat(dir)
+		if err != nil || st.Mode().Perm()&0o001 == 0 {
+			return false
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return true
+		}
+		dir = parent
+	}
+}
+
+// postgresEnv is the environment of initdb and postgres: the current one
+// without libpq and locale settings, plus the C locale.
+func postgresEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "PG") || strings.HasPrefix(kv, "LC_") || strings.HasPrefix(kv, "LANG") {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return append(env, "LC_ALL=C", "LANG=C")
+}
+
+// logFiles lists the log file of s, if it got as far as having one.
+func (s *PostgresServer) logFiles() []string {
+	if s == nil || s.logPath == "" {
+		return nil
+	}
+	return []string{s.logPath}
+}
+
+// startLocked starts the postmaster and waits until it accepts a
+// connection. On failure the process is killed and returned (when it was
+// started at all) so the caller can tell a port clash from other failures.
+func (s *PostgresServer) startLocked() (*process, error) {
+	p, err := startProcess(procSpec{
+		name: "postgres on " + s.addrLocked(),
+		bin:  s.postgresBin,
+		args: []string{
+			"-D", s.dataDir,
+			"-p", strconv.Itoa(s.port),
+			"-c", "listen_addresses=127.0.0.1",
+			"-c", "unix_socket_directories=" + s.base,
+			"-c", "fsync=off",
+			"-c", "synchronous_commit=off",
+			"-c", "full_page_writes=off",
+			"-c", "logging_collector=off",
+			"-c", "max_connections=200",
+		},
+		dir:     s.base,
+		logPath: s.logPath,
+		cred:    s.cred,
+		env:     s.env,
+	})
+	if err != nil {
+		return nil, err
+	}
+	dsn := s.dsnLocked("postgres")
+	err = p.waitReady(func(ctx context.Context) error {
+		conn, err := pgx.Connect(ctx, dsn)
+		if err != nil {
+			return err
+		}
+		defer conn.Close(context.Background())
+		// Make sure this is our server, not another one that got hold of
+		// the port.
+		var dir string
+		if err := conn.QueryRow(ctx, "SHOW data_directory").Scan(&dir); err != nil {
+			return err
+		}
+		if dir != s.dataDir {
+			return fmt.Errorf("%s is served by the cluster in %s, not %s", s.addrLocked(), dir, s.dataDir)
+		}
+		return nil
+	})
+	if err != nil {
+		p.kill()
+		return p, err
+	}
+	s.proc = p
+	return p, nil
+}
+
+// stopLocked shuts the server down in fast mode (SIGINT) and waits for it.
+func (s *PostgresServer) stopLocked() error {
+	if s.proc == nil {
+		return nil
+	}
+	p := s.proc
+	s.proc = nil
+	return p.stop(syscall.SIGINT)
+}
+
+// destroy stops the server and removes its directory.
+func (s *PostgresServer) destroy() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	err := s.stopLocked()
+	if s.base == "" {
+		return err
+	}
+	if rerr := os.RemoveAll(s.base); rerr != nil && err == nil {
+		err = rerr
+	}
+	return err
+}
+
+func (s *PostgresServer) addrLocked() string {
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
+}
+
+func (s *PostgresServer) dsnLocked(db string) string {
+	return "postgres://postgres@" + s.addrLocked() + "/" + url.PathEscape(db) + "?sslmode=disable"
+}
+
+// Addr returns the server's TCP address as host:port.
+func (s *PostgresServer) Addr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.addrLocked()
+}
+
+// DSN returns the URL of database db for the superuser, over TCP without
+// TLS: postgres://postgres@127.0.0.1:PORT/db?sslmode=disable.
+func (s *PostgresServer) DSN(db string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.dsnLocked(db)
+}
+
+// Dir returns the server's private directory, which holds the data
+// directory data/, the log file postgres.log and the Unix socket.
+func (s *PostgresServer) Dir() string { return s.base }
+
+// NewDatabase creates a database with a name unique within the process,
+// derived from the test's name, and returns its DSN. The database is
+// dropped, closing any connection still using it, when the test ends.
+func (s *PostgresServer) NewDatabase(t testing.TB) string {
+	t.Helper()
+	name := fmt.Sprintf("t_%s_%d", sanitize(t.Name(), 40), dbSeq.Add(1))
+	ident := pgx.Identifier{name}.Sanitize()
+	if err := s.admin("CREATE DATABASE " + ident); err != nil {
+		t.Fatalf("testenv: create database %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		s.mu.Lock()
+		running := s.proc != nil
+		s.mu.Unlock()
+		if !running {
+			return // the cluster is gone, or its owner will remove it
+		}
+		if err := s.admin("DROP DATABASE IF EXISTS " + ident + " WITH (FORCE)"); err != nil {
+			t.Errorf("testenv: drop database %s: %v", name, err)
+		}
+	})
+	return s.DSN(name)
+}
+
+// admin runs one statement in the postgres database.
+func (s *PostgresServer) admin(sql string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, s.DSN("postgres"))
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	_, err = conn.Exec(ctx, sql)
+	return err
+}
+
+// Pool returns a pgx connection pool for dsn, closed when the test ends.
+// Connections are made lazily, so it can be created while the server is
+// down.
+func (s *PostgresServer) Pool(t testing.TB, dsn string) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), dsn)
+	if err != nil {
+		t.Fatalf("testenv: pgx pool for %s: %v", dsn, err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// Stop shuts the server down in fast mode (SIGINT: open transactions are
+// rolled back, connections closed) and waits for it to exit. Data is kept.
+// Stopping a stopped server does nothing.
+func (s *PostgresServer) Stop(t testing.TB) {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.stopLocked(); err != nil {
+		logTails(t, "postgres", s.logPath)
+		t.Fatalf("%v", err)
+	}
+}
+
+// Start starts a stopped server again on the same port with the same data
+// directory and waits until it accepts connections. Starting a running
+// server does nothing.
+func (s *PostgresServer) Start(t testing.TB) {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc != nil {
+		return
+	}
+	if _, err := s.startLocked(); err != nil {
+		logTails(t, "postgres", s.logPath)
+		t.Fatalf("testenv: restart postgres: %v", err)
+	}
+}
+
+// Restart stops and starts the server, keeping its port and data.
+func (s *PostgresServer) Restart(t testing.TB) {
+	t.Helper()
+	s.Stop(t)
+	s.Start(t)
+}
+
+// Pause freezes the postmaster and all its backends with SIGSTOP:
+// connections stay open but nothing is answered until
+// [PostgresServer.Resume].
+func (s *PostgresServer) Pause(t testing.TB) {
+	t.Helper()
+	s.signal(t, syscall.SIGSTOP)
+}
+
+// Resume continues a server frozen by [PostgresServer.Pause].
+func (s *PostgresServer) Resume(t testing.TB) {
+	t.Helper()
+	s.signal(t, syscall.SIGCONT)
+}
+
+func (s *PostgresServer) signal(t testing.TB, sig syscall.Signal) {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc == nil {
+		t.Fatalf("testenv: postgres on %s is not running", s.addrLocked())
+	}
+	if err := s.proc.signalAll(sig); err != nil {
+		t.Fatalf("testenv: send %v to postgres: %v", sig, err)
+	}
+}
+
+// String returns a description of the server for messages.
+func (s *PostgresServer) String() string { return "postgres " + s.Addr() }
