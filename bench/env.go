@@ -24,6 +24,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/tenurekit/tenure/internal/testenv"
+	"github.com/tenurekit/tenure/store/redisstore"
 )
 
 // Environment variables naming servers to use instead of starting
@@ -89,8 +90,9 @@ type redisClients struct {
 }
 
 type pgClients struct {
-	dsn  string
-	pool *pgxpool.Pool
+	dsn        string
+	pool       *pgxpool.Pool
+	postmaster int // pid, when the server runs on this machine
 }
 
 // Redis returns the Redis clients, starting a server on first use.
@@ -191,7 +193,7 @@ func (e *Env) startPostgres() (*pgClients, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("connect to postgres: %w", err)
 	}
-	return &pgClients{dsn: dsn, pool: pool}, nil
+	return &pgClients{dsn: dsn, pool: pool, postmaster: (&pgClients{pool: pool}).postmasterPID(ctx)}, nil
 }
 
 // procTB lets the benchmarks and cmd/ratios start servers with
@@ -293,4 +295,92 @@ func (t *procTB) Skipf(format string, args ...any) {
 	t.skipped = true
 	t.mu.Unlock()
 	runtime.Goexit()
+}
+
+// Suites are the benchmark suites: the stores measured.
+var Suites = []string{"redis", "postgres"}
+
+// Contenders returns the contenders of suite.
+func Contenders(suite string) []string {
+	switch suite {
+	case "redis":
+		return RedisContenders
+	case "postgres":
+		return PostgresContenders
+	}
+	return nil
+}
+
+// Cycle runs the benchmark of contender in suite with workers workers.
+func (e *Env) Cycle(b *testing.B, suite, contender string, workers int) {
+	switch suite {
+	case "redis":
+		e.RedisCycle(b, contender, workers)
+	case "postgres":
+		e.PostgresCycle(b, contender, workers)
+	default:
+		b.Fatalf("bench: unknown suite %q", suite)
+	}
+}
+
+// Prepare starts the server of suite and sets up every contender, so that
+// a failure is reported here rather than as an empty benchmark result.
+func (e *Env) Prepare(suite string) error {
+	for _, c := range Contenders(suite) {
+		var err error
+		switch suite {
+		case "redis":
+			_, err = e.redisCycle(c)
+		case "postgres":
+			_, err = e.postgresCycle(c)
+		default:
+			err = fmt.Errorf("bench: unknown suite %q", suite)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Server describes the server of a prepared suite: its version and, for
+// Redis, how redisstore releases.
+func (e *Env) Server(suite string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	switch suite {
+	case "redis":
+		r, err := e.Redis()
+		if err != nil {
+			return err.Error()
+		}
+		info, err := r.rueidis.Do(ctx, r.rueidis.B().Info().Section("server").Build()).ToString()
+		if err != nil {
+			return err.Error()
+		}
+		version := "?"
+		for line := range strings.Lines(info) {
+			if v, ok := strings.CutPrefix(line, "redis_version:"); ok {
+				version = strings.TrimSpace(v)
+			}
+		}
+		path, err := redisstore.New(r.rueidis, nil).ReleasePath(ctx)
+		if err != nil {
+			path = err.Error()
+		}
+		return fmt.Sprintf("Redis %s on %s (redisstore release path: %s)", version, r.addr, path)
+	case "postgres":
+		p, err := e.Postgres()
+		if err != nil {
+			return err.Error()
+		}
+		var version string
+		if err := p.pool.QueryRow(ctx, `SHOW server_version`).Scan(&version); err != nil {
+			return err.Error()
+		}
+		var fsync, syncCommit string
+		_ = p.pool.QueryRow(ctx, `SELECT current_setting('fsync'), current_setting('synchronous_commit')`).Scan(&fsync, &syncCommit)
+		return fmt.Sprintf("PostgreSQL %s (fsync %s, synchronous_commit %s)", version, fsync, syncCommit)
+	}
+	return "unknown suite " + suite
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -194,5 +195,10 @@ func (e *Env) PostgresCycle(b *testing.B, contender string, workers int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	runCycles(b, "pg:"+contender, workers, nw)
+	var cpu func(context.Context) (time.Duration, error)
+	if pid := e.pg.postmaster; pid > 0 {
+		cpu = func(context.Context) (time.Duration, error) { return postgresCPU(pid) }
+	}
+	// One key set for all: they run the same statements on the same rows.
+	runCycles(b, "pg", workers, nw, cpu)
 }

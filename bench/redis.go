@@ -160,5 +160,6 @@ func (e *Env) RedisCycle(b *testing.B, contender string, workers int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	runCycles(b, "redis:"+contender, workers, nw)
+	r, _ := e.Redis()
+	runCycles(b, "redis:"+contender, workers, nw, r.cpu)
 }

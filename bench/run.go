@@ -35,8 +35,9 @@ func keys(namespace string, workers int) [][]string {
 // its own (no contention between workers: the store path is measured, not
 // waiting), and reports the throughput in cycles per second of wall time.
 // Workers take iterations from a shared counter, so all of them stay busy
-// until the end.
-func runCycles(b *testing.B, namespace string, workers int, newWorker newWorker) {
+// until the end. It also reports the CPU time per cycle of this process and,
+// when serverCPU is not nil, of the server.
+func runCycles(b *testing.B, namespace string, workers int, newWorker newWorker, serverCPU func(context.Context) (time.Duration, error)) {
 	ks := keys(namespace, workers)
 	cycles := make([]cycleFunc, workers)
 	for w := range cycles {
@@ -51,8 +52,16 @@ func runCycles(b *testing.B, namespace string, workers int, newWorker newWorker)
 		wg      sync.WaitGroup
 	)
 	n := int64(b.N)
+	var server0 time.Duration
+	if serverCPU != nil {
+		var err error
+		if server0, err = serverCPU(ctx); err != nil {
+			serverCPU = nil
+		}
+	}
 	b.ReportAllocs()
 	b.ResetTimer()
+	client0 := processCPU()
 	start := time.Now()
 	for w := range workers {
 		wg.Go(func() {
@@ -68,9 +77,17 @@ func runCycles(b *testing.B, namespace string, workers int, newWorker newWorker)
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	client := processCPU() - client0
 	b.StopTimer()
 	if err != nil {
 		b.Fatalf("%s, %d workers: %v", namespace, workers, err)
 	}
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), Metric)
+	perCycle := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) / float64(b.N) }
+	b.ReportMetric(perCycle(client), ClientCPUMetric)
+	if serverCPU != nil {
+		if server1, err := serverCPU(ctx); err == nil {
+			b.ReportMetric(perCycle(server1-server0), ServerCPUMetric)
+		}
+	}
 }
