@@ -45,17 +45,17 @@
 //
 // # Fences after data loss
 //
-// A fence is never below the server's clock in microseconds at the time of
-// the grant (the lease.NextFence rule). A server that restarts without
-// persistence, or a replica promoted before it received the last grants,
-// forgets the fence key; its next fence is then the current TIME in
-// microseconds, which is above every fence granted before as long as the
-// server's clock did not go back by more than the counter had run ahead of
-// it (one microsecond per grant within the same microsecond). The same holds
-// once a fence key expires after FenceRetention without use. Lock keys lost
-// that way end their leases early: the holders find out at their next
-// renewal (lease.ErrNotHeld), and the guard refuses their late writes once a
-// newer fence has written.
+// A fence is never below the granting server's clock (TIME) in microseconds
+// (the lease.NextFence rule). A server that restarts without persistence
+// forgets its fence keys, and so does a replica promoted before it received
+// the last grants; the next fence is then the current TIME in microseconds,
+// which is above every fence granted before as long as the clock of the
+// server granting now is not behind the clock of the one that granted
+// before (fences run ahead of the clock only by one per grant made within
+// one microsecond). The same holds once a fence key expires after
+// FenceRetention without use. Lock keys lost that way end their leases
+// early: holders find out at their next renewal (lease.ErrNotHeld), and the
+// guard refuses their late writes once a newer fence has written.
 //
 // Fences are below 2^53 until the year 2255, so the scripts' Lua numbers
 // (doubles) hold them exactly; the fenced-write scripts compare fences as

@@ -5,8 +5,9 @@
 -- ARGV[1] token, ARGV[2] ttl in ms, ARGV[3] fence retention in ms
 -- Returns {1, fence, ttl} when granted (or renewed for the holding token),
 -- {0, pttl} when another token holds the lock.
--- Every argument and the stored fence are checked before the first write: a
--- script error does not roll back what was already written.
+-- The arguments and the stored fence are checked before the first write: a
+-- script error does not roll back what was already written. (On a full
+-- server the script is refused before it starts: it declares no allow-oom.)
 local token, ttl, keep = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 if #KEYS ~= 2 or #ARGV ~= 3 or #token < 1 or #token > 128
   or not ttl or ttl < 1 or ttl > 86400000 or ttl % 1 ~= 0
@@ -16,26 +17,29 @@ end
 local last = redis.call('GET', KEYS[2])
 if last then
   last = tonumber(last)
-  if not last or last < 0 or last % 1 ~= 0 then
+  if not last or last < 1 or last % 1 ~= 0 then
     return redis.error_reply('ERR redisstore: malformed fence key')
   end
 end
-local cur = redis.call('GET', KEYS[1])
-if cur then
-  if cur ~= token then
-    return {0, redis.call('PTTL', KEYS[1])}
-  end
-  if last then
-    redis.call('PEXPIRE', KEYS[1], ttl)
-    redis.call('PEXPIRE', KEYS[2], ttl + keep)
-    return {1, last, ttl}
-  end
-  -- The holder's fence key is gone (deleted by hand): grant a new fence,
-  -- which the clock floor keeps above the lost one.
+if redis.call('SET', KEYS[1], token, 'NX', 'PX', ttl) then
+  -- A new grant: fence = max(last + 1, server clock in microseconds).
+  local t = redis.call('TIME')
+  local f = math.max((last or 0) + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))
+  redis.call('SET', KEYS[2], string.format('%d', f), 'PX', ttl + keep)
+  return {1, f, ttl}
 end
+if redis.call('GET', KEYS[1]) ~= token then
+  return {0, redis.call('PTTL', KEYS[1])}
+end
+-- The same token holds the lock: renew it to ttl, same fence.
+redis.call('PEXPIRE', KEYS[1], ttl)
+if last then
+  redis.call('PEXPIRE', KEYS[2], ttl + keep)
+  return {1, last, ttl}
+end
+-- Its fence key is gone (deleted by hand): grant a new fence, which the
+-- clock floor keeps above the lost one.
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local f = math.max((last or 0) + 1, now)
-redis.call('SET', KEYS[1], token, 'PX', ttl)
+local f = tonumber(t[1]) * 1000000 + tonumber(t[2])
 redis.call('SET', KEYS[2], string.format('%d', f), 'PX', ttl + keep)
 return {1, f, ttl}
