@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -206,3 +207,22 @@ func TestCheckIsCached(t *testing.T) {
 		t.Fatal("the check did not run again")
 	}
 }
+
+// The retention sent to the scripts stays within what they accept.
+func TestFenceRetentionBounds(t *testing.T) {
+	for _, d := range []time.Duration{time.Nanosecond, time.Hour, MaxFenceRetention, 1 << 62} {
+		s := New(stubClient{}, &Options{FenceRetention: d})
+		ms, err := strconv.ParseInt(s.keep, 10, 64)
+		if err != nil || ms < 1 || ms > 315360000000 {
+			t.Errorf("FenceRetention %v sends %q", d, s.keep)
+		}
+	}
+	if s := New(stubClient{}, nil); s.keep != "604800000" {
+		t.Errorf("default retention sends %q, want 7 days", s.keep)
+	}
+}
+
+// stubClient is enough of a rueidis.Client for New.
+type stubClient struct{ rueidis.Client }
+
+func (stubClient) Mode() rueidis.ClientMode { return rueidis.ClientModeStandalone }

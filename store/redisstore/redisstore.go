@@ -22,6 +22,9 @@ const DefaultPrefix = "tenure:"
 // when Options.FenceRetention is zero.
 const DefaultFenceRetention = 7 * 24 * time.Hour
 
+// MaxFenceRetention is the longest Options.FenceRetention (ten years).
+const MaxFenceRetention = 3650 * 24 * time.Hour
+
 // Release paths reported by [Store.ReleasePath].
 const (
 	// ReleaseDelex is DELEX key IFEQ token (Redis 8.4 and later).
@@ -64,6 +67,7 @@ type Options struct {
 	// extends it. Once the fence key of an idle lease expires, the next
 	// fence falls back to the store clock floor (Redis TIME in
 	// microseconds), which is still above every fence granted before.
+	// Values above MaxFenceRetention are capped.
 	FenceRetention time.Duration
 }
 
@@ -107,7 +111,7 @@ func New(c rueidis.Client, o *Options) *Store {
 		}
 		s.evict = o.AllowEviction
 		if o.FenceRetention > 0 {
-			keep = o.FenceRetention
+			keep = min(o.FenceRetention, MaxFenceRetention)
 		}
 	}
 	s.keep = strconv.FormatInt(ceilMillis(keep), 10)
