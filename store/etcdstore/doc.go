@@ -1,0 +1,93 @@
+// Package etcdstore keeps tenure's fenced leases in etcd v3, through
+// go.etcd.io/etcd/client/v3.
+//
+//	c, _ := clientv3.New(clientv3.Config{Endpoints: []string{"http://127.0.0.1:2379"}})
+//	es := etcdstore.New(c, nil)
+//	locker := lease.New(es.Leases(), nil)
+//
+// # Keys
+//
+// Every key lives under Options.Prefix (default "tenure/"):
+//
+//	<prefix>lock/<key>          the lock: value = the holder's token, attached to an etcd lease
+//	<prefix>fence/<key>         empty; written in the same txn that creates the lock, so its
+//	                            ModRevision is the key's last fence (kept after release and expiry)
+//	<prefix>res/<resource>      the value written by FencedPut
+//	<prefix>admitted/<resource> the greatest fence FencedPut admitted for resource, as 20 decimal digits
+//
+// # Fences
+//
+// The fence of a tenure is the create revision of its lock key: the revision
+// of the etcd transaction that created it. Revisions are linearizable and
+// grow across the whole cluster, so every new holder of a key gets a fence
+// above every fence granted before, across releases, expiries, member
+// failures and leader changes. The fence is never the etcd lease ID, which
+// is not monotonic. A holder that re-acquires with its own token keeps its
+// fence. Revisions are persisted with the data, so a restarted member or
+// cluster continues above every fence it granted.
+//
+// The guarantee lasts as long as etcd's data does. A cluster rebuilt empty
+// starts again at revision 1, and one restored from a snapshot continues
+// from the snapshot's revision, so fences granted after the snapshot can be
+// granted again. Guards outside etcd that admitted such fences then refuse
+// the new holders (they fail closed, with fence.ErrStale) until revisions
+// pass the fences they admitted; restore with `etcdutl snapshot restore
+// --bump-revision` (etcd 3.5 and later) to skip past them. Guards kept by
+// FencedPut live in the same etcd and go back together with the leases.
+//
+// # Expiry
+//
+// Expiry is judged by etcd alone: each lock key is attached to an etcd lease,
+// and the key disappears when the leader revokes the expired lease. etcd
+// grants TTLs in whole seconds and raises short ones to its minimum (about
+// 2 s with the default election settings: 1.5 election timeouts, rounded up),
+// so Acquire asks for ceil(ttl) seconds and reports the TTL etcd really
+// granted in Grant.TTL; the Locker computes its validity from that. A leader
+// change restarts the remaining TTL of every lease on the new leader, which
+// only ever makes expiry later than the granted TTL, never earlier. Renew
+// refreshes the etcd lease to the TTL granted at acquisition; asking Renew
+// for a longer TTL than that moves the lock onto a new lease of the longer
+// TTL (keeping its fence). Remaining times (Info.TTL, HeldError.TTL) come
+// from etcd in whole seconds, rounded down.
+//
+// Acquire grants an etcd lease and then runs one transaction that creates
+// the lock on it (or, for the token that already holds the key, moves the
+// lock onto the new lease, keeping its fence). It sends the transaction as
+// soon as the grant's reply arrives or briefly after sending the grant
+// without waiting longer for its reply, so that an acquire whose replies are
+// lost still takes effect and can be reconciled by retrying with the same
+// token, like an acquire on the stores that need one request.
+//
+// # Guards
+//
+// Compare returns a txn comparison that holds only while a lease is the
+// current tenure of its key. Put it in your own transaction next to the
+// protected write: etcd checks the holder and applies the write in one atomic
+// step, which also refuses a holder whose lease already expired before the
+// next holder wrote anything. FencedPut is a max-fence guard for values kept
+// in etcd: it writes only if the fence is greater than every fence admitted
+// for the resource before, in one transaction.
+//
+// # Errors
+//
+// Input is checked with lease.Validate* before anything is sent; bad input
+// grants no etcd lease and writes nothing. Transport failures, gRPC
+// Unavailable, DeadlineExceeded and Canceled replies (no leader, request
+// timed out) and context errors wrap lease.ErrUnavailable: the outcome of a
+// write is unknown and a retry with the same token reconciles it. Replies in
+// which etcd definitively refuses a request are plain errors. Tokens never
+// appear in errors.
+//
+// The store's calls are fail-fast: while the client cannot reach etcd
+// (its connection is in transient failure) they fail at once with
+// lease.ErrUnavailable instead of waiting, as clientv3's own calls do, until
+// the context ends. A holder thus learns in time that it cannot renew. They
+// go through the client's connection, so its endpoints, balancing,
+// credentials and interceptors apply.
+//
+// # Not offered
+//
+// etcd is not a store for rate limits: every decision would be a Raft write,
+// replicated and fsynced on a quorum of members, for state that is worthless
+// seconds later. Use Redis, PostgreSQL or the in-process stores for those.
+package etcdstore

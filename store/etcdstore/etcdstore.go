@@ -1,0 +1,206 @@
+package etcdstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/tenurekit/tenure/fence"
+	"github.com/tenurekit/tenure/lease"
+)
+
+// DefaultPrefix is the key prefix used when Options.Prefix is empty.
+const DefaultPrefix = "tenure/"
+
+// MaxPrefixLen is the longest Options.Prefix in bytes.
+const MaxPrefixLen = 256
+
+// Sub-spaces of the prefix; see the package documentation.
+const (
+	lockSpace     = "lock/"
+	fenceSpace    = "fence/"
+	resSpace      = "res/"
+	admittedSpace = "admitted/"
+)
+
+// pipelineDelay is how long Acquire waits for the reply to its lease grant
+// before it sends the lock transaction anyway. The grant was sent first, so
+// it almost always reaches the Raft log first; if the transaction overtakes
+// it, etcd refuses the transaction (lease not found), which Acquire sees and
+// retries once the grant has answered.
+const pipelineDelay = 100 * time.Millisecond
+
+// Options configure a Store. Nil means the defaults.
+type Options struct {
+	// Prefix is put before every key the store reads or writes (see the
+	// package documentation for the layout). Default "tenure/". It must be
+	// valid UTF-8 without NUL bytes and at most MaxPrefixLen bytes; New
+	// panics otherwise. Stores with different prefixes share nothing.
+	Prefix string
+	// RevokeTimeout bounds each background revocation of an etcd lease the
+	// store no longer needs: the lease granted for an acquire that found the
+	// key busy, the lease of a released lock, and the old lease of a lock
+	// moved onto a new one. Revocation is best effort: a lease whose
+	// revocation fails holds no keys and expires on its own. Default 2s.
+	RevokeTimeout time.Duration
+}
+
+// Store keeps tenure's leases and fenced values in etcd. It is safe for
+// concurrent use. Closing the client is the caller's business; the Store
+// holds no other resources.
+type Store struct {
+	c             *clientv3.Client
+	rpc           rpc
+	prefix        string
+	revokeTimeout time.Duration
+}
+
+// New returns a Store on c. o may be nil for the defaults. It panics if
+// o.Prefix is invalid (see Options.Prefix).
+func New(c *clientv3.Client, o *Options) *Store {
+	s := &Store{c: c, rpc: newRPC(c), prefix: DefaultPrefix, revokeTimeout: 2 * time.Second}
+	if o != nil {
+		if o.Prefix != "" {
+			if err := validatePrefix(o.Prefix); err != nil {
+				panic(err)
+			}
+			s.prefix = o.Prefix
+		}
+		if o.RevokeTimeout > 0 {
+			s.revokeTimeout = o.RevokeTimeout
+		}
+	}
+	return s
+}
+
+func validatePrefix(p string) error {
+	switch {
+	case len(p) > MaxPrefixLen:
+		return fmt.Errorf("etcdstore: prefix is %d bytes, longer than %d", len(p), MaxPrefixLen)
+	case !utf8.ValidString(p):
+		return errors.New("etcdstore: prefix is not valid UTF-8")
+	}
+	for i := 0; i < len(p); i++ {
+		if p[i] == 0 {
+			return errors.New("etcdstore: prefix contains NUL")
+		}
+	}
+	return nil
+}
+
+func (s *Store) lockKey(key string) string   { return s.prefix + lockSpace + key }
+func (s *Store) fenceKey(key string) string  { return s.prefix + fenceSpace + key }
+func (s *Store) resKey(r string) string      { return s.prefix + resSpace + r }
+func (s *Store) admittedKey(r string) string { return s.prefix + admittedSpace + r }
+func encodeFence(f uint64) string            { return fmt.Sprintf("%020d", f) }
+func decodeFence(b []byte) (uint64, error)   { return strconv.ParseUint(string(b), 10, 64) }
+func ttlOf(seconds int64) time.Duration      { return time.Duration(seconds) * time.Second }
+func newLeaseID() int64                      { return int64(rand.Uint64N(1<<63-1)) + 1 }
+
+// ttlSeconds is the whole number of seconds asked of etcd for ttl.
+func ttlSeconds(ttl time.Duration) int64 {
+	return int64((ttl + time.Second - 1) / time.Second)
+}
+
+// Leases returns the store's lease.Store view.
+//
+// Acquire grants an etcd lease of ceil(ttl) whole seconds; etcd raises it to
+// its minimum TTL where that is longer, and Grant.TTL reports what etcd
+// really granted. Renew refreshes the lease to the TTL granted at
+// acquisition, or moves the lock onto a new lease when a longer TTL is
+// asked. Info.TTL and HeldError.TTL are whole seconds, rounded down.
+func (s *Store) Leases() lease.Store { return leases{s} }
+
+// Compare returns a comparison for the caller's own etcd transaction that
+// holds only while l is the current tenure of its key: the lock key exists
+// and was created at revision l.Fence(). It fails once the lease was
+// released, expired (etcd revoked it) or was taken over. Put it in the If of
+// the transaction that does the protected write, so the holder check and
+// the write are one atomic step on the server:
+//
+//	resp, err := c.Txn(ctx).If(es.Compare(l)).Then(clientv3.OpPut(k, v)).Commit()
+//	// !resp.Succeeded: l no longer holds its key; nothing was written.
+func (s *Store) Compare(l *lease.Lease) clientv3.Cmp {
+	return clientv3.Compare(clientv3.CreateRevision(s.lockKey(l.Key())), "=", int64(l.Fence()))
+}
+
+// FencedPut writes value to resource if f is greater than every fence
+// admitted for resource before, and records f as admitted, in one etcd
+// transaction. Otherwise it returns a *fence.StaleError (errors.Is
+// fence.ErrStale) carrying the admitted fence, and changes nothing. Fence 0
+// is never admitted. Resource names follow the rules of lease keys.
+func (s *Store) FencedPut(ctx context.Context, resource, value string, f uint64) error {
+	if err := lease.ValidateKey(resource); err != nil {
+		return err
+	}
+	if f == 0 {
+		return &fence.StaleError{Resource: resource, Fence: f}
+	}
+	adm, enc := s.admittedKey(resource), encodeFence(f)
+	put := ops(opPut(adm, enc, 0), opPut(s.resKey(resource), value, 0))
+	// Fixed-width decimal values compare bytewise like the numbers. A value
+	// comparison on a missing key fails, hence the first branch.
+	resp, err := s.rpc.txn(ctx,
+		cmps(clientv3.Compare(clientv3.CreateRevision(adm), "=", 0)),
+		put,
+		ops(opTxn(cmps(clientv3.Compare(clientv3.Value(adm), "<", enc)), put, ops(opGet(adm)))),
+	)
+	if err != nil {
+		return wrapErr("fenced put", err)
+	}
+	if resp.Succeeded {
+		return nil
+	}
+	inner := resp.Responses[0].GetResponseTxn()
+	if inner.GetSucceeded() {
+		return nil
+	}
+	stale := &fence.StaleError{Resource: resource, Fence: f}
+	if kv := firstKV(inner.GetResponses()[0]); kv != nil {
+		cur, err := decodeFence(kv.Value)
+		if err != nil {
+			return fmt.Errorf("etcdstore: fenced put: admitted fence of %q is not a number", resource)
+		}
+		stale.Current = cur
+	}
+	return stale
+}
+
+// FencedGet returns resource's value and the greatest fence admitted for it
+// ("", 0 if FencedPut never wrote it).
+func (s *Store) FencedGet(ctx context.Context, resource string) (value string, f uint64, err error) {
+	if err := lease.ValidateKey(resource); err != nil {
+		return "", 0, err
+	}
+	resp, err := s.rpc.txn(ctx, nil, ops(opGet(s.resKey(resource)), opGet(s.admittedKey(resource))), nil)
+	if err != nil {
+		return "", 0, wrapErr("fenced get", err)
+	}
+	if kv := firstKV(resp.Responses[1]); kv != nil {
+		if f, err = decodeFence(kv.Value); err != nil {
+			return "", 0, fmt.Errorf("etcdstore: fenced get: admitted fence of %q is not a number", resource)
+		}
+	}
+	if kv := firstKV(resp.Responses[0]); kv != nil {
+		value = string(kv.Value)
+	}
+	return value, f, nil
+}
+
+// revokeLater revokes an etcd lease in the background, best effort.
+func (s *Store) revokeLater(id int64) {
+	if id == 0 {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(s.c.Ctx(), s.revokeTimeout)
+		defer cancel()
+		s.rpc.revoke(ctx, id)
+	}()
+}
