@@ -12,7 +12,10 @@
 // a busy timeout of 5s (writers wait for each other instead of failing with
 // SQLITE_BUSY), synchronous=NORMAL, and _txlock=immediate (every
 // transaction from BeginTx takes the write lock at BEGIN, so it cannot fail
-// with SQLITE_BUSY halfway). [New] uses the caller's *sql.DB, which should be
+// with SQLITE_BUSY halfway). A Store's own writes queue for the write lock
+// in Go, in arrival order and bounded by their context, so that SQLite's
+// busy handler (which polls and lets newcomers overtake) arbitrates only
+// between processes, other Stores and the caller's own transactions. [New] uses the caller's *sql.DB, which should be
 // opened with the same parameters. Both create two tables if they do not
 // exist (CREATE TABLE IF NOT EXISTS, so creation is idempotent and several
 // processes may start at once):

@@ -26,7 +26,19 @@ func micros(d time.Duration) int64 {
 // the lock is judged on the time it is applied, not the time it was made.
 // Database errors of fn must already be wrapped; fn's other errors (the
 // store's answer, e.g. ErrNotHeld) roll back and are returned as they are.
+//
+// The store's own writers queue for the write lock in Go, one at a time and
+// in arrival order, and give up when their context ends. SQLite's busy
+// handler, which polls with growing sleeps and lets a newcomer overtake a
+// writer that has waited long, then only arbitrates between processes (and
+// the caller's own transactions).
 func (s *Store) write(ctx context.Context, op, key string, fn func(tx *sql.Tx, now int64) error) error {
+	select {
+	case s.writing <- struct{}{}:
+	case <-ctx.Done():
+		return unavailable(op, key, ctx.Err())
+	}
+	defer func() { <-s.writing }()
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return unavailable(op, key, err)

@@ -67,6 +67,8 @@ type Store struct {
 	// read.
 	lockFirst bool
 	q         queries
+	// writing holds a token while one of the store's lease writes runs.
+	writing chan struct{}
 }
 
 // Open opens (creating if needed) the SQLite database file at path with
@@ -149,7 +151,7 @@ func newStore(ctx context.Context, db *sql.DB, o *Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{db: db, now: clock, lockFirst: true, q: buildQueries(prefix)}
+	s := &Store{db: db, now: clock, lockFirst: true, q: buildQueries(prefix), writing: make(chan struct{}, 1)}
 	if err := s.createTables(ctx); err != nil {
 		return nil, err
 	}

@@ -17,6 +17,11 @@ import (
 
 const businessTable = "business"
 
+// unit is the suite's short TTL: twice the default, so that a renewal
+// every unit/3 keeps its lease alive while other test binaries load the
+// machine and the race detector slows SQLite down.
+const unit = 400 * time.Millisecond
+
 // open opens a store on path and closes it when the test ends.
 func open(t *testing.T, path string, o *sqlitestore.Options) *sqlitestore.Store {
 	t.Helper()
@@ -108,6 +113,7 @@ func TestLeaseConformance(t *testing.T) {
 				return open(t, path, nil).Leases()
 			},
 			Resource: resource{s},
+			Unit:     unit,
 		}
 	})
 }
@@ -145,6 +151,7 @@ func TestLeaseConformanceNewDeferred(t *testing.T) {
 				return newStore(t).Leases()
 			},
 			Resource: resource{s},
+			Unit:     unit,
 		}
 	})
 }
@@ -350,14 +357,25 @@ func TestTwoStoresOneLock(t *testing.T) {
 	}
 }
 
-// TestConcurrentCycles: 20 goroutines on two stores of one file run
-// acquire/release cycles on a few keys. Nothing may fail except with
-// ErrHeld (in particular no SQLITE_BUSY), holders never overlap, and every
-// fence of a key is new.
+// TestConcurrentCycles: 20 goroutines run acquire/release cycles on a few
+// keys of one file, through one store and through two (two processes).
+// Nothing may fail except with ErrHeld (in particular no SQLITE_BUSY),
+// holders never overlap, and every fence of a key is new.
 func TestConcurrentCycles(t *testing.T) {
+	for n, name := range map[int]string{1: "OneStore", 2: "TwoStores"} {
+		t.Run(name, func(t *testing.T) {
+			path := tempPath(t)
+			var stores []lease.Store
+			for range n {
+				stores = append(stores, open(t, path, nil).Leases())
+			}
+			concurrentCycles(t, stores)
+		})
+	}
+}
+
+func concurrentCycles(t *testing.T, stores []lease.Store) {
 	ctx := t.Context()
-	path := tempPath(t)
-	stores := []lease.Store{open(t, path, nil).Leases(), open(t, path, nil).Leases()}
 	const (
 		workers = 20
 		cycles  = 25
