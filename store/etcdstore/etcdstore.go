@@ -41,7 +41,8 @@ type Options struct {
 	// Prefix is put before every key the store reads or writes (see the
 	// package documentation for the layout). Default "tenure/". It must be
 	// valid UTF-8 without NUL bytes and at most MaxPrefixLen bytes; New
-	// panics otherwise. Stores with different prefixes share nothing.
+	// panics otherwise. Stores whose prefixes differ, neither being a prefix
+	// of the other, share nothing.
 	Prefix string
 	// RevokeTimeout bounds each background revocation of an etcd lease the
 	// store no longer needs: the lease granted for an acquire that found the

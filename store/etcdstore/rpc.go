@@ -158,7 +158,7 @@ func wrapErr(op string, err error) error {
 
 func unavailable(err error) bool {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) ||
-		errors.Is(err, clientv3.ErrNoAvailableEndpoints) || errors.Is(err, grpc.ErrClientConnClosing) {
+		errors.Is(err, clientv3.ErrNoAvailableEndpoints) {
 		return true
 	}
 	code := codes.OK
