@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"sync"
 	"time"
 )
 
@@ -160,17 +161,23 @@ func (lk *Locker) Do(ctx context.Context, key string, ttl time.Duration, fn func
 		return err
 	}
 	fnCtx, cancel := context.WithCancelCause(ctx)
+	// fn's context ends the moment the lease does, whatever the renewal
+	// loop is doing.
 	stop := make(chan struct{})
-	kept := make(chan struct{})
-	go func() {
-		defer close(kept)
-		lk.keepAlive(fnCtx, l, stop, cancel)
-	}()
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		select {
+		case <-l.Done():
+			cancel(fmt.Errorf("%w: %q", ErrLost, l.key))
+		case <-stop:
+		}
+	})
+	wg.Go(func() { lk.keepAlive(fnCtx, l, stop) })
 
 	fnErr := fn(fnCtx, l)
 
 	close(stop)
-	<-kept
+	wg.Wait()
 	cancel(context.Canceled)
 	lost := l.lostErr()
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), lk.o.ReleaseTimeout)
@@ -190,9 +197,10 @@ func (lk *Locker) Do(ctx context.Context, key string, ttl time.Duration, fn func
 	return fnErr
 }
 
-// keepAlive renews l every ttl/3 until stop closes, and cancels fn's context
-// with ErrLost as soon as the lease ends.
-func (lk *Locker) keepAlive(ctx context.Context, l *Lease, stop <-chan struct{}, cancel context.CancelCauseFunc) {
+// keepAlive renews l every ttl/3 until stop closes or the lease ends. A
+// renewal never waits past the lease's validity: a renewal whose reply is
+// late cannot help, and the lease ends on its own at that point.
+func (lk *Locker) keepAlive(ctx context.Context, l *Lease, stop <-chan struct{}) {
 	interval := max(l.ttl/3, time.Millisecond)
 	retry := max(l.ttl/10, time.Millisecond)
 	next := time.NewTimer(interval)
@@ -202,17 +210,15 @@ func (lk *Locker) keepAlive(ctx context.Context, l *Lease, stop <-chan struct{},
 		case <-stop:
 			return
 		case <-l.Done():
-			cancel(fmt.Errorf("%w: %q", ErrLost, l.key))
 			return
 		case <-next.C:
-			rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), interval)
+			rctx, rcancel := context.WithDeadline(context.WithoutCancel(ctx), l.ValidUntil())
 			err := l.Renew(rctx)
 			rcancel()
 			switch {
 			case err == nil:
 				next.Reset(interval)
 			case errors.Is(err, ErrLost):
-				cancel(fmt.Errorf("%w: %q", ErrLost, l.key))
 				return
 			default:
 				lk.log.DebugContext(ctx, "lease: renewal failed, retrying while valid", "key", l.key, "err", err)

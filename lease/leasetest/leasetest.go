@@ -535,8 +535,10 @@ func testDoLoses(t *testing.T, tg Target) {
 	if !errors.Is(cause, lease.ErrLost) {
 		t.Fatalf("fn's context cause = %v, want ErrLost", cause)
 	}
-	if cancelledBy.After(validUntil.Add(50 * time.Millisecond)) {
-		t.Fatalf("fn's context cancelled at %v, validity ended %v", cancelledBy, validUntil)
+	// The cancellation rides on the validity timer; allow for scheduling
+	// delay on a loaded machine, but not for a renewal's timeout.
+	if slack := max(50*time.Millisecond, tg.Unit/4); cancelledBy.After(validUntil.Add(slack)) {
+		t.Fatalf("fn's context cancelled at %v, %v after validity ended", cancelledBy, cancelledBy.Sub(validUntil))
 	}
 }
 
