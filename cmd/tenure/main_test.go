@@ -1,0 +1,52 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/tenurekit/tenure/lab"
+)
+
+func run(args ...string) (string, error) {
+	var out bytes.Buffer
+	root := newRoot()
+	root.SetOut(&out)
+	root.SetErr(&out)
+	root.SetArgs(args)
+	err := root.Execute()
+	return out.String(), err
+}
+
+func TestLabCommand(t *testing.T) {
+	out, err := run("lab", "--store", "memory", "--only", "lua-release")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if !strings.Contains(out, "ok   lua-release") || !strings.Contains(out, "luaWrongOwner=0 luaMatchingOwner=1") {
+		t.Fatalf("output:\n%s", out)
+	}
+}
+
+func TestLabList(t *testing.T) {
+	out, err := run("lab", "--list")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(out, "\n"); n != len(lab.Experiments()) {
+		t.Fatalf("%d lines for %d experiments:\n%s", n, len(lab.Experiments()), out)
+	}
+}
+
+func TestLabBadInput(t *testing.T) {
+	for _, args := range [][]string{
+		{"lab", "--only", "no-such-experiment"},
+		{"lab", "--store", "mysql://localhost"},
+		{"lab", "--timeout", "0s"},
+		{"lab", "extra-arg"},
+	} {
+		if out, err := run(args...); err == nil {
+			t.Errorf("%v succeeded:\n%s", args, out)
+		}
+	}
+}
