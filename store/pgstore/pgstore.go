@@ -161,6 +161,27 @@ FOR UPDATE`,
 	}
 }
 
+// table is one table Migrate creates: its name in the schema and the
+// statements that create it (and its indexes), where $S stands for the
+// quoted schema. The lease tables are built in; the other primitives'
+// files register theirs in an init function with registerTable.
+type table struct {
+	name   string
+	create []string
+}
+
+var extraTables []table
+
+// registerTable adds a table for Migrate to create.
+func registerTable(t table) { extraTables = append(extraTables, t) }
+
+func (s *Store) tables() []table {
+	return append([]table{
+		{"leases", []string{s.q.createLeases}},
+		{"fences", []string{s.q.createFen}},
+	}, extraTables...)
+}
+
 // migrateLockKey is the advisory lock that serializes Migrate per schema
 // and database.
 func migrateLockKey(schema string) int64 {
@@ -182,23 +203,28 @@ func (s *Store) Migrate(ctx context.Context) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, migrateLockKey(s.schema)); err != nil {
 			return err
 		}
-		var hasSchema, hasLeases, hasFences bool
-		err := tx.QueryRow(ctx, `SELECT
-	EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1),
-	to_regclass(format('%I.leases', $1::text)) IS NOT NULL,
-	to_regclass(format('%I.fences', $1::text)) IS NOT NULL`, s.schema).Scan(&hasSchema, &hasLeases, &hasFences)
-		if err != nil {
+		var hasSchema bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, s.schema).Scan(&hasSchema); err != nil {
 			return err
 		}
-		for _, step := range []struct {
-			done bool
-			sql  string
-		}{{hasSchema, s.q.createSchema}, {hasLeases, s.q.createLeases}, {hasFences, s.q.createFen}} {
-			if step.done {
+		if !hasSchema {
+			if _, err := tx.Exec(ctx, s.q.createSchema); err != nil {
+				return err
+			}
+		}
+		quoted := pgx.Identifier{s.schema}.Sanitize()
+		for _, t := range s.tables() {
+			var exists bool
+			if err := tx.QueryRow(ctx, `SELECT to_regclass(format('%I.%I', $1::text, $2::text)) IS NOT NULL`, s.schema, t.name).Scan(&exists); err != nil {
+				return err
+			}
+			if exists {
 				continue
 			}
-			if _, err := tx.Exec(ctx, step.sql); err != nil {
-				return err
+			for _, stmt := range t.create {
+				if _, err := tx.Exec(ctx, strings.ReplaceAll(stmt, "$S", quoted)); err != nil {
+					return err
+				}
 			}
 		}
 		return nil

@@ -167,7 +167,11 @@ func (s *Store) createTables(ctx context.Context) error {
 		return fmt.Errorf("sqlitestore: create tables: %w", err)
 	}
 	defer tx.Rollback()
-	for _, stmt := range s.q.schema {
+	stmts := s.q.schema
+	for _, more := range schemas {
+		stmts = append(stmts, more(s.q.prefix)...)
+	}
+	for _, stmt := range stmts {
 		if _, err := tx.ExecContext(ctx, stmt); err != nil {
 			return fmt.Errorf("sqlitestore: create tables: %w", err)
 		}
@@ -202,7 +206,13 @@ func unavailable(op, key string, err error) error {
 	return fmt.Errorf("%w: sqlitestore: %s %q: %w", lease.ErrUnavailable, op, key, err)
 }
 
+// schemas are the CREATE statements of the other primitives' tables; each
+// primitive's file registers its own in an init function. A function gets
+// the table prefix and returns idempotent statements (IF NOT EXISTS).
+var schemas []func(prefix string) []string
+
 type queries struct {
+	prefix string
 	schema []string
 	// lock is a write statement that changes nothing: run first in a
 	// transaction, it takes SQLite's write lock (or fails if the
@@ -218,6 +228,7 @@ func buildQueries(prefix string) queries {
 	f := `"` + prefix + `fences"`
 	r := strings.NewReplacer("$L", l, "$F", f)
 	return queries{
+		prefix: prefix,
 		schema: []string{
 			r.Replace(`CREATE TABLE IF NOT EXISTS $L (
 				"key" TEXT PRIMARY KEY,
