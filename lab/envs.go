@@ -80,6 +80,7 @@ func OpenMemory(prefix string) (*Env, error) {
 	}
 	env := &Env{
 		Store: "memory", Detail: "in-process", Prefix: prefix,
+		Mem:         ms,
 		Leases:      ms.Leases(),
 		Resource:    &memResource{s: ms},
 		ReleasePath: fixedPath("mutex"),
@@ -114,6 +115,7 @@ func OpenSQLite(ctx context.Context, path, prefix string) (*Env, error) {
 	}
 	env := &Env{
 		Store: "sqlite", Detail: path, Prefix: prefix,
+		SQLite: db,
 		Leases: db.Leases(), Resource: r, Ledger: r,
 		ReleasePath: fixedPath("sql"),
 	}
@@ -147,6 +149,7 @@ func OpenRedis(ctx context.Context, u, prefix string) (*Env, error) {
 	}
 	env := &Env{
 		Store: "redis", Detail: redactURL(u), Prefix: prefix,
+		Redis:       rs,
 		Leases:      rs.Leases(),
 		Resource:    &redisResource{s: rs, c: c, plain: "tenure:" + prefix + "plain:"},
 		Ledger:      ledger.Resource,
@@ -176,6 +179,7 @@ func OpenPostgres(ctx context.Context, u, prefix string) (*Env, error) {
 	}
 	env := &Env{
 		Store: "postgres", Detail: redactURL(u), Prefix: prefix,
+		PG:     db,
 		Leases: db.Leases(), Resource: r, Ledger: r,
 		ReleasePath: fixedPath("sql"),
 	}
@@ -206,6 +210,7 @@ func OpenEtcd(ctx context.Context, u, prefix string) (*Env, error) {
 	}
 	env := &Env{
 		Store: "etcd", Detail: strings.Join(eps, ","), Prefix: prefix,
+		Etcd:        es,
 		Leases:      es.Leases(),
 		Resource:    &etcdResource{s: es, c: c, plain: "tenure/" + prefix + "plain/"},
 		Ledger:      ledger.Resource,

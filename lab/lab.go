@@ -17,6 +17,11 @@ import (
 	"time"
 
 	"github.com/tenurekit/tenure/lease"
+	"github.com/tenurekit/tenure/store/etcdstore"
+	"github.com/tenurekit/tenure/store/memstore"
+	"github.com/tenurekit/tenure/store/pgstore"
+	"github.com/tenurekit/tenure/store/redisstore"
+	"github.com/tenurekit/tenure/store/sqlitestore"
 )
 
 // KV is one name=value pair of an experiment's line.
@@ -41,22 +46,14 @@ type Experiment struct {
 	Source string
 	// Want is the line the experiment must print.
 	Want string
-	// Needs lists the capabilities of Env it uses; an Env without one of
-	// them does not run it.
-	Needs []Capability
+	// Supports reports whether env's store can run the experiment; nil
+	// means every store can.
+	Supports func(env *Env) bool
 	// Run performs the experiment and returns its line's values, plus notes
 	// (such as which code path a store took) that are printed but not
 	// compared.
 	Run func(ctx context.Context, env *Env) (values, notes []KV, err error)
 }
-
-// Capability is something an experiment needs from a store.
-type Capability string
-
-// Capabilities an Env may have.
-const (
-	CapLeases Capability = "leases"
-)
 
 // Resource is a value behind a store's guards, used by the experiments the
 // way the seeds use their protected row.
@@ -96,16 +93,15 @@ type Env struct {
 	// Prefix makes this run's keys unique.
 	Prefix string
 
-	closers []func() error
-}
+	// The store itself, for experiments that use more than leases: exactly
+	// one of these is set. Experiments take the views they need from it.
+	Mem    *memstore.Store
+	SQLite *sqlitestore.Store
+	PG     *pgstore.Store
+	Redis  *redisstore.Store
+	Etcd   *etcdstore.Store
 
-// Has reports whether env has capability c.
-func (e *Env) Has(c Capability) bool {
-	switch c {
-	case CapLeases:
-		return e.Leases != nil && e.Resource != nil && e.Ledger != nil
-	}
-	return false
+	closers []func() error
 }
 
 // Key returns a key unique to this run.
@@ -236,12 +232,7 @@ func Lookup(only []string) ([]Experiment, error) {
 }
 
 func supported(env *Env, e Experiment) bool {
-	for _, c := range e.Needs {
-		if !env.Has(c) {
-			return false
-		}
-	}
-	return true
+	return e.Supports == nil || e.Supports(env)
 }
 
 func runOne(ctx context.Context, env *Env, e Experiment) Result {

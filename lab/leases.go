@@ -20,47 +20,47 @@ const (
 func init() {
 	register(
 		Experiment{
-			Name: "fence-rejects-stale", Source: seed000, Needs: []Capability{CapLeases},
+			Name: "fence-rejects-stale", Source: seed000,
 			Want: "newFenceUpdate=1 staleFenceUpdate=0 protectedValue=new-owner",
 			Run:  fenceRejectsStale,
 		},
 		Experiment{
-			Name: "max-fence-is-ttl-blind", Source: seed000, Needs: []Capability{CapLeases},
+			Name: "max-fence-is-ttl-blind", Source: seed000,
 			Want: "ttlBlindAccepted=true strictHolderRejected=true",
 			Run:  maxFenceIsTTLBlind,
 		},
 		Experiment{
-			Name: "unconditional-write-overwrites", Source: seed000, Needs: []Capability{CapLeases},
+			Name: "unconditional-write-overwrites", Source: seed000,
 			Want: "staleOverwrite=true",
 			Run:  unconditionalWriteOverwrites,
 		},
 		Experiment{
-			Name: "redis-release", Source: "000 redis-release.sh", Needs: []Capability{CapLeases},
+			Name: "redis-release", Source: "000 redis-release.sh",
 			Want: "stale-release=0 current-owner-preserved=true owner-release=1",
 			Run:  redisRelease,
 		},
 		Experiment{
-			Name: "fixed-lease-expires", Source: seed001, Needs: []Capability{CapLeases},
+			Name: "fixed-lease-expires", Source: seed001,
 			Want: "still.owner=false",
 			Run:  fixedLeaseExpires,
 		},
 		Experiment{
-			Name: "keepalive-holds", Source: seed001, Needs: []Capability{CapLeases},
+			Name: "keepalive-holds", Source: seed001,
 			Want: "still.owner=true",
 			Run:  keepaliveHolds,
 		},
 		Experiment{
-			Name: "delex-release", Source: seed003, Needs: []Capability{CapLeases},
+			Name: "delex-release", Source: seed003,
 			Want: "expiredOwnerDelete=0 newOwnerRetained=true matchingOwnerDelete=1",
 			Run:  delexRelease,
 		},
 		Experiment{
-			Name: "lua-release", Source: seed003, Needs: []Capability{CapLeases},
+			Name: "lua-release", Source: seed003,
 			Want: "luaWrongOwner=0 luaMatchingOwner=1",
 			Run:  luaRelease,
 		},
 		Experiment{
-			Name: "fence-from-counter", Source: seed003, Needs: []Capability{CapLeases},
+			Name: "fence-from-counter", Source: seed003,
 			Want: "newFenceUpdate=1 staleFenceUpdate=0 protectedValue=new-owner",
 			Run:  fenceFromCounter,
 		},
