@@ -29,7 +29,8 @@ type Options struct {
 
 // Store keeps tenure's state in memory. It is safe for concurrent use.
 type Store struct {
-	now func() time.Time
+	views // per-primitive state; see views.go
+	now   func() time.Time
 
 	mu     sync.Mutex
 	leases map[string]*leaseRec

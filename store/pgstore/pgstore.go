@@ -37,6 +37,7 @@ type Options struct {
 // Store keeps tenure's state in PostgreSQL through a pgx pool. It is safe
 // for concurrent use. Create its tables with [Store.Migrate].
 type Store struct {
+	views  // per-primitive state; see views.go
 	pool   *pgxpool.Pool
 	schema string
 	err    error // a bad Options.Schema, reported by every call

@@ -74,6 +74,7 @@ type Options struct {
 // Store keeps leases and fenced values in Redis or Redis Cluster through a
 // rueidis client. It is safe for concurrent use. Create it with [New].
 type Store struct {
+	views   // per-primitive state; see views.go
 	c       rueidis.Client
 	prefix  string
 	evict   bool

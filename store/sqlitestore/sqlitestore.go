@@ -59,6 +59,7 @@ type Options struct {
 // concurrent use, and several Stores (in one process or several) may use the
 // same file: SQLite's write lock serialises them.
 type Store struct {
+	views // per-primitive state; see views.go
 	db    *sql.DB
 	owned bool // Open opened db; Close closes it
 	now   func() time.Time
