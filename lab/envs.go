@@ -37,7 +37,12 @@ import (
 //
 // The caller closes every Env.
 func Open(ctx context.Context, spec string) ([]*Env, error) {
-	prefix := "lab/" + rand.Text()[:10] + "/"
+	return OpenPrefix(ctx, spec, "lab/"+rand.Text()[:10]+"/")
+}
+
+// OpenPrefix is Open with the given key prefix instead of a random one, so
+// several processes can work on the same keys.
+func OpenPrefix(ctx context.Context, spec, prefix string) ([]*Env, error) {
 	switch {
 	case spec == "":
 		sq, err := OpenSQLite(ctx, "", prefix)
