@@ -1,0 +1,144 @@
+package session
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+)
+
+// Token layout: 32 random bytes followed by the 2-byte shard of the
+// session's user, in unpadded base64url (46 characters).
+const (
+	secretLen  = 32
+	shardLen   = 2
+	rawLen     = secretLen + shardLen
+	tokenLen   = (rawLen*8 + 5) / 6 // unpadded base64
+	shardHex   = 2 * shardLen
+	digestHex  = 2 * sha256.Size
+	idLen      = shardHex + digestHex
+	redactText = "session.Token(REDACTED)"
+)
+
+// Token is the secret a client presents to use a session: 32 random bytes
+// (plus the 2-byte shard of its user, which lets stores keep a user's
+// sessions together) given to the client once, at Create or Rotate. The
+// store keeps only its SHA-256 ([Token.ID]).
+//
+// A Token redacts itself wherever it might be printed or logged: String,
+// GoString, every fmt verb, slog (LogValue) and text and JSON encoding
+// (MarshalText) all give "session.Token(REDACTED)". Only [Token.Reveal]
+// gives the secret, for the cookie or header that carries it.
+type Token struct{ s string }
+
+// ParseToken checks that s has the form of a token and returns it. The
+// error never contains s. A well-formed token may still name no session.
+func ParseToken(s string) (Token, error) {
+	if len(s) != tokenLen {
+		return Token{}, fmt.Errorf("%w: token must be %d characters", ErrInvalid, tokenLen)
+	}
+	if _, err := base64.RawURLEncoding.Strict().DecodeString(s); err != nil {
+		return Token{}, fmt.Errorf("%w: token is not unpadded base64url", ErrInvalid)
+	}
+	return Token{s: s}, nil
+}
+
+// newToken returns a fresh token for a session of the user with shard.
+func newToken(shard [shardLen]byte) Token {
+	var raw [rawLen]byte
+	rand.Read(raw[:secretLen]) // never fails (crypto/rand panics instead)
+	copy(raw[secretLen:], shard[:])
+	return Token{s: base64.RawURLEncoding.EncodeToString(raw[:])}
+}
+
+// Reveal returns the secret text of the token, to put in a cookie or a
+// header. Never log it.
+func (t Token) Reveal() string { return t.s }
+
+// IsZero reports whether t is the zero Token (no token).
+func (t Token) IsZero() bool { return t.s == "" }
+
+// ID returns the store key of the token's session: the token's shard (4 hex
+// digits) followed by the hex SHA-256 of the token. It is not a credential:
+// presenting an ID as a token fails. The zero Token has the empty ID.
+func (t Token) ID() ID {
+	if t.s == "" {
+		return ""
+	}
+	raw, err := base64.RawURLEncoding.Strict().DecodeString(t.s)
+	if err != nil || len(raw) != rawLen {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(t.s))
+	var b [idLen]byte
+	hex.Encode(b[:shardHex], raw[secretLen:])
+	hex.Encode(b[shardHex:], sum[:])
+	return ID(b[:])
+}
+
+// String returns "session.Token(REDACTED)".
+func (t Token) String() string { return redactText }
+
+// GoString returns "session.Token(REDACTED)", for %#v.
+func (t Token) GoString() string { return redactText }
+
+// Format writes "session.Token(REDACTED)" for every verb and flag.
+func (t Token) Format(f fmt.State, _ rune) { f.Write([]byte(redactText)) }
+
+// LogValue returns the redacted form for log/slog.
+func (t Token) LogValue() slog.Value { return slog.StringValue(redactText) }
+
+// MarshalText returns the redacted form, so that encoding/json and other
+// text encoders never write the secret. Use Reveal to send the token.
+func (t Token) MarshalText() ([]byte, error) { return []byte(redactText), nil }
+
+// ID is the key of a session in a store: the shard of its user (4 hex
+// digits), then the hex SHA-256 of its token (64 hex digits). It names a
+// session for listing and revoking; it is not a credential.
+type ID string
+
+// Validate checks the form of id: 68 lower-case hex digits.
+func (id ID) Validate() error {
+	if len(id) != idLen {
+		return fmt.Errorf("%w: session ID must be %d hex digits", ErrInvalid, idLen)
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return fmt.Errorf("%w: session ID must be lower-case hex", ErrInvalid)
+		}
+	}
+	return nil
+}
+
+// Shard returns the shard part of id (its first 4 hex digits): the same for
+// every session of one user, see [UserShard]. Stores that partition data
+// (Redis Cluster hash tags) keep a user's sessions and index together by it.
+func (id ID) Shard() string {
+	if len(id) < shardHex {
+		return ""
+	}
+	return string(id[:shardHex])
+}
+
+// Short returns the first 12 hex digits of the digest part of id, enough to
+// tell sessions apart in logs.
+func (id ID) Short() string {
+	if len(id) != idLen {
+		return ""
+	}
+	return string(id[shardHex : shardHex+12])
+}
+
+// UserShard returns the shard of userID (4 hex digits): the first two bytes
+// of a SHA-256 of the user ID. Every session ID of the user starts with it.
+func UserShard(userID string) string {
+	s := userShard(userID)
+	return hex.EncodeToString(s[:])
+}
+
+func userShard(userID string) [shardLen]byte {
+	sum := sha256.Sum256([]byte("tenure/session/user\x00" + userID))
+	return [shardLen]byte(sum[:shardLen])
+}
