@@ -1,0 +1,541 @@
+package idempotency
+
+import (
+	"context"
+	crand "crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+)
+
+// Request identifies one logical request.
+type Request struct {
+	// Scope is the principal and the operation, e.g. "user:42 POST
+	// /payments": equal keys in different scopes never meet. 1 to
+	// MaxScopeLen bytes of UTF-8 without NUL.
+	Scope string
+	// Key is the client's idempotency key: 1 to MaxKeyLen bytes of
+	// printable ASCII.
+	Key string
+	// Fingerprint is a digest of the request's input (see [Fingerprint]).
+	// A later request with the same scope and key but another fingerprint
+	// is refused with ErrMismatch. Empty means the input is not checked.
+	Fingerprint string
+}
+
+// ID returns the request's record ID.
+func (r Request) ID() ID { return ID{Scope: r.Scope, Key: r.Key} }
+
+// Result is what Do returns: fn's value, first time or replayed.
+type Result struct {
+	// Value is fn's value: returned by fn in this call, or recorded by an
+	// earlier call.
+	Value []byte
+	// Replayed reports that Value was recorded by an earlier call and fn
+	// did not run now.
+	Replayed bool
+}
+
+// Func is the work Do runs at most once per record. ctx is cancelled when
+// the claim is lost or its validity runs out; c carries the claim's fence
+// for a resource-side guard.
+type Func func(ctx context.Context, c *Claim) ([]byte, error)
+
+// FinalError marks an error as the final outcome of a request: Do records
+// it (with the value fn returned alongside) and replays it to every later
+// request with the same key, instead of releasing the claim. Mark errors
+// with [Final]; with Options.Errors set to StoreErrors every error counts
+// as final.
+type FinalError struct {
+	// Err is the error: fn's own on the first execution, one carrying the
+	// recorded message on a replay.
+	Err error
+}
+
+func (e *FinalError) Error() string { return e.Err.Error() }
+
+// Unwrap returns Err.
+func (e *FinalError) Unwrap() error { return e.Err }
+
+// Final marks err as final (nil stays nil).
+func Final(err error) error {
+	if err == nil {
+		return nil
+	}
+	var fe *FinalError
+	if errors.As(err, &fe) {
+		return err
+	}
+	return &FinalError{Err: err}
+}
+
+// ErrorPolicy says what Do does with an error fn returns.
+type ErrorPolicy int
+
+const (
+	// ReleaseErrors (the default): an error releases the claim, nothing is
+	// recorded, and a retry runs fn again; errors marked with Final are
+	// recorded and replayed.
+	ReleaseErrors ErrorPolicy = iota
+	// StoreErrors: every error is recorded and replayed, as if marked
+	// Final (Stripe's policy).
+	StoreErrors
+)
+
+// AbandonedPolicy says what Do does when it finds a claim that expired
+// without a recorded result.
+type AbandonedPolicy int
+
+const (
+	// ReportUnknown (the default): Do returns an *UnknownError and does not
+	// run fn. The earlier executor may have applied its effect before it
+	// died; reconcile, then call Recover to run fn again (or record the
+	// reconciled result from it).
+	ReportUnknown AbandonedPolicy = iota
+	// Rerun: Do takes the claim over with a greater fence and runs fn
+	// again. Use it when fn's effects are themselves idempotent or guarded
+	// by the claim's fence. The stalled executor's late completion is
+	// refused.
+	Rerun
+)
+
+// Options configure a Keeper. Nil means the defaults documented on each
+// field; out-of-range values make every call fail with ErrInvalid.
+type Options struct {
+	// ClaimTTL is the claim's lease time on the store's clock. Do keeps the
+	// claim alive (renewing every ClaimTTL/3) while fn runs, so it bounds
+	// how long a crashed executor blocks its key, not how long fn may run.
+	// Default 30s; MinTTL to MaxClaimTTL.
+	ClaimTTL time.Duration
+	// Retention is how long a result is kept and replayed, from its
+	// completion, judged on the store's clock when it is read. A key used
+	// again after it runs as new. Default 24h; MinTTL to MaxRetention.
+	Retention time.Duration
+	// Errors is the error policy. Default ReleaseErrors.
+	Errors ErrorPolicy
+	// Abandoned is the policy for expired claims without a result.
+	// Default ReportUnknown.
+	Abandoned AbandonedPolicy
+	// Wait makes a duplicate wait while an earlier request with the same
+	// key is in progress (until ctx ends) and then return its result,
+	// instead of ErrInProgress.
+	Wait bool
+	// RetryMin and RetryMax bound the jittered backoff of waiting and of
+	// store retries. Defaults 5ms and 500ms.
+	RetryMin, RetryMax time.Duration
+	// DriftFactor and Margin are subtracted from the claim time to get the
+	// client's validity (measured on the monotonic clock from when the
+	// request was sent), so fn's context ends before the store can expire
+	// the claim. Defaults 0.01 and 2ms.
+	DriftFactor float64
+	Margin      time.Duration
+	// ReleaseTimeout bounds store calls made after the caller's context
+	// ended (releasing or completing a claim). Default 5s.
+	ReleaseTimeout time.Duration
+	// Logger receives debug and warning records. Tokens are never logged.
+	// Default: discard.
+	Logger *slog.Logger
+}
+
+// Defaults returns o (nil: the zero Options) with every default filled in,
+// and an error wrapping ErrInvalid if a value is out of range.
+func Defaults(o *Options) (Options, error) {
+	var r Options
+	if o != nil {
+		r = *o
+	}
+	if r.ClaimTTL == 0 {
+		r.ClaimTTL = 30 * time.Second
+	}
+	if r.Retention == 0 {
+		r.Retention = 24 * time.Hour
+	}
+	if r.RetryMin <= 0 {
+		r.RetryMin = 5 * time.Millisecond
+	}
+	if r.RetryMax < r.RetryMin {
+		r.RetryMax = max(500*time.Millisecond, r.RetryMin)
+	}
+	if r.DriftFactor <= 0 {
+		r.DriftFactor = 0.01
+	}
+	if r.Margin <= 0 {
+		r.Margin = 2 * time.Millisecond
+	}
+	if r.ReleaseTimeout <= 0 {
+		r.ReleaseTimeout = 5 * time.Second
+	}
+	if r.Logger == nil {
+		r.Logger = slog.New(slog.DiscardHandler)
+	}
+	if err := ValidateClaimTTL(r.ClaimTTL); err != nil {
+		return r, fmt.Errorf("idempotency: Options.ClaimTTL: %w", err)
+	}
+	if err := ValidateRetention(r.Retention); err != nil {
+		return r, fmt.Errorf("idempotency: Options.Retention: %w", err)
+	}
+	if r.Errors != ReleaseErrors && r.Errors != StoreErrors {
+		return r, fmt.Errorf("%w: idempotency: unknown Options.Errors %d", ErrInvalid, r.Errors)
+	}
+	if r.Abandoned != ReportUnknown && r.Abandoned != Rerun {
+		return r, fmt.Errorf("%w: idempotency: unknown Options.Abandoned %d", ErrInvalid, r.Abandoned)
+	}
+	if r.DriftFactor >= 0.5 {
+		return r, fmt.Errorf("%w: idempotency: Options.DriftFactor %v must be below 0.5", ErrInvalid, r.DriftFactor)
+	}
+	return r, nil
+}
+
+// Keeper runs requests at most once per record on a Store. It is safe for
+// concurrent use.
+type Keeper struct {
+	s   Store
+	o   Options
+	err error // bad options, reported by every call
+}
+
+// New returns a Keeper on s. o may be nil for the defaults.
+func New(s Store, o *Options) *Keeper {
+	k := &Keeper{s: s}
+	k.o, k.err = Defaults(o)
+	if k.err == nil && s == nil {
+		k.err = fmt.Errorf("%w: idempotency: nil Store", ErrInvalid)
+	}
+	return k
+}
+
+// Options returns the Keeper's options with defaults filled in.
+func (k *Keeper) Options() Options { return k.o }
+
+// Store returns the Keeper's store.
+func (k *Keeper) Store() Store { return k.s }
+
+// NewToken returns a fresh random claim token of 128 bits.
+func NewToken() string { return crand.Text() }
+
+// Fingerprint returns the hex SHA-256 digest of parts, each
+// length-prefixed, so that ("ab", "c") and ("a", "bc") differ.
+func Fingerprint(parts ...[]byte) string {
+	h := sha256.New()
+	var n [8]byte
+	for _, p := range parts {
+		binary.BigEndian.PutUint64(n[:], uint64(len(p)))
+		h.Write(n[:])
+		h.Write(p)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// ValidateRequest checks a request's scope, key and fingerprint.
+func ValidateRequest(req Request) error {
+	if err := ValidateID(req.ID()); err != nil {
+		return err
+	}
+	return ValidateFingerprint(req.Fingerprint)
+}
+
+// Do runs fn at most once for req and returns its value; later calls with
+// the same scope and key replay the recorded value (Result.Replayed):
+//
+//   - same key, other fingerprint: ErrMismatch, fn not run;
+//   - an earlier call still holds the claim: an *InProgressError (or, with
+//     Options.Wait, Do waits and returns its result);
+//   - an earlier call's claim expired without a result: an *UnknownError
+//     (or, with Options.Abandoned = Rerun, fn runs again under a new fence);
+//   - the store cannot be reached: an error wrapping ErrUnavailable, fn not
+//     run.
+//
+// While fn runs, Do keeps the claim alive; fn's context is cancelled when
+// the claim is lost or its validity runs out. If fn returns an error, the
+// claim is released (a retry runs fn again) unless the error is final (see
+// [Final], Options.Errors): then it is recorded, returned as a
+// *FinalError with fn's value in Result, and replayed. If fn panics, the
+// claim is released and the panic goes on.
+//
+// If fn's result cannot be recorded, the error is an *UnknownError (with
+// the store's error) or, when a later attempt took the expired claim over,
+// one wrapping ErrClaimLost; Result.Value still holds fn's value.
+func (k *Keeper) Do(ctx context.Context, req Request, fn Func) (Result, error) {
+	return k.do(ctx, req, fn, k.o.Abandoned == Rerun)
+}
+
+// Recover is Do that takes over an abandoned claim (one that expired
+// without a result) and runs fn again under a greater fence, whatever
+// Options.Abandoned says. Call it after reconciling an *UnknownError: fn
+// can redo the work, or return the result found by reconciliation so that
+// it is recorded and replayed from then on.
+func (k *Keeper) Recover(ctx context.Context, req Request, fn Func) (Result, error) {
+	return k.do(ctx, req, fn, true)
+}
+
+func (k *Keeper) check(req Request, fn Func) error {
+	if k.err != nil {
+		return k.err
+	}
+	if err := ValidateRequest(req); err != nil {
+		return err
+	}
+	if fn == nil {
+		return fmt.Errorf("%w: idempotency: nil fn", ErrInvalid)
+	}
+	return nil
+}
+
+func (k *Keeper) begin(req Request, token string, takeover bool) Begin {
+	return Begin{ID: req.ID(), Fingerprint: req.Fingerprint, Token: token,
+		ClaimTTL: k.o.ClaimTTL, Retention: k.o.Retention, Takeover: takeover}
+}
+
+func (k *Keeper) do(ctx context.Context, req Request, fn Func, takeover bool) (Result, error) {
+	if err := k.check(req, fn); err != nil {
+		return Result{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Result{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	token := NewToken()
+	for attempt := 1; ; attempt++ {
+		sent := time.Now()
+		b, err := k.s.Begin(ctx, k.begin(req, token, takeover))
+		if err != nil {
+			if !errors.Is(err, ErrInvalid) {
+				// The claim may have been applied without its reply: drop
+				// it, so it does not block the key for a whole claim TTL.
+				k.cleanup(ctx, req.ID(), token)
+			}
+			return Result{}, err
+		}
+		if b.State == InProgress && k.o.Wait {
+			wait := k.backoff(attempt)
+			if b.TTL > 0 && b.TTL < wait {
+				wait = b.TTL
+			}
+			if !sleep(ctx, wait) {
+				return Result{}, fmt.Errorf("idempotency: gave up waiting for key %q: %w (last: %w)", req.Key, ctx.Err(),
+					&InProgressError{Scope: req.Scope, Key: req.Key, RetryAfter: b.TTL})
+			}
+			continue
+		}
+		if b.State == Claimed {
+			return k.run(ctx, req, token, b, sent, fn)
+		}
+		return k.answer(req, b)
+	}
+}
+
+// answer turns a Begun that is not Claimed into Do's return values.
+func (k *Keeper) answer(req Request, b Begun) (Result, error) {
+	switch b.State {
+	case Completed:
+		res := Result{Value: b.Outcome.Value, Replayed: true}
+		if b.Outcome.Failed {
+			return res, &FinalError{Err: errors.New(b.Outcome.Message)}
+		}
+		return res, nil
+	case Mismatch:
+		return Result{}, fmt.Errorf("%w: key %q in scope %q", ErrMismatch, req.Key, req.Scope)
+	case InProgress:
+		return Result{}, &InProgressError{Scope: req.Scope, Key: req.Key, RetryAfter: b.TTL}
+	case Abandoned:
+		return Result{}, &UnknownError{Scope: req.Scope, Key: req.Key, Fence: b.Fence}
+	}
+	return Result{}, fmt.Errorf("idempotency: the store answered Begin with state %v", b.State)
+}
+
+// final reports whether fn's error is recorded.
+func (k *Keeper) final(err error) bool {
+	var fe *FinalError
+	return k.o.Errors == StoreErrors || errors.As(err, &fe)
+}
+
+// outcome is the record of fn's result.
+func (k *Keeper) outcome(value []byte, err error) Outcome {
+	out := Outcome{Value: value}
+	if err != nil {
+		out.Failed = true
+		out.Message = CleanMessage(err.Error())
+	}
+	return out
+}
+
+func (k *Keeper) run(ctx context.Context, req Request, token string, b Begun, sent time.Time, fn Func) (Result, error) {
+	id := req.ID()
+	c := newClaim(id, token, b.Fence, b.TTL, sent, k.margin(b.TTL))
+	fnCtx, cancel := context.WithCancelCause(ctx)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		select {
+		case <-c.Done():
+			cancel(c.Err())
+		case <-stop:
+		}
+	})
+	wg.Go(func() { k.keepAlive(fnCtx, c, stop) })
+	finish := func() {
+		close(stop)
+		wg.Wait()
+		cancel(context.Canceled)
+		c.end(errFinished)
+	}
+
+	var (
+		value []byte
+		fnErr error
+	)
+	func() {
+		defer func() {
+			if p := recover(); p != nil {
+				finish()
+				k.release(ctx, id, token)
+				panic(p)
+			}
+		}()
+		value, fnErr = fn(fnCtx, c)
+	}()
+	finish()
+
+	if fnErr != nil && !k.final(fnErr) {
+		k.release(ctx, id, token)
+		return Result{}, fnErr
+	}
+	if fnErr != nil {
+		fnErr = Final(fnErr)
+	}
+	err := k.complete(ctx, id, token, b.Fence, k.outcome(value, fnErr))
+	switch {
+	case err == nil:
+		return Result{Value: value}, fnErr
+	case errors.Is(err, ErrClaimLost):
+		k.o.Logger.WarnContext(ctx, "idempotency: result refused, a later attempt took the claim over",
+			"scope", req.Scope, "key", req.Key, "fence", b.Fence)
+		return Result{Value: value}, fmt.Errorf("idempotency: key %q in scope %q: this attempt's result (fence %d) was refused: %w",
+			req.Key, req.Scope, b.Fence, errors.Join(err, fnErr))
+	}
+	return Result{Value: value}, &UnknownError{Scope: req.Scope, Key: req.Key, Fence: b.Fence, Ran: true, Err: err}
+}
+
+// complete records out, sending the request again (same token and fence:
+// the store accepts a repeat) while its outcome is unknown, for at most a
+// claim TTL and while ctx allows (after ctx ended, ReleaseTimeout).
+func (k *Keeper) complete(ctx context.Context, id ID, token string, fence uint64, out Outcome) error {
+	ctx, cancel := k.afterCtx(ctx)
+	defer cancel()
+	deadline := time.Now().Add(k.o.ClaimTTL)
+	per := max(k.o.ClaimTTL/3, 10*time.Millisecond)
+	for attempt := 1; ; attempt++ {
+		actx, acancel := context.WithTimeout(ctx, per)
+		err := k.s.Complete(actx, id, token, fence, out, k.o.Retention)
+		acancel()
+		if err == nil || !errors.Is(err, ErrUnavailable) {
+			return err
+		}
+		k.o.Logger.DebugContext(ctx, "idempotency: completion outcome unknown, sending it again",
+			"scope", id.Scope, "key", id.Key, "attempt", attempt, "err", err)
+		if time.Now().After(deadline) || !sleep(ctx, k.backoff(attempt)) {
+			return err
+		}
+	}
+}
+
+// afterCtx returns ctx, or a context bounded by ReleaseTimeout when ctx has
+// already ended.
+func (k *Keeper) afterCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	if ctx.Err() == nil {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(context.WithoutCancel(ctx), k.o.ReleaseTimeout)
+}
+
+// release drops the claim after an error or a panic, retrying while its
+// outcome is unknown within ReleaseTimeout. A claim left behind expires by
+// itself (and then reads as abandoned).
+func (k *Keeper) release(ctx context.Context, id ID, token string) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), k.o.ReleaseTimeout)
+	defer cancel()
+	for attempt := 1; ; attempt++ {
+		err := k.s.Release(rctx, id, token)
+		if err == nil || errors.Is(err, ErrClaimLost) || errors.Is(err, ErrInvalid) {
+			return
+		}
+		if !sleep(rctx, k.backoff(attempt)) {
+			k.o.Logger.WarnContext(ctx, "idempotency: releasing a claim failed; it expires by itself",
+				"scope", id.Scope, "key", id.Key, "err", err)
+			return
+		}
+	}
+}
+
+// cleanup releases token in the background after a Begin whose outcome is
+// unknown.
+func (k *Keeper) cleanup(ctx context.Context, id ID, token string) {
+	go k.release(ctx, id, token)
+}
+
+// keepAlive renews c every ClaimTTL/3 until stop closes or the claim ends.
+// A renewal never waits past the claim's validity.
+func (k *Keeper) keepAlive(ctx context.Context, c *Claim, stop <-chan struct{}) {
+	interval := max(c.ttl/3, time.Millisecond)
+	retry := max(c.ttl/10, time.Millisecond)
+	next := time.NewTimer(interval)
+	defer next.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-c.Done():
+			return
+		case <-next.C:
+			sent := time.Now()
+			rctx, rcancel := context.WithDeadline(context.WithoutCancel(ctx), c.ValidUntil())
+			err := k.s.Renew(rctx, c.id, c.token, c.fence, c.ttl)
+			rcancel()
+			switch {
+			case err == nil:
+				c.extend(sent.Add(c.ttl - k.margin(c.ttl)))
+				next.Reset(interval)
+			case errors.Is(err, ErrClaimLost), errors.Is(err, ErrInvalid):
+				c.end(fmt.Errorf("%w: renewal refused: %w", ErrClaimLost, err))
+				return
+			default:
+				k.o.Logger.DebugContext(ctx, "idempotency: claim renewal failed, retrying while valid",
+					"scope", c.id.Scope, "key", c.id.Key, "err", err)
+				next.Reset(retry)
+			}
+		}
+	}
+}
+
+func (k *Keeper) margin(ttl time.Duration) time.Duration {
+	return time.Duration(float64(ttl)*k.o.DriftFactor) + k.o.Margin
+}
+
+// backoff returns a jittered exponential delay for attempt (1-based).
+func (k *Keeper) backoff(attempt int) time.Duration {
+	d := k.o.RetryMin << min(attempt-1, 20)
+	if d <= 0 || d > k.o.RetryMax {
+		d = k.o.RetryMax
+	}
+	return d/2 + rand.N(d/2+1)
+}
+
+// sleep waits d or until ctx ends; it reports whether the full time passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -1,0 +1,96 @@
+package idempotency
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// DoTx is Do inside the caller's own database transaction, for SQL stores
+// (see [Tx]): the claim, fn's writes and the recorded result are all in tx,
+// so they commit or roll back together. A transaction that fails leaves no
+// record, and a retry runs fn again.
+//
+// A concurrent duplicate's DoTx waits for the first transaction: when that
+// commits, the duplicate replays its result; when it rolls back, the
+// duplicate claims the record and runs fn itself. (Use READ COMMITTED on
+// PostgreSQL: under REPEATABLE READ or SERIALIZABLE the waiting duplicate
+// fails with a serialization error instead.)
+//
+// fn gets a claim whose fence is greater than every earlier claim's on the
+// record; its validity is the transaction's (Done never closes). The
+// answers are Do's: a replay, ErrMismatch, an *InProgressError for a
+// record claimed by Do outside a transaction (or waiting, with
+// Options.Wait), an *UnknownError for an abandoned one.
+//
+// After an error DoTx leaves tx as it was before the call (fn's writes and
+// the claim rolled back to a savepoint), and the caller should roll back.
+// A final error (see [Final]) is recorded in tx without fn's writes and
+// returned as a *FinalError: commit tx to keep the record. If fn panics,
+// the caller's transaction must be rolled back.
+func (k *Keeper) DoTx(ctx context.Context, tx Tx, req Request, fn Func) (Result, error) {
+	if err := k.check(req, fn); err != nil {
+		return Result{}, err
+	}
+	if tx == nil {
+		return Result{}, fmt.Errorf("%w: idempotency: nil Tx", ErrInvalid)
+	}
+	token := NewToken()
+	for attempt := 1; ; attempt++ {
+		b, err := tx.Claim(ctx, k.begin(req, token, k.o.Abandoned == Rerun))
+		if err != nil {
+			return Result{}, err
+		}
+		if b.State == InProgress && k.o.Wait {
+			wait := k.backoff(attempt)
+			if b.TTL > 0 && b.TTL < wait {
+				wait = b.TTL
+			}
+			if !sleep(ctx, wait) {
+				return Result{}, fmt.Errorf("idempotency: gave up waiting for key %q: %w (last: %w)", req.Key, ctx.Err(),
+					&InProgressError{Scope: req.Scope, Key: req.Key, RetryAfter: b.TTL})
+			}
+			continue
+		}
+		if b.State != Claimed {
+			return k.answer(req, b)
+		}
+		id := req.ID()
+		value, fnErr := fn(ctx, NewTxClaim(id, token, b.Fence))
+		if fnErr != nil && !k.final(fnErr) {
+			if err := tx.Undo(ctx); err != nil {
+				return Result{}, errors.Join(fnErr, fmt.Errorf("idempotency: roll back to the savepoint: %w", err))
+			}
+			if err := tx.Release(ctx, id, token); err != nil {
+				return Result{}, errors.Join(fnErr, fmt.Errorf("idempotency: drop the claim: %w", err))
+			}
+			return Result{}, fnErr
+		}
+		if fnErr != nil {
+			fnErr = Final(fnErr)
+			if err := tx.Undo(ctx); err != nil {
+				return Result{}, errors.Join(fnErr, fmt.Errorf("idempotency: roll back to the savepoint: %w", err))
+			}
+		}
+		if err := tx.Complete(ctx, id, token, b.Fence, k.outcome(value, fnErr), k.o.Retention); err != nil {
+			return Result{Value: value}, errors.Join(&recordError{err}, fnErr)
+		}
+		return Result{Value: value}, fnErr
+	}
+}
+
+// Recorded reports whether an error of DoTx leaves a result recorded in
+// the transaction: a *FinalError, which the caller commits to keep (a
+// replayed one wrote nothing, and committing is harmless). After any other
+// error the caller rolls back.
+func Recorded(err error) bool {
+	var fe *FinalError
+	var re *recordError
+	return errors.As(err, &fe) && !errors.As(err, &re)
+}
+
+// recordError reports that DoTx could not write the result.
+type recordError struct{ err error }
+
+func (e *recordError) Error() string { return "idempotency: record the result: " + e.err.Error() }
+func (e *recordError) Unwrap() error { return e.err }
