@@ -12,6 +12,7 @@ require (
 	go.uber.org/zap v1.27.0
 	google.golang.org/grpc v1.83.2
 	modernc.org/sqlite v1.62.0
+	pgregory.net/rapid v1.3.0
 )
 
 require (

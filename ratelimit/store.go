@@ -1,0 +1,215 @@
+package ratelimit
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Store is the contract every backend implements (memstore, sqlitestore,
+// pgstore, redisstore; their Limits method returns it). Stores judge time
+// on their own clock (Redis TIME, PostgreSQL clock_timestamp(), the
+// process that owns a SQLite file or memory store), never the caller's.
+//
+// Implementations must make each call one atomic step, give every piece of
+// state they write an expiry (a key TTL, or an expiry column that reads
+// judge and a sweep removes), wrap transport failures in ErrUnavailable,
+// and be safe for concurrent use. The requests they get were validated by
+// this package; stores re-check what their own arithmetic relies on before
+// writing. [Evaluate] is the reference implementation of the algorithms,
+// which in-process stores run directly.
+type Store interface {
+	// Decide judges every request on the store's clock, in one atomic step.
+	// With commit, when every request is allowed, each one's units are
+	// consumed; when any is denied, nothing is written. Without commit (a
+	// peek) nothing is written. Decisions come back in the order of reqs;
+	// stores fill Allowed, Remaining, RetryAfter, ResetAfter and At.
+	Decide(ctx context.Context, reqs []Request, commit bool) ([]Decision, error)
+	// Reset deletes the state of keys.
+	Reset(ctx context.Context, keys []StateKey) error
+	// AcquirePermit grants a permit id on key if fewer than permits
+	// unexpired permits are held there; the permit expires ttl after the
+	// store applied the call unless renewed. An id that already holds a
+	// permit there is renewed (so an acquire whose reply was lost can be
+	// retried). The grant's fence is strictly greater than every fence
+	// granted on key before.
+	AcquirePermit(ctx context.Context, key StateKey, id string, permits int, ttl time.Duration) (PermitGrant, error)
+	// RenewPermit extends permit id on key to ttl from now (store clock);
+	// ErrPermitLost if it is not held (expired or released).
+	RenewPermit(ctx context.Context, key StateKey, id string, ttl time.Duration) (PermitGrant, error)
+	// ReleasePermit frees permit id on key; ErrPermitLost if it was not
+	// held any more.
+	ReleasePermit(ctx context.Context, key StateKey, id string) error
+}
+
+// StateKey names one piece of limiter state. Tag groups the keys that one
+// call may touch together: on Redis Cluster it is the hash tag, so they
+// share a slot. The state's identity is Tag+Suffix, and Tag never contains
+// the other's Suffix ambiguously (names cannot contain ':').
+type StateKey struct {
+	Tag, Suffix string
+}
+
+// String returns the key's identity, Tag+Suffix.
+func (k StateKey) String() string { return k.Tag + k.Suffix }
+
+// stateKey builds the key of key under limit name and algorithm code for a
+// single limiter, or for a member of group (group != "").
+func stateKey(group, name, code, key string) StateKey {
+	if group == "" {
+		return StateKey{Tag: name + ":" + key, Suffix: ":" + code}
+	}
+	return StateKey{Tag: "*" + group, Suffix: ":" + code + ":" + name + ":" + key}
+}
+
+// Request is one limit to judge in a call to Store.Decide.
+type Request struct {
+	// Key is the state of this limit and key.
+	Key StateKey
+	// Algorithm and Limit (with defaults applied: Name and Burst set)
+	// define the decision.
+	Algorithm Algorithm
+	Limit     Limit
+	// N is the cost: 1 to Limit.Capacity() units for a decision, 0 to
+	// Capacity() for a peek.
+	N int
+}
+
+// validate re-checks a request as a store must before its first write.
+func (r Request) validate(commit bool) error {
+	l, err := normalize(r.Algorithm, r.Limit)
+	if err != nil {
+		return err
+	}
+	if l != r.Limit {
+		return fmt.Errorf("%w: request limit %v was not normalized", ErrInvalid, r.Limit)
+	}
+	lo := 1
+	if !commit {
+		lo = 0
+	}
+	if r.N < lo || r.N > l.Capacity() {
+		return fmt.Errorf("%w: cost %d out of range [%d, %d] for %v", ErrInvalid, r.N, lo, l.Capacity(), l)
+	}
+	if r.Key.Tag == "" || r.Key.Suffix == "" {
+		return fmt.Errorf("%w: empty state key", ErrInvalid)
+	}
+	return nil
+}
+
+// ValidateRequests checks requests as every Store should before its first
+// write (this package's limiters only send valid ones): normalized limits,
+// costs within capacity, distinct non-empty keys, at most MaxGroup of
+// them. Errors wrap ErrInvalid.
+func ValidateRequests(reqs []Request, commit bool) error {
+	if len(reqs) == 0 || len(reqs) > MaxGroup {
+		return fmt.Errorf("%w: %d requests in one decision, want 1 to %d", ErrInvalid, len(reqs), MaxGroup)
+	}
+	for i, r := range reqs {
+		if err := r.validate(commit); err != nil {
+			return err
+		}
+		for _, o := range reqs[:i] {
+			if o.Key == r.Key {
+				return fmt.Errorf("%w: state key %q twice in one decision", ErrInvalid, r.Key)
+			}
+		}
+	}
+	return nil
+}
+
+// ValidateStateKeys checks the keys of a Reset: 1 to MaxGroup non-empty
+// keys. Errors wrap ErrInvalid.
+func ValidateStateKeys(keys []StateKey) error {
+	if len(keys) == 0 || len(keys) > MaxGroup {
+		return fmt.Errorf("%w: %d keys, want 1 to %d", ErrInvalid, len(keys), MaxGroup)
+	}
+	for _, k := range keys {
+		if k.Tag == "" || k.Suffix == "" {
+			return fmt.Errorf("%w: empty state key", ErrInvalid)
+		}
+	}
+	return nil
+}
+
+// Decision is the outcome of a request.
+type Decision struct {
+	// Allowed reports whether the request's units were admitted (for a
+	// peek: whether they would be).
+	Allowed bool
+	// Remaining is the number of units the limit would still admit right
+	// now, after this decision.
+	Remaining int
+	// RetryAfter is, for a denied request, how long until the same request
+	// would be allowed if nothing else consumed units meanwhile (exact for
+	// every algorithm, on the store's clock); 0 when allowed.
+	RetryAfter time.Duration
+	// ResetAfter is how long until the limit is fully available again if
+	// nothing else consumes units (0 when it is).
+	ResetAfter time.Duration
+	// Limit is the limit judged (with its defaults filled in).
+	Limit Limit
+	// Algorithm is the algorithm that judged it.
+	Algorithm Algorithm
+	// At is the store's clock when it decided (microsecond resolution).
+	At time.Time
+}
+
+// PermitGrant is a store's answer to AcquirePermit and RenewPermit.
+type PermitGrant struct {
+	// Acquired reports whether the permit is held now.
+	Acquired bool
+	// Fence is the permit's fencing token (when Acquired): strictly greater
+	// than the fence of every permit granted on the key before it.
+	Fence uint64
+	// InUse is the number of unexpired permits held on the key after the
+	// call.
+	InUse int
+	// RetryAfter is, when not acquired, how long until the soonest held
+	// permit expires (a permit may be released earlier).
+	RetryAfter time.Duration
+	// TTL is the permit's time left (when Acquired).
+	TTL time.Duration
+	// At is the store's clock when it decided.
+	At time.Time
+}
+
+// MaxGroup is the most limits one decision checks together.
+const MaxGroup = 16
+
+// Bounds on concurrency limits.
+const (
+	// MaxPermits is the largest ConcurrencyLimit.Permits.
+	MaxPermits = 10_000
+	// MinPermitTTL and MaxPermitTTL bound ConcurrencyLimit.TTL.
+	MinPermitTTL = time.Millisecond
+	MaxPermitTTL = 24 * time.Hour
+	// MaxPermitIDLen is the longest permit id.
+	MaxPermitIDLen = 64
+)
+
+// ValidatePermit checks the arguments of a permit call as every Store must
+// before its first write: key non-empty, id 1 to MaxPermitIDLen bytes of
+// visible ASCII, permits 1 to MaxPermits (when > 0 is asked: pass -1 to
+// skip), ttl MinPermitTTL to MaxPermitTTL (pass -1 to skip). Errors wrap
+// ErrInvalid and never contain the id.
+func ValidatePermit(key StateKey, id string, permits int, ttl time.Duration) error {
+	if key.Tag == "" || key.Suffix == "" {
+		return fmt.Errorf("%w: empty state key", ErrInvalid)
+	}
+	if id == "" || len(id) > MaxPermitIDLen {
+		return fmt.Errorf("%w: permit id must be 1 to %d bytes", ErrInvalid, MaxPermitIDLen)
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; c <= ' ' || c > '~' {
+			return fmt.Errorf("%w: permit id must be visible ASCII", ErrInvalid)
+		}
+	}
+	if permits != -1 && (permits < 1 || permits > MaxPermits) {
+		return fmt.Errorf("%w: permits %d out of range [1, %d]", ErrInvalid, permits, MaxPermits)
+	}
+	if ttl != -1 && (ttl < MinPermitTTL || ttl > MaxPermitTTL || ttl%time.Microsecond != 0) {
+		return fmt.Errorf("%w: permit ttl %v out of range [%v, %v] or not whole microseconds", ErrInvalid, ttl, MinPermitTTL, MaxPermitTTL)
+	}
+	return nil
+}
