@@ -23,6 +23,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -739,11 +740,15 @@ func testRevokeUserRacingRotate(t *testing.T, tg Target) {
 		toks = append(toks, tok)
 	}
 	start := make(chan struct{})
-	var wg sync.WaitGroup
+	var (
+		wg      sync.WaitGroup
+		revoked atomic.Bool
+	)
 	for i := range sessions {
 		wg.Go(func() {
 			<-start
 			for {
+				after := revoked.Load()
 				tok, err := m.Rotate(ctx, sessions[i])
 				if errors.Is(err, session.ErrNotFound) {
 					return
@@ -755,6 +760,10 @@ func testRevokeUserRacingRotate(t *testing.T, tg Target) {
 				mu.Lock()
 				toks = append(toks, tok)
 				mu.Unlock()
+				if after {
+					t.Errorf("a rotation begun after RevokeUser returned succeeded")
+					return
+				}
 			}
 		})
 	}
@@ -763,6 +772,7 @@ func testRevokeUserRacingRotate(t *testing.T, tg Target) {
 	if _, err := m.RevokeUser(ctx, u); err != nil {
 		t.Fatalf("RevokeUser: %v", err)
 	}
+	revoked.Store(true)
 	wg.Wait()
 	for _, tok := range toks {
 		if _, err := m.Load(ctx, tok); !errors.Is(err, session.ErrNotFound) {
