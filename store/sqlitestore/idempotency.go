@@ -108,7 +108,9 @@ func (s *Store) Idempotency() idempotency.Store { return idemView{s, s.idemQueri
 // with [DSN] holds it from BEGIN), so a concurrent duplicate waits (for up
 // to the busy timeout) until tx ends, and then replays the committed
 // result or claims the record itself after a rollback.
-func (s *Store) IdempotencyTx(tx *sql.Tx) idempotency.Tx { return idemTx{idemView{s, s.idemQueries()}, tx} }
+func (s *Store) IdempotencyTx(tx *sql.Tx) idempotency.Tx {
+	return idemTx{idemView{s, s.idemQueries()}, tx}
+}
 
 // PurgeIdempotency deletes the records whose retention ended (store clock)
 // and returns how many. Run it now and then to reclaim space; correctness
