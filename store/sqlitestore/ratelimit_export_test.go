@@ -1,0 +1,15 @@
+package sqlitestore
+
+import (
+	"context"
+	"time"
+)
+
+// RateLimitKeys lists the live rate limit rows with their time left on the
+// store's clock (for the conformance suite).
+func (s *Store) RateLimitKeys(ctx context.Context) (map[string]time.Duration, error) {
+	return s.Limits().(*rateLimits).rateLimitKeys(ctx)
+}
+
+// RateLimitTable is the name of the store's rate limit table.
+func (s *Store) RateLimitTable() string { return `"` + s.q.prefix + `ratelimit"` }
