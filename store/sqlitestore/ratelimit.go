@@ -24,9 +24,9 @@ const (
 )
 
 type rateQueries struct {
-	schema                  []string
-	get, put, del, sweep    string
-	keys                    string
+	schema               []string
+	get, put, del, sweep string
+	keys                 string
 }
 
 func rateSQL(prefix string) rateQueries {
