@@ -956,6 +956,7 @@ func testTokensAbsentFromLogs(t *testing.T, tg Target) {
 	_, err = m.Load(short, tok2)
 	cancel()
 	tg.Faults.Heal()
+	awaitHealed(t, tg.Store, u)
 	if err == nil {
 		t.Fatal("Load through a cut store succeeded")
 	}
@@ -1022,6 +1023,23 @@ func testUnreachable(t *testing.T, tg Target) {
 		}
 		if !errors.Is(err, session.ErrUnavailable) || time.Now().After(deadline) {
 			t.Fatalf("Load after healing: %v (the session must still be there, unchanged)", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// awaitHealed waits until s answers again after Faults.Heal (a client may
+// need a moment to reconnect).
+func awaitHealed(t *testing.T, s session.Store, u string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		_, err := s.List(ctxT(t), u)
+		if err == nil {
+			return
+		}
+		if !errors.Is(err, session.ErrUnavailable) || time.Now().After(deadline) {
+			t.Fatalf("the store does not answer after healing: %v", err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

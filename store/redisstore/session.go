@@ -1,0 +1,432 @@
+package redisstore
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/tenurekit/tenure/lease"
+	"github.com/tenurekit/tenure/session"
+)
+
+// Session scripts. Every key a script touches is in its KEYS and carries
+// the hash tag of the session's shard ({s:<shard>}, the same for all of a
+// user's sessions and the user's index), so they work on Redis Cluster.
+var (
+	//go:embed lua/session_create.lua
+	sessionCreateSrc string
+	//go:embed lua/session_load.lua
+	sessionLoadSrc string
+	//go:embed lua/session_save.lua
+	sessionSaveSrc string
+	//go:embed lua/session_rotate.lua
+	sessionRotateSrc string
+	//go:embed lua/session_delete.lua
+	sessionDeleteSrc string
+	//go:embed lua/session_deluser.lua
+	sessionDelUserSrc string
+	//go:embed lua/session_list.lua
+	sessionListSrc string
+
+	sessionCreateScript  = rueidis.NewLuaScript(sessionCreateSrc)
+	sessionLoadScript    = rueidis.NewLuaScript(sessionLoadSrc)
+	sessionSaveScript    = rueidis.NewLuaScript(sessionSaveSrc)
+	sessionRotateScript  = rueidis.NewLuaScript(sessionRotateSrc)
+	sessionDeleteScript  = rueidis.NewLuaScript(sessionDeleteSrc)
+	sessionDelUserScript = rueidis.NewLuaScript(sessionDelUserSrc)
+	sessionListScript    = rueidis.NewLuaScript(sessionListSrc)
+)
+
+// maxRevokeRounds bounds the rounds of DeleteUser; each round deletes what
+// the previous one found, and the user would have to create sessions
+// faster than a round trip for a second round to be needed.
+const maxRevokeRounds = 64
+
+// Sessions returns the store's session.Store view. A session is a hash
+// under prefix{s:<shard>}:s:<digest>, a user's index a sorted set under
+// prefix{s:<shard>}:u:<user> (scored by absolute deadline); every call is
+// one Lua script judged on the server's TIME (Load with its idle refresh
+// included), except List and DeleteUser, which read the index first. Keys
+// expire at the idle deadline to reclaim space; reads never rely on that.
+func (s *Store) Sessions() session.Store { return sessions{s} }
+
+type sessions struct{ s *Store }
+
+// SessionKey returns the key of the session record id.
+func (s *Store) SessionKey(id session.ID) string {
+	return s.prefix + "{s:" + id.Shard() + "}:s:" + string(id[4:])
+}
+
+// SessionIndexKey returns the key of userID's session index.
+func (s *Store) SessionIndexKey(userID string) string {
+	return s.prefix + "{s:" + session.UserShard(userID) + "}:u:" + userID
+}
+
+func ms(d time.Duration) string { return strconv.FormatInt(ceilMillis(d), 10) }
+
+func fromMillis(v int64) time.Time { return time.UnixMilli(v) }
+
+// sessionFail classifies an error of a request with the session package's
+// sentinels.
+func (s *Store) sessionFail(op string, err error) error {
+	c := s.fail(err)
+	switch {
+	case errors.Is(c, lease.ErrUnavailable):
+		return fmt.Errorf("%w: redisstore: session %s: %w", session.ErrUnavailable, op, c)
+	case errors.Is(c, lease.ErrInvalid):
+		return fmt.Errorf("%w: redisstore: session %s: %w", session.ErrInvalid, op, c)
+	}
+	return fmt.Errorf("redisstore: session %s: %w", op, c)
+}
+
+func (s *Store) sessionReady(ctx context.Context, op string) error {
+	if err := s.ready(ctx); err != nil {
+		if errors.Is(err, lease.ErrUnavailable) {
+			return fmt.Errorf("%w: redisstore: session %s: %w", session.ErrUnavailable, op, err)
+		}
+		return err
+	}
+	return nil
+}
+
+// record parses {user, data, version, created, idle, absolute} from arr.
+func record(id session.ID, arr []rueidis.RedisMessage) (session.Record, error) {
+	if len(arr) < 6 {
+		return session.Record{}, malformed("session script")
+	}
+	user, err1 := arr[0].ToString()
+	data, err2 := arr[1].ToString()
+	v, err3 := arr[2].AsInt64()
+	c, err4 := arr[3].AsInt64()
+	i, err5 := arr[4].AsInt64()
+	a, err6 := arr[5].AsInt64()
+	if err := errors.Join(err1, err2, err3, err4, err5, err6); err != nil {
+		return session.Record{}, malformed("session script")
+	}
+	return session.Record{
+		ID: id, UserID: user, Data: []byte(data), Version: uint64(v),
+		Created: fromMillis(c), IdleUntil: fromMillis(i), AbsoluteUntil: fromMillis(a),
+	}, nil
+}
+
+func validateWrite(id session.ID, version uint64, idle time.Duration) error {
+	if err := id.Validate(); err != nil {
+		return err
+	}
+	if err := session.ValidateVersion(version); err != nil {
+		return err
+	}
+	return session.ValidateTimeout(idle)
+}
+
+func (v sessions) Create(ctx context.Context, rec session.Record, idle, absolute time.Duration) (session.Record, error) {
+	if err := session.ValidateRecord(rec, idle, absolute); err != nil {
+		return session.Record{}, err
+	}
+	if rec.ID.Shard() != session.UserShard(rec.UserID) {
+		return session.Record{}, fmt.Errorf("%w: session ID is not in its user's shard", session.ErrInvalid)
+	}
+	s := v.s
+	if err := s.sessionReady(ctx, "create"); err != nil {
+		return session.Record{}, err
+	}
+	keys := []string{s.SessionKey(rec.ID), s.SessionIndexKey(rec.UserID)}
+	arr, err := sessionCreateScript.Exec(ctx, s.c, keys,
+		[]string{rec.UserID, string(rec.Data), ms(idle), ms(absolute), string(rec.ID)}).ToArray()
+	if err != nil {
+		return session.Record{}, s.sessionFail("create", err)
+	}
+	ok, err := arr[0].AsInt64()
+	if err != nil {
+		return session.Record{}, malformed("session create")
+	}
+	if ok == 0 {
+		return session.Record{}, session.ErrConflict
+	}
+	if len(arr) < 4 {
+		return session.Record{}, malformed("session create")
+	}
+	c, err1 := arr[1].AsInt64()
+	i, err2 := arr[2].AsInt64()
+	a, err3 := arr[3].AsInt64()
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return session.Record{}, malformed("session create")
+	}
+	return session.Record{
+		ID: rec.ID, UserID: rec.UserID, Data: append([]byte{}, rec.Data...), Version: 1,
+		Created: fromMillis(c), IdleUntil: fromMillis(i), AbsoluteUntil: fromMillis(a),
+	}, nil
+}
+
+// Load is one script call: read, judge both deadlines on TIME, refresh the
+// idle deadline.
+func (v sessions) Load(ctx context.Context, id session.ID, idle time.Duration) (session.Record, error) {
+	if err := id.Validate(); err != nil {
+		return session.Record{}, err
+	}
+	arg := "0"
+	if idle != 0 {
+		if err := session.ValidateTimeout(idle); err != nil {
+			return session.Record{}, err
+		}
+		arg = ms(idle)
+	}
+	s := v.s
+	if err := s.sessionReady(ctx, "load"); err != nil {
+		return session.Record{}, err
+	}
+	arr, err := sessionLoadScript.Exec(ctx, s.c, []string{s.SessionKey(id)}, []string{arg}).ToArray()
+	if err != nil {
+		return session.Record{}, s.sessionFail("load", err)
+	}
+	if ok, err := arr[0].AsInt64(); err != nil || ok != 1 {
+		if err != nil {
+			return session.Record{}, malformed("session load")
+		}
+		return session.Record{}, session.ErrNotFound
+	}
+	return record(id, arr[1:])
+}
+
+func (v sessions) save(ctx context.Context, op string, id session.ID, version uint64, write bool, data []byte, idle time.Duration) (session.Record, error) {
+	s := v.s
+	if err := s.sessionReady(ctx, op); err != nil {
+		return session.Record{}, err
+	}
+	flag := "0"
+	if write {
+		flag = "1"
+	}
+	arr, err := sessionSaveScript.Exec(ctx, s.c, []string{s.SessionKey(id)},
+		[]string{strconv.FormatUint(version, 10), ms(idle), flag, string(data)}).ToArray()
+	if err != nil {
+		return session.Record{}, s.sessionFail(op, err)
+	}
+	ok, err := arr[0].AsInt64()
+	switch {
+	case err != nil:
+		return session.Record{}, malformed("session " + op)
+	case ok == 0:
+		return session.Record{}, session.ErrNotFound
+	case ok < 0:
+		return session.Record{}, session.ErrConflict
+	}
+	return record(id, arr[1:])
+}
+
+func (v sessions) Touch(ctx context.Context, id session.ID, version uint64, idle time.Duration) (time.Time, error) {
+	if err := validateWrite(id, version, idle); err != nil {
+		return time.Time{}, err
+	}
+	r, err := v.save(ctx, "touch", id, version, false, nil, idle)
+	if err != nil {
+		return time.Time{}, err
+	}
+	return r.IdleUntil, nil
+}
+
+func (v sessions) Save(ctx context.Context, id session.ID, version uint64, data []byte, idle time.Duration) (session.Record, error) {
+	if err := validateWrite(id, version, idle); err != nil {
+		return session.Record{}, err
+	}
+	if err := session.ValidateData(data); err != nil {
+		return session.Record{}, err
+	}
+	return v.save(ctx, "save", id, version, true, data, idle)
+}
+
+// Rotate needs the session's user for the index key; it reads it first
+// (a session's user never changes) and the script checks it again.
+func (v sessions) Rotate(ctx context.Context, old, newID session.ID, version uint64, data []byte, idle time.Duration) (session.Record, error) {
+	if err := validateWrite(old, version, idle); err != nil {
+		return session.Record{}, err
+	}
+	if err := newID.Validate(); err != nil {
+		return session.Record{}, err
+	}
+	if err := session.ValidateData(data); err != nil {
+		return session.Record{}, err
+	}
+	if newID == old || newID.Shard() != old.Shard() {
+		return session.Record{}, fmt.Errorf("%w: the new session ID must differ from the old one and share its shard", session.ErrInvalid)
+	}
+	s := v.s
+	if err := s.sessionReady(ctx, "rotate"); err != nil {
+		return session.Record{}, err
+	}
+	oldKey := s.SessionKey(old)
+	user, err := s.c.Do(ctx, s.c.B().Hget().Key(oldKey).Field("u").Build()).ToString()
+	if rueidis.IsRedisNil(err) {
+		return session.Record{}, session.ErrNotFound
+	}
+	if err != nil {
+		return session.Record{}, s.sessionFail("rotate", err)
+	}
+	keys := []string{oldKey, s.SessionKey(newID), s.SessionIndexKey(user)}
+	arr, err := sessionRotateScript.Exec(ctx, s.c, keys, []string{
+		strconv.FormatUint(version, 10), ms(idle), string(data), string(old), string(newID), user,
+	}).ToArray()
+	if err != nil {
+		return session.Record{}, s.sessionFail("rotate", err)
+	}
+	ok, err := arr[0].AsInt64()
+	switch {
+	case err != nil:
+		return session.Record{}, malformed("session rotate")
+	case ok == 0:
+		return session.Record{}, session.ErrNotFound
+	case ok < 0:
+		return session.Record{}, session.ErrConflict
+	case len(arr) < 5:
+		return session.Record{}, malformed("session rotate")
+	}
+	c, err1 := arr[1].AsInt64()
+	i, err2 := arr[2].AsInt64()
+	a, err3 := arr[3].AsInt64()
+	ver, err4 := arr[4].AsInt64()
+	if err := errors.Join(err1, err2, err3, err4); err != nil {
+		return session.Record{}, malformed("session rotate")
+	}
+	return session.Record{
+		ID: newID, UserID: user, Data: append([]byte{}, data...), Version: uint64(ver),
+		Created: fromMillis(c), IdleUntil: fromMillis(i), AbsoluteUntil: fromMillis(a),
+	}, nil
+}
+
+func (v sessions) Delete(ctx context.Context, id session.ID) error {
+	if err := id.Validate(); err != nil {
+		return err
+	}
+	s := v.s
+	if err := s.sessionReady(ctx, "revoke"); err != nil {
+		return err
+	}
+	n, err := sessionDeleteScript.Exec(ctx, s.c, []string{s.SessionKey(id)}, nil).AsInt64()
+	if err != nil {
+		return s.sessionFail("revoke", err)
+	}
+	if n != 1 {
+		return session.ErrNotFound
+	}
+	return nil
+}
+
+// indexArgs returns the KEYS and ARGV of a script over the index of
+// userID and the sessions ids listed in it (those of another shard, which
+// this store never writes there, are left out).
+func (s *Store) indexArgs(userID string, ids []string) (keys, args []string) {
+	shard := session.UserShard(userID)
+	keys = append(make([]string, 0, len(ids)+1), s.SessionIndexKey(userID))
+	args = append(make([]string, 0, len(ids)+1), userID)
+	for _, id := range ids {
+		sid := session.ID(id)
+		if sid.Validate() != nil || sid.Shard() != shard {
+			continue
+		}
+		keys = append(keys, s.SessionKey(sid))
+		args = append(args, id)
+	}
+	return keys, args
+}
+
+// DeleteUser runs rounds of one script: each deletes the sessions the
+// previous round found in the user's index and reports what the index
+// still holds (sessions created meanwhile). The round that finds the
+// index empty deletes it; at that instant the user has no session left,
+// and every Create and Rotate (each one script that writes the index) is
+// either before it, and deleted, or after it.
+func (v sessions) DeleteUser(ctx context.Context, userID string) (int, error) {
+	if err := session.ValidateUserID(userID); err != nil {
+		return 0, err
+	}
+	s := v.s
+	if err := s.sessionReady(ctx, "revoke user"); err != nil {
+		return 0, err
+	}
+	var (
+		n    int
+		pend []string
+	)
+	for round := 0; round < maxRevokeRounds; round++ {
+		keys, args := s.indexArgs(userID, pend)
+		arr, err := sessionDelUserScript.Exec(ctx, s.c, keys, args).ToArray()
+		if err != nil {
+			return n, s.sessionFail("revoke user", err)
+		}
+		if len(arr) < 1 {
+			return n, malformed("session revoke-all")
+		}
+		k, err := arr[0].AsInt64()
+		if err != nil {
+			return n, malformed("session revoke-all")
+		}
+		n += int(k)
+		pend = pend[:0]
+		for _, m := range arr[1:] {
+			id, err := m.ToString()
+			if err != nil {
+				return n, malformed("session revoke-all")
+			}
+			pend = append(pend, id)
+		}
+		if len(pend) == 0 {
+			return n, nil
+		}
+	}
+	return n, fmt.Errorf("redisstore: session revoke user: sessions still being created after %d rounds", maxRevokeRounds)
+}
+
+// List reads the user's index, then the listed sessions in one script that
+// judges them on TIME and prunes the index of dead ones.
+func (v sessions) List(ctx context.Context, userID string) ([]session.Record, error) {
+	if err := session.ValidateUserID(userID); err != nil {
+		return nil, err
+	}
+	s := v.s
+	if err := s.sessionReady(ctx, "list"); err != nil {
+		return nil, err
+	}
+	ids, err := s.c.Do(ctx, s.c.B().Zrange().Key(s.SessionIndexKey(userID)).Min("0").Max("-1").Build()).AsStrSlice()
+	if err != nil {
+		return nil, s.sessionFail("list", err)
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	keys, args := s.indexArgs(userID, ids)
+	arr, err := sessionListScript.Exec(ctx, s.c, keys, args).ToArray()
+	if err != nil {
+		return nil, s.sessionFail("list", err)
+	}
+	if len(arr)%6 != 0 {
+		return nil, malformed("session list")
+	}
+	out := make([]session.Record, 0, len(arr)/6)
+	for j := 0; j < len(arr); j += 6 {
+		id, err := arr[j].ToString()
+		if err != nil {
+			return nil, malformed("session list")
+		}
+		// record reads {user, data, ...}: the ID stands in for the user.
+		r, err := record(session.ID(id), arr[j:j+6])
+		if err != nil {
+			return nil, err
+		}
+		r.UserID = userID
+		out = append(out, r)
+	}
+	slices.SortFunc(out, func(a, b session.Record) int {
+		if c := a.Created.Compare(b.Created); c != 0 {
+			return c
+		}
+		return strings.Compare(string(a.ID), string(b.ID))
+	})
+	return out, nil
+}
