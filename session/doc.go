@@ -1,0 +1,40 @@
+// Package session keeps server-side sessions that a late request can never
+// revive.
+//
+// A [Manager] creates, loads, saves, rotates and revokes sessions in a
+// [Store] (memstore, sqlitestore, pgstore or redisstore, each through its
+// Sessions() view) and is the HTTP middleware ([Manager.Handler]).
+//
+// What it guarantees:
+//
+//   - Tokens are 32 random bytes (plus the 2-byte shard of their user),
+//     given to the client once. The store keeps only their SHA-256 (the
+//     [ID]); presenting an ID as a token fails. [Token] redacts itself in
+//     String, every fmt verb, slog and JSON.
+//   - Every session has an idle and an absolute deadline, both judged on
+//     the store's clock at every read, whatever the store's TTL cleanup has
+//     done. An idle refresh sets min(now + idle, absolute); rotation keeps
+//     the absolute deadline, so no amount of activity or rotation extends a
+//     session past it.
+//   - Every write is a compare-and-set on the session's version in one
+//     atomic store step, and only Create and Rotate (with a fresh ID) ever
+//     create a record. A save that arrives after a logout or a rotation
+//     gets ErrNotFound and changes nothing; two saves from the same version
+//     give one success and one ErrConflict.
+//   - RevokeUser ends all of a user's sessions atomically, including
+//     sessions created or rotated while it runs; List reads a per-user
+//     index, never all sessions.
+//   - A store that cannot be reached yields ErrUnavailable, never "no
+//     session": the middleware answers 503.
+//
+// The middleware refuses cross-origin unsafe requests
+// (http.CrossOriginProtection) before the session is touched, loads the
+// session from a "__Host-session" cookie (Secure, HttpOnly, SameSite=Lax,
+// no Max-Age) with its idle refresh, and saves changes with a
+// compare-and-set before the response's headers go out. Login rotates the
+// token, Logout revokes the session and clears the cookie, and every
+// response that sets the cookie carries Cache-Control: no-store.
+//
+// Each store's conformance to this contract is checked by
+// session/sessiontest.
+package session
