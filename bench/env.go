@@ -298,7 +298,7 @@ func (t *procTB) Skipf(format string, args ...any) {
 }
 
 // Suites are the benchmark suites: the stores measured.
-var Suites = []string{"redis", "postgres"}
+var Suites = []string{"redis", "postgres", "redis-session"}
 
 // Contenders returns the contenders of suite.
 func Contenders(suite string) []string {
@@ -307,6 +307,8 @@ func Contenders(suite string) []string {
 		return RedisContenders
 	case "postgres":
 		return PostgresContenders
+	case "redis-session":
+		return SessionContenders
 	}
 	return nil
 }
@@ -318,6 +320,8 @@ func (e *Env) Cycle(b *testing.B, suite, contender string, workers int) {
 		e.RedisCycle(b, contender, workers)
 	case "postgres":
 		e.PostgresCycle(b, contender, workers)
+	case "redis-session":
+		e.SessionCycle(b, contender, workers)
 	default:
 		b.Fatalf("bench: unknown suite %q", suite)
 	}
@@ -333,6 +337,8 @@ func (e *Env) Prepare(suite string) error {
 			_, err = e.redisCycle(c)
 		case "postgres":
 			_, err = e.postgresCycle(c)
+		case "redis-session":
+			_, err = e.sessionCycle(c)
 		default:
 			err = fmt.Errorf("bench: unknown suite %q", suite)
 		}
@@ -349,7 +355,7 @@ func (e *Env) Server(suite string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	switch suite {
-	case "redis":
+	case "redis", "redis-session":
 		r, err := e.Redis()
 		if err != nil {
 			return err.Error()

@@ -53,8 +53,10 @@ const maxRevokeRounds = 64
 // under prefix{s:<shard>}:s:<digest>, a user's index a sorted set under
 // prefix{s:<shard>}:u:<user> (scored by absolute deadline); every call is
 // one Lua script judged on the server's TIME (Load with its idle refresh
-// included), except List and DeleteUser, which read the index first. Keys
-// expire at the idle deadline to reclaim space; reads never rely on that.
+// included), except List and DeleteUser, which read the index first. A
+// session key expires (to reclaim space) at most two idle periods after
+// the session's last use and never after its absolute deadline; reads judge
+// the deadlines themselves and never rely on that.
 func (s *Store) Sessions() session.Store { return sessions{s} }
 
 type sessions struct{ s *Store }

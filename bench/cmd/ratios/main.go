@@ -39,6 +39,8 @@ var targets = []target{
 	{"redis", bench.MaxWorkers, "redislock", 2.0},
 	{"postgres", 1, "raw", 0.8},
 	{"postgres", bench.MaxWorkers, "raw", 0.8},
+	{"redis-session", 1, "scs", 1.0},
+	{"redis-session", bench.MaxWorkers, "scs", 1.0},
 }
 
 // group is one comparison: every contender of a suite at one worker count.
@@ -130,7 +132,7 @@ func run(rounds int, benchtime string, suites []string) int {
 	}
 
 	out := os.Stdout
-	fmt.Fprintf(out, "acquire+release cycles/s, median of %d alternating rounds, benchtime %s, %s %s/%s, %d CPUs (GOMAXPROCS %d), %s\n",
+	fmt.Fprintf(out, "cycles/s (lease suites: acquire+release; redis-session: load+idle refresh), median of %d alternating rounds, benchtime %s, %s %s/%s, %d CPUs (GOMAXPROCS %d), %s\n",
 		rounds, benchtime, runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.GOMAXPROCS(0),
 		time.Since(start).Round(time.Second))
 	fmt.Fprintf(out, "load average (1m 5m 15m) before: %s, after: %s\n", load0, loadavg())
@@ -209,8 +211,12 @@ func printTable(out io.Writer, groups []*group) {
 		for _, c := range bench.Contenders(g.suite) {
 			s := g.samples[c]
 			m := median(s)
-			fmt.Fprintf(out, "| %s | %d | %s | %.0f | %.0f – %.0f | %.2fx | %.2fx | %s | %s |\n",
-				g.suite, g.workers, c, m, slices.Min(s), slices.Max(s), ten/m, lock/m,
+			lockCell := "–" // suites without a tenure-locker contender
+			if lock > 0 {
+				lockCell = fmt.Sprintf("%.2fx", lock/m)
+			}
+			fmt.Fprintf(out, "| %s | %d | %s | %.0f | %.0f – %.0f | %.2fx | %s | %s | %s |\n",
+				g.suite, g.workers, c, m, slices.Min(s), slices.Max(s), ten/m, lockCell,
 				cpuCell(g.client[c]), cpuCell(g.server[c]))
 		}
 	}
@@ -235,6 +241,9 @@ func printTargets(out io.Writer, groups []*group) {
 		g := groups[i]
 		peer := median(g.samples[t.peer])
 		for _, c := range []string{"tenure", "tenure-locker"} {
+			if len(g.samples[c]) == 0 {
+				continue
+			}
 			r := median(g.samples[c]) / peer
 			verdict := "met"
 			if r < t.ratio {

@@ -1,7 +1,8 @@
 #!lua
 -- Create a session record.
 -- KEYS[1] session key (hash: u user, d data, v version, c created ms,
---         i idle deadline ms, a absolute deadline ms; PEXPIREAT i)
+--         i idle deadline ms, a absolute deadline ms, e key expiry ms;
+--         PEXPIREAT e)
 -- KEYS[2] the user's index (zset: session ID -> absolute deadline ms)
 -- ARGV[1] user, ARGV[2] data, ARGV[3] idle ms, ARGV[4] absolute ms,
 -- ARGV[5] session ID
@@ -20,10 +21,12 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local a = now + abs
 local i = math.min(now + idle, a)
+local e = math.min(i + idle, a) -- the key's expiry (see session_load.lua)
 local fmt = '%d'
 redis.call('HSET', KEYS[1], 'u', ARGV[1], 'd', ARGV[2], 'v', '1',
-  'c', string.format(fmt, now), 'i', string.format(fmt, i), 'a', string.format(fmt, a))
-redis.call('PEXPIREAT', KEYS[1], string.format(fmt, i))
+  'c', string.format(fmt, now), 'i', string.format(fmt, i), 'a', string.format(fmt, a),
+  'e', string.format(fmt, e))
+redis.call('PEXPIREAT', KEYS[1], string.format(fmt, e))
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', string.format(fmt, now))
 redis.call('ZADD', KEYS[2], string.format(fmt, a), ARGV[5])
 if redis.call('PEXPIRETIME', KEYS[2]) < a then

@@ -28,9 +28,10 @@ if v ~= version or redis.call('EXISTS', KEYS[2]) == 1 then
 end
 v = v + 1
 i = math.min(now + idle, a)
+local e = math.min(i + idle, a)
 redis.call('HSET', KEYS[2], 'u', r[1], 'd', ARGV[3], 'v', string.format('%d', v),
-  'c', r[3], 'i', string.format('%d', i), 'a', string.format('%d', a))
-redis.call('PEXPIREAT', KEYS[2], string.format('%d', i))
+  'c', r[3], 'i', string.format('%d', i), 'a', string.format('%d', a), 'e', string.format('%d', e))
+redis.call('PEXPIREAT', KEYS[2], string.format('%d', e))
 redis.call('DEL', KEYS[1])
 redis.call('ZREM', KEYS[3], ARGV[4])
 redis.call('ZADD', KEYS[3], string.format('%d', a), ARGV[5])

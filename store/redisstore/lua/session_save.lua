@@ -12,7 +12,7 @@ if #KEYS ~= 1 or #ARGV ~= 4 or not version or version < 1 or version % 1 ~= 0
   or (ARGV[3] ~= '0' and ARGV[3] ~= '1') then
   return redis.error_reply('ERR redisstore: invalid session save arguments')
 end
-local r = redis.call('HMGET', KEYS[1], 'u', 'd', 'v', 'c', 'i', 'a')
+local r = redis.call('HMGET', KEYS[1], 'u', 'd', 'v', 'c', 'i', 'a', 'e')
 local v, i, a = tonumber(r[3]), tonumber(r[5]), tonumber(r[6])
 if not r[1] or not v or not i or not a then
   return {0}
@@ -26,13 +26,25 @@ if v ~= version then
   return {-1, v}
 end
 i = math.min(now + idle, a)
+local fields = {'i', string.format('%d', i)}
+local e = tonumber(r[7])
+local expire = not e or e < i
+if expire then
+  e = math.min(i + idle, a)
+  fields[#fields + 1] = 'e'
+  fields[#fields + 1] = string.format('%d', e)
+end
 local d = r[2]
 if ARGV[3] == '1' then
   v = v + 1
   d = ARGV[4]
-  redis.call('HSET', KEYS[1], 'd', d, 'v', string.format('%d', v), 'i', string.format('%d', i))
-else
-  redis.call('HSET', KEYS[1], 'i', string.format('%d', i))
+  fields[#fields + 1] = 'd'
+  fields[#fields + 1] = d
+  fields[#fields + 1] = 'v'
+  fields[#fields + 1] = string.format('%d', v)
 end
-redis.call('PEXPIREAT', KEYS[1], string.format('%d', i))
+redis.call('HSET', KEYS[1], unpack(fields))
+if expire then
+  redis.call('PEXPIREAT', KEYS[1], string.format('%d', e))
+end
 return {1, r[1], d, v, r[4], i, a}
