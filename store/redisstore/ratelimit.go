@@ -1,0 +1,235 @@
+package redisstore
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/tenurekit/tenure/lease"
+	"github.com/tenurekit/tenure/ratelimit"
+)
+
+var (
+	//go:embed lua/ratelimit_decide.lua
+	rateDecideSrc string
+	//go:embed lua/ratelimit_permit.lua
+	ratePermitSrc string
+
+	rateDecideScript = rueidis.NewLuaScript(rateDecideSrc)
+	ratePermitScript = rueidis.NewLuaScript(ratePermitSrc)
+)
+
+// Limits returns the store's ratelimit.Store view. Every decision is one
+// script call (EVALSHA, EVAL after NOSCRIPT), so one round trip, judged on
+// the server's clock (TIME inside the script). The keys of one decision
+// share a hash tag: a single limiter's is its limit name and key, a
+// group's is the group name, so a group's limits can be checked together
+// on Redis Cluster (and a group's state lives in one slot). Every key is
+// written with an expiry (PXAT), the millisecond after its state stops
+// mattering; the scripts read and check every key before writing any.
+//
+// Keys are <prefix>rl{<tag>}<suffix>: GCRA, fixed window and sliding
+// window counter state is one string, a sliding log is a sorted set with
+// one member per admitted unit, and a concurrency limit is a sorted set of
+// permits (...:p) and a hash of their fences (...:p:f).
+func (s *Store) Limits() ratelimit.Store {
+	return s.view("ratelimit", func() any { return &rateLimits{s: s} }).(*rateLimits)
+}
+
+type rateLimits struct{ s *Store }
+
+// rateKey returns the Redis key of a state key.
+func (s *Store) rateKey(k ratelimit.StateKey) string {
+	return s.prefix + "rl{" + escape(k.Tag) + "}" + escape(k.Suffix)
+}
+
+// permitKeys returns the permit set and the fence hash of a state key.
+func (s *Store) permitKeys(k ratelimit.StateKey) (set, fences string) {
+	set = s.rateKey(k)
+	return set, set + ":f"
+}
+
+// rateErr classifies an error for the ratelimit package: transport
+// failures wrap ratelimit.ErrUnavailable (and lease.ErrUnavailable),
+// arguments the server refused wrap ratelimit.ErrInvalid.
+func (s *Store) rateErr(err error) error {
+	err = s.fail(err)
+	switch {
+	case errors.Is(err, lease.ErrUnavailable):
+		return fmt.Errorf("%w: %w", ratelimit.ErrUnavailable, err)
+	case errors.Is(err, lease.ErrInvalid):
+		return fmt.Errorf("%w: %w", ratelimit.ErrInvalid, err)
+	}
+	return err
+}
+
+// ready runs the server check (see Store.Check) before the first write.
+func (l *rateLimits) ready(ctx context.Context) error {
+	if err := l.s.ready(ctx); err != nil {
+		if errors.Is(err, lease.ErrUnavailable) {
+			return fmt.Errorf("%w: %w", ratelimit.ErrUnavailable, err)
+		}
+		return err
+	}
+	return nil
+}
+
+// small caches the decimal forms of small numbers (costs, rates).
+var small [1025]string
+
+func init() {
+	for i := range small {
+		small[i] = strconv.Itoa(i)
+	}
+}
+
+func itoa(n int64) string {
+	if n >= 0 && n < int64(len(small)) {
+		return small[n]
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+func (l *rateLimits) Decide(ctx context.Context, reqs []ratelimit.Request, commit bool) ([]ratelimit.Decision, error) {
+	if err := ratelimit.ValidateRequests(reqs, commit); err != nil {
+		return nil, err
+	}
+	if err := l.ready(ctx); err != nil {
+		return nil, err
+	}
+	s := l.s
+	keys := make([]string, len(reqs))
+	args := make([]string, 1, 1+5*len(reqs))
+	args[0] = "0"
+	if commit {
+		args[0] = "1"
+	}
+	for i, r := range reqs {
+		keys[i] = s.rateKey(r.Key)
+		args = append(args,
+			itoa(int64(r.Algorithm)),
+			itoa(int64(r.Limit.Rate)),
+			itoa(int64(r.Limit.Period/time.Microsecond)),
+			itoa(int64(r.Limit.Burst)),
+			itoa(int64(r.N)))
+	}
+	arr, err := rateDecideScript.Exec(ctx, s.c, keys, args).ToArray()
+	if err != nil {
+		return nil, s.rateErr(err)
+	}
+	if len(arr) != 1+4*len(reqs) {
+		return nil, malformed("ratelimit decide")
+	}
+	vals := make([]int64, len(arr))
+	for i := range arr {
+		if vals[i], err = arr[i].AsInt64(); err != nil {
+			return nil, malformed("ratelimit decide")
+		}
+	}
+	at := time.UnixMicro(vals[0])
+	ds := make([]ratelimit.Decision, len(reqs))
+	for i, r := range reqs {
+		v := vals[1+4*i:]
+		ds[i] = ratelimit.Decision{
+			Allowed:    v[0] == 1,
+			Remaining:  int(v[1]),
+			RetryAfter: time.Duration(v[2]) * time.Microsecond,
+			ResetAfter: time.Duration(v[3]) * time.Microsecond,
+			Limit:      r.Limit,
+			Algorithm:  r.Algorithm,
+			At:         at,
+		}
+	}
+	return ds, nil
+}
+
+func (l *rateLimits) Reset(ctx context.Context, keys []ratelimit.StateKey) error {
+	if err := ratelimit.ValidateStateKeys(keys); err != nil {
+		return err
+	}
+	s := l.s
+	ks := make([]string, len(keys))
+	for i, k := range keys {
+		ks[i] = s.rateKey(k)
+	}
+	// One DEL: the keys of one Reset share a hash tag.
+	if err := s.c.Do(ctx, s.c.B().Del().Key(ks...).Build()).Error(); err != nil {
+		return s.rateErr(err)
+	}
+	return nil
+}
+
+// permit runs the permit script.
+func (l *rateLimits) permit(ctx context.Context, op string, key ratelimit.StateKey, id string, permits int, ttl time.Duration) (ratelimit.PermitGrant, bool, error) {
+	if err := l.ready(ctx); err != nil {
+		return ratelimit.PermitGrant{}, false, err
+	}
+	s := l.s
+	set, fences := s.permitKeys(key)
+	arr, err := ratePermitScript.Exec(ctx, s.c, []string{set, fences},
+		[]string{op, id, itoa(int64(permits)), itoa(int64(ttl / time.Microsecond))}).ToArray()
+	if err != nil {
+		return ratelimit.PermitGrant{}, false, s.rateErr(err)
+	}
+	if len(arr) != 5 {
+		return ratelimit.PermitGrant{}, false, malformed("ratelimit permit")
+	}
+	var v [5]int64
+	for i := range arr {
+		if v[i], err = arr[i].AsInt64(); err != nil {
+			return ratelimit.PermitGrant{}, false, malformed("ratelimit permit")
+		}
+	}
+	g := ratelimit.PermitGrant{
+		Acquired:   v[0] == 1,
+		Fence:      uint64(v[1]),
+		InUse:      int(v[2]),
+		RetryAfter: time.Duration(v[3]) * time.Microsecond,
+		At:         time.UnixMicro(v[4]),
+	}
+	if g.Acquired && op != "x" {
+		g.TTL = ttl
+	}
+	return g, v[0] == 1, nil
+}
+
+func (l *rateLimits) AcquirePermit(ctx context.Context, key ratelimit.StateKey, id string, permits int, ttl time.Duration) (ratelimit.PermitGrant, error) {
+	if err := ratelimit.ValidatePermit(key, id, permits, ttl); err != nil {
+		return ratelimit.PermitGrant{}, err
+	}
+	g, _, err := l.permit(ctx, "a", key, id, permits, ttl)
+	return g, err
+}
+
+func (l *rateLimits) RenewPermit(ctx context.Context, key ratelimit.StateKey, id string, ttl time.Duration) (ratelimit.PermitGrant, error) {
+	if err := ratelimit.ValidatePermit(key, id, -1, ttl); err != nil {
+		return ratelimit.PermitGrant{}, err
+	}
+	g, held, err := l.permit(ctx, "r", key, id, 1, ttl)
+	if err != nil {
+		return ratelimit.PermitGrant{}, err
+	}
+	if !held {
+		return g, ratelimit.ErrPermitLost
+	}
+	return g, nil
+}
+
+func (l *rateLimits) ReleasePermit(ctx context.Context, key ratelimit.StateKey, id string) error {
+	if err := ratelimit.ValidatePermit(key, id, -1, -1); err != nil {
+		return err
+	}
+	_, held, err := l.permit(ctx, "x", key, id, 1, 0)
+	if err != nil {
+		return err
+	}
+	if !held {
+		return ratelimit.ErrPermitLost
+	}
+	return nil
+}
