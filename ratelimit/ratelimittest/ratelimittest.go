@@ -279,8 +279,8 @@ func testExactCapacity(t *testing.T, tg Target, alg ratelimit.Algorithm) {
 		}
 	}
 	d, err := l.Allow(ctx, "one")
-	if err != nil || d.Allowed || d.Remaining != 0 || d.RetryAfter <= 0 || d.RetryAfter > time.Hour {
-		t.Fatalf("Allow 11: %+v, %v; want denied with 0 < RetryAfter <= 1h", d, err)
+	if err != nil || d.Allowed || d.Remaining != 0 || d.RetryAfter <= 0 || d.RetryAfter > 2*time.Hour {
+		t.Fatalf("Allow 11: %+v, %v; want denied with 0 < RetryAfter <= 2h (the sliding window counter may wait into the next window)", d, err)
 	}
 	// Weighted: 6 pass, 5 does not fit in the 4 left, 4 does.
 	if d, err := l.AllowN(ctx, "w", 6); err != nil || !d.Allowed || d.Remaining != 4 {
