@@ -64,7 +64,9 @@ type sessionEnv struct {
 }
 
 type sessionContenders struct {
-	byName map[string]*sessionContender
+	byName  map[string]*sessionContender
+	manager *session.Manager
+	pool    *redigo.Pool
 }
 
 func (r *redisClients) sessionContenders(ctx context.Context) (*sessionContenders, error) {
@@ -76,7 +78,7 @@ func (r *redisClients) sessionContenders(ctx context.Context) (*sessionContender
 	if err != nil {
 		return nil, err
 	}
-	cs := &sessionContenders{byName: map[string]*sessionContender{}}
+	cs := &sessionContenders{byName: map[string]*sessionContender{}, manager: m}
 	cs.byName["tenure"] = &sessionContender{
 		create: func(ctx context.Context, user string) (string, error) {
 			tok, _, err := m.Create(ctx, user, map[string]string{"user": user, "role": "member"})
@@ -110,6 +112,7 @@ func (r *redisClients) sessionContenders(ctx context.Context) (*sessionContender
 	for _, c := range conns {
 		c.Close()
 	}
+	cs.pool = pool
 	cs.byName["scs"] = scsContender(scsredis.NewWithPrefix(pool, "bench:scs:"))
 	cs.byName["scs-goredis"] = scsContender(scsgoredis.NewWithPrefix(r.goredis, "bench:scs-goredis:"))
 	return cs, nil
