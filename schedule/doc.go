@@ -1,0 +1,50 @@
+// Package schedule runs scheduled jobs across many nodes so that each
+// slot's effect happens once.
+//
+// A job has a name, a schedule ([Cron] with a time zone, or [Every]), a
+// handler, and policies for misfires (slots that were due while no node ran
+// them), overlap (a slot due while the previous run still runs), timeouts
+// and retries. Every node runs a [Scheduler] with the same jobs on the same
+// [Store].
+//
+// # Slots
+//
+// A slot is a job's nominal fire time. Its ID is derived from the schedule
+// alone, so it is the same on every node and after every restart: recovery
+// re-runs the same slot, never a new one. A slot is claimed with a fenced
+// lease (the store's lease view, key [ClaimKey]) renewed while the handler
+// runs; a node that dies loses its claim after Options.ClaimTTL and another
+// node takes the slot over under the same ID, with a greater fence. Whether
+// a slot is due is judged on the store's clock, never a node's.
+//
+// # Exactly-once effect
+//
+// A claim coordinates; it does not protect: a node paused past its claim
+// wakes up believing it still runs the slot. The effect itself must carry
+// the check. The SQL stores offer CompleteSlot(ctx, tx, slot), which in the
+// caller's transaction checks that the slot's claim is still the current
+// one (token, fence and expiry on the database clock) and inserts (job,
+// slot) into a ledger; a duplicate or stale executor gets an error and its
+// transaction rolls back with the business change. Redis and memory offer a
+// fenced completion that applies effects they hold in the same atomic step.
+//
+// # Daylight saving time
+//
+// [Cron] fires a fixed-hour spec once per wall-clock date-time: at the first
+// occurrence of a repeated local time, at the end of the gap for a skipped
+// one. Wildcard-hour specs fire at every instant whose local time matches.
+//
+// # Audit
+//
+// Every slot the scheduler decides about has a [Record]: running, done,
+// failed, skipped or missed, with the node, the attempts, the claim's fence
+// and the times on the store's clock. Query them with [Scheduler.Slot] and
+// [Scheduler.Slots].
+//
+// # Errors
+//
+// [ErrInvalid] (nothing written), [ErrUnavailable], [ErrNotFound],
+// [ErrFinal] (*[FinalError]), [ErrNotDue] (*[NotDueError]), [ErrCompleted]
+// (a duplicate completion) and [ErrStale] (fence.ErrStale: a superseded
+// attempt); test them with errors.Is.
+package schedule

@@ -1,0 +1,769 @@
+package schedule
+
+import (
+	crand "crypto/rand"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tenurekit/tenure/lease"
+)
+
+// Misfire says what happens to slots that were due while no node ran them
+// (every node was down, or busy) and are now later than the job's
+// MisfireThreshold.
+type Misfire int
+
+const (
+	// MisfireCoalesce (the default) folds the late slots into one run: if
+	// an on-time slot is due as well it is that run, else the latest late
+	// slot runs. The others are recorded missed.
+	MisfireCoalesce Misfire = iota
+	// MisfireSkip records every late slot missed and runs none of them.
+	MisfireSkip
+	// MisfireCatchUp runs every late slot within CatchUpWindow, oldest
+	// first, at most CatchUpConcurrency at a time across all nodes; older
+	// ones are recorded missed.
+	MisfireCatchUp
+)
+
+// String returns the policy's name.
+func (m Misfire) String() string {
+	switch m {
+	case MisfireCoalesce:
+		return "coalesce"
+	case MisfireSkip:
+		return "skip"
+	case MisfireCatchUp:
+		return "catch-up"
+	}
+	return fmt.Sprintf("schedule.Misfire(%d)", int(m))
+}
+
+// Overlap says what happens when a slot comes due while an earlier run of
+// the same job is still running, on any node.
+type Overlap int
+
+const (
+	// OverlapSkip (the default) records the new slot skipped.
+	OverlapSkip Overlap = iota
+	// OverlapQueue makes the new slot wait until the running one ends.
+	// Queued slots start one at a time, in slot order on each node.
+	OverlapQueue
+	// OverlapAllow runs slots concurrently.
+	OverlapAllow
+)
+
+// String returns the policy's name.
+func (o Overlap) String() string {
+	switch o {
+	case OverlapSkip:
+		return "skip"
+	case OverlapQueue:
+		return "queue"
+	case OverlapAllow:
+		return "allow"
+	}
+	return fmt.Sprintf("schedule.Overlap(%d)", int(o))
+}
+
+// Retry says how often a failed slot is attempted again.
+type Retry struct {
+	// Attempts is the total number of attempts a slot gets when its handler
+	// returns errors (1, the default, means no retry). A node that dies
+	// mid-attempt does not use up an attempt's right to be recovered: its
+	// slot is re-run elsewhere under the same ID.
+	Attempts int
+	// Backoff is the wait before the second attempt, doubling for each
+	// further one. Default 1s.
+	Backoff time.Duration
+	// MaxBackoff caps the wait. Default 1m.
+	MaxBackoff time.Duration
+}
+
+// Job is a scheduled job.
+type Job struct {
+	// Name identifies the job on every node: 1 to MaxNameLen bytes of
+	// letters, digits and - _ . : + @ ~.
+	Name string
+	// Schedule produces the slots (Cron or Every).
+	Schedule Schedule
+	// Run handles one slot. Its context ends when the claim is lost (cause
+	// lease.ErrLost), at Timeout, or at the stop deadline of a graceful
+	// stop. To make the effect exactly once, complete the slot in the same
+	// step as the effect: the SQL stores' CompleteSlot in the transaction
+	// of the business change, or the fenced completion of Redis and memory.
+	// An error (or a panic) fails the attempt.
+	Run func(ctx context.Context, slot *Slot) error
+	// Misfire is the policy for late slots. Default MisfireCoalesce.
+	Misfire Misfire
+	// MisfireThreshold is how late (on the store's clock) a slot may start
+	// and still be on time. Default 1 minute.
+	MisfireThreshold time.Duration
+	// Overlap is the policy for a slot due while a run is in progress.
+	// Default OverlapSkip.
+	Overlap Overlap
+	// CatchUpWindow bounds MisfireCatchUp: late slots older than this are
+	// recorded missed. Default 24h.
+	CatchUpWindow time.Duration
+	// CatchUpConcurrency bounds how many late slots run at once under
+	// MisfireCatchUp, across all nodes. Default 1.
+	CatchUpConcurrency int
+	// Timeout bounds each attempt (0: no bound but the claim).
+	Timeout time.Duration
+	// Retry says how often a failing slot is attempted.
+	Retry Retry
+}
+
+// Options configure a Scheduler. Nil means the defaults of each field.
+type Options struct {
+	// Node names this node in audit records. Default host name, process
+	// ID and a random suffix.
+	Node string
+	// PollInterval is the longest the scheduler sleeps between looks at
+	// the store (it wakes earlier for a slot it knows is due). Default 1s.
+	PollInterval time.Duration
+	// Logger receives warnings and debug records. Default: discard.
+	Logger *slog.Logger
+	// Clock is this node's own clock. It is never used to judge whether a
+	// slot is due (the store's clock does): at every poll the scheduler
+	// reads the store's clock, measures its offset from Clock, and uses
+	// the offset to time its sleeps. Default time.Now.
+	Clock func() time.Time
+	// ClaimTTL is the lease time of a slot's claim, renewed every third of
+	// it while the handler runs; a dead node's slot is taken over this long
+	// after its last renewal. Default 30s.
+	ClaimTTL time.Duration
+	// StopTimeout is how long a graceful stop lets running handlers finish
+	// before their contexts are cancelled. Default 30s.
+	StopTimeout time.Duration
+}
+
+const (
+	// maxBacklog bounds how many late slots of a job one poll considers;
+	// older ones are neither run nor recorded (a warning says how many).
+	maxBacklog = 1000
+	// storeTimeout bounds bookkeeping calls made after a handler's context
+	// ended.
+	storeTimeout = 10 * time.Second
+	// releaseTimeout bounds a release; a lease that could not be released
+	// expires on its own.
+	releaseTimeout = 2 * time.Second
+)
+
+// Scheduler runs jobs on a Store: on every node with the same jobs, each
+// slot's handler runs on one node at a time, claimed with a fenced lease.
+// It is safe for concurrent use.
+type Scheduler struct {
+	store  Store
+	o      Options
+	log    *slog.Logger
+	locker *lease.Locker
+
+	offset atomic.Int64 // store clock minus Options.Clock, ns, at the last poll
+	wake   chan struct{}
+
+	mu      sync.Mutex
+	jobs    map[string]*jobState
+	names   []string
+	running bool
+}
+
+type jobState struct {
+	job        Job
+	init       bool
+	cursor     time.Time
+	pending    map[string]*pendingSlot
+	active     int
+	activeLate int
+}
+
+type pendingSlot struct {
+	id        string
+	at        time.Time
+	late      bool
+	notBefore time.Time // store clock
+	active    bool
+}
+
+// New returns a Scheduler on store. o may be nil for the defaults.
+func New(store Store, o *Options) *Scheduler {
+	s := &Scheduler{store: store, jobs: map[string]*jobState{}, wake: make(chan struct{}, 1)}
+	if o != nil {
+		s.o = *o
+	}
+	if s.o.Node == "" {
+		host, _ := os.Hostname()
+		s.o.Node = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), crand.Text()[:6])
+	}
+	if s.o.PollInterval <= 0 {
+		s.o.PollInterval = time.Second
+	}
+	if s.o.Clock == nil {
+		s.o.Clock = time.Now
+	}
+	if s.o.ClaimTTL <= 0 {
+		s.o.ClaimTTL = 30 * time.Second
+	}
+	if s.o.StopTimeout <= 0 {
+		s.o.StopTimeout = 30 * time.Second
+	}
+	s.log = s.o.Logger
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	s.locker = lease.New(store.Claims(), &lease.Options{Logger: s.log})
+	return s
+}
+
+// Node returns the node name the scheduler records.
+func (s *Scheduler) Node() string { return s.o.Node }
+
+// Add validates j, applies its defaults and adds it. It may be called
+// before or while Run runs. Nothing is written to the store.
+func (s *Scheduler) Add(j Job) error {
+	if err := ValidateName(j.Name); err != nil {
+		return err
+	}
+	if s.o.ClaimTTL < lease.MinTTL || s.o.ClaimTTL > lease.MaxTTL || validateNode(s.o.Node) != nil {
+		return fmt.Errorf("%w: options: ClaimTTL %v or node %q out of range", ErrInvalid, s.o.ClaimTTL, s.o.Node)
+	}
+	bad := func(why string) error { return fmt.Errorf("%w: job %q: %s", ErrInvalid, j.Name, why) }
+	switch {
+	case j.Schedule == nil:
+		return bad("no schedule")
+	case j.Run == nil:
+		return bad("no Run function")
+	case j.Misfire < MisfireCoalesce || j.Misfire > MisfireCatchUp:
+		return bad("unknown misfire policy")
+	case j.Overlap < OverlapSkip || j.Overlap > OverlapAllow:
+		return bad("unknown overlap policy")
+	case j.MisfireThreshold < 0, j.CatchUpWindow < 0, j.CatchUpConcurrency < 0, j.Timeout < 0:
+		return bad("negative threshold, window, concurrency or timeout")
+	case j.Retry.Attempts < 0, j.Retry.Backoff < 0, j.Retry.MaxBackoff < 0:
+		return bad("negative retry setting")
+	case j.CatchUpConcurrency > 1000:
+		return bad("catch-up concurrency above 1000")
+	}
+	if v, ok := j.Schedule.(interface{ valid() error }); ok {
+		if err := v.valid(); err != nil {
+			return fmt.Errorf("job %q: %w", j.Name, err)
+		}
+	}
+	if j.MisfireThreshold == 0 {
+		j.MisfireThreshold = time.Minute
+	}
+	if j.CatchUpWindow == 0 {
+		j.CatchUpWindow = 24 * time.Hour
+	}
+	if j.CatchUpConcurrency == 0 {
+		j.CatchUpConcurrency = 1
+	}
+	if j.Retry.Attempts == 0 {
+		j.Retry.Attempts = 1
+	}
+	if j.Retry.Backoff == 0 {
+		j.Retry.Backoff = time.Second
+	}
+	if j.Retry.MaxBackoff == 0 {
+		j.Retry.MaxBackoff = time.Minute
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, dup := s.jobs[j.Name]; dup {
+		return bad("a job of that name was already added")
+	}
+	s.jobs[j.Name] = &jobState{job: j, pending: map[string]*pendingSlot{}}
+	s.names = append(s.names, j.Name)
+	s.kick()
+	return nil
+}
+
+// Slot returns the audit record of one slot of job (ErrNotFound if none).
+func (s *Scheduler) Slot(ctx context.Context, job, slotID string) (Record, error) {
+	return s.store.Slot(ctx, job, slotID)
+}
+
+// Slots returns the audit records of job with from <= slot time < to,
+// ascending, at most limit (<= 0: all).
+func (s *Scheduler) Slots(ctx context.Context, job string, from, to time.Time, limit int) ([]Record, error) {
+	return s.store.Slots(ctx, job, from, to, limit)
+}
+
+// kick wakes the poll loop.
+func (s *Scheduler) kick() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run runs the jobs until ctx ends, then stops gracefully: it claims no
+// new slot, lets running handlers finish for up to Options.StopTimeout,
+// then cancels their contexts, waits for them to return and records their
+// outcome. It returns nil after a graceful stop, or ErrRunning if Run is
+// already running.
+func (s *Scheduler) Run(ctx context.Context) error {
+	s.mu.Lock()
+	if s.running {
+		s.mu.Unlock()
+		return ErrRunning
+	}
+	s.running = true
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.running = false
+		s.mu.Unlock()
+	}()
+	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer hcancel()
+	var wg sync.WaitGroup
+	for ctx.Err() == nil {
+		wait := s.poll(ctx, hctx, &wg)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		case <-s.wake:
+		}
+		t.Stop()
+	}
+	stop := time.AfterFunc(s.o.StopTimeout, hcancel)
+	wg.Wait()
+	stop.Stop()
+	return nil
+}
+
+// storeNow estimates the store's clock from this node's clock and the
+// offset measured at the last poll.
+func (s *Scheduler) storeNow() time.Time {
+	return s.o.Clock().Add(time.Duration(s.offset.Load()))
+}
+
+// poll reads the store's clock, handles every job's due slots and returns
+// how long to sleep.
+func (s *Scheduler) poll(ctx, hctx context.Context, wg *sync.WaitGroup) time.Duration {
+	now, err := s.store.Now(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("schedule: cannot read the store's clock; no slot is due until it answers", "err", err)
+		}
+		return s.o.PollInterval
+	}
+	s.offset.Store(int64(now.Sub(s.o.Clock())))
+	s.mu.Lock()
+	names := slices.Clone(s.names)
+	s.mu.Unlock()
+	wait := s.o.PollInterval
+	for _, name := range names {
+		if ctx.Err() != nil {
+			break
+		}
+		s.mu.Lock()
+		js := s.jobs[name]
+		s.mu.Unlock()
+		wait = min(wait, s.pollJob(ctx, hctx, wg, js, now))
+	}
+	return max(wait, time.Millisecond)
+}
+
+func (s *Scheduler) pollJob(ctx, hctx context.Context, wg *sync.WaitGroup, js *jobState, now time.Time) time.Duration {
+	j := js.job
+	if !js.init {
+		last, ok, err := s.store.Last(ctx, j.Name)
+		if err != nil {
+			s.log.Warn("schedule: cannot read the job's last slot", "job", j.Name, "err", err)
+			return s.o.PollInterval
+		}
+		open, err := s.store.Unfinished(ctx, j.Name, maxBacklog)
+		if err != nil {
+			s.log.Warn("schedule: cannot read the job's unfinished slots", "job", j.Name, "err", err)
+			return s.o.PollInterval
+		}
+		s.mu.Lock()
+		js.cursor = now
+		if ok {
+			js.cursor = last
+		}
+		for _, r := range open {
+			if _, have := js.pending[r.SlotID]; !have {
+				js.pending[r.SlotID] = &pendingSlot{id: r.SlotID, at: r.SlotTime, notBefore: r.RetryAt}
+			}
+		}
+		js.init = true
+		s.mu.Unlock()
+	}
+
+	// The slots due since the last poll, on the store's clock.
+	var due []time.Time
+	dropped := 0
+	cursor := js.cursor
+	for t := j.Schedule.Next(cursor); !t.IsZero() && !t.After(now); t = j.Schedule.Next(t) {
+		due = append(due, t)
+		cursor = t
+		if len(due) >= 2*maxBacklog {
+			dropped += len(due) - maxBacklog
+			due = slices.Clone(due[len(due)-maxBacklog:])
+		}
+	}
+	js.cursor = cursor
+	if dropped > 0 {
+		s.log.Warn("schedule: too many slots were due; the oldest are neither run nor recorded",
+			"job", j.Name, "dropped", dropped)
+	}
+	if len(due) > 0 {
+		s.classify(ctx, js, due, now)
+	}
+	s.start(hctx, ctx, wg, js, now)
+
+	wait := s.o.PollInterval
+	if next := j.Schedule.Next(cursor); !next.IsZero() {
+		wait = min(wait, next.Sub(now))
+	}
+	s.mu.Lock()
+	for _, p := range js.pending {
+		if !p.active && p.notBefore.After(now) {
+			wait = min(wait, p.notBefore.Sub(now))
+		}
+	}
+	s.mu.Unlock()
+	return wait
+}
+
+// classify applies the misfire policy to newly due slots: it records the
+// ones that will not run missed and queues the others.
+func (s *Scheduler) classify(ctx context.Context, js *jobState, due []time.Time, now time.Time) {
+	j := js.job
+	var late, onTime []time.Time
+	for _, t := range due {
+		if now.Sub(t) > j.MisfireThreshold {
+			late = append(late, t)
+		} else {
+			onTime = append(onTime, t)
+		}
+	}
+	type miss struct {
+		at     time.Time
+		reason string
+	}
+	var missed []miss
+	run := map[time.Time]bool{}
+	for _, t := range onTime {
+		run[t] = false
+	}
+	switch j.Misfire {
+	case MisfireSkip:
+		for _, t := range late {
+			missed = append(missed, miss{t, "misfire: late, policy skip"})
+		}
+	case MisfireCoalesce:
+		if len(late) > 0 {
+			keep := late[len(late)-1]
+			if len(onTime) > 0 {
+				keep = onTime[len(onTime)-1]
+			} else {
+				run[keep] = true
+			}
+			for _, t := range late {
+				if !t.Equal(keep) {
+					missed = append(missed, miss{t, "misfire: coalesced into " + j.Schedule.ID(keep)})
+				}
+			}
+		}
+	case MisfireCatchUp:
+		for _, t := range late {
+			if now.Sub(t) > j.CatchUpWindow {
+				missed = append(missed, miss{t, "misfire: outside the catch-up window"})
+			} else {
+				run[t] = true
+			}
+		}
+	}
+	for _, m := range missed {
+		if ctx.Err() != nil {
+			return
+		}
+		id := j.Schedule.ID(m.at)
+		_, _, err := s.store.Mark(ctx, MarkRequest{Job: j.Name, SlotID: id, SlotTime: m.at, Node: s.o.Node, State: Missed, Reason: m.reason})
+		if err != nil {
+			s.log.Warn("schedule: cannot record a missed slot", "job", j.Name, "slot", id, "err", err)
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for t, isLate := range run {
+		id := j.Schedule.ID(t)
+		if _, have := js.pending[id]; !have {
+			js.pending[id] = &pendingSlot{id: id, at: t, late: isLate}
+		}
+	}
+}
+
+// start launches attempts at the pending slots that may start now.
+func (s *Scheduler) start(hctx, ctx context.Context, wg *sync.WaitGroup, js *jobState, now time.Time) {
+	if ctx.Err() != nil {
+		return
+	}
+	j := js.job
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ps := make([]*pendingSlot, 0, len(js.pending))
+	for _, p := range js.pending {
+		ps = append(ps, p)
+	}
+	slices.SortFunc(ps, func(a, b *pendingSlot) int { return a.at.Compare(b.at) })
+	for _, p := range ps {
+		if j.Overlap == OverlapQueue && (js.active > 0 || p.active) {
+			return // one at a time, in slot order
+		}
+		if p.active || p.notBefore.After(now) {
+			if j.Overlap == OverlapQueue {
+				return
+			}
+			continue
+		}
+		if p.late && j.Misfire == MisfireCatchUp && js.activeLate >= j.CatchUpConcurrency {
+			continue
+		}
+		p.active = true
+		js.active++
+		if p.late {
+			js.activeLate++
+		}
+		wg.Go(func() { s.attempt(hctx, ctx, js, p) })
+		if j.Overlap == OverlapQueue {
+			return
+		}
+	}
+}
+
+// outcome is what an attempt leaves for its pending slot.
+type outcome struct {
+	final bool          // drop the slot: it is final (or superseded)
+	wait  time.Duration // else try again this long from now (store clock)
+}
+
+// attempt claims a pending slot, applies the overlap and catch-up limits,
+// runs the handler and records the result.
+func (s *Scheduler) attempt(hctx, ctx context.Context, js *jobState, p *pendingSlot) {
+	out := s.try(hctx, ctx, js, p)
+	s.mu.Lock()
+	p.active = false
+	js.active--
+	if p.late {
+		js.activeLate--
+	}
+	if out.final {
+		if js.pending[p.id] == p {
+			delete(js.pending, p.id)
+		}
+	} else {
+		p.notBefore = s.storeNow().Add(out.wait)
+	}
+	s.mu.Unlock()
+	s.kick()
+}
+
+func (s *Scheduler) try(hctx, ctx context.Context, js *jobState, p *pendingSlot) outcome {
+	j := js.job
+	retry := outcome{wait: s.o.PollInterval}
+	log := s.log.With("job", j.Name, "slot", p.id)
+	claim, err := s.locker.TryAcquire(hctx, ClaimKey(j.Name, p.id), s.o.ClaimTTL)
+	if err != nil {
+		var held *lease.HeldError
+		if errors.As(err, &held) {
+			// Another node runs it; look again when its claim would expire.
+			return outcome{wait: max(held.TTL, s.o.PollInterval)}
+		}
+		log.Warn("schedule: cannot claim the slot", "err", err)
+		return retry
+	}
+	defer s.release(claim)
+	runCtx, stopClaim := keepAlive(hctx, claim, s.log)
+	defer stopClaim()
+
+	if j.Overlap != OverlapAllow {
+		var run *lease.Lease
+		if j.Overlap == OverlapSkip {
+			run, err = s.locker.TryAcquire(runCtx, RunKey(j.Name), s.o.ClaimTTL)
+			if errors.Is(err, lease.ErrHeld) {
+				_, err := s.begin(runCtx, j, p, claim, true)
+				if err == nil || errors.Is(err, ErrFinal) {
+					return outcome{final: true}
+				}
+				log.Warn("schedule: cannot record the slot skipped", "err", err)
+				return retry
+			}
+		} else {
+			// Wait for the running slot, but not past a stop.
+			wctx, wcancel := context.WithCancel(runCtx)
+			stopWait := context.AfterFunc(ctx, wcancel)
+			run, err = s.locker.Acquire(wctx, RunKey(j.Name), s.o.ClaimTTL)
+			stopWait()
+			wcancel()
+		}
+		if err != nil {
+			if ctx.Err() == nil {
+				log.Warn("schedule: cannot take the job's run lease", "err", err)
+			}
+			return retry
+		}
+		defer s.release(run)
+		var stopRun func()
+		runCtx, stopRun = keepAlive(runCtx, run, s.log)
+		defer stopRun()
+	}
+	if p.late && j.Misfire == MisfireCatchUp {
+		permit := s.permit(runCtx, j)
+		if permit == nil {
+			return retry
+		}
+		defer s.release(permit)
+		var stopPermit func()
+		runCtx, stopPermit = keepAlive(runCtx, permit, s.log)
+		defer stopPermit()
+	}
+
+	rec, err := s.begin(runCtx, j, p, claim, false)
+	var notDue *NotDueError
+	switch {
+	case errors.As(err, &notDue):
+		return outcome{wait: notDue.Wait}
+	case errors.Is(err, ErrFinal):
+		return outcome{final: true}
+	case err != nil:
+		log.Warn("schedule: cannot record the attempt's start", "err", err)
+		return retry
+	}
+	slot := &Slot{Job: j.Name, Time: p.at, ID: p.id, Fence: claim.Fence(), Attempt: rec.Attempts, lease: claim}
+	hctxRun := runCtx
+	if j.Timeout > 0 {
+		var cancel context.CancelFunc
+		hctxRun, cancel = context.WithTimeout(runCtx, j.Timeout)
+		defer cancel()
+	}
+	runErr := call(hctxRun, j.Run, slot)
+	fin := FinishRequest{Job: j.Name, SlotID: p.id, Fence: claim.Fence(), State: Done}
+	if runErr != nil {
+		fin.State = Failed
+		fin.Error = CutError(runErr.Error())
+		if rec.Attempts < j.Retry.Attempts {
+			fin.RetryAfter = backoff(j.Retry, rec.Attempts)
+		}
+		log.Warn("schedule: attempt failed", "attempt", rec.Attempts, "err", runErr)
+	}
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(hctx), storeTimeout)
+	defer cancel()
+	frec, err := s.store.Finish(fctx, fin)
+	switch {
+	case errors.Is(err, ErrStale):
+		log.Warn("schedule: a newer attempt took the slot over while this one ran", "fence", claim.Fence())
+		return outcome{wait: s.o.ClaimTTL}
+	case err != nil:
+		log.Warn("schedule: cannot record the attempt's end; the slot will be looked at again", "err", err)
+		return retry
+	case frec.Final():
+		return outcome{final: true}
+	}
+	return outcome{wait: max(frec.RetryAt.Sub(s.storeNow()), 0)}
+}
+
+func (s *Scheduler) begin(ctx context.Context, j Job, p *pendingSlot, claim *lease.Lease, skip bool) (Record, error) {
+	req := BeginRequest{Job: j.Name, SlotID: p.id, SlotTime: p.at, Node: s.o.Node, Fence: claim.Fence(), Skip: skip}
+	if skip {
+		req.Reason = "overlap: an earlier run was still running"
+	}
+	return s.store.Begin(ctx, req)
+}
+
+// permit takes one of the job's catch-up permits, or returns nil.
+func (s *Scheduler) permit(ctx context.Context, j Job) *lease.Lease {
+	for i := range j.CatchUpConcurrency {
+		l, err := s.locker.TryAcquire(ctx, PermitKey(j.Name, i), s.o.ClaimTTL)
+		if err == nil {
+			return l
+		}
+	}
+	return nil
+}
+
+// release releases a lease after its work, even after a stop.
+func (s *Scheduler) release(l *lease.Lease) {
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	if err := l.Release(ctx); err != nil && !errors.Is(err, lease.ErrNotHeld) {
+		s.log.Debug("schedule: release failed; the lease expires on its own", "key", l.Key(), "err", err)
+	}
+}
+
+// call runs the handler, turning a panic into an error.
+func call(ctx context.Context, run func(context.Context, *Slot) error, slot *Slot) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("schedule: handler panicked: %v", r)
+		}
+	}()
+	return run(ctx, slot)
+}
+
+// backoff is the wait after attempt n (1-based) failed.
+func backoff(r Retry, n int) time.Duration {
+	d := r.Backoff << min(n-1, 30)
+	if d <= 0 || d > r.MaxBackoff {
+		d = r.MaxBackoff
+	}
+	return d
+}
+
+// Claim claims one slot of an added job by hand, outside Run: it takes
+// the slot's claim lease and records the attempt's start, as Run does
+// before calling the handler. The slot time must be one of the job's
+// slots. The claim is not renewed: finish within Options.ClaimTTL with
+// Finish (or complete the slot in a store's CompleteSlot first). Errors
+// are those of lease acquisition (lease.ErrHeld) and of Store.Begin
+// (ErrNotDue, ErrFinal).
+func (s *Scheduler) Claim(ctx context.Context, job string, at time.Time) (*Slot, error) {
+	s.mu.Lock()
+	js, ok := s.jobs[job]
+	s.mu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("%w: no job %q", ErrInvalid, job)
+	}
+	j := js.job
+	if next := j.Schedule.Next(at.Add(-time.Nanosecond)); !next.Equal(at) {
+		return nil, fmt.Errorf("%w: %v is not a slot of job %q", ErrInvalid, at, job)
+	}
+	p := &pendingSlot{id: j.Schedule.ID(at), at: at}
+	claim, err := s.locker.TryAcquire(ctx, ClaimKey(j.Name, p.id), s.o.ClaimTTL)
+	if err != nil {
+		return nil, err
+	}
+	rec, err := s.begin(ctx, j, p, claim, false)
+	if err != nil {
+		s.release(claim)
+		return nil, err
+	}
+	return &Slot{Job: j.Name, Time: at, ID: p.id, Fence: claim.Fence(), Attempt: rec.Attempts, lease: claim}, nil
+}
+
+// Finish records the end of a slot claimed with Claim (done if runErr is
+// nil, else failed, final) and releases its claim.
+func (s *Scheduler) Finish(ctx context.Context, slot *Slot, runErr error) (Record, error) {
+	if slot == nil || slot.lease == nil {
+		return Record{}, fmt.Errorf("%w: nil slot", ErrInvalid)
+	}
+	defer s.release(slot.lease)
+	fin := FinishRequest{Job: slot.Job, SlotID: slot.ID, Fence: slot.Fence, State: Done}
+	if runErr != nil {
+		fin.State = Failed
+		fin.Error = CutError(runErr.Error())
+	}
+	return s.store.Finish(ctx, fin)
+}

@@ -1,0 +1,360 @@
+package memstore
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/tenurekit/tenure/fence"
+	"github.com/tenurekit/tenure/lease"
+	"github.com/tenurekit/tenure/schedule"
+)
+
+// schedState is the scheduled-jobs state of a Store, guarded by Store.mu
+// (the lease map's mutex), so that a completion checks the claim lease and
+// writes the ledger in one step.
+type schedState struct {
+	recs   map[string]map[string]*schedule.Record // job -> slot ID -> record
+	ledger map[string]map[string]uint64           // job -> slot ID -> completing fence
+	values map[string]map[string][]byte           // job -> name -> value
+}
+
+func (s *Store) sched() *schedState {
+	return s.view("schedule", func() any {
+		return &schedState{
+			recs:   map[string]map[string]*schedule.Record{},
+			ledger: map[string]map[string]uint64{},
+			values: map[string]map[string][]byte{},
+		}
+	}).(*schedState)
+}
+
+// Schedules returns the store's schedule.Store view. Claims are leases of
+// the store's lease view; records, ledger and slot values live in memory
+// under the same mutex.
+func (s *Store) Schedules() schedule.Store { return schedules{s} }
+
+type schedules struct{ s *Store }
+
+func (v schedules) Claims() lease.Store { return v.s.Leases() }
+
+func (v schedules) Now(ctx context.Context) (time.Time, error) {
+	if err := ctx.Err(); err != nil {
+		return time.Time{}, fmt.Errorf("%w: %w", schedule.ErrUnavailable, err)
+	}
+	return v.s.now(), nil
+}
+
+func (st *schedState) rec(job, id string) *schedule.Record {
+	return st.recs[job][id]
+}
+
+func (st *schedState) put(r *schedule.Record) {
+	m := st.recs[r.Job]
+	if m == nil {
+		m = map[string]*schedule.Record{}
+		st.recs[r.Job] = m
+	}
+	m[r.SlotID] = r
+}
+
+func stale(job, id string, f uint64) error {
+	return fmt.Errorf("memstore: slot %s of %q: the attempt with fence %d is not the current one: %w", id, job, f, schedule.ErrStale)
+}
+
+func (v schedules) Begin(ctx context.Context, req schedule.BeginRequest) (schedule.Record, error) {
+	if err := req.Validate(); err != nil {
+		return schedule.Record{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return schedule.Record{}, fmt.Errorf("%w: %w", schedule.ErrUnavailable, err)
+	}
+	s := v.s
+	st := s.sched()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	r := st.rec(req.Job, req.SlotID)
+	if r != nil {
+		if r.Final() {
+			return schedule.Record{}, &schedule.FinalError{Record: *r}
+		}
+		if r.Fence > req.Fence || (r.Fence == req.Fence && (r.State != schedule.Running || req.Skip)) {
+			return schedule.Record{}, stale(req.Job, req.SlotID, req.Fence)
+		}
+		if r.Fence == req.Fence {
+			return *r, nil // a repeated Begin of the running attempt
+		}
+	}
+	if _, done := st.ledger[req.Job][req.SlotID]; done {
+		// Completed without a record (cannot happen through the API).
+		return schedule.Record{}, &schedule.FinalError{Record: schedule.Record{Job: req.Job, SlotID: req.SlotID, State: schedule.Done}}
+	}
+	if w := req.SlotTime.Sub(now); w > 0 {
+		return schedule.Record{}, &schedule.NotDueError{Wait: w}
+	}
+	if r != nil && r.RetryAt.After(now) {
+		return schedule.Record{}, &schedule.NotDueError{Wait: r.RetryAt.Sub(now)}
+	}
+	if r == nil {
+		r = &schedule.Record{Job: req.Job, SlotID: req.SlotID, SlotTime: req.SlotTime}
+		st.put(r)
+	}
+	r.Node, r.Fence, r.RetryAt = req.Node, req.Fence, time.Time{}
+	if req.Skip {
+		r.State, r.Error, r.Finished = schedule.Skipped, schedule.CutError(req.Reason), now
+	} else {
+		r.State, r.Error, r.Started, r.Finished = schedule.Running, "", now, time.Time{}
+		r.Attempts++
+	}
+	return *r, nil
+}
+
+func (v schedules) Finish(ctx context.Context, req schedule.FinishRequest) (schedule.Record, error) {
+	if err := req.Validate(); err != nil {
+		return schedule.Record{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return schedule.Record{}, fmt.Errorf("%w: %w", schedule.ErrUnavailable, err)
+	}
+	s := v.s
+	st := s.sched()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	r := st.rec(req.Job, req.SlotID)
+	switch {
+	case r == nil:
+		return schedule.Record{}, stale(req.Job, req.SlotID, req.Fence)
+	case r.State == schedule.Done:
+		return *r, nil
+	case r.Fence != req.Fence || r.State != schedule.Running:
+		return schedule.Record{}, stale(req.Job, req.SlotID, req.Fence)
+	}
+	r.Finished = now
+	if req.State == schedule.Done {
+		st.complete(req.Job, req.SlotID, req.Fence)
+		r.State, r.Error = schedule.Done, ""
+		return *r, nil
+	}
+	r.State, r.Error = schedule.Failed, schedule.CutError(req.Error)
+	if req.RetryAfter > 0 {
+		r.RetryAt = now.Add(req.RetryAfter)
+	}
+	return *r, nil
+}
+
+func (st *schedState) complete(job, id string, f uint64) {
+	m := st.ledger[job]
+	if m == nil {
+		m = map[string]uint64{}
+		st.ledger[job] = m
+	}
+	if _, ok := m[id]; !ok {
+		m[id] = f
+	}
+}
+
+func (v schedules) Mark(ctx context.Context, req schedule.MarkRequest) (schedule.Record, bool, error) {
+	if err := req.Validate(); err != nil {
+		return schedule.Record{}, false, err
+	}
+	if err := ctx.Err(); err != nil {
+		return schedule.Record{}, false, fmt.Errorf("%w: %w", schedule.ErrUnavailable, err)
+	}
+	s := v.s
+	st := s.sched()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r := st.rec(req.Job, req.SlotID); r != nil {
+		return *r, false, nil
+	}
+	r := &schedule.Record{Job: req.Job, SlotID: req.SlotID, SlotTime: req.SlotTime, State: req.State,
+		Node: req.Node, Error: schedule.CutError(req.Reason), Finished: s.now()}
+	st.put(r)
+	return *r, true, nil
+}
+
+func (v schedules) Slot(ctx context.Context, job, id string) (schedule.Record, error) {
+	if err := schedule.ValidateName(job); err != nil {
+		return schedule.Record{}, err
+	}
+	if err := schedule.ValidateID(id); err != nil {
+		return schedule.Record{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return schedule.Record{}, fmt.Errorf("%w: %w", schedule.ErrUnavailable, err)
+	}
+	s := v.s
+	st := s.sched()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := st.rec(job, id)
+	if r == nil {
+		return schedule.Record{}, fmt.Errorf("memstore: slot %s of %q: %w", id, job, schedule.ErrNotFound)
+	}
+	return *r, nil
+}
+
+// sorted returns job's records that keep, ascending by slot time.
+func (v schedules) sorted(ctx context.Context, job string, limit int, keep func(*schedule.Record) bool) ([]schedule.Record, error) {
+	if err := schedule.ValidateName(job); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("%w: %w", schedule.ErrUnavailable, err)
+	}
+	s := v.s
+	st := s.sched()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []schedule.Record
+	for _, r := range st.recs[job] {
+		if keep(r) {
+			out = append(out, *r)
+		}
+	}
+	slices.SortFunc(out, func(a, b schedule.Record) int { return a.SlotTime.Compare(b.SlotTime) })
+	if limit > 0 && len(out) > limit {
+		out = out[:limit]
+	}
+	return out, nil
+}
+
+func (v schedules) Slots(ctx context.Context, job string, from, to time.Time, limit int) ([]schedule.Record, error) {
+	return v.sorted(ctx, job, limit, func(r *schedule.Record) bool {
+		return !r.SlotTime.Before(from) && r.SlotTime.Before(to)
+	})
+}
+
+func (v schedules) Unfinished(ctx context.Context, job string, limit int) ([]schedule.Record, error) {
+	return v.sorted(ctx, job, limit, func(r *schedule.Record) bool { return !r.Final() })
+}
+
+func (v schedules) Last(ctx context.Context, job string) (time.Time, bool, error) {
+	all, err := v.sorted(ctx, job, 0, func(*schedule.Record) bool { return true })
+	if err != nil || len(all) == 0 {
+		return time.Time{}, false, err
+	}
+	return all[len(all)-1].SlotTime, true, nil
+}
+
+// SlotEffect is one change that [Store.CompleteSlot] applies together with
+// a slot's completion: setting or adding to a named value of the slot's
+// job. Make them with SetSlotValue and AddSlotValue.
+type SlotEffect struct {
+	name  string
+	value []byte
+	add   int64
+	isAdd bool
+}
+
+// SetSlotValue sets the job's value name to value.
+func SetSlotValue(name string, value []byte) SlotEffect {
+	return SlotEffect{name: name, value: append([]byte(nil), value...)}
+}
+
+// AddSlotValue adds delta to the job's value name, a decimal integer
+// (missing counts as 0).
+func AddSlotValue(name string, delta int64) SlotEffect {
+	return SlotEffect{name: name, add: delta, isAdd: true}
+}
+
+// CompleteSlot is the fenced completion of a slot for effects the store
+// holds: in one step under the store's mutex it checks that slot's claim is
+// still current (the claim lease has the slot's token and fence and has not
+// expired on the store's clock), records (job, slot) in the ledger, marks
+// the slot done and applies effects to the job's values. If the ledger
+// already has the slot, it returns an error wrapping
+// schedule.ErrCompleted; if the claim is not current, one wrapping
+// schedule.ErrStale (fence.ErrStale) and lease.ErrNotHeld. Either way, and
+// on bad input (lease.ErrInvalid or schedule.ErrInvalid: value names follow
+// the rules of lease keys; an add to a value that is not an integer),
+// nothing is written.
+func (s *Store) CompleteSlot(ctx context.Context, slot *schedule.Slot, effects ...SlotEffect) error {
+	if slot == nil || slot.Lease() == nil {
+		return fmt.Errorf("%w: memstore: nil slot or a slot without a claim", schedule.ErrInvalid)
+	}
+	if err := schedule.ValidateName(slot.Job); err != nil {
+		return err
+	}
+	if err := schedule.ValidateID(slot.ID); err != nil {
+		return err
+	}
+	for _, e := range effects {
+		if err := lease.ValidateKey(e.name); err != nil {
+			return fmt.Errorf("memstore: slot value name: %w", err)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%w: %w", schedule.ErrUnavailable, err)
+	}
+	st := s.sched()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	if _, done := st.ledger[slot.Job][slot.ID]; done {
+		return fmt.Errorf("memstore: slot %s of %q: %w", slot.ID, slot.Job, schedule.ErrCompleted)
+	}
+	l := slot.Lease()
+	lr := s.leases[l.Key()]
+	if lr == nil || lr.token != l.Token() || lr.fence != l.Fence() || !lr.expires.After(now) {
+		return fmt.Errorf("memstore: slot %s of %q: the claim with fence %d is not current: %w (%w)",
+			slot.ID, slot.Job, l.Fence(), lease.ErrNotHeld, fence.ErrStale)
+	}
+	vals := st.values[slot.Job]
+	next := make(map[string][]byte, len(effects))
+	for _, e := range effects {
+		if !e.isAdd {
+			next[e.name] = e.value
+			continue
+		}
+		cur, ok := next[e.name]
+		if !ok {
+			cur = vals[e.name]
+		}
+		n := int64(0)
+		if len(cur) > 0 {
+			var err error
+			if n, err = strconv.ParseInt(string(cur), 10, 64); err != nil {
+				return fmt.Errorf("%w: memstore: value %q of job %q is not an integer", schedule.ErrInvalid, e.name, slot.Job)
+			}
+		}
+		next[e.name] = []byte(strconv.FormatInt(n+e.add, 10))
+	}
+	if vals == nil {
+		vals = map[string][]byte{}
+		st.values[slot.Job] = vals
+	}
+	for k, b := range next {
+		vals[k] = b
+	}
+	st.complete(slot.Job, slot.ID, slot.Fence)
+	r := st.rec(slot.Job, slot.ID)
+	if r == nil {
+		r = &schedule.Record{Job: slot.Job, SlotID: slot.ID, SlotTime: slot.Time, Fence: slot.Fence, Attempts: slot.Attempt}
+		st.put(r)
+	}
+	r.State, r.Error, r.Finished, r.RetryAt = schedule.Done, "", now, time.Time{}
+	return nil
+}
+
+// SlotValue returns the job's value name as CompleteSlot left it (nil if
+// never set).
+func (s *Store) SlotValue(ctx context.Context, job, name string) ([]byte, error) {
+	if err := schedule.ValidateName(job); err != nil {
+		return nil, err
+	}
+	if err := lease.ValidateKey(name); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("%w: %w", schedule.ErrUnavailable, err)
+	}
+	st := s.sched()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]byte(nil), st.values[job][name]...), nil
+}
