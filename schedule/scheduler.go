@@ -1,8 +1,8 @@
 package schedule
 
 import (
-	crand "crypto/rand"
 	"context"
+	crand "crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
