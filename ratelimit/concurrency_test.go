@@ -1,0 +1,83 @@
+package ratelimit_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/tenurekit/tenure/ratelimit"
+	"github.com/tenurekit/tenure/ratelimit/ratelimittest"
+	"github.com/tenurekit/tenure/store/memstore"
+)
+
+// TestAcquireWaitsForExpiry: a holder that died frees its permit after the
+// TTL; a waiter polls with backoff but never sleeps past the soonest
+// expiry, so it gets the permit right then (fake time in a bubble).
+func TestAcquireWaitsForExpiry(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c, _ := ratelimit.NewConcurrency(memstore.New(nil).Limits(), ratelimit.ConcurrencyLimit{Permits: 1, TTL: 10 * time.Second})
+		if _, err := c.TryAcquire(ctx, "job"); err != nil { // and never released
+			t.Fatal(err)
+		}
+		start := time.Now()
+		p, err := c.Acquire(ctx, "job")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if waited := time.Since(start); waited < 10*time.Second || waited > 10*time.Second+300*time.Millisecond {
+			t.Fatalf("waited %v for a permit that expired after 10s", waited)
+		}
+		p.Release(ctx)
+	})
+}
+
+// TestDoCancelsWhenPermitLost: when renewals fail (the store is cut off),
+// fn's context ends before the permit's validity runs out, and Do reports
+// the loss.
+func TestDoCancelsWhenPermitLost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ms := memstore.New(nil)
+		s, faults := ratelimittest.Wrap(ms.Limits())
+		ttl := 9 * time.Second
+		c, _ := ratelimit.NewConcurrency(s, ratelimit.ConcurrencyLimit{Permits: 1, TTL: ttl})
+		start := time.Now()
+		var ended time.Duration
+		err := c.Do(context.Background(), "job", func(ctx context.Context) error {
+			faults.Cut()
+			<-ctx.Done()
+			ended = time.Since(start)
+			return nil
+		})
+		faults.Heal()
+		if !errors.Is(err, ratelimit.ErrPermitLost) {
+			t.Fatalf("Do: %v, want ErrPermitLost", err)
+		}
+		if ended <= 0 || ended >= ttl {
+			t.Fatalf("fn's context ended after %v, want before the TTL %v", ended, ttl)
+		}
+	})
+}
+
+// TestDoRenews: Do keeps the permit for work longer than the TTL.
+func TestDoRenews(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c, _ := ratelimit.NewConcurrency(memstore.New(nil).Limits(), ratelimit.ConcurrencyLimit{Permits: 1, TTL: 3 * time.Second})
+		err := c.Do(ctx, "job", func(ctx context.Context) error {
+			time.Sleep(20 * time.Second)
+			if _, err := c.TryAcquire(ctx, "job"); !errors.Is(err, ratelimit.ErrLimited) {
+				t.Errorf("another holder got in: %v", err)
+			}
+			return ctx.Err()
+		})
+		if err != nil {
+			t.Fatalf("Do: %v", err)
+		}
+		if _, err := c.TryAcquire(ctx, "job"); err != nil {
+			t.Fatalf("after Do: %v", err)
+		}
+	})
+}
