@@ -91,6 +91,15 @@ func (l *Limiter) decide(ctx context.Context, key string, n int, commit bool) (D
 	return d, nil
 }
 
+// StateKey returns the key under which the store keeps key's state for
+// this limiter (for the stores' inspection methods, such as LimitTTL).
+func (l *Limiter) StateKey(key string) (StateKey, error) {
+	if err := ValidateKey(key); err != nil {
+		return StateKey{}, err
+	}
+	return stateKey("", l.lim.Name, l.code, key), nil
+}
+
 // Reset forgets key's state: the limit is fully available again.
 func (l *Limiter) Reset(ctx context.Context, key string) error {
 	if err := ValidateKey(key); err != nil {

@@ -153,3 +153,21 @@ func (l *limits) ReleasePermit(ctx context.Context, key ratelimit.StateKey, id s
 	l.put(key.String(), st, us)
 	return nil
 }
+
+// LimitTTL reports whether the store holds rate limit state under k (see
+// ratelimit.Limiter.StateKey) and how long until it expires on the store's
+// clock.
+func (s *Store) LimitTTL(ctx context.Context, k ratelimit.StateKey) (time.Duration, bool, error) {
+	if err := ratelimit.ValidateStateKeys([]ratelimit.StateKey{k}); err != nil {
+		return 0, false, err
+	}
+	l := s.Limits().(*limits)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := s.now().UnixMicro()
+	st := l.get(k.String(), now)
+	if st == nil {
+		return 0, false, nil
+	}
+	return time.Duration(st.Expires-now) * time.Microsecond, true, nil
+}

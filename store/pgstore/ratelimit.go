@@ -335,7 +335,7 @@ $fn$`
 const rateSweepEvery = 128
 
 type rateQueries struct {
-	decide, permit, reset string
+	decide, permit, reset, ttl string
 }
 
 // Limits returns the store's ratelimit.Store view. Every call is one
@@ -353,6 +353,8 @@ func (s *Store) Limits() ratelimit.Store {
 			decide: `SELECT ` + sch + `.ratelimit_decide($1::text[], $2::int[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[], $7, $8)`,
 			permit: `SELECT ` + sch + `.ratelimit_permit($1, $2, $3, $4, $5)`,
 			reset:  `DELETE FROM ` + sch + `.ratelimits WHERE key = ANY($1::text[])`,
+			ttl: `SELECT expires_us - (extract(epoch FROM clock_timestamp()) * 1000000)::bigint FROM ` + sch + `.ratelimits
+WHERE key = $1`,
 		}}
 	}).(*rateLimits)
 }
@@ -393,9 +395,8 @@ func rateErr(err error) error {
 	return err
 }
 
-// pgText checks what ratelimit leaves to the store: PostgreSQL text holds
-// valid UTF-8 without NUL only (keys are checked for both already; permit
-// ids are visible ASCII).
+// check reports a bad Options.Schema (keys are valid UTF-8 without NUL
+// and permit ids visible ASCII already, as PostgreSQL text needs).
 func (l *rateLimits) check() error {
 	if l.s.err != nil {
 		return rateErr(l.s.err)
@@ -524,4 +525,28 @@ func (l *rateLimits) ReleasePermit(ctx context.Context, key ratelimit.StateKey, 
 		return ratelimit.ErrPermitLost
 	}
 	return nil
+}
+
+// LimitTTL reports whether the store holds live rate limit state under k
+// (see ratelimit.Limiter.StateKey) and how long until it expires on the
+// server's clock.
+func (s *Store) LimitTTL(ctx context.Context, k ratelimit.StateKey) (time.Duration, bool, error) {
+	if err := ratelimit.ValidateStateKeys([]ratelimit.StateKey{k}); err != nil {
+		return 0, false, err
+	}
+	l := s.Limits().(*rateLimits)
+	if err := l.check(); err != nil {
+		return 0, false, err
+	}
+	var left int64
+	err := s.pool.QueryRow(ctx, l.q.ttl, k.String()).Scan(&left)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return 0, false, nil
+	case err != nil:
+		return 0, false, rateErr(s.wrap(ctx, fmt.Sprintf("rate limit ttl %q", k.String()), err))
+	case left <= 0:
+		return 0, false, nil
+	}
+	return time.Duration(left) * time.Microsecond, true, nil
 }

@@ -233,3 +233,21 @@ func (l *rateLimits) ReleasePermit(ctx context.Context, key ratelimit.StateKey, 
 	}
 	return nil
 }
+
+// LimitTTL reports whether the server holds rate limit state under k (see
+// ratelimit.Limiter.StateKey) and its key's time to live (PTTL).
+func (s *Store) LimitTTL(ctx context.Context, k ratelimit.StateKey) (time.Duration, bool, error) {
+	if err := ratelimit.ValidateStateKeys([]ratelimit.StateKey{k}); err != nil {
+		return 0, false, err
+	}
+	ms, err := s.c.Do(ctx, s.c.B().Pttl().Key(s.rateKey(k)).Build()).AsInt64()
+	switch {
+	case err != nil:
+		return 0, false, s.rateErr(err)
+	case ms == -2:
+		return 0, false, nil
+	case ms == -1:
+		return 0, true, nil // no expiry: never written by this store
+	}
+	return time.Duration(ms) * time.Millisecond, true, nil
+}

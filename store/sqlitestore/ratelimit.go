@@ -307,3 +307,28 @@ func (l *rateLimits) rateLimitKeys(ctx context.Context) (map[string]time.Duratio
 	}
 	return out, rows.Err()
 }
+
+// LimitTTL reports whether the store holds live rate limit state under k
+// (see ratelimit.Limiter.StateKey) and how long until it expires on the
+// store's clock.
+func (s *Store) LimitTTL(ctx context.Context, k ratelimit.StateKey) (time.Duration, bool, error) {
+	if err := ratelimit.ValidateStateKeys([]ratelimit.StateKey{k}); err != nil {
+		return 0, false, err
+	}
+	l := s.Limits().(*rateLimits)
+	var (
+		b   []byte
+		exp int64
+	)
+	now := s.nowUS()
+	err := s.db.QueryRowContext(ctx, l.q.get, k.String()).Scan(&b, &exp)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return 0, false, nil
+	case err != nil:
+		return 0, false, l.unavailable("read", k.String(), err)
+	case exp <= now:
+		return 0, false, nil
+	}
+	return time.Duration(exp-now) * time.Microsecond, true, nil
+}
