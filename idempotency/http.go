@@ -1,0 +1,488 @@
+package idempotency
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Header names of the IETF Idempotency-Key draft.
+const (
+	// HeaderKey carries the client's key, an RFC 8941 sf-string.
+	HeaderKey = "Idempotency-Key"
+	// HeaderReplayed is set to "true" on a replayed response.
+	HeaderReplayed = "Idempotent-Replayed"
+)
+
+// DefaultMaxBodyBytes is the default HTTPOptions.MaxBodyBytes.
+const DefaultMaxBodyBytes = 1 << 20
+
+// DefaultReplayHeaders are the response headers replayed by default:
+// those that describe the representation or the created resource. Headers
+// that carry secrets or per-response state (Set-Cookie, Date, tracing
+// headers) are not replayed.
+var DefaultReplayHeaders = []string{
+	"Content-Type", "Content-Encoding", "Content-Language", "Content-Location", "Content-Disposition",
+	"Location", "ETag", "Last-Modified", "Cache-Control", "Link",
+}
+
+// HTTPOptions configure Keeper.Middleware. Nil means the defaults
+// documented on each field.
+type HTTPOptions struct {
+	// Methods are the methods the middleware applies to; others pass
+	// through untouched. Default POST and PATCH.
+	Methods []string
+	// Optional lets a request without an Idempotency-Key through
+	// unprotected. Default false: such a request is refused with 400.
+	Optional bool
+	// Principal returns who makes the request (the authenticated user or
+	// client), part of every record's scope, so that two principals' equal
+	// keys never meet. Default: "" for everyone; set it whenever requests
+	// are authenticated.
+	Principal func(r *http.Request) string
+	// Route returns the operation, the other part of the scope. Default:
+	// the ServeMux pattern that matched (r.Pattern, with the method put in
+	// front if the pattern has none), or the method and the URL path when
+	// there is no pattern.
+	Route func(r *http.Request) string
+	// MaxBodyBytes is the largest request body read for the fingerprint;
+	// a larger one is refused with 413. Default 1 MiB.
+	MaxBodyBytes int64
+	// Fingerprint digests the request's input. Default: SHA-256 over the
+	// method, the request URI, the Content-Type and the body.
+	Fingerprint func(r *http.Request, body []byte) string
+	// ReplayHeaders are the response headers recorded and replayed (as
+	// the handler set them at WriteHeader). Default DefaultReplayHeaders.
+	ReplayHeaders []string
+	// Error writes a refusal (status 400, 409, 413, 422, 500 or 503).
+	// Default: an application/problem+json body with the status's title
+	// and a detail that never includes the scope (it holds the principal);
+	// for 409 in progress, Retry-After is already set.
+	Error func(w http.ResponseWriter, r *http.Request, status int, err error)
+}
+
+// Errors the middleware refuses a request with, passed to
+// HTTPOptions.Error.
+var (
+	// ErrMissingKey: the method needs an Idempotency-Key and none came.
+	ErrMissingKey = errors.New("idempotency: missing Idempotency-Key header")
+	// ErrBadKey: the header is not one sf-string of 1 to 255 bytes.
+	ErrBadKey = errors.New("idempotency: malformed Idempotency-Key header")
+	// ErrBodyTooLarge: the request body exceeds HTTPOptions.MaxBodyBytes.
+	ErrBodyTooLarge = errors.New("idempotency: request body too large")
+)
+
+// errServerError makes Do release the claim of a 5xx response.
+var errServerError = errors.New("idempotency: the handler answered 5xx")
+
+type claimKey struct{}
+
+// ClaimFromContext returns the claim of the request being handled by the
+// middleware (for its fence), if any.
+func ClaimFromContext(ctx context.Context) (*Claim, bool) {
+	c, ok := ctx.Value(claimKey{}).(*Claim)
+	return c, ok
+}
+
+// ParseKey parses the Idempotency-Key field lines of a request: exactly one
+// line holding one RFC 8941 sf-string (no parameters) of 1 to MaxKeyLen
+// bytes once unescaped. It returns ErrMissingKey without a line, and an
+// error wrapping ErrBadKey for anything else.
+func ParseKey(lines []string) (string, error) {
+	switch len(lines) {
+	case 0:
+		return "", ErrMissingKey
+	case 1:
+	default:
+		return "", fmt.Errorf("%w: %d header lines, want one", ErrBadKey, len(lines))
+	}
+	v := strings.Trim(lines[0], " ")
+	if len(v) < 2 || v[0] != '"' {
+		return "", fmt.Errorf("%w: not an sf-string (want a quoted string)", ErrBadKey)
+	}
+	var b strings.Builder
+	i := 1
+	for ; i < len(v); i++ {
+		c := v[i]
+		switch {
+		case c == '\\':
+			i++
+			if i == len(v) || (v[i] != '"' && v[i] != '\\') {
+				return "", fmt.Errorf("%w: bad escape", ErrBadKey)
+			}
+			b.WriteByte(v[i])
+			continue
+		case c == '"':
+		case c < 0x20 || c > 0x7e:
+			return "", fmt.Errorf("%w: byte %#x is not allowed in an sf-string", ErrBadKey, c)
+		default:
+			b.WriteByte(c)
+			continue
+		}
+		break
+	}
+	if i >= len(v) {
+		return "", fmt.Errorf("%w: unterminated string", ErrBadKey)
+	}
+	if rest := v[i+1:]; rest != "" {
+		return "", fmt.Errorf("%w: unexpected %q after the string (one key, no parameters)", ErrBadKey, rest)
+	}
+	key := b.String()
+	if key == "" || len(key) > MaxKeyLen {
+		return "", fmt.Errorf("%w: key must be 1 to %d bytes, got %d", ErrBadKey, MaxKeyLen, len(key))
+	}
+	return key, nil
+}
+
+// Middleware returns HTTP middleware that runs each request with an
+// Idempotency-Key at most once per record (IETF draft
+// httpapi-idempotency-key-header):
+//
+//   - the methods in HTTPOptions.Methods (POST, PATCH) need a key: missing
+//     400 (unless Optional), malformed or repeated 400;
+//   - a body over MaxBodyBytes 413; the same key with another payload
+//     (fingerprint) 422; while the first request runs 409 with Retry-After
+//     (or, with Options.Wait, the duplicate waits and gets the replay);
+//     an earlier attempt whose outcome is unknown 409; the store
+//     unreachable 503, and the handler does not run;
+//   - the first response is passed through as the handler writes it and
+//     recorded: status, the ReplayHeaders and the body, byte for byte.
+//     Repeats get that recording with Idempotent-Replayed: true;
+//   - a 5xx response or a panic releases the claim: a retry runs the
+//     handler again;
+//   - the record's scope is the principal and the route, so equal keys of
+//     two users, or of two routes, never meet.
+//
+// The handler runs with the claim in its request context (see
+// ClaimFromContext), cancelled if the claim is lost.
+func (k *Keeper) Middleware(o *HTTPOptions) func(http.Handler) http.Handler {
+	m := newMiddleware(k, o)
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.serve(w, r, next) })
+	}
+}
+
+type middleware struct {
+	k       *Keeper
+	o       HTTPOptions
+	methods map[string]bool
+	replay  map[string]bool
+	log     *slog.Logger
+}
+
+func newMiddleware(k *Keeper, o *HTTPOptions) *middleware {
+	m := &middleware{k: k, log: k.o.Logger}
+	if o != nil {
+		m.o = *o
+	}
+	if len(m.o.Methods) == 0 {
+		m.o.Methods = []string{http.MethodPost, http.MethodPatch}
+	}
+	m.methods = map[string]bool{}
+	for _, meth := range m.o.Methods {
+		m.methods[meth] = true
+	}
+	if m.o.Principal == nil {
+		m.o.Principal = func(*http.Request) string { return "" }
+	}
+	if m.o.Route == nil {
+		m.o.Route = defaultRoute
+	}
+	if m.o.MaxBodyBytes <= 0 {
+		m.o.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if m.o.Fingerprint == nil {
+		m.o.Fingerprint = defaultFingerprint
+	}
+	if m.o.ReplayHeaders == nil {
+		m.o.ReplayHeaders = DefaultReplayHeaders
+	}
+	m.replay = map[string]bool{}
+	for _, h := range m.o.ReplayHeaders {
+		m.replay[http.CanonicalHeaderKey(h)] = true
+	}
+	if m.o.Error == nil {
+		m.o.Error = writeProblem
+	}
+	return m
+}
+
+func defaultRoute(r *http.Request) string {
+	switch {
+	case strings.HasPrefix(r.Pattern, r.Method+" "):
+		return r.Pattern
+	case r.Pattern != "":
+		return r.Method + " " + r.Pattern
+	}
+	return r.Method + " " + r.URL.EscapedPath()
+}
+
+func defaultFingerprint(r *http.Request, body []byte) string {
+	return Fingerprint([]byte(r.Method), []byte(r.URL.RequestURI()), []byte(r.Header.Get("Content-Type")), body)
+}
+
+// scope joins principal and route unambiguously into a valid scope.
+func scope(principal, route string) string {
+	s := strconv.Itoa(len(principal)) + ":" + principal + " " + route
+	s = strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
+	if len(s) > MaxScopeLen {
+		sum := sha256.Sum256([]byte(s))
+		s = "sha256:" + hex.EncodeToString(sum[:])
+	}
+	return s
+}
+
+func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	if !m.methods[r.Method] {
+		next.ServeHTTP(w, r)
+		return
+	}
+	lines := r.Header.Values(HeaderKey)
+	if len(lines) == 0 && m.o.Optional {
+		next.ServeHTTP(w, r)
+		return
+	}
+	key, err := ParseKey(lines)
+	if err != nil {
+		m.o.Error(w, r, http.StatusBadRequest, err)
+		return
+	}
+	if r.ContentLength > m.o.MaxBodyBytes {
+		m.o.Error(w, r, http.StatusRequestEntityTooLarge, ErrBodyTooLarge)
+		return
+	}
+	var body []byte
+	if r.Body != nil {
+		body, err = io.ReadAll(io.LimitReader(r.Body, m.o.MaxBodyBytes+1))
+		if err != nil {
+			m.o.Error(w, r, http.StatusBadRequest, fmt.Errorf("idempotency: reading the request body: %w", err))
+			return
+		}
+		if int64(len(body)) > m.o.MaxBodyBytes {
+			m.o.Error(w, r, http.StatusRequestEntityTooLarge, ErrBodyTooLarge)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+	}
+	req := Request{
+		Scope:       scope(m.o.Principal(r), m.o.Route(r)),
+		Key:         key,
+		Fingerprint: m.o.Fingerprint(r, body),
+	}
+	ran := false
+	res, err := m.k.Do(r.Context(), req, func(ctx context.Context, c *Claim) ([]byte, error) {
+		ran = true
+		rec := &recorder{w: w, replay: m.replay}
+		next.ServeHTTP(rec, r.WithContext(context.WithValue(ctx, claimKey{}, c)))
+		rec.finish()
+		if rec.status >= 500 {
+			return nil, errServerError
+		}
+		return encodeResponse(rec.status, rec.headers, rec.body.Bytes()), nil
+	})
+	switch {
+	case err == nil && res.Replayed:
+		if err := writeReplay(w, res.Value); err != nil {
+			m.log.ErrorContext(r.Context(), "idempotency: a recorded response cannot be decoded",
+				"scope", req.Scope, "key", req.Key, "err", err)
+			m.o.Error(w, r, http.StatusInternalServerError, err)
+		}
+		return
+	case err == nil, errors.Is(err, errServerError):
+		return // the handler's response went out as it was written
+	case ran:
+		// The response went out, but its record did not land.
+		m.log.WarnContext(r.Context(), "idempotency: the response was sent but not recorded",
+			"scope", req.Scope, "key", req.Key, "err", err)
+		return
+	}
+	var ip *InProgressError
+	switch {
+	case errors.Is(err, ErrMismatch):
+		m.o.Error(w, r, http.StatusUnprocessableEntity, err)
+	case errors.As(err, &ip):
+		w.Header().Set("Retry-After", strconv.FormatInt(max(int64((ip.RetryAfter+time.Second-1)/time.Second), 1), 10))
+		m.o.Error(w, r, http.StatusConflict, err)
+	case errors.Is(err, ErrOutcomeUnknown):
+		m.o.Error(w, r, http.StatusConflict, err)
+	case errors.Is(err, ErrUnavailable):
+		m.o.Error(w, r, http.StatusServiceUnavailable, err)
+	default:
+		m.o.Error(w, r, http.StatusInternalServerError, err)
+	}
+}
+
+// publicDetail is what a client is told about err: the sentinel's text
+// (never the scope, which holds the principal), or the key syntax error.
+func publicDetail(err error) string {
+	for _, e := range []error{ErrMismatch, ErrInProgress, ErrOutcomeUnknown, ErrUnavailable} {
+		if errors.Is(err, e) {
+			return e.Error()
+		}
+	}
+	for _, e := range []error{ErrMissingKey, ErrBadKey, ErrBodyTooLarge} {
+		if errors.Is(err, e) {
+			return err.Error()
+		}
+	}
+	return "idempotency: internal error"
+}
+
+// writeProblem writes an RFC 9457 problem document.
+func writeProblem(w http.ResponseWriter, _ *http.Request, status int, err error) {
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(map[string]any{
+		"type":   "about:blank",
+		"title":  http.StatusText(status),
+		"status": status,
+		"detail": publicDetail(err),
+	})
+}
+
+// recorder passes the handler's response through and records it.
+type recorder struct {
+	w       http.ResponseWriter
+	replay  map[string]bool
+	status  int
+	headers [][2]string
+	body    bytes.Buffer
+}
+
+func (rc *recorder) Header() http.Header { return rc.w.Header() }
+
+func (rc *recorder) WriteHeader(code int) {
+	if rc.status != 0 {
+		rc.w.WriteHeader(code) // net/http reports the superfluous call
+		return
+	}
+	if code >= 100 && code < 200 && code != http.StatusSwitchingProtocols {
+		rc.w.WriteHeader(code) // informational: not the final status
+		return
+	}
+	rc.status = code
+	names := make([]string, 0, len(rc.w.Header()))
+	for name := range rc.w.Header() {
+		if rc.replay[name] {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		for _, v := range rc.w.Header()[name] {
+			rc.headers = append(rc.headers, [2]string{name, v})
+		}
+	}
+	rc.w.WriteHeader(code)
+}
+
+func (rc *recorder) Write(b []byte) (int, error) {
+	if rc.status == 0 {
+		rc.WriteHeader(http.StatusOK)
+	}
+	rc.body.Write(b)
+	return rc.w.Write(b)
+}
+
+// Flush sends buffered data to the client.
+func (rc *recorder) Flush() {
+	if rc.status == 0 {
+		rc.WriteHeader(http.StatusOK)
+	}
+	_ = http.NewResponseController(rc.w).Flush()
+}
+
+// Unwrap returns the underlying writer, for http.ResponseController.
+func (rc *recorder) Unwrap() http.ResponseWriter { return rc.w }
+
+func (rc *recorder) finish() {
+	if rc.status == 0 {
+		rc.WriteHeader(http.StatusOK)
+	}
+}
+
+// responseMagic starts a recorded response (format version 1).
+const responseMagic = "tnr1"
+
+// encodeResponse records status, headers and body: the magic, the status
+// (2 bytes), the header count, each name and value length-prefixed
+// (uvarint), then the body.
+func encodeResponse(status int, headers [][2]string, body []byte) []byte {
+	n := len(responseMagic) + 2 + binary.MaxVarintLen64 + len(body)
+	for _, h := range headers {
+		n += 2*binary.MaxVarintLen64 + len(h[0]) + len(h[1])
+	}
+	b := make([]byte, 0, n)
+	b = append(b, responseMagic...)
+	b = binary.BigEndian.AppendUint16(b, uint16(status))
+	b = binary.AppendUvarint(b, uint64(len(headers)))
+	for _, h := range headers {
+		b = binary.AppendUvarint(b, uint64(len(h[0])))
+		b = append(b, h[0]...)
+		b = binary.AppendUvarint(b, uint64(len(h[1])))
+		b = append(b, h[1]...)
+	}
+	return append(b, body...)
+}
+
+var errRecording = errors.New("idempotency: malformed recorded response")
+
+func decodeResponse(b []byte) (status int, headers [][2]string, body []byte, err error) {
+	if len(b) < len(responseMagic)+3 || string(b[:len(responseMagic)]) != responseMagic {
+		return 0, nil, nil, errRecording
+	}
+	b = b[len(responseMagic):]
+	status = int(binary.BigEndian.Uint16(b))
+	b = b[2:]
+	count, n := binary.Uvarint(b)
+	if n <= 0 || count > uint64(len(b)) {
+		return 0, nil, nil, errRecording
+	}
+	b = b[n:]
+	str := func() (string, bool) {
+		l, n := binary.Uvarint(b)
+		if n <= 0 || l > uint64(len(b)-n) {
+			return "", false
+		}
+		s := string(b[n : n+int(l)])
+		b = b[n+int(l):]
+		return s, true
+	}
+	for range count {
+		name, ok1 := str()
+		value, ok2 := str()
+		if !ok1 || !ok2 {
+			return 0, nil, nil, errRecording
+		}
+		headers = append(headers, [2]string{name, value})
+	}
+	return status, headers, b, nil
+}
+
+func writeReplay(w http.ResponseWriter, rec []byte) error {
+	status, headers, body, err := decodeResponse(rec)
+	if err != nil {
+		return err
+	}
+	h := w.Header()
+	for _, kv := range headers {
+		h.Add(kv[0], kv[1])
+	}
+	h.Set(HeaderReplayed, "true")
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+	return nil
+}
