@@ -143,6 +143,10 @@ type Options struct {
 	// StopTimeout is how long a graceful stop lets running handlers finish
 	// before their contexts are cancelled. Default 30s.
 	StopTimeout time.Duration
+	// MaxRunning bounds the attempts this node runs at once, over all
+	// jobs; due slots beyond it wait for the next poll (or another node).
+	// Default 64.
+	MaxRunning int
 }
 
 const (
@@ -173,6 +177,7 @@ type Scheduler struct {
 	jobs    map[string]*jobState
 	names   []string
 	running bool
+	active  int // attempts in flight on this node, over all jobs
 }
 
 type jobState struct {
@@ -213,6 +218,9 @@ func New(store Store, o *Options) *Scheduler {
 	}
 	if s.o.StopTimeout <= 0 {
 		s.o.StopTimeout = 30 * time.Second
+	}
+	if s.o.MaxRunning <= 0 {
+		s.o.MaxRunning = 64
 	}
 	s.log = s.o.Logger
 	if s.log == nil {
@@ -532,6 +540,10 @@ func (s *Scheduler) start(hctx, ctx context.Context, wg *sync.WaitGroup, js *job
 		if p.late && j.Misfire == MisfireCatchUp && js.activeLate >= j.CatchUpConcurrency {
 			continue
 		}
+		if s.active >= s.o.MaxRunning {
+			return
+		}
+		s.active++
 		p.active = true
 		js.active++
 		if p.late {
@@ -546,8 +558,8 @@ func (s *Scheduler) start(hctx, ctx context.Context, wg *sync.WaitGroup, js *job
 
 // outcome is what an attempt leaves for its pending slot.
 type outcome struct {
-	final bool          // drop the slot: it is final (or superseded)
-	wait  time.Duration // else try again this long from now (store clock)
+	final bool      // drop the slot: it is final (or superseded)
+	at    time.Time // else try again at this time (store clock)
 }
 
 // attempt claims a pending slot, applies the overlap and catch-up limits,
@@ -555,6 +567,7 @@ type outcome struct {
 func (s *Scheduler) attempt(hctx, ctx context.Context, js *jobState, p *pendingSlot) {
 	out := s.try(hctx, ctx, js, p)
 	s.mu.Lock()
+	s.active--
 	p.active = false
 	js.active--
 	if p.late {
@@ -565,7 +578,7 @@ func (s *Scheduler) attempt(hctx, ctx context.Context, js *jobState, p *pendingS
 			delete(js.pending, p.id)
 		}
 	} else {
-		p.notBefore = s.storeNow().Add(out.wait)
+		p.notBefore = out.at
 	}
 	s.mu.Unlock()
 	s.kick()
@@ -573,14 +586,19 @@ func (s *Scheduler) attempt(hctx, ctx context.Context, js *jobState, p *pendingS
 
 func (s *Scheduler) try(hctx, ctx context.Context, js *jobState, p *pendingSlot) outcome {
 	j := js.job
-	retry := outcome{wait: s.o.PollInterval}
+	// Waits the store reports are counted from before the request was
+	// sent, so that a slot is never looked at later than it should be.
+	sent := s.storeNow()
+	after := func(d time.Duration) outcome { return outcome{at: sent.Add(d)} }
+	retry := after(s.o.PollInterval)
 	log := s.log.With("job", j.Name, "slot", p.id)
 	claim, err := s.locker.TryAcquire(hctx, ClaimKey(j.Name, p.id), s.o.ClaimTTL)
 	if err != nil {
 		var held *lease.HeldError
 		if errors.As(err, &held) {
 			// Another node runs it; look again when its claim would expire.
-			return outcome{wait: max(held.TTL, s.o.PollInterval)}
+			log.Debug("schedule: slot claimed by another node", "ttl", held.TTL)
+			return after(max(held.TTL, s.o.PollInterval))
 		}
 		log.Warn("schedule: cannot claim the slot", "err", err)
 		return retry
@@ -631,12 +649,15 @@ func (s *Scheduler) try(hctx, ctx context.Context, js *jobState, p *pendingSlot)
 		defer stopPermit()
 	}
 
+	sent = s.storeNow()
 	rec, err := s.begin(runCtx, j, p, claim, false)
 	var notDue *NotDueError
 	switch {
 	case errors.As(err, &notDue):
-		return outcome{wait: notDue.Wait}
+		log.Debug("schedule: slot not due on the store's clock", "wait", notDue.Wait)
+		return after(notDue.Wait)
 	case errors.Is(err, ErrFinal):
+		log.Debug("schedule: slot already final", "err", err)
 		return outcome{final: true}
 	case err != nil:
 		log.Warn("schedule: cannot record the attempt's start", "err", err)
@@ -654,10 +675,18 @@ func (s *Scheduler) try(hctx, ctx context.Context, js *jobState, p *pendingSlot)
 	if runErr != nil {
 		fin.State = Failed
 		fin.Error = CutError(runErr.Error())
-		if rec.Attempts < j.Retry.Attempts {
+		lost := errors.Is(context.Cause(runCtx), lease.ErrLost)
+		switch {
+		case lost:
+			// Not the handler's fault: the claim ran out under it. The
+			// slot is due again at once; its effect, if completed, is
+			// in the ledger and will not be applied twice.
+			fin.Error = CutError("claim lost while running: " + runErr.Error())
+			fin.RetryAfter = time.Millisecond
+		case rec.Attempts < j.Retry.Attempts:
 			fin.RetryAfter = backoff(j.Retry, rec.Attempts)
 		}
-		log.Warn("schedule: attempt failed", "attempt", rec.Attempts, "err", runErr)
+		log.Warn("schedule: attempt failed", "attempt", rec.Attempts, "claim_lost", lost, "err", runErr)
 	}
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(hctx), storeTimeout)
 	defer cancel()
@@ -665,14 +694,14 @@ func (s *Scheduler) try(hctx, ctx context.Context, js *jobState, p *pendingSlot)
 	switch {
 	case errors.Is(err, ErrStale):
 		log.Warn("schedule: a newer attempt took the slot over while this one ran", "fence", claim.Fence())
-		return outcome{wait: s.o.ClaimTTL}
+		return outcome{at: s.storeNow().Add(s.o.ClaimTTL)}
 	case err != nil:
 		log.Warn("schedule: cannot record the attempt's end; the slot will be looked at again", "err", err)
-		return retry
+		return outcome{at: s.storeNow().Add(s.o.PollInterval)}
 	case frec.Final():
 		return outcome{final: true}
 	}
-	return outcome{wait: max(frec.RetryAt.Sub(s.storeNow()), 0)}
+	return outcome{at: frec.RetryAt}
 }
 
 func (s *Scheduler) begin(ctx context.Context, j Job, p *pendingSlot, claim *lease.Lease, skip bool) (Record, error) {
