@@ -354,7 +354,9 @@ func (s *Store) CompleteSlot(ctx context.Context, tx *sql.Tx, slot *schedule.Slo
 	}
 	key := l.Key()
 	q := s.schedQ()
-	txErr := func(err error) error { return fmt.Errorf("%w: %w", schedule.ErrUnavailable, txError("complete slot", key, err)) }
+	txErr := func(err error) error {
+		return fmt.Errorf("%w: %w", schedule.ErrUnavailable, txError("complete slot", key, err))
+	}
 	if _, err := tx.ExecContext(ctx, s.q.lock); err != nil {
 		return txErr(err)
 	}
