@@ -1,0 +1,425 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/tenurekit/tenure/fence"
+	"github.com/tenurekit/tenure/lease"
+	"github.com/tenurekit/tenure/schedule"
+)
+
+func init() {
+	registerTable(table{name: "schedule_slots", create: []string{
+		`CREATE TABLE IF NOT EXISTS $S.schedule_slots (
+	job         text NOT NULL,
+	slot_id     text NOT NULL,
+	slot_time   timestamptz NOT NULL,
+	state       text NOT NULL,
+	node        text NOT NULL,
+	attempts    integer NOT NULL,
+	fence       bigint NOT NULL,
+	started_at  timestamptz,
+	finished_at timestamptz,
+	error       text NOT NULL,
+	retry_at    timestamptz,
+	PRIMARY KEY (job, slot_id)
+)`,
+		`CREATE INDEX IF NOT EXISTS schedule_slots_time ON $S.schedule_slots (job, slot_time)`,
+	}})
+	registerTable(table{name: "schedule_ledger", create: []string{
+		`CREATE TABLE IF NOT EXISTS $S.schedule_ledger (
+	job          text NOT NULL,
+	slot_id      text NOT NULL,
+	fence        bigint NOT NULL,
+	completed_at timestamptz NOT NULL,
+	PRIMARY KEY (job, slot_id)
+)`,
+	}})
+}
+
+type schedQueries struct {
+	one, lock, get, upsert, addLedger, slots, unfinished, last, complete string
+}
+
+const schedCols = `job, slot_id, slot_time, state, node, attempts, fence, started_at, finished_at, error, retry_at`
+
+func (s *Store) schedQ() *schedQueries {
+	return s.view("schedule", func() any {
+		r := strings.NewReplacer("$S", pgx.Identifier{s.schema}.Sanitize())
+		return &schedQueries{
+			lock: `SELECT pg_advisory_xact_lock($1)`,
+			one:  r.Replace(`SELECT ` + schedCols + ` FROM $S.schedule_slots WHERE job = $1 AND slot_id = $2`),
+			get: r.Replace(`SELECT clock_timestamp(), ` + schedCols + `,
+	EXISTS (SELECT 1 FROM $S.schedule_ledger g WHERE g.job = $1 AND g.slot_id = $2)
+FROM (SELECT 1) one LEFT JOIN $S.schedule_slots r ON r.job = $1 AND r.slot_id = $2`),
+			upsert: r.Replace(`INSERT INTO $S.schedule_slots (` + schedCols + `)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+ON CONFLICT (job, slot_id) DO UPDATE SET state = excluded.state, node = excluded.node,
+	attempts = excluded.attempts, fence = excluded.fence, started_at = excluded.started_at,
+	finished_at = excluded.finished_at, error = excluded.error, retry_at = excluded.retry_at`),
+			addLedger: r.Replace(`INSERT INTO $S.schedule_ledger (job, slot_id, fence, completed_at)
+VALUES ($1, $2, $3, clock_timestamp()) ON CONFLICT DO NOTHING`),
+			slots: r.Replace(`SELECT ` + schedCols + ` FROM $S.schedule_slots
+WHERE job = $1 AND slot_time >= $2 AND slot_time < $3 ORDER BY slot_time LIMIT $4`),
+			unfinished: r.Replace(`SELECT ` + schedCols + ` FROM $S.schedule_slots
+WHERE job = $1 AND (state = 'running' OR (state = 'failed' AND retry_at IS NOT NULL))
+ORDER BY slot_time LIMIT $2`),
+			last: r.Replace(`SELECT max(slot_time) FROM $S.schedule_slots WHERE job = $1`),
+			// $1 lease key, $2 token, $3 fence, $4 job, $5 slot ID. One
+			// statement: lock the claim's lease row if it is still the
+			// slot's current claim (token, fence, expiry on the server's
+			// clock), insert the ledger row, mark the record done. It
+			// returns whether the claim held, whether the ledger row was
+			// inserted, and whether it existed before the statement.
+			complete: r.Replace(`WITH c AS (SELECT clock_timestamp() AS now),
+h AS (SELECT l.fence FROM $S.leases l, c
+	WHERE l.key = $1 AND l.token = $2 AND l.fence = $3 AND l.expires_at > c.now FOR UPDATE OF l),
+g AS (INSERT INTO $S.schedule_ledger (job, slot_id, fence, completed_at)
+	SELECT $4, $5, $3, c.now FROM h, c ON CONFLICT DO NOTHING RETURNING 1),
+u AS (UPDATE $S.schedule_slots SET state = 'done', finished_at = (SELECT now FROM c), error = '', retry_at = NULL
+	WHERE job = $4 AND slot_id = $5 AND EXISTS (SELECT 1 FROM g) RETURNING 1)
+SELECT EXISTS (SELECT 1 FROM h), EXISTS (SELECT 1 FROM g),
+	EXISTS (SELECT 1 FROM $S.schedule_ledger WHERE job = $4 AND slot_id = $5), (SELECT count(*) FROM u)`),
+		}
+	}).(*schedQueries)
+}
+
+// Schedules returns the store's schedule.Store view: slot records in
+// <schema>.schedule_slots, the completion ledger in
+// <schema>.schedule_ledger, claims on the leases table. Begin, Finish and
+// Mark are each one transaction serialized per slot (a transaction-scoped
+// advisory lock), judged on clock_timestamp().
+func (s *Store) Schedules() schedule.Store { return schedules{s} }
+
+type schedules struct{ s *Store }
+
+func (v schedules) Claims() lease.Store { return v.s.Leases() }
+
+func (v schedules) fail(ctx context.Context, op string, err error) error {
+	if errors.Is(err, schedule.ErrInvalid) || errors.Is(err, schedule.ErrStale) ||
+		errors.Is(err, schedule.ErrFinal) || errors.Is(err, schedule.ErrNotDue) {
+		return err
+	}
+	err = v.s.wrap(ctx, op, err)
+	if errors.Is(err, lease.ErrUnavailable) {
+		return fmt.Errorf("%w: %w", schedule.ErrUnavailable, err)
+	}
+	return err
+}
+
+func (v schedules) Now(ctx context.Context) (time.Time, error) {
+	if v.s.err != nil {
+		return time.Time{}, v.s.err
+	}
+	var now time.Time
+	if err := v.s.pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&now); err != nil {
+		return time.Time{}, v.fail(ctx, "read the clock", err)
+	}
+	return now, nil
+}
+
+// slotLock is the advisory lock key of a slot.
+func slotLock(job, id string) int64 {
+	h := fnv.New64a()
+	io.WriteString(h, "tenure/schedule\x00"+job+"\x00"+id)
+	return int64(h.Sum64())
+}
+
+func pgTime(t pgtype.Timestamptz) time.Time {
+	if !t.Valid {
+		return time.Time{}
+	}
+	return t.Time
+}
+
+func pgTS(t time.Time) pgtype.Timestamptz {
+	if t.IsZero() {
+		return pgtype.Timestamptz{}
+	}
+	return pgtype.Timestamptz{Time: t, Valid: true}
+}
+
+// pgText makes an error message storable as text: valid UTF-8, no NUL.
+func pgText(s string) string {
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "?"), "\x00", "?")
+}
+
+func schedScan(row pgx.Row) (schedule.Record, error) {
+	var (
+		r                   schedule.Record
+		state               string
+		fence               int64
+		started, fin, retry pgtype.Timestamptz
+	)
+	if err := row.Scan(&r.Job, &r.SlotID, &r.SlotTime, &state, &r.Node, &r.Attempts, &fence, &started, &fin, &r.Error, &retry); err != nil {
+		return schedule.Record{}, err
+	}
+	r.State, r.Fence = schedule.State(state), uint64(fence)
+	r.Started, r.Finished, r.RetryAt = pgTime(started), pgTime(fin), pgTime(retry)
+	return r, nil
+}
+
+// slotTx runs fn in a transaction holding the slot's advisory lock, with
+// the slot's record (nil if none), whether the ledger has it, and the
+// server's clock, all read after the lock was taken.
+func (v schedules) slotTx(ctx context.Context, job, id string, fn func(tx pgx.Tx, cur *schedule.Record, completed bool, now time.Time) error) error {
+	if v.s.err != nil {
+		return v.s.err
+	}
+	q := v.s.schedQ()
+	return pgx.BeginFunc(ctx, v.s.pool, func(tx pgx.Tx) error {
+		b := &pgx.Batch{}
+		b.Queue(q.lock, slotLock(job, id))
+		b.Queue(q.get, job, id)
+		res := tx.SendBatch(ctx, b)
+		if _, err := res.Exec(); err != nil {
+			res.Close()
+			return err
+		}
+		var (
+			now       time.Time
+			jobCol    pgtype.Text
+			idCol     pgtype.Text
+			slotTime  pgtype.Timestamptz
+			state     pgtype.Text
+			node      pgtype.Text
+			attempts  pgtype.Int4
+			fenceCol  pgtype.Int8
+			started   pgtype.Timestamptz
+			fin       pgtype.Timestamptz
+			errCol    pgtype.Text
+			retry     pgtype.Timestamptz
+			completed bool
+		)
+		err := res.QueryRow().Scan(&now, &jobCol, &idCol, &slotTime, &state, &node, &attempts, &fenceCol, &started, &fin, &errCol, &retry, &completed)
+		if cerr := res.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+		var cur *schedule.Record
+		if jobCol.Valid {
+			cur = &schedule.Record{Job: jobCol.String, SlotID: idCol.String, SlotTime: slotTime.Time, State: schedule.State(state.String),
+				Node: node.String, Attempts: int(attempts.Int32), Fence: uint64(fenceCol.Int64), Started: pgTime(started),
+				Finished: pgTime(fin), Error: errCol.String, RetryAt: pgTime(retry)}
+		}
+		return fn(tx, cur, completed, now)
+	})
+}
+
+func (v schedules) put(ctx context.Context, tx pgx.Tx, r schedule.Record) error {
+	_, err := tx.Exec(ctx, v.s.schedQ().upsert, r.Job, r.SlotID, r.SlotTime, string(r.State), r.Node, r.Attempts,
+		int64(r.Fence), pgTS(r.Started), pgTS(r.Finished), pgText(r.Error), pgTS(r.RetryAt))
+	return err
+}
+
+func (v schedules) Begin(ctx context.Context, req schedule.BeginRequest) (schedule.Record, error) {
+	if err := req.Validate(); err != nil {
+		return schedule.Record{}, err
+	}
+	var out schedule.Record
+	err := v.slotTx(ctx, req.Job, req.SlotID, func(tx pgx.Tx, cur *schedule.Record, completed bool, now time.Time) error {
+		r, write, err := schedule.ApplyBegin(cur, completed, req, now)
+		if err != nil {
+			return err
+		}
+		out = r
+		if write {
+			return v.put(ctx, tx, r)
+		}
+		return nil
+	})
+	if err != nil {
+		return schedule.Record{}, v.fail(ctx, "begin slot "+req.SlotID, err)
+	}
+	return out, nil
+}
+
+func (v schedules) Finish(ctx context.Context, req schedule.FinishRequest) (schedule.Record, error) {
+	if err := req.Validate(); err != nil {
+		return schedule.Record{}, err
+	}
+	var out schedule.Record
+	err := v.slotTx(ctx, req.Job, req.SlotID, func(tx pgx.Tx, cur *schedule.Record, _ bool, now time.Time) error {
+		r, write, err := schedule.ApplyFinish(cur, req, now)
+		if err != nil {
+			return err
+		}
+		out = r
+		if !write {
+			return nil
+		}
+		if err := v.put(ctx, tx, r); err != nil {
+			return err
+		}
+		if r.State == schedule.Done {
+			_, err = tx.Exec(ctx, v.s.schedQ().addLedger, r.Job, r.SlotID, int64(r.Fence))
+		}
+		return err
+	})
+	if err != nil {
+		return schedule.Record{}, v.fail(ctx, "finish slot "+req.SlotID, err)
+	}
+	return out, nil
+}
+
+func (v schedules) Mark(ctx context.Context, req schedule.MarkRequest) (schedule.Record, bool, error) {
+	if err := req.Validate(); err != nil {
+		return schedule.Record{}, false, err
+	}
+	var (
+		out   schedule.Record
+		wrote bool
+	)
+	err := v.slotTx(ctx, req.Job, req.SlotID, func(tx pgx.Tx, cur *schedule.Record, _ bool, now time.Time) error {
+		if cur != nil {
+			out = *cur
+			return nil
+		}
+		out = schedule.Record{Job: req.Job, SlotID: req.SlotID, SlotTime: req.SlotTime, State: req.State,
+			Node: req.Node, Error: schedule.CutError(req.Reason), Finished: now}
+		wrote = true
+		return v.put(ctx, tx, out)
+	})
+	if err != nil {
+		return schedule.Record{}, false, v.fail(ctx, "mark slot "+req.SlotID, err)
+	}
+	return out, wrote, nil
+}
+
+func (v schedules) Slot(ctx context.Context, job, id string) (schedule.Record, error) {
+	if err := schedule.ValidateName(job); err != nil {
+		return schedule.Record{}, err
+	}
+	if err := schedule.ValidateID(id); err != nil {
+		return schedule.Record{}, err
+	}
+	rs, err := v.query(ctx, job, v.s.schedQ().one, job, id)
+	if err != nil {
+		return schedule.Record{}, err
+	}
+	if len(rs) == 0 {
+		return schedule.Record{}, fmt.Errorf("pgstore: slot %s of %q: %w", id, job, schedule.ErrNotFound)
+	}
+	return rs[0], nil
+}
+
+func (v schedules) query(ctx context.Context, job, q string, args ...any) ([]schedule.Record, error) {
+	if err := schedule.ValidateName(job); err != nil {
+		return nil, err
+	}
+	if v.s.err != nil {
+		return nil, v.s.err
+	}
+	rows, err := v.s.pool.Query(ctx, q, args...)
+	if err != nil {
+		return nil, v.fail(ctx, "query slots of "+job, err)
+	}
+	defer rows.Close()
+	var out []schedule.Record
+	for rows.Next() {
+		r, err := schedScan(rows)
+		if err != nil {
+			return nil, v.fail(ctx, "query slots of "+job, err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, v.fail(ctx, "query slots of "+job, err)
+	}
+	return out, nil
+}
+
+func schedLimit(limit int) any {
+	if limit <= 0 {
+		return nil // LIMIT NULL: no limit
+	}
+	return limit
+}
+
+func (v schedules) Slots(ctx context.Context, job string, from, to time.Time, limit int) ([]schedule.Record, error) {
+	return v.query(ctx, job, v.s.schedQ().slots, job, from, to, schedLimit(limit))
+}
+
+func (v schedules) Unfinished(ctx context.Context, job string, limit int) ([]schedule.Record, error) {
+	return v.query(ctx, job, v.s.schedQ().unfinished, job, schedLimit(limit))
+}
+
+func (v schedules) Last(ctx context.Context, job string) (time.Time, bool, error) {
+	if err := schedule.ValidateName(job); err != nil {
+		return time.Time{}, false, err
+	}
+	if v.s.err != nil {
+		return time.Time{}, false, v.s.err
+	}
+	var t pgtype.Timestamptz
+	if err := v.s.pool.QueryRow(ctx, v.s.schedQ().last, job).Scan(&t); err != nil {
+		return time.Time{}, false, v.fail(ctx, "last slot of "+job, err)
+	}
+	return pgTime(t), t.Valid, nil
+}
+
+// CompleteSlot completes slot inside the caller's transaction tx, so that
+// the completion commits or rolls back with the caller's own writes (the
+// slot's business effect). It is one statement that, on the server's
+// clock_timestamp():
+//
+//   - locks the slot's claim lease row (SELECT ... FOR UPDATE) if it still
+//     has the slot's token and fence and has not expired; otherwise the
+//     error wraps schedule.ErrStale (fence.ErrStale) and lease.ErrNotHeld;
+//   - inserts (job, slot, fence) into <schema>.schedule_ledger; if the
+//     ledger already has the slot, the error wraps schedule.ErrCompleted;
+//   - marks the slot's record done.
+//
+// On an error the caller must roll tx back. While tx is open, the claim
+// cannot be taken over (its row is locked), so the check holds until
+// commit. A slot completed here is done whatever the handler returns
+// afterwards, and no node runs it again.
+func (s *Store) CompleteSlot(ctx context.Context, tx pgx.Tx, slot *schedule.Slot) error {
+	if slot == nil || slot.Lease() == nil {
+		return fmt.Errorf("%w: pgstore: nil slot or a slot without a claim", schedule.ErrInvalid)
+	}
+	if tx == nil {
+		return fmt.Errorf("%w: pgstore: nil transaction", schedule.ErrInvalid)
+	}
+	if err := schedule.ValidateName(slot.Job); err != nil {
+		return err
+	}
+	if err := schedule.ValidateID(slot.ID); err != nil {
+		return err
+	}
+	l := slot.Lease()
+	if l.Fence() == 0 || l.Fence() > 1<<63-1 {
+		return fmt.Errorf("%w: pgstore: fence %d out of range", schedule.ErrInvalid, l.Fence())
+	}
+	if err := pgToken(l.Token()); err != nil {
+		return err
+	}
+	if s.err != nil {
+		return s.err
+	}
+	var held, inserted, existed bool
+	var updated int64
+	err := tx.QueryRow(ctx, s.schedQ().complete, l.Key(), l.Token(), int64(l.Fence()), slot.Job, slot.ID).Scan(&held, &inserted, &existed, &updated)
+	switch {
+	case err != nil:
+		return schedules{s}.fail(ctx, "complete slot "+slot.ID, err)
+	case inserted:
+		return nil
+	case existed || held:
+		// held but not inserted: another completion committed first.
+		return fmt.Errorf("pgstore: slot %s of %q: %w", slot.ID, slot.Job, schedule.ErrCompleted)
+	}
+	return fmt.Errorf("pgstore: slot %s of %q: the claim with fence %d is not current: %w (%w)",
+		slot.ID, slot.Job, l.Fence(), lease.ErrNotHeld, fence.ErrStale)
+}
