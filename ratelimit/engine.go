@@ -54,19 +54,23 @@ func (s *State) live(now int64) bool { return s != nil && s.Expires > now }
 // states[i] (nil, or expired at now, means no state) at now, the store's
 // clock. It returns the decisions and, when commit is set and every
 // request is allowed, the states to store (next[i] replaces states[i]);
-// otherwise next is nil and nothing must be written. The requests must be
-// valid ([ValidateRequests]).
+// otherwise next is nil and nothing must be written. A state to store may
+// be states[i] itself, updated in place (only when it is returned in
+// next). The requests must be valid ([ValidateRequests]).
 func Evaluate(now time.Time, reqs []Request, states []*State, commit bool) (ds []Decision, next []*State) {
+	if len(reqs) == 1 {
+		d, st := EvaluateOne(now, &reqs[0], states[0], commit)
+		if st != nil {
+			next = []*State{st}
+		}
+		return []Decision{d}, next
+	}
 	us := now.UnixMicro()
 	at := time.UnixMicro(us)
 	evals := make([]eval, len(reqs))
 	all := true
-	for i, r := range reqs {
-		s := states[i]
-		if !s.live(us) {
-			s = nil
-		}
-		evals[i] = evaluate(us, r, s)
+	for i := range reqs {
+		evals[i].judge(us, &reqs[i], states[i])
 		all = all && evals[i].allowed
 	}
 	consume := commit && all
@@ -74,39 +78,48 @@ func Evaluate(now time.Time, reqs []Request, states []*State, commit bool) (ds [
 	if consume {
 		next = make([]*State, len(reqs))
 	}
-	for i, r := range reqs {
+	for i := range reqs {
 		e := &evals[i]
-		d := e.decide(us, r, consume)
-		d.Limit, d.Algorithm, d.At = r.Limit, r.Algorithm, at
-		ds[i] = d
+		ds[i] = e.decision(us, &reqs[i], consume)
+		ds[i].At = at
 		if consume {
-			next[i] = e.next
+			next[i] = e.next(us, &reqs[i], states[i])
 		}
 	}
 	return ds, next
 }
 
-// eval is the judgement of one request before the call's outcome is known.
-type eval struct {
-	allowed bool
-	// decide computes the decision once it is known whether the call
-	// consumes (every request allowed and commit).
-	decide func(now int64, r Request, consume bool) Decision
-	next   *State
+// EvaluateOne is Evaluate for a single request, without allocating: the
+// state to store (nil when nothing must be written) is s itself, updated in
+// place, when s is not nil.
+func EvaluateOne(now time.Time, r *Request, s *State, commit bool) (Decision, *State) {
+	us := now.UnixMicro()
+	var e eval
+	e.judge(us, r, s)
+	consume := commit && e.allowed
+	d := e.decision(us, r, consume)
+	d.At = now.Add(-time.Duration(now.Nanosecond() % 1000)).Round(0) // time.UnixMicro(us)
+	if !consume {
+		return d, nil
+	}
+	return d, e.next(us, r, s)
 }
 
-func evaluate(now int64, r Request, s *State) eval {
-	switch r.Algorithm {
-	case GCRA:
-		return evalGCRA(now, r, s)
-	case FixedWindow:
-		return evalFixed(now, r, s)
-	case SlidingLog:
-		return evalLog(now, r, s)
-	case SlidingWindow:
-		return evalCounter(now, r, s)
-	}
-	panic(fmt.Sprintf("ratelimit: unknown algorithm %d", r.Algorithm))
+// eval is the judgement of one request before the call's outcome is known:
+// whether it is allowed, and what the decision and the next state need.
+type eval struct {
+	allowed bool
+	// GCRA
+	g                    gcraParams
+	tat, newTAT, allowAt pair
+	// fixed window: the window's end and its count; sliding window: the
+	// window index, the previous and current counts and the estimate;
+	// sliding log: the live entries, their count and the new entry's time.
+	end, count int64
+	w, p, c    int64
+	est        float64
+	log        []LogEntry
+	ts         int64
 }
 
 func micros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }
@@ -145,32 +158,38 @@ func (p pair) ceil() int64 {
 // gcraParams are a GCRA limit's emission interval T = period/rate and
 // bucket depth tau = burst*T, as pairs with denominator rate.
 type gcraParams struct {
-	rate, period int64
-	t, tau       pair
+	rate, period, burst int64
+	t, tau              pair
 }
 
 func newGCRA(l Limit) gcraParams {
-	g := gcraParams{rate: int64(l.Rate), period: int64(l.Period / time.Microsecond)}
+	g := gcraParams{rate: int64(l.Rate), period: int64(l.Period / time.Microsecond), burst: int64(l.Burst)}
 	g.t = pair{g.period / g.rate, g.period % g.rate}
 	g.tau = g.mul(int64(l.Burst))
 	return g
 }
 
 // mul returns x*T exactly (x*T.b < 2^53 within the package's bounds).
-func (g gcraParams) mul(x int64) pair {
+func (g *gcraParams) mul(x int64) pair {
+	if x == 1 {
+		return g.t
+	}
 	p := x * g.t.b
 	return pair{x*g.t.a + p/g.rate, p % g.rate}
 }
 
 // floorDiv returns floor(x / T) for x >= 0: (x.a*rate + x.b) / period,
 // in 128-bit arithmetic.
-func (g gcraParams) floorDiv(x pair) int64 {
+func (g *gcraParams) floorDiv(x pair) int64 {
 	if x.a < 0 {
 		return 0
 	}
 	hi, lo := bits.Mul64(uint64(x.a), uint64(g.rate))
 	lo, carry := bits.Add64(lo, uint64(x.b), 0)
 	hi += carry
+	if hi == 0 {
+		return int64(lo / uint64(g.period))
+	}
 	if hi >= uint64(g.period) {
 		return math.MaxInt64 // cannot happen within bounds
 	}
@@ -178,132 +197,132 @@ func (g gcraParams) floorDiv(x pair) int64 {
 	return int64(q)
 }
 
-func evalGCRA(now int64, r Request, s *State) eval {
-	g := newGCRA(r.Limit)
-	nowp := pair{now, 0}
-	tat := nowp
-	if s != nil {
-		t := pair{s.A, s.B}
-		if s.C != g.rate && s.C > 0 {
-			// Stored under another rate: convert the fraction, rounding up.
-			t.b = (s.B*g.rate + s.C - 1) / s.C
-			if t.b >= g.rate {
-				t.a++
-				t.b -= g.rate
+// judge evaluates r against s (nil or expired: no state) at now.
+func (e *eval) judge(now int64, r *Request, s *State) {
+	if !s.live(now) {
+		s = nil
+	}
+	period := int64(r.Limit.Period / time.Microsecond)
+	rate, n := int64(r.Limit.Rate), int64(r.N)
+	switch r.Algorithm {
+	case GCRA:
+		if p := r.gcra; p != nil && p.rate == rate && p.period == period && p.burst == int64(r.Limit.Burst) {
+			e.g = *p // computed once by the Limiter
+		} else {
+			e.g = newGCRA(r.Limit)
+		}
+		g := &e.g
+		nowp := pair{now, 0}
+		e.tat = nowp
+		if s != nil {
+			t := pair{s.A, s.B}
+			if s.C != g.rate && s.C > 0 {
+				// Stored under another rate: convert the fraction,
+				// rounding up.
+				t.b = (s.B*g.rate + s.C - 1) / s.C
+				if t.b >= g.rate {
+					t.a++
+					t.b -= g.rate
+				}
+			}
+			if nowp.less(t) {
+				e.tat = t
 			}
 		}
-		if nowp.less(t) {
-			tat = t
+		e.newTAT = e.tat.add(g.mul(n), g.rate)
+		e.allowAt = e.newTAT.sub(g.tau, g.rate)
+		e.allowed = !nowp.less(e.allowAt)
+	case FixedWindow:
+		e.end, e.count = now+period, 0
+		if s != nil {
+			e.end, e.count = s.A, s.B
 		}
+		e.allowed = e.count+n <= rate
+	case SlidingLog:
+		if s != nil {
+			// Entries admitted at t count while now < t + period.
+			i := 0
+			for i < len(s.Log) && s.Log[i].At+period <= now {
+				i++
+			}
+			e.log = s.Log[i:]
+		}
+		for _, x := range e.log {
+			e.count += x.N
+		}
+		e.allowed = e.count+n <= rate
+		// Entries are kept in order: a clock that went back does not
+		// reorder them.
+		e.ts = now
+		if len(e.log) > 0 {
+			e.ts = max(e.ts, e.log[len(e.log)-1].At)
+		}
+	case SlidingWindow:
+		e.w = now / period
+		sw, sp, sc := e.w, int64(0), int64(0)
+		if s != nil {
+			sw, sp, sc = s.A, s.B, s.C
+		}
+		e.p, e.c = counterAt(e.w, sw, sp, sc)
+		e.est = counterEstimate(now, period, e.p)
+		e.allowed = float64(e.c+n)+e.est <= float64(rate)
+	default:
+		panic(fmt.Sprintf("ratelimit: unknown algorithm %d", r.Algorithm))
 	}
-	newTAT := tat.add(g.mul(int64(r.N)), g.rate)
-	allowAt := newTAT.sub(g.tau, g.rate)
-	allowed := !nowp.less(allowAt)
-	e := eval{allowed: allowed}
-	if allowed {
-		e.next = &State{A: newTAT.a, B: newTAT.b, C: g.rate, Expires: newTAT.ceil()}
-	}
-	e.decide = func(now int64, r Request, consume bool) Decision {
-		base := tat
+}
+
+// decision computes the decision once it is known whether the call
+// consumes (every request allowed, and commit). At is left to the caller.
+func (e *eval) decision(now int64, r *Request, consume bool) Decision {
+	period := int64(r.Limit.Period / time.Microsecond)
+	rate, n := int64(r.Limit.Rate), int64(r.N)
+	d := Decision{Allowed: e.allowed, Limit: r.Limit, Algorithm: r.Algorithm}
+	switch r.Algorithm {
+	case GCRA:
+		g, nowp := e.g, pair{now, 0}
+		base := e.tat
 		if consume {
-			base = newTAT
+			base = e.newTAT
 		}
-		d := Decision{Allowed: allowed}
 		// Remaining = floor((tau - (base - now)) / T).
 		x := g.tau.sub(base.sub(nowp, g.rate), g.rate)
 		d.Remaining = int(min(g.floorDiv(x), int64(r.Limit.Burst)))
-		if !allowed {
-			d.RetryAfter = micros(allowAt.sub(nowp, g.rate).ceil())
+		if !e.allowed {
+			d.RetryAfter = micros(e.allowAt.sub(nowp, g.rate).ceil())
 		}
 		if rst := base.sub(nowp, g.rate).ceil(); rst > 0 {
 			d.ResetAfter = micros(rst)
 		}
-		return d
-	}
-	return e
-}
-
-func evalFixed(now int64, r Request, s *State) eval {
-	period := int64(r.Limit.Period / time.Microsecond)
-	rate, n := int64(r.Limit.Rate), int64(r.N)
-	end, count := now+period, int64(0)
-	if s != nil {
-		end, count = s.A, s.B
-	}
-	allowed := count+n <= rate
-	e := eval{allowed: allowed}
-	if allowed {
-		e.next = &State{A: end, B: count + n, Expires: end}
-	}
-	e.decide = func(now int64, r Request, consume bool) Decision {
-		used := count
+	case FixedWindow:
+		used := e.count
 		if consume {
 			used += n
 		}
-		d := Decision{Allowed: allowed, Remaining: int(rate - used)}
-		if !allowed {
-			d.RetryAfter = micros(end - now)
+		d.Remaining = int(rate - used)
+		if !e.allowed {
+			d.RetryAfter = micros(e.end - now)
 		}
 		if used > 0 {
-			d.ResetAfter = micros(end - now)
+			d.ResetAfter = micros(e.end - now)
 		}
-		return d
-	}
-	return e
-}
-
-func evalLog(now int64, r Request, s *State) eval {
-	period := int64(r.Limit.Period / time.Microsecond)
-	rate, n := int64(r.Limit.Rate), int64(r.N)
-	var log []LogEntry
-	if s != nil {
-		// Entries admitted at t count while now < t + period.
-		i := 0
-		for i < len(s.Log) && s.Log[i].At+period <= now {
-			i++
-		}
-		log = s.Log[i:]
-	}
-	var count int64
-	for _, e := range log {
-		count += e.N
-	}
-	allowed := count+n <= rate
-	// Entries are kept in order: a clock that went back does not reorder
-	// them.
-	ts := now
-	if len(log) > 0 {
-		ts = max(ts, log[len(log)-1].At)
-	}
-	e := eval{allowed: allowed}
-	if allowed {
-		nl := make([]LogEntry, len(log), len(log)+1)
-		copy(nl, log)
-		if len(nl) > 0 && nl[len(nl)-1].At == ts {
-			nl[len(nl)-1].N += n
-		} else {
-			nl = append(nl, LogEntry{At: ts, N: n})
-		}
-		e.next = &State{Log: nl, Expires: ts + period}
-	}
-	e.decide = func(now int64, r Request, consume bool) Decision {
-		used := count
+	case SlidingLog:
+		used := e.count
 		newest := int64(-1)
-		if len(log) > 0 {
-			newest = log[len(log)-1].At
+		if len(e.log) > 0 {
+			newest = e.log[len(e.log)-1].At
 		}
 		if consume {
 			used += n
-			newest = ts
+			newest = e.ts
 		}
-		d := Decision{Allowed: allowed, Remaining: int(rate - used)}
-		if !allowed {
+		d.Remaining = int(rate - used)
+		if !e.allowed {
 			// Wait until the oldest entries holding need units expire.
-			need, freed := count+n-rate, int64(0)
-			for _, e := range log {
-				freed += e.N
+			need, freed := e.count+n-rate, int64(0)
+			for _, x := range e.log {
+				freed += x.N
 				if freed >= need {
-					d.RetryAfter = micros(e.At + period - now)
+					d.RetryAfter = micros(x.At + period - now)
 					break
 				}
 			}
@@ -311,9 +330,64 @@ func evalLog(now int64, r Request, s *State) eval {
 		if newest >= 0 {
 			d.ResetAfter = micros(newest + period - now)
 		}
-		return d
+	case SlidingWindow:
+		cc := e.c
+		if consume {
+			cc += n
+		}
+		d.Remaining = int(max(0, min(rate, int64(math.Floor(float64(rate-cc)-e.est)))))
+		if !e.allowed {
+			// The estimate only falls as time passes (also across window
+			// boundaries), so search for the first microsecond at which
+			// n units fit: it is at the latest the start of window w+2.
+			lo, hi := now+1, (e.w+2)*period
+			for lo < hi {
+				mid := lo + (hi-lo)/2
+				if counterAllows(mid, period, rate, n, e.w, e.p, e.c) {
+					hi = mid
+				} else {
+					lo = mid + 1
+				}
+			}
+			d.RetryAfter = micros(lo - now)
+		}
+		switch {
+		case cc > 0:
+			d.ResetAfter = micros((e.w+2)*period - now)
+		case e.p > 0:
+			d.ResetAfter = micros((e.w+1)*period - now)
+		}
 	}
-	return e
+	return d
+}
+
+// next returns the state to store after consuming r's units: s updated in
+// place when s is not nil, else a new State.
+func (e *eval) next(now int64, r *Request, s *State) *State {
+	period := int64(r.Limit.Period / time.Microsecond)
+	n := int64(r.N)
+	if s == nil {
+		s = new(State)
+	}
+	switch r.Algorithm {
+	case GCRA:
+		*s = State{A: e.newTAT.a, B: e.newTAT.b, C: e.g.rate, Expires: e.newTAT.ceil()}
+	case FixedWindow:
+		*s = State{A: e.end, B: e.count + n, Expires: e.end}
+	case SlidingLog:
+		// e.log may alias s.Log: move the live entries to the front of
+		// s.Log's array, then add the new one.
+		log := append(s.Log[:0], e.log...)
+		if len(log) > 0 && log[len(log)-1].At == e.ts {
+			log[len(log)-1].N += n
+		} else {
+			log = append(log, LogEntry{At: e.ts, N: n})
+		}
+		*s = State{Log: log, Expires: e.ts + period}
+	case SlidingWindow:
+		*s = State{A: e.w, B: e.p, C: e.c + n, Expires: (e.w + 2) * period}
+	}
+	return s
 }
 
 // counterAt returns the previous and current counts of a sliding window
@@ -328,68 +402,22 @@ func counterAt(w, sw, prev, cur int64) (int64, int64) {
 	return 0, 0
 }
 
-// counterEstimate is the sliding window's estimate of units in the last
-// period at now: the current window's count plus the previous window's
-// weighted by the part of it still inside, in IEEE-754 double precision
-// (the same operations in Go, Lua and PL/pgSQL give the same bits).
+// counterEstimate is the sliding window's estimate of the previous window's
+// units still inside the sliding window at now: the previous window's
+// count weighted by the part of it still inside, in IEEE-754 double
+// precision (the same operations in Go, Lua and PL/pgSQL give the same
+// bits).
 func counterEstimate(now, period, prev int64) float64 {
 	w := now / period
 	left := period - (now - w*period) // 1..period
 	return float64(prev) * (float64(left) / float64(period))
 }
 
-// counterAllows reports whether n more units fit at now.
+// counterAllows reports whether n more units fit at now, for state in
+// window sw.
 func counterAllows(now, period, rate, n, sw, prev, cur int64) bool {
 	p, c := counterAt(now/period, sw, prev, cur)
 	return float64(c+n)+counterEstimate(now, period, p) <= float64(rate)
-}
-
-func evalCounter(now int64, r Request, s *State) eval {
-	period := int64(r.Limit.Period / time.Microsecond)
-	rate, n := int64(r.Limit.Rate), int64(r.N)
-	w := now / period
-	var sw, sp, sc int64 = w, 0, 0
-	if s != nil {
-		sw, sp, sc = s.A, s.B, s.C
-	}
-	p, c := counterAt(w, sw, sp, sc)
-	est := counterEstimate(now, period, p)
-	allowed := float64(c+n)+est <= float64(rate)
-	e := eval{allowed: allowed}
-	if allowed {
-		e.next = &State{A: w, B: p, C: c + n, Expires: (w + 2) * period}
-	}
-	e.decide = func(now int64, r Request, consume bool) Decision {
-		cc := c
-		if consume {
-			cc += n
-		}
-		d := Decision{Allowed: allowed}
-		d.Remaining = int(max(0, min(rate, int64(math.Floor(float64(rate-cc)-est)))))
-		if !allowed {
-			// The estimate only falls as time passes (also across window
-			// boundaries), so search for the first microsecond at which
-			// n units fit: it is at the latest the start of window w+2.
-			lo, hi := now+1, (w+2)*period
-			for lo < hi {
-				mid := lo + (hi-lo)/2
-				if counterAllows(mid, period, rate, n, w, p, c) {
-					hi = mid
-				} else {
-					lo = mid + 1
-				}
-			}
-			d.RetryAfter = micros(lo - now)
-		}
-		switch {
-		case cc > 0:
-			d.ResetAfter = micros((w+2)*period - now)
-		case p > 0:
-			d.ResetAfter = micros((w+1)*period - now)
-		}
-		return d
-	}
-	return e
 }
 
 // permitState returns the unexpired permits of s at now.

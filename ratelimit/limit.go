@@ -193,17 +193,20 @@ func normalize(a Algorithm, l Limit) (Limit, error) {
 	if l.Burst == 0 {
 		l.Burst = l.Rate
 	}
-	if a == GCRA {
-		// Refill time Period*Burst/Rate <= MaxPeriod, compared exactly:
-		// Burst*Period_us <= MaxPeriod_us*Rate.
-		p := uint64(l.Period / time.Microsecond)
-		hi1, lo1 := bits.Mul64(uint64(l.Burst), p)
-		hi2, lo2 := bits.Mul64(uint64(MaxPeriod/time.Microsecond), uint64(l.Rate))
-		if hi1 > hi2 || (hi1 == hi2 && lo1 > lo2) {
-			return Limit{}, fmt.Errorf("%w: a bucket of %d refilling %d per %v takes longer than %v to refill", ErrInvalid, l.Burst, l.Rate, l.Period, MaxPeriod)
-		}
+	if a == GCRA && !refillWithin(l) {
+		return Limit{}, fmt.Errorf("%w: a bucket of %d refilling %d per %v takes longer than %v to refill", ErrInvalid, l.Burst, l.Rate, l.Period, MaxPeriod)
 	}
 	return l, nil
+}
+
+// refillWithin reports whether a GCRA bucket of l refills within MaxPeriod:
+// Period*Burst/Rate <= MaxPeriod, compared exactly as Burst*Period_us <=
+// MaxPeriod_us*Rate.
+func refillWithin(l Limit) bool {
+	p := uint64(l.Period / time.Microsecond)
+	hi1, lo1 := bits.Mul64(uint64(l.Burst), p)
+	hi2, lo2 := bits.Mul64(uint64(MaxPeriod/time.Microsecond), uint64(l.Rate))
+	return hi1 < hi2 || (hi1 == hi2 && lo1 <= lo2)
 }
 
 // validateName checks a limit or group name.
@@ -230,12 +233,22 @@ func ValidateKey(key string) error {
 		return fmt.Errorf("%w: empty key", ErrInvalid)
 	case len(key) > MaxKeyLen:
 		return fmt.Errorf("%w: key is %d bytes, longer than %d", ErrInvalid, len(key), MaxKeyLen)
-	case !utf8.ValidString(key):
-		return fmt.Errorf("%w: key is not valid UTF-8", ErrInvalid)
 	}
 	for i := 0; i < len(key); i++ {
-		if key[i] == 0 {
+		switch c := key[i]; {
+		case c == 0:
 			return fmt.Errorf("%w: key contains NUL", ErrInvalid)
+		case c >= utf8.RuneSelf:
+			// Not ASCII: check the rest as UTF-8 (and for NUL).
+			if !utf8.ValidString(key[i:]) {
+				return fmt.Errorf("%w: key is not valid UTF-8", ErrInvalid)
+			}
+			for j := i; j < len(key); j++ {
+				if key[j] == 0 {
+					return fmt.Errorf("%w: key contains NUL", ErrInvalid)
+				}
+			}
+			return nil
 		}
 	}
 	return nil

@@ -14,9 +14,11 @@ import (
 // the algorithm and the limit's Name.
 type Limiter struct {
 	s    Store
+	one  OneDecider // s, when it has a single-request path
 	alg  Algorithm
 	lim  Limit
 	code string
+	gcra *gcraParams // GCRA's constants, for in-process stores
 }
 
 // New returns a Limiter for limit l with algorithm a on store s. The limit
@@ -30,7 +32,13 @@ func New(s Store, a Algorithm, l Limit) (*Limiter, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Limiter{s: s, alg: a, lim: nl, code: a.code()}, nil
+	one, _ := s.(OneDecider)
+	lim := &Limiter{s: s, one: one, alg: a, lim: nl, code: a.code()}
+	if a == GCRA {
+		g := newGCRA(nl)
+		lim.gcra = &g
+	}
+	return lim, nil
 }
 
 // Limit returns the limit enforced, with its defaults (Name, Burst) filled
@@ -51,7 +59,7 @@ func (l *Limiter) request(group, key string, n int, commit bool) (Request, error
 	if c := l.lim.Capacity(); n < lo || n > c {
 		return Request{}, fmt.Errorf("%w: cost %d out of range [%d, %d] for %v (a request above capacity could never pass)", ErrInvalid, n, lo, c, l.lim)
 	}
-	return Request{Key: stateKey(group, l.lim.Name, l.code, key), Algorithm: l.alg, Limit: l.lim, N: n}, nil
+	return Request{Key: stateKey(group, l.lim.Name, l.code, key), Algorithm: l.alg, Limit: l.lim, N: n, gcra: l.gcra}, nil
 }
 
 // Allow is AllowN(ctx, key, 1).
@@ -78,6 +86,9 @@ func (l *Limiter) decide(ctx context.Context, key string, n int, commit bool) (D
 	r, err := l.request("", key, n, commit)
 	if err != nil {
 		return Decision{}, err
+	}
+	if l.one != nil {
+		return l.one.DecideOne(ctx, r, commit)
 	}
 	ds, err := l.s.Decide(ctx, []Request{r}, commit)
 	if err != nil {

@@ -13,15 +13,15 @@ import (
 type localStore struct {
 	now    func() time.Time
 	mu     sync.Mutex
-	m      map[string]*State
+	m      map[StateKey]*State
 	writes int
 }
 
 func newLocalStore(now func() time.Time) *localStore {
-	return &localStore{now: now, m: map[string]*State{}}
+	return &localStore{now: now, m: map[StateKey]*State{}}
 }
 
-func (l *localStore) get(key string, now int64) *State {
+func (l *localStore) get(key StateKey, now int64) *State {
 	st := l.m[key]
 	if st != nil && st.Expires <= now {
 		delete(l.m, key)
@@ -30,7 +30,7 @@ func (l *localStore) get(key string, now int64) *State {
 	return st
 }
 
-func (l *localStore) put(key string, st *State, now int64) {
+func (l *localStore) put(key StateKey, st *State, now int64) {
 	if st == nil || st.Expires <= now {
 		delete(l.m, key)
 	} else {
@@ -59,11 +59,11 @@ func (l *localStore) Decide(ctx context.Context, reqs []Request, commit bool) ([
 	us := now.UnixMicro()
 	states := make([]*State, len(reqs))
 	for i, r := range reqs {
-		states[i] = l.get(r.Key.String(), us)
+		states[i] = l.get(r.Key, us)
 	}
 	ds, next := Evaluate(now, reqs, states, commit)
 	for i, st := range next {
-		l.put(reqs[i].Key.String(), st, us)
+		l.put(reqs[i].Key, st, us)
 	}
 	return ds, nil
 }
@@ -75,7 +75,7 @@ func (l *localStore) Reset(ctx context.Context, keys []StateKey) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, k := range keys {
-		delete(l.m, k.String())
+		delete(l.m, k)
 	}
 	return nil
 }
@@ -87,8 +87,8 @@ func (l *localStore) AcquirePermit(ctx context.Context, key StateKey, id string,
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.now()
-	g, st := EvaluateAcquire(now, l.get(key.String(), now.UnixMicro()), id, permits, ttl)
-	l.put(key.String(), st, now.UnixMicro())
+	g, st := EvaluateAcquire(now, l.get(key, now.UnixMicro()), id, permits, ttl)
+	l.put(key, st, now.UnixMicro())
 	return g, nil
 }
 
@@ -99,11 +99,11 @@ func (l *localStore) RenewPermit(ctx context.Context, key StateKey, id string, t
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.now()
-	g, st, err := EvaluateRenew(now, l.get(key.String(), now.UnixMicro()), id, ttl)
+	g, st, err := EvaluateRenew(now, l.get(key, now.UnixMicro()), id, ttl)
 	if err != nil {
 		return g, err
 	}
-	l.put(key.String(), st, now.UnixMicro())
+	l.put(key, st, now.UnixMicro())
 	return g, nil
 }
 
@@ -114,10 +114,10 @@ func (l *localStore) ReleasePermit(ctx context.Context, key StateKey, id string)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.now()
-	st, err := EvaluateRelease(now, l.get(key.String(), now.UnixMicro()), id)
+	st, err := EvaluateRelease(now, l.get(key, now.UnixMicro()), id)
 	if err != nil {
 		return err
 	}
-	l.put(key.String(), st, now.UnixMicro())
+	l.put(key, st, now.UnixMicro())
 	return nil
 }

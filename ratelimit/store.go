@@ -42,24 +42,51 @@ type Store interface {
 	ReleasePermit(ctx context.Context, key StateKey, id string) error
 }
 
-// StateKey names one piece of limiter state. Tag groups the keys that one
-// call may touch together: on Redis Cluster it is the hash tag, so they
-// share a slot. The state's identity is Tag+Suffix, and Tag never contains
-// the other's Suffix ambiguously (names cannot contain ':').
+// StateKey names one piece of limiter state: the state of Key under the
+// limit Name, kept by the algorithm Kind, on its own or as a member of
+// Group. Stores key their state by all four fields (String is a canonical
+// form of them).
 type StateKey struct {
-	Tag, Suffix string
+	// Group is the name of the Group the state belongs to; "" for a
+	// limiter used on its own.
+	Group string
+	// Name is the limit's name (never contains ':').
+	Name string
+	// Kind is the algorithm's short code: "g" GCRA, "f" fixed window, "l"
+	// sliding log, "w" sliding window, "p" concurrency permits.
+	Kind string
+	// Key is the caller's key.
+	Key string
 }
 
-// String returns the key's identity, Tag+Suffix.
-func (k StateKey) String() string { return k.Tag + k.Suffix }
+// Tag is what the keys of one call have in common, so that a store can
+// keep them together (on Redis Cluster it is the hash tag, so they share a
+// slot): a group's keys share "*" and the group's name, a single limiter's
+// key is its own tag.
+func (k StateKey) Tag() string {
+	if k.Group != "" {
+		return "*" + k.Group
+	}
+	return k.Key
+}
+
+// String returns the key's canonical form, "s:<kind>:<name>:<key>" or
+// "g:<group>:<kind>:<name>:<key>"; distinct keys have distinct forms
+// (names and kinds contain no ':').
+func (k StateKey) String() string {
+	if k.Group == "" {
+		return "s:" + k.Kind + ":" + k.Name + ":" + k.Key
+	}
+	return "g:" + k.Group + ":" + k.Kind + ":" + k.Name + ":" + k.Key
+}
+
+// valid reports whether the key's fields are set.
+func (k StateKey) valid() bool { return k.Name != "" && k.Kind != "" && k.Key != "" }
 
 // stateKey builds the key of key under limit name and algorithm code for a
 // single limiter, or for a member of group (group != "").
 func stateKey(group, name, code, key string) StateKey {
-	if group == "" {
-		return StateKey{Tag: name + ":" + key, Suffix: ":" + code}
-	}
-	return StateKey{Tag: "*" + group, Suffix: ":" + code + ":" + name + ":" + key}
+	return StateKey{Group: group, Name: name, Kind: code, Key: key}
 }
 
 // Request is one limit to judge in a call to Store.Decide.
@@ -73,28 +100,52 @@ type Request struct {
 	// N is the cost: 1 to Limit.Capacity() units for a decision, 0 to
 	// Capacity() for a peek.
 	N int
+
+	// gcra caches the GCRA arithmetic's constants, computed once by the
+	// Limiter (the engine checks they match Limit).
+	gcra *gcraParams
 }
 
-// validate re-checks a request as a store must before its first write.
-func (r Request) validate(commit bool) error {
-	l, err := normalize(r.Algorithm, r.Limit)
-	if err != nil {
-		return err
+// validate re-checks a request as a store must before its first write: the
+// bounds the stores' arithmetic relies on (the full rules, names included,
+// were checked when the limiter was made).
+func (r *Request) validate(commit bool) error {
+	l := &r.Limit
+	maxRate := MaxRate
+	if r.Algorithm == SlidingLog {
+		maxRate = MaxLogRate
 	}
-	if l != r.Limit {
-		return fmt.Errorf("%w: request limit %v was not normalized", ErrInvalid, r.Limit)
+	switch {
+	case !r.Algorithm.valid():
+		return fmt.Errorf("%w: unknown algorithm %d", ErrInvalid, int(r.Algorithm))
+	case l.Rate < 1 || l.Rate > maxRate || l.Burst < 1 || l.Burst > MaxRate ||
+		l.Period < MinPeriod || l.Period > MaxPeriod || l.Period%time.Microsecond != 0 ||
+		(r.Algorithm != GCRA && l.Burst != l.Rate) || l.Name == "":
+		return fmt.Errorf("%w: request limit %v is not a normalized, valid limit", ErrInvalid, *l)
+	case !r.Key.valid():
+		return fmt.Errorf("%w: empty state key", ErrInvalid)
+	}
+	if r.Algorithm == GCRA && r.gcra == nil && !refillWithin(*l) {
+		return fmt.Errorf("%w: a bucket of %d refilling %d per %v takes longer than %v to refill", ErrInvalid, l.Burst, l.Rate, l.Period, MaxPeriod)
 	}
 	lo := 1
 	if !commit {
 		lo = 0
 	}
-	if r.N < lo || r.N > l.Capacity() {
-		return fmt.Errorf("%w: cost %d out of range [%d, %d] for %v", ErrInvalid, r.N, lo, l.Capacity(), l)
-	}
-	if r.Key.Tag == "" || r.Key.Suffix == "" {
-		return fmt.Errorf("%w: empty state key", ErrInvalid)
+	if r.N < lo || r.N > l.Burst {
+		return fmt.Errorf("%w: cost %d out of range [%d, %d] for %v", ErrInvalid, r.N, lo, l.Burst, *l)
 	}
 	return nil
+}
+
+// ValidateRequest checks one request as ValidateRequests does.
+func ValidateRequest(r *Request, commit bool) error { return r.validate(commit) }
+
+// OneDecider is implemented by stores that have a cheaper path for a
+// single request than Decide (no slices). Limiter uses it when the store
+// has it; it must decide exactly as Decide([]Request{*r}, commit) would.
+type OneDecider interface {
+	DecideOne(ctx context.Context, r Request, commit bool) (Decision, error)
 }
 
 // ValidateRequests checks requests as every Store should before its first
@@ -105,7 +156,8 @@ func ValidateRequests(reqs []Request, commit bool) error {
 	if len(reqs) == 0 || len(reqs) > MaxGroup {
 		return fmt.Errorf("%w: %d requests in one decision, want 1 to %d", ErrInvalid, len(reqs), MaxGroup)
 	}
-	for i, r := range reqs {
+	for i := range reqs {
+		r := &reqs[i]
 		if err := r.validate(commit); err != nil {
 			return err
 		}
@@ -125,7 +177,7 @@ func ValidateStateKeys(keys []StateKey) error {
 		return fmt.Errorf("%w: %d keys, want 1 to %d", ErrInvalid, len(keys), MaxGroup)
 	}
 	for _, k := range keys {
-		if k.Tag == "" || k.Suffix == "" {
+		if !k.valid() {
 			return fmt.Errorf("%w: empty state key", ErrInvalid)
 		}
 	}
@@ -194,7 +246,7 @@ const (
 // skip), ttl MinPermitTTL to MaxPermitTTL (pass -1 to skip). Errors wrap
 // ErrInvalid and never contain the id.
 func ValidatePermit(key StateKey, id string, permits int, ttl time.Duration) error {
-	if key.Tag == "" || key.Suffix == "" {
+	if !key.valid() {
 		return fmt.Errorf("%w: empty state key", ErrInvalid)
 	}
 	if id == "" || len(id) > MaxPermitIDLen {

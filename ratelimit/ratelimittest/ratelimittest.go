@@ -188,11 +188,11 @@ func testInvalid(t *testing.T, tg Target) {
 				return err
 			},
 			"store unnormalized": func() error {
-				_, err := s.Decide(ctx, []ratelimit.Request{{Key: ratelimit.StateKey{Tag: "x", Suffix: ":g"}, Algorithm: alg, Limit: ratelimit.Limit{Rate: 5, Period: time.Second}, N: 1}}, true)
+				_, err := s.Decide(ctx, []ratelimit.Request{{Key: ratelimit.StateKey{Name: "x", Kind: "g", Key: "k"}, Algorithm: alg, Limit: ratelimit.Limit{Rate: 5, Period: time.Second}, N: 1}}, true)
 				return err
 			},
 			"store cost over": func() error {
-				_, err := s.Decide(ctx, []ratelimit.Request{{Key: ratelimit.StateKey{Tag: "x", Suffix: ":g"}, Algorithm: alg, Limit: l.Limit(), N: 6}}, true)
+				_, err := s.Decide(ctx, []ratelimit.Request{{Key: ratelimit.StateKey{Name: "x", Kind: "g", Key: "k"}, Algorithm: alg, Limit: l.Limit(), N: 6}}, true)
 				return err
 			},
 			"store empty key": func() error {
@@ -201,7 +201,7 @@ func testInvalid(t *testing.T, tg Target) {
 			},
 			"store no requests": func() error { _, err := s.Decide(ctx, nil, true); return err },
 			"store duplicate keys": func() error {
-				k := ratelimit.StateKey{Tag: "x", Suffix: ":g"}
+				k := ratelimit.StateKey{Name: "x", Kind: "g", Key: "k"}
 				r := ratelimit.Request{Key: k, Algorithm: alg, Limit: l.Limit(), N: 1}
 				_, err := s.Decide(ctx, []ratelimit.Request{r, r}, true)
 				return err
@@ -213,7 +213,7 @@ func testInvalid(t *testing.T, tg Target) {
 			}
 		}
 	}
-	pk := ratelimit.StateKey{Tag: "x", Suffix: ":p"}
+	pk := ratelimit.StateKey{Name: "x", Kind: "p", Key: "k"}
 	badPermits := map[string]func() error{
 		"zero permits": func() error {
 			_, err := ratelimit.NewConcurrency(s, ratelimit.ConcurrencyLimit{Permits: 0})
@@ -851,7 +851,7 @@ func testEveryKeyExpires(t *testing.T, tg Target) {
 		}
 		for i, l := range lims {
 			before := keys(t, tg)
-			victim := ratelimit.StateKey{Tag: "*" + pg.Name(), Suffix: fmt.Sprintf(":%s:%s:%s", code(l.Algorithm()), l.Limit().Name, "p")}
+			victim := ratelimit.StateKey{Group: pg.Name(), Kind: code(l.Algorithm()), Name: l.Limit().Name, Key: "p"}
 			if err := tg.Poison(ctx, victim); err != nil {
 				t.Fatalf("Poison: %v", err)
 			}
@@ -1121,7 +1121,7 @@ func testPermitRenew(t *testing.T, tg Target) {
 func testPermitSameID(t *testing.T, tg Target) {
 	ctx := ctxT(t)
 	s := tg.Store
-	k := ratelimit.StateKey{Tag: uniq("same") + ":k", Suffix: ":p"}
+	k := ratelimit.StateKey{Name: uniq("same"), Kind: "p", Key: "k"}
 	g1, err := s.AcquirePermit(ctx, k, "id-1", 2, time.Minute)
 	if err != nil || !g1.Acquired || g1.Fence == 0 || g1.InUse != 1 {
 		t.Fatalf("first acquire: %+v, %v", g1, err)

@@ -155,6 +155,25 @@ func (w *wrapped) Decide(ctx context.Context, reqs []ratelimit.Request, commit b
 	return ds, nil
 }
 
+// DecideOne forwards to the store's single-request path when it has one.
+func (w *wrapped) DecideOne(ctx context.Context, r ratelimit.Request, commit bool) (d ratelimit.Decision, err error) {
+	err = w.call(ctx, func(ctx context.Context) (err error) {
+		if one, ok := w.inner.(ratelimit.OneDecider); ok {
+			d, err = one.DecideOne(ctx, r, commit)
+			return err
+		}
+		var ds []ratelimit.Decision
+		if ds, err = w.inner.Decide(ctx, []ratelimit.Request{r}, commit); err == nil {
+			d = ds[0]
+		}
+		return err
+	})
+	if err != nil {
+		return ratelimit.Decision{}, err
+	}
+	return d, nil
+}
+
 func (w *wrapped) Reset(ctx context.Context, keys []ratelimit.StateKey) error {
 	return w.call(ctx, func(ctx context.Context) error { return w.inner.Reset(ctx, keys) })
 }

@@ -27,25 +27,32 @@ var (
 // Limits returns the store's ratelimit.Store view. Every decision is one
 // script call (EVALSHA, EVAL after NOSCRIPT), so one round trip, judged on
 // the server's clock (TIME inside the script). The keys of one decision
-// share a hash tag: a single limiter's is its limit name and key, a
-// group's is the group name, so a group's limits can be checked together
-// on Redis Cluster (and a group's state lives in one slot). Every key is
+// share a hash tag: a single limiter's is the caller's key, a group's is
+// the group name, so a group's limits can be checked together on Redis
+// Cluster (and a group's state lives in one slot). Every key is
 // written with an expiry (PXAT), the millisecond after its state stops
 // mattering; the scripts read and check every key before writing any.
 //
-// Keys are <prefix>rl{<tag>}<suffix>: GCRA, fixed window and sliding
-// window counter state is one string, a sliding log is a sorted set with
-// one member per admitted unit, and a concurrency limit is a sorted set of
-// permits (...:p) and a hash of their fences (...:p:f).
+// Keys are <prefix>rl{<key>}:<kind>:<limit> for a single limiter and
+// <prefix>rl{*<group>}:<kind>:<limit>:<key> for a group member: GCRA,
+// fixed window and sliding window counter state is one string, a sliding
+// log is a sorted set with one member per admitted unit, and a concurrency
+// limit is a sorted set of permits (kind p) and a hash of their fences
+// (the same key and ":f").
 func (s *Store) Limits() ratelimit.Store {
 	return s.view("ratelimit", func() any { return &rateLimits{s: s} }).(*rateLimits)
 }
 
 type rateLimits struct{ s *Store }
 
-// rateKey returns the Redis key of a state key.
+// rateKey returns the Redis key of a state key: the tag (the caller's key,
+// or "*" and the group's name) in braces, then the kind and the limit name,
+// and for a group member the caller's key.
 func (s *Store) rateKey(k ratelimit.StateKey) string {
-	return s.prefix + "rl{" + escape(k.Tag) + "}" + escape(k.Suffix)
+	if k.Group == "" {
+		return s.prefix + "rl{" + escape(k.Key) + "}:" + k.Kind + ":" + k.Name
+	}
+	return s.prefix + "rl{*" + escape(k.Group) + "}:" + k.Kind + ":" + k.Name + ":" + k.Key
 }
 
 // permitKeys returns the permit set and the fence hash of a state key.

@@ -104,9 +104,9 @@ func TestRateLimitKeysShareASlot(t *testing.T) {
 	s := redisstore.New(newClient(t, testenv.SharedRedis(t).Addr()), nil)
 	slots := map[int]bool{}
 	for _, k := range []ratelimit.StateKey{
-		{Tag: "*api", Suffix: ":g:user:alice"},
-		{Tag: "*api", Suffix: ":f:global:all"},
-		{Tag: "*api", Suffix: ":l:user:{bob}"},
+		{Group: "api", Kind: "g", Name: "user", Key: "alice"},
+		{Group: "api", Kind: "f", Name: "global", Key: "all"},
+		{Group: "api", Kind: "l", Name: "user", Key: "{bob}"},
 	} {
 		slots[testenv.KeySlot(s.RateKey(k))] = true
 	}
@@ -115,13 +115,13 @@ func TestRateLimitKeysShareASlot(t *testing.T) {
 	}
 	spread := map[int]bool{}
 	for i := range 20 {
-		spread[testenv.KeySlot(s.RateKey(ratelimit.StateKey{Tag: fmt.Sprintf("user:%d", i), Suffix: ":g"}))] = true
+		spread[testenv.KeySlot(s.RateKey(ratelimit.StateKey{Kind: "g", Name: "n", Key: fmt.Sprintf("user:%d", i)}))] = true
 	}
 	if len(spread) < 10 {
 		t.Fatalf("20 keys of one limiter fall in only %d slots", len(spread))
 	}
 	// Braces in keys and prefixes never end the tag early.
-	k := redisstore.New(newClient(t, testenv.SharedRedis(t).Addr()), &redisstore.Options{Prefix: "{x}"}).RateKey(ratelimit.StateKey{Tag: "n:{a}", Suffix: ":g"})
+	k := redisstore.New(newClient(t, testenv.SharedRedis(t).Addr()), &redisstore.Options{Prefix: "{x}"}).RateKey(ratelimit.StateKey{Kind: "g", Name: "n", Key: "{a}"})
 	if strings.Count(k, "{") != 1 || strings.Count(k, "}") != 1 {
 		t.Fatalf("key %q has more than one hash tag", k)
 	}
@@ -206,7 +206,7 @@ func TestRateLimitMalformedState(t *testing.T) {
 	s := checked(t, c, &redisstore.Options{Prefix: prefix})
 	for _, alg := range ratelimittest.Algorithms {
 		l, _ := ratelimit.New(s.Limits(), alg, ratelimit.Limit{Name: "bad", Rate: 3, Period: time.Minute})
-		k := s.RateKey(ratelimit.StateKey{Tag: "bad:k", Suffix: ":" + map[ratelimit.Algorithm]string{0: "g", 1: "f", 2: "l", 3: "w"}[alg]})
+		k := s.RateKey(ratelimit.StateKey{Name: "bad", Key: "k", Kind: map[ratelimit.Algorithm]string{0: "g", 1: "f", 2: "l", 3: "w"}[alg]})
 		if err := c.Do(ctx, c.B().Set().Key(k).Value("12:x").Px(time.Minute).Build()).Error(); err != nil {
 			t.Fatal(err)
 		}
