@@ -1,0 +1,67 @@
+#!lua
+-- Record the start of an attempt (or a skip) at a slot, judged on TIME.
+-- KEYS[1] record hash, KEYS[2] slots zset, KEYS[3] open set, KEYS[4] ledger hash
+-- ARGV[1] slot ID, ARGV[2] slot time (us), ARGV[3] node, ARGV[4] fence
+-- (decimal), ARGV[5] '1' to record a skip, ARGV[6] reason
+-- Returns {status, wait_us, record...}: status 'ok' (record written or the
+-- running attempt repeated), 'final', 'stale' or 'notdue'.
+local function valid(s)
+  return #s >= 1 and #s <= 20 and s:match('^%d+$') ~= nil and s:sub(1, 1) ~= '0'
+end
+local function cmp(a, b)
+  if #a ~= #b then
+    return #a < #b and -1 or 1
+  end
+  if a == b then
+    return 0
+  end
+  return a < b and -1 or 1
+end
+local id, slot, node, f, skip, reason = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+if #KEYS ~= 4 or #ARGV ~= 6 or #id < 1 or not slot or slot % 1 ~= 0 or #node < 1 or not valid(f)
+  or (skip ~= '0' and skip ~= '1') then
+  return redis.error_reply('ERR redisstore: invalid schedule begin arguments')
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local rec = redis.call('HGETALL', KEYS[1])
+local cur = {}
+for i = 1, #rec, 2 do
+  cur[rec[i]] = rec[i + 1]
+end
+if #rec > 0 then
+  local st = cur.st
+  if st == 'done' or st == 'skipped' or st == 'missed' or (st == 'failed' and not cur.r) then
+    return {'final', 0, unpack(rec)}
+  end
+  local c = cmp(cur.f, f)
+  if c > 0 or (c == 0 and (st ~= 'running' or skip == '1')) then
+    return {'stale', 0}
+  end
+  if c == 0 then
+    return {'ok', 0, unpack(rec)}
+  end
+end
+if redis.call('HEXISTS', KEYS[4], id) == 1 then
+  return {'final', 0, 'st', 'done', 't', ARGV[2]}
+end
+if slot > now then
+  return {'notdue', slot - now}
+end
+if cur.r and tonumber(cur.r) > now then
+  return {'notdue', tonumber(cur.r) - now}
+end
+local att = tonumber(cur.att or '0')
+redis.call('HDEL', KEYS[1], 'r')
+if skip == '1' then
+  redis.call('HSET', KEYS[1], 't', ARGV[2], 'st', 'skipped', 'node', node, 'f', f, 'att', att,
+    'e', now, 'err', reason)
+  redis.call('SREM', KEYS[3], id)
+else
+  redis.call('HSET', KEYS[1], 't', ARGV[2], 'st', 'running', 'node', node, 'f', f, 'att', att + 1,
+    's', now, 'err', '')
+  redis.call('HDEL', KEYS[1], 'e')
+  redis.call('SADD', KEYS[3], id)
+end
+redis.call('ZADD', KEYS[2], slot, id)
+return {'ok', 0, unpack(redis.call('HGETALL', KEYS[1]))}

@@ -1,0 +1,54 @@
+package redisstore_test
+
+import (
+	"context"
+	"strconv"
+	"testing"
+
+	"github.com/redis/rueidis"
+
+	"github.com/tenurekit/tenure/internal/testenv"
+	"github.com/tenurekit/tenure/schedule"
+	"github.com/tenurekit/tenure/schedule/scheduletest"
+	"github.com/tenurekit/tenure/store/redisstore"
+)
+
+// schedTarget is the suite's target on a Redis (or Cluster) client: the
+// business counter is a slot value added to in the fenced completion; other
+// nodes get clients of their own.
+func schedTarget(t *testing.T, newClient func(t *testing.T) rueidis.Client) scheduletest.Target {
+	prefix := "sched:" + uniq(t, "") + ":"
+	o := &redisstore.Options{Prefix: prefix}
+	s := checked(t, newClient(t), o)
+	return scheduletest.Target{
+		Store: s.Schedules(),
+		Node:  func(t *testing.T) schedule.Store { return redisstore.New(newClient(t), o).Schedules() },
+		Complete: func(ctx context.Context, slot *schedule.Slot) error {
+			return s.CompleteSlot(ctx, slot, redisstore.AddSlotValue("count", 1))
+		},
+		Count: func(ctx context.Context, job string) (int64, error) {
+			b, err := s.SlotValue(ctx, job, "count")
+			if err != nil || b == nil {
+				return 0, err
+			}
+			return strconv.ParseInt(string(b), 10, 64)
+		},
+	}
+}
+
+// TestScheduleConformance runs the suite on the shared single node.
+func TestScheduleConformance(t *testing.T) {
+	srv := testenv.SharedRedis(t)
+	scheduletest.Run(t, func(t *testing.T) scheduletest.Target {
+		return schedTarget(t, func(t *testing.T) rueidis.Client { return newClient(t, srv.Addr()) })
+	})
+}
+
+// TestScheduleCluster runs the suite on the shared Redis Cluster: every key
+// of a job is in the job's hash slot.
+func TestScheduleCluster(t *testing.T) {
+	cl := testenv.SharedRedisCluster(t)
+	scheduletest.Run(t, func(t *testing.T) scheduletest.Target {
+		return schedTarget(t, func(t *testing.T) rueidis.Client { return newClusterClient(t, cl.Addrs(), nil) })
+	})
+}
