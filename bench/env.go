@@ -300,8 +300,29 @@ func (t *procTB) Skipf(format string, args ...any) {
 // Suites are the benchmark suites: the stores measured.
 var Suites = []string{"redis", "postgres", "redis-session"}
 
+// suiteFuncs is a suite that a file of its own registers with
+// registerSuite, instead of adding cases to the switches below.
+type suiteFuncs struct {
+	contenders []string
+	cycle      func(e *Env, b *testing.B, contender string, workers int)
+	prepare    func(e *Env, contender string) error
+	server     func(e *Env) string
+}
+
+// registeredSuites are the suites added by registerSuite.
+var registeredSuites = map[string]suiteFuncs{}
+
+// registerSuite adds a suite (from an init function).
+func registerSuite(name string, s suiteFuncs) {
+	Suites = append(Suites, name)
+	registeredSuites[name] = s
+}
+
 // Contenders returns the contenders of suite.
 func Contenders(suite string) []string {
+	if s, ok := registeredSuites[suite]; ok {
+		return s.contenders
+	}
 	switch suite {
 	case "redis":
 		return RedisContenders
@@ -315,6 +336,10 @@ func Contenders(suite string) []string {
 
 // Cycle runs the benchmark of contender in suite with workers workers.
 func (e *Env) Cycle(b *testing.B, suite, contender string, workers int) {
+	if s, ok := registeredSuites[suite]; ok {
+		s.cycle(e, b, contender, workers)
+		return
+	}
 	switch suite {
 	case "redis":
 		e.RedisCycle(b, contender, workers)
@@ -330,6 +355,14 @@ func (e *Env) Cycle(b *testing.B, suite, contender string, workers int) {
 // Prepare starts the server of suite and sets up every contender, so that
 // a failure is reported here rather than as an empty benchmark result.
 func (e *Env) Prepare(suite string) error {
+	if s, ok := registeredSuites[suite]; ok {
+		for _, c := range s.contenders {
+			if err := s.prepare(e, c); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	for _, c := range Contenders(suite) {
 		var err error
 		switch suite {
@@ -352,6 +385,9 @@ func (e *Env) Prepare(suite string) error {
 // Server describes the server of a prepared suite: its version and, for
 // Redis, how redisstore releases.
 func (e *Env) Server(suite string) string {
+	if s, ok := registeredSuites[suite]; ok {
+		return s.server(e)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	switch suite {

@@ -370,14 +370,7 @@ func (k *Keeper) run(ctx context.Context, req Request, token string, b Begun, se
 	fnCtx, cancel := context.WithCancelCause(ctx)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	wg.Go(func() {
-		select {
-		case <-c.Done():
-			cancel(c.Err())
-		case <-stop:
-		}
-	})
-	wg.Go(func() { k.keepAlive(fnCtx, c, stop) })
+	wg.Go(func() { k.keepAlive(fnCtx, c, stop, cancel) })
 	finish := func() {
 		close(stop)
 		wg.Wait()
@@ -478,9 +471,11 @@ func (k *Keeper) cleanup(ctx context.Context, id ID, token string) {
 	go k.release(ctx, id, token)
 }
 
-// keepAlive renews c every ClaimTTL/3 until stop closes or the claim ends.
-// A renewal never waits past the claim's validity.
-func (k *Keeper) keepAlive(ctx context.Context, c *Claim, stop <-chan struct{}) {
+// keepAlive renews c every ClaimTTL/3 until stop closes or the claim ends,
+// and then cancels fn's context with the claim's error. A renewal never
+// waits past the claim's validity, so the cancellation is not delayed by a
+// renewal in flight.
+func (k *Keeper) keepAlive(ctx context.Context, c *Claim, stop <-chan struct{}, cancel context.CancelCauseFunc) {
 	interval := max(c.ttl/3, time.Millisecond)
 	retry := max(c.ttl/10, time.Millisecond)
 	next := time.NewTimer(interval)
@@ -490,6 +485,7 @@ func (k *Keeper) keepAlive(ctx context.Context, c *Claim, stop <-chan struct{}) 
 		case <-stop:
 			return
 		case <-c.Done():
+			cancel(c.Err())
 			return
 		case <-next.C:
 			sent := time.Now()
@@ -502,6 +498,7 @@ func (k *Keeper) keepAlive(ctx context.Context, c *Claim, stop <-chan struct{}) 
 				next.Reset(interval)
 			case errors.Is(err, ErrClaimLost), errors.Is(err, ErrInvalid):
 				c.end(fmt.Errorf("%w: renewal refused: %w", ErrClaimLost, err))
+				cancel(c.Err())
 				return
 			default:
 				k.o.Logger.DebugContext(ctx, "idempotency: claim renewal failed, retrying while valid",

@@ -28,7 +28,9 @@ local function claim(last)
   local ex = now + math.max(ttl, ret) * 1000
   redis.call('HSET', KEYS[1], 'fp', fp, 'tok', tok, 'f', string.format('%d', f), 'st', '1',
     'cu', string.format('%d', now + ttl * 1000), 'ex', string.format('%d', ex))
-  redis.call('HDEL', KEYS[1], 'fl', 'msg', 'v')
+  if r[7] or r[8] or r[9] then
+    redis.call('HDEL', KEYS[1], 'fl', 'msg', 'v')
+  end
   redis.call('PEXPIREAT', KEYS[1], math.ceil(ex / 1000))
   return {1, f, ttl}
 end

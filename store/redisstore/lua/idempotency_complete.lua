@@ -23,7 +23,7 @@ if r[3] ~= '1' then
 end
 local t = redis.call('TIME')
 local ex = tonumber(t[1]) * 1000000 + tonumber(t[2]) + ret * 1000
+-- cu stays: it counts only while st is 1.
 redis.call('HSET', KEYS[1], 'st', '2', 'ex', string.format('%d', ex), 'fl', fl, 'msg', ARGV[5], 'v', ARGV[6])
-redis.call('HDEL', KEYS[1], 'cu')
 redis.call('PEXPIREAT', KEYS[1], math.ceil(ex / 1000))
 return 1
