@@ -60,7 +60,7 @@ func (st *schedState) put(r *schedule.Record) {
 	m[r.SlotID] = r
 }
 
-func stale(job, id string, f uint64) error {
+func schedStale(job, id string, f uint64) error {
 	return fmt.Errorf("memstore: slot %s of %q: the attempt with fence %d is not the current one: %w", id, job, f, schedule.ErrStale)
 }
 
@@ -82,7 +82,7 @@ func (v schedules) Begin(ctx context.Context, req schedule.BeginRequest) (schedu
 			return schedule.Record{}, &schedule.FinalError{Record: *r}
 		}
 		if r.Fence > req.Fence || (r.Fence == req.Fence && (r.State != schedule.Running || req.Skip)) {
-			return schedule.Record{}, stale(req.Job, req.SlotID, req.Fence)
+			return schedule.Record{}, schedStale(req.Job, req.SlotID, req.Fence)
 		}
 		if r.Fence == req.Fence {
 			return *r, nil // a repeated Begin of the running attempt
@@ -127,11 +127,11 @@ func (v schedules) Finish(ctx context.Context, req schedule.FinishRequest) (sche
 	r := st.rec(req.Job, req.SlotID)
 	switch {
 	case r == nil:
-		return schedule.Record{}, stale(req.Job, req.SlotID, req.Fence)
+		return schedule.Record{}, schedStale(req.Job, req.SlotID, req.Fence)
 	case r.State == schedule.Done:
 		return *r, nil
 	case r.Fence != req.Fence || r.State != schedule.Running:
-		return schedule.Record{}, stale(req.Job, req.SlotID, req.Fence)
+		return schedule.Record{}, schedStale(req.Job, req.SlotID, req.Fence)
 	}
 	r.Finished = now
 	if req.State == schedule.Done {
