@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/tenurekit/tenure/fence"
@@ -43,6 +44,17 @@ func init() {
 	completed_at timestamptz NOT NULL,
 	PRIMARY KEY (job, slot_id)
 )`,
+		// The completion statement raises (SQLSTATE TS001: the claim is
+		// not current, TS002: already completed), so that a refusal aborts
+		// the transaction it runs in, also an implicit one (a batch).
+		`CREATE OR REPLACE FUNCTION $S.schedule_refuse(reason text) RETURNS boolean LANGUAGE plpgsql AS $f$
+BEGIN
+	IF reason = 'completed' THEN
+		RAISE EXCEPTION 'schedule: slot already completed' USING ERRCODE = 'TS002';
+	END IF;
+	RAISE EXCEPTION 'schedule: the claim is not current' USING ERRCODE = 'TS001';
+END
+$f$`,
 	}})
 }
 
@@ -77,9 +89,9 @@ ORDER BY slot_time LIMIT $2`),
 			// $1 lease key, $2 token, $3 fence, $4 job, $5 slot ID. One
 			// statement: lock the claim's lease row if it is still the
 			// slot's current claim (token, fence, expiry on the server's
-			// clock), insert the ledger row, mark the record done. It
-			// returns whether the claim held, whether the ledger row was
-			// inserted, and whether it existed before the statement.
+			// clock), insert the ledger row, mark the record done; on a
+			// refusal, raise (schedule_refuse), which aborts the
+			// transaction.
 			complete: r.Replace(`WITH c AS (SELECT clock_timestamp() AS now),
 h AS (SELECT l.fence FROM $S.leases l, c
 	WHERE l.key = $1 AND l.token = $2 AND l.fence = $3 AND l.expires_at > c.now FOR UPDATE OF l),
@@ -87,8 +99,10 @@ g AS (INSERT INTO $S.schedule_ledger (job, slot_id, fence, completed_at)
 	SELECT $4, $5, $3, c.now FROM h, c ON CONFLICT DO NOTHING RETURNING 1),
 u AS (UPDATE $S.schedule_slots SET state = 'done', finished_at = (SELECT now FROM c), error = '', retry_at = NULL
 	WHERE job = $4 AND slot_id = $5 AND EXISTS (SELECT 1 FROM g) RETURNING 1)
-SELECT EXISTS (SELECT 1 FROM h), EXISTS (SELECT 1 FROM g),
-	EXISTS (SELECT 1 FROM $S.schedule_ledger WHERE job = $4 AND slot_id = $5), (SELECT count(*) FROM u)`),
+SELECT CASE WHEN EXISTS (SELECT 1 FROM g) THEN (SELECT count(*) FROM u) >= 0
+	WHEN EXISTS (SELECT 1 FROM h) OR EXISTS (SELECT 1 FROM $S.schedule_ledger WHERE job = $4 AND slot_id = $5)
+		THEN $S.schedule_refuse('completed')
+	ELSE $S.schedule_refuse('stale') END`),
 		}
 	}).(*schedQueries)
 }
@@ -386,40 +400,80 @@ func (v schedules) Last(ctx context.Context, job string) (time.Time, bool, error
 // commit. A slot completed here is done whatever the handler returns
 // afterwards, and no node runs it again.
 func (s *Store) CompleteSlot(ctx context.Context, tx pgx.Tx, slot *schedule.Slot) error {
-	if slot == nil || slot.Lease() == nil {
-		return fmt.Errorf("%w: pgstore: nil slot or a slot without a claim", schedule.ErrInvalid)
-	}
 	if tx == nil {
 		return fmt.Errorf("%w: pgstore: nil transaction", schedule.ErrInvalid)
 	}
-	if err := schedule.ValidateName(slot.Job); err != nil {
+	args, err := s.completeArgs(slot)
+	if err != nil {
 		return err
 	}
-	if err := schedule.ValidateID(slot.ID); err != nil {
+	var ok bool
+	err = tx.QueryRow(ctx, s.schedQ().complete, args...).Scan(&ok)
+	return s.completeErr(ctx, slot, err)
+}
+
+// QueueCompleteSlot queues the completion of slot on the caller's batch b,
+// so that the business change and the completion travel in one round
+// trip: queue the business statements and the completion on one batch and
+// send it with pool.SendBatch (the batch runs in one implicit transaction)
+// or tx.SendBatch. The completion is the statement of CompleteSlot; a
+// refusal raises an error inside the database, which aborts the whole
+// batch's transaction, so no business change of the batch lands; the
+// error that BatchResults.Close (or the caller's Exec/QueryRow on the
+// results) returns then wraps schedule.ErrCompleted or schedule.ErrStale
+// and lease.ErrNotHeld. Bad input is reported here and queues nothing.
+func (s *Store) QueueCompleteSlot(b *pgx.Batch, slot *schedule.Slot) error {
+	if b == nil {
+		return fmt.Errorf("%w: pgstore: nil batch", schedule.ErrInvalid)
+	}
+	args, err := s.completeArgs(slot)
+	if err != nil {
 		return err
+	}
+	b.Queue(s.schedQ().complete, args...).QueryRow(func(row pgx.Row) error {
+		var ok bool
+		return s.completeErr(context.Background(), slot, row.Scan(&ok))
+	})
+	return nil
+}
+
+func (s *Store) completeArgs(slot *schedule.Slot) ([]any, error) {
+	if slot == nil || slot.Lease() == nil {
+		return nil, fmt.Errorf("%w: pgstore: nil slot or a slot without a claim", schedule.ErrInvalid)
+	}
+	if err := schedule.ValidateName(slot.Job); err != nil {
+		return nil, err
+	}
+	if err := schedule.ValidateID(slot.ID); err != nil {
+		return nil, err
 	}
 	l := slot.Lease()
 	if l.Fence() == 0 || l.Fence() > 1<<63-1 {
-		return fmt.Errorf("%w: pgstore: fence %d out of range", schedule.ErrInvalid, l.Fence())
+		return nil, fmt.Errorf("%w: pgstore: fence %d out of range", schedule.ErrInvalid, l.Fence())
 	}
 	if err := pgToken(l.Token()); err != nil {
-		return err
+		return nil, err
 	}
 	if s.err != nil {
-		return s.err
+		return nil, s.err
 	}
-	var held, inserted, existed bool
-	var updated int64
-	err := tx.QueryRow(ctx, s.schedQ().complete, l.Key(), l.Token(), int64(l.Fence()), slot.Job, slot.ID).Scan(&held, &inserted, &existed, &updated)
-	switch {
-	case err != nil:
-		return schedules{s}.fail(ctx, "complete slot "+slot.ID, err)
-	case inserted:
+	return []any{l.Key(), l.Token(), int64(l.Fence()), slot.Job, slot.ID}, nil
+}
+
+// completeErr classifies the result of the completion statement.
+func (s *Store) completeErr(ctx context.Context, slot *schedule.Slot, err error) error {
+	if err == nil {
 		return nil
-	case existed || held:
-		// held but not inserted: another completion committed first.
-		return fmt.Errorf("pgstore: slot %s of %q: %w", slot.ID, slot.Job, schedule.ErrCompleted)
 	}
-	return fmt.Errorf("pgstore: slot %s of %q: the claim with fence %d is not current: %w (%w)",
-		slot.ID, slot.Job, l.Fence(), lease.ErrNotHeld, fence.ErrStale)
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch pe.Code {
+		case "TS002":
+			return fmt.Errorf("pgstore: slot %s of %q: %w", slot.ID, slot.Job, schedule.ErrCompleted)
+		case "TS001":
+			return fmt.Errorf("pgstore: slot %s of %q: the claim with fence %d is not current: %w (%w)",
+				slot.ID, slot.Job, slot.Fence, lease.ErrNotHeld, fence.ErrStale)
+		}
+	}
+	return schedules{s}.fail(ctx, "complete slot "+slot.ID, err)
 }

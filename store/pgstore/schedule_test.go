@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -57,4 +58,53 @@ func TestScheduleConformance(t *testing.T) {
 			},
 		}
 	})
+}
+
+// QueueCompleteSlot: the business change and the completion in one batch
+// (one round trip, one implicit transaction); a refused completion aborts
+// the batch, business change included.
+func TestQueueCompleteSlot(t *testing.T) {
+	pool, db := fresh(t, nil)
+	ctx := ctxT(t)
+	if _, err := pool.Exec(ctx, `CREATE TABLE counters (job text PRIMARY KEY, n bigint NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	s := schedule.New(db.Schedules(), &schedule.Options{Node: "n", ClaimTTL: time.Minute})
+	job := "batch"
+	every := schedule.Every(time.Second)
+	if err := s.Add(schedule.Job{Name: job, Schedule: every, Run: func(context.Context, *schedule.Slot) error { return nil }}); err != nil {
+		t.Fatal(err)
+	}
+	now, err := db.Schedules().Now(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slot, err := s.Claim(ctx, job, every.Next(now.Add(-time.Minute)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func() error {
+		b := &pgx.Batch{}
+		b.Queue(`INSERT INTO counters (job, n) VALUES ($1, 1) ON CONFLICT (job) DO UPDATE SET n = counters.n + 1`, job)
+		if err := db.QueueCompleteSlot(b, slot); err != nil {
+			return err
+		}
+		return pool.SendBatch(ctx, b).Close()
+	}
+	if err := send(); err != nil {
+		t.Fatal(err)
+	}
+	if err := send(); !errors.Is(err, schedule.ErrCompleted) {
+		t.Fatalf("second batch: %v, want ErrCompleted", err)
+	}
+	var n int64
+	if err := pool.QueryRow(ctx, `SELECT n FROM counters WHERE job = $1`, job).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("counter %d, %v; want 1 (the refused batch rolled back)", n, err)
+	}
+	if r, err := db.Schedules().Slot(ctx, job, slot.ID); err != nil || r.State != schedule.Done {
+		t.Fatalf("record %+v, %v", r, err)
+	}
+	if err := db.QueueCompleteSlot(nil, slot); !errors.Is(err, schedule.ErrInvalid) {
+		t.Fatalf("nil batch: %v", err)
+	}
 }
