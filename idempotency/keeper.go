@@ -300,6 +300,7 @@ func (k *Keeper) do(ctx context.Context, req Request, fn Func, takeover bool) (R
 		return Result{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	token := NewToken()
+	var waited *InProgressError // the last answer while waiting
 	for attempt := 1; ; attempt++ {
 		sent := time.Now()
 		b, err := k.s.Begin(ctx, k.begin(req, token, takeover))
@@ -309,16 +310,19 @@ func (k *Keeper) do(ctx context.Context, req Request, fn Func, takeover bool) (R
 				// it, so it does not block the key for a whole claim TTL.
 				k.cleanup(ctx, req.ID(), token)
 			}
+			if waited != nil && ctx.Err() != nil {
+				return Result{}, fmt.Errorf("idempotency: gave up waiting for key %q: %w (last: %w)", req.Key, ctx.Err(), waited)
+			}
 			return Result{}, err
 		}
 		if b.State == InProgress && k.o.Wait {
+			waited = &InProgressError{Scope: req.Scope, Key: req.Key, RetryAfter: b.TTL}
 			wait := k.backoff(attempt)
 			if b.TTL > 0 && b.TTL < wait {
 				wait = b.TTL
 			}
 			if !sleep(ctx, wait) {
-				return Result{}, fmt.Errorf("idempotency: gave up waiting for key %q: %w (last: %w)", req.Key, ctx.Err(),
-					&InProgressError{Scope: req.Scope, Key: req.Key, RetryAfter: b.TTL})
+				return Result{}, fmt.Errorf("idempotency: gave up waiting for key %q: %w (last: %w)", req.Key, ctx.Err(), waited)
 			}
 			continue
 		}

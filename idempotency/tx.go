@@ -36,19 +36,23 @@ func (k *Keeper) DoTx(ctx context.Context, tx Tx, req Request, fn Func) (Result,
 		return Result{}, fmt.Errorf("%w: idempotency: nil Tx", ErrInvalid)
 	}
 	token := NewToken()
+	var waited *InProgressError // the last answer while waiting
 	for attempt := 1; ; attempt++ {
 		b, err := tx.Claim(ctx, k.begin(req, token, k.o.Abandoned == Rerun))
 		if err != nil {
+			if waited != nil && ctx.Err() != nil {
+				return Result{}, fmt.Errorf("idempotency: gave up waiting for key %q: %w (last: %w)", req.Key, ctx.Err(), waited)
+			}
 			return Result{}, err
 		}
 		if b.State == InProgress && k.o.Wait {
+			waited = &InProgressError{Scope: req.Scope, Key: req.Key, RetryAfter: b.TTL}
 			wait := k.backoff(attempt)
 			if b.TTL > 0 && b.TTL < wait {
 				wait = b.TTL
 			}
 			if !sleep(ctx, wait) {
-				return Result{}, fmt.Errorf("idempotency: gave up waiting for key %q: %w (last: %w)", req.Key, ctx.Err(),
-					&InProgressError{Scope: req.Scope, Key: req.Key, RetryAfter: b.TTL})
+				return Result{}, fmt.Errorf("idempotency: gave up waiting for key %q: %w (last: %w)", req.Key, ctx.Err(), waited)
 			}
 			continue
 		}

@@ -457,7 +457,7 @@ func testInProgress(t *testing.T, tg Target) {
 	// A waiter gives up when its context ends.
 	req2 := request(t, "b")
 	release2, result2 := blocked(t, k, req2, "x")
-	ctx, cancel := context.WithTimeout(ctxT(t), 50*time.Millisecond)
+	ctx, cancel := context.WithTimeout(ctxT(t), 200*time.Millisecond)
 	defer cancel()
 	if _, err := waiter.Do(ctx, req2, c.fn); !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, idempotency.ErrInProgress) {
 		t.Fatalf("waiter past its deadline: %v, want DeadlineExceeded and ErrInProgress", err)
