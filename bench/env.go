@@ -298,7 +298,7 @@ func (t *procTB) Skipf(format string, args ...any) {
 }
 
 // Suites are the benchmark suites: the stores measured.
-var Suites = []string{"redis", "postgres", "redis-session"}
+var Suites = []string{"redis", "postgres", "redis-session", "ratelimit-gcra", "ratelimit-fixed", "ratelimit-mem"}
 
 // suiteFuncs is a suite that a file of its own registers with
 // registerSuite, instead of adding cases to the switches below.
@@ -330,6 +330,12 @@ func Contenders(suite string) []string {
 		return PostgresContenders
 	case "redis-session":
 		return SessionContenders
+	case "ratelimit-gcra":
+		return RateGCRAContenders
+	case "ratelimit-fixed":
+		return RateFixedContenders
+	case "ratelimit-mem":
+		return RateMemContenders
 	}
 	return nil
 }
@@ -347,6 +353,8 @@ func (e *Env) Cycle(b *testing.B, suite, contender string, workers int) {
 		e.PostgresCycle(b, contender, workers)
 	case "redis-session":
 		e.SessionCycle(b, contender, workers)
+	case "ratelimit-gcra", "ratelimit-fixed", "ratelimit-mem":
+		e.RateCycle(b, suite, contender, workers)
 	default:
 		b.Fatalf("bench: unknown suite %q", suite)
 	}
@@ -372,6 +380,8 @@ func (e *Env) Prepare(suite string) error {
 			_, err = e.postgresCycle(c)
 		case "redis-session":
 			_, err = e.sessionCycle(c)
+		case "ratelimit-gcra", "ratelimit-fixed", "ratelimit-mem":
+			_, err = e.rateCycle(suite, c)
 		default:
 			err = fmt.Errorf("bench: unknown suite %q", suite)
 		}
@@ -391,7 +401,9 @@ func (e *Env) Server(suite string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	switch suite {
-	case "redis", "redis-session":
+	case "ratelimit-mem":
+		return "in process (memstore; golang.org/x/time/rate)"
+	case "redis", "redis-session", "ratelimit-gcra", "ratelimit-fixed":
 		r, err := e.Redis()
 		if err != nil {
 			return err.Error()

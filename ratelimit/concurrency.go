@@ -109,17 +109,26 @@ func (c *Concurrency) Acquire(ctx context.Context, key string) (*Permit, error) 
 	}
 	id := newPermitID()
 	backoff := 2 * time.Millisecond
+	var limited error // the last refusal, reported when ctx ends
+	fail := func(err error) error {
+		if limited != nil && !errors.Is(err, ErrLimited) {
+			return errors.Join(ctx.Err(), limited, err)
+		}
+		return errors.Join(ctx.Err(), err)
+	}
 	for {
 		p, err := c.try(ctx, key, id)
 		if err == nil {
 			return p, nil
 		}
 		var le *LimitedError
-		if !errors.As(err, &le) && !isUnavailable(err) {
+		if errors.As(err, &le) {
+			limited = le
+		} else if !isUnavailable(err) {
 			return nil, err
 		}
 		if ctx.Err() != nil {
-			return nil, errors.Join(ctx.Err(), err)
+			return nil, fail(err)
 		}
 		wait := backoff/2 + rand.N(backoff/2+1)
 		if le != nil && le.RetryAfter > 0 {
@@ -129,7 +138,7 @@ func (c *Concurrency) Acquire(ctx context.Context, key string) (*Permit, error) 
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return nil, errors.Join(ctx.Err(), err)
+			return nil, fail(err)
 		case <-t.C:
 		}
 		backoff = min(backoff*2, 250*time.Millisecond)

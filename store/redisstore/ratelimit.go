@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -17,16 +18,33 @@ import (
 var (
 	//go:embed lua/ratelimit_decide.lua
 	rateDecideSrc string
+	//go:embed lua/ratelimit_gcra.lua
+	rateGCRASrc string
+	//go:embed lua/ratelimit_fixed.lua
+	rateFixedSrc string
 	//go:embed lua/ratelimit_permit.lua
 	ratePermitSrc string
 
 	rateDecideScript = rueidis.NewLuaScript(rateDecideSrc)
+	_                = registerScripts(rateDecideSrc, rateGCRASrc, rateFixedSrc, ratePermitSrc)
+	rateGCRAScript   = rueidis.NewLuaScript(rateGCRASrc)
+	rateFixedScript  = rueidis.NewLuaScript(rateFixedSrc)
 	ratePermitScript = rueidis.NewLuaScript(ratePermitSrc)
 )
 
+// registerScripts adds scripts to those the server check loads (SCRIPT
+// LOAD on every node), so that their first call after a restart is one
+// EVALSHA too.
+func registerScripts(srcs ...string) bool {
+	scriptSources = append(scriptSources, srcs...)
+	return true
+}
+
 // Limits returns the store's ratelimit.Store view. Every decision is one
 // script call (EVALSHA, EVAL after NOSCRIPT), so one round trip, judged on
-// the server's clock (TIME inside the script). The keys of one decision
+// the server's clock (TIME inside the script): a single GCRA or fixed
+// window limiter runs a lean script of its own, everything else (groups,
+// sliding logs and windows) the general one. The keys of one decision
 // share a hash tag: a single limiter's is the caller's key, a group's is
 // the group name, so a group's limits can be checked together on Redis
 // Cluster (and a group's state lives in one slot). Every key is
@@ -153,6 +171,116 @@ func (l *rateLimits) Decide(ctx context.Context, reqs []ratelimit.Request, commi
 		}
 	}
 	return ds, nil
+}
+
+// DecideOne is Decide for one request: a GCRA or fixed window limiter runs
+// a lean script of its own, which decides and writes atomically on the
+// server's clock and returns the state it read; the decision's figures
+// (remaining, retry-after, reset-after) are then derived from that state
+// here with ratelimit.EvaluateOne, the same arithmetic. The other
+// algorithms go through the general script.
+func (l *rateLimits) DecideOne(ctx context.Context, r ratelimit.Request, commit bool) (ratelimit.Decision, error) {
+	var script *rueidis.Lua
+	switch r.Algorithm {
+	case ratelimit.GCRA:
+		script = rateGCRAScript
+	case ratelimit.FixedWindow:
+		script = rateFixedScript
+	default:
+		ds, err := l.Decide(ctx, []ratelimit.Request{r}, commit)
+		if err != nil {
+			return ratelimit.Decision{}, err
+		}
+		return ds[0], nil
+	}
+	if err := ratelimit.ValidateRequest(&r, commit); err != nil {
+		return ratelimit.Decision{}, err
+	}
+	if err := l.ready(ctx); err != nil {
+		return ratelimit.Decision{}, err
+	}
+	s := l.s
+	c := "0"
+	if commit {
+		c = "1"
+	}
+	key := s.rateKey(r.Key)
+	arr, err := script.Exec(ctx, s.c, []string{key}, []string{c,
+		itoa(int64(r.Limit.Rate)),
+		itoa(int64(r.Limit.Period / time.Microsecond)),
+		itoa(int64(r.Limit.Burst)),
+		itoa(int64(r.N))}).ToArray()
+	if err != nil {
+		return ratelimit.Decision{}, s.rateErr(err)
+	}
+	if len(arr) < 2 {
+		return ratelimit.Decision{}, malformed("ratelimit decide")
+	}
+	now, err := arr[0].AsInt64()
+	if err != nil || now == 0 {
+		return ratelimit.Decision{}, malformed("ratelimit decide")
+	}
+	allowed := now > 0
+	if !allowed {
+		now = -now
+	}
+	var st *ratelimit.State
+	switch r.Algorithm {
+	case ratelimit.GCRA:
+		if !arr[1].IsNil() {
+			v, err := arr[1].ToString()
+			if err != nil {
+				return ratelimit.Decision{}, malformed("ratelimit decide")
+			}
+			if st, err = gcraState(v, int64(r.Limit.Rate)); err != nil {
+				return ratelimit.Decision{}, fmt.Errorf("redisstore: malformed rate limit state at %s", key)
+			}
+		}
+	case ratelimit.FixedWindow:
+		if len(arr) != 3 {
+			return ratelimit.Decision{}, malformed("ratelimit decide")
+		}
+		end, err1 := arr[1].AsInt64()
+		count, err2 := arr[2].AsInt64()
+		if err1 != nil || err2 != nil {
+			return ratelimit.Decision{}, malformed("ratelimit decide")
+		}
+		st = &ratelimit.State{A: end, B: count, Expires: end}
+	}
+	d, _ := ratelimit.EvaluateOne(time.UnixMicro(now), &r, st, commit)
+	if d.Allowed != allowed {
+		return ratelimit.Decision{}, fmt.Errorf("redisstore: the %v script and the reference arithmetic disagree at %s", r.Algorithm, key)
+	}
+	return d, nil
+}
+
+// gcraState parses a GCRA state as the scripts store it: "a" or "a:b:c".
+func gcraState(v string, rate int64) (*ratelimit.State, error) {
+	a, b, c := v, "0", ""
+	if i := strings.IndexByte(v, ':'); i >= 0 {
+		a = v[:i]
+		if b, c, _ = strings.Cut(v[i+1:], ":"); c == "" {
+			return nil, errors.New("malformed")
+		}
+	}
+	st := &ratelimit.State{C: rate}
+	var err error
+	if st.A, err = strconv.ParseInt(a, 10, 64); err != nil {
+		return nil, err
+	}
+	if st.B, err = strconv.ParseInt(b, 10, 64); err != nil {
+		return nil, err
+	}
+	if c != "" {
+		if st.C, err = strconv.ParseInt(c, 10, 64); err != nil || st.C < 1 || st.B >= st.C {
+			return nil, errors.New("malformed")
+		}
+	}
+	st.Expires = st.A
+	if st.B > 0 {
+		st.Expires++
+	}
+	return st, nil
 }
 
 func (l *rateLimits) Reset(ctx context.Context, keys []ratelimit.StateKey) error {

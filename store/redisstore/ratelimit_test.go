@@ -156,8 +156,11 @@ func TestRateLimitOneRoundTrip(t *testing.T) {
 	// the ones a script may call, and TIME once per decision.
 	stats := commandStats(t, c)
 	inScript := map[string]bool{"time": true, "get": true, "set": true, "zcount": true, "zrange": true,
-		"zrangebyscore": true, "zremrangebyscore": true, "zadd": true, "pexpireat": true}
+		"zrangebyscore": true, "zremrangebyscore": true, "zadd": true, "pexpireat": true, "pexpiretime": true, "incrby": true}
 	for name, n := range stats {
+		if name == "hello" || strings.HasPrefix(name, "client") {
+			continue // a connection the client opened meanwhile
+		}
 		if name != "evalsha" && !inScript[name] {
 			t.Errorf("the decisions sent %d %s", n, name)
 		}

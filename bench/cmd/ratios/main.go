@@ -41,6 +41,11 @@ var targets = []target{
 	{"postgres", bench.MaxWorkers, "raw", 0.8},
 	{"redis-session", 1, "scs", 1.0},
 	{"redis-session", bench.MaxWorkers, "scs", 1.0},
+	{"ratelimit-gcra", 1, "redis_rate", 1.0},
+	{"ratelimit-gcra", bench.MaxWorkers, "redis_rate", 2.0},
+	{"ratelimit-fixed", 1, "ulule", 1.0},
+	{"ratelimit-fixed", bench.MaxWorkers, "ulule", 1.0},
+	{"ratelimit-mem", 1, "x-time-rate", 0.5},
 }
 
 // group is one comparison: every contender of a suite at one worker count.

@@ -12,8 +12,9 @@
 --          reset_after_1 (µs), allowed_2, ...}.
 --
 -- State (times in µs since the epoch):
---   GCRA            string "a:b:c"  theoretical arrival time a + b/c
---   fixed window    string "end:count"
+--   GCRA            string "a" or "a:b:c", theoretical arrival time a + b/c
+--   fixed window    integer count*1000 + (end mod 1000), PXAT floor(end/1000)+1
+--                   (so end = (PEXPIRETIME - 1)*1000 + value mod 1000)
 --   sliding window  string "w:prev:cur" (w = window index, time / period)
 --   sliding log     zset, one member per admitted unit, scored by its time
 -- Every key written gets PXAT: the millisecond after its state stops
@@ -84,9 +85,12 @@ local function gcra(r)
   local ta, tb = now, 0
   local v = redis.call('GET', r.key)
   if v then
-    local sa, sb, sc = string.match(v, '^(%d+):(%d+):(%d+)$')
-    sa, sb, sc = tonumber(sa), tonumber(sb), tonumber(sc)
-    if not sa or sc < 1 or sb >= sc then return malformed(r.key) end
+    local sa, sb, sc = tonumber(v), 0, R
+    if not sa then
+      sa, sb, sc = string.match(v, '^(%d+):(%d+):(%d+)$')
+      sa, sb, sc = tonumber(sa), tonumber(sb), tonumber(sc)
+      if not sa or sc < 1 or sb >= sc then return malformed(r.key) end
+    end
     if sc ~= R then
       sb = idiv(sb * R + sc - 1, sc)
       if sb >= R then sa = sa + 1; sb = sb - R end
@@ -131,9 +135,11 @@ local function gcra(r)
     return rem, retry, reset
   end
   r.write = function()
-    local exp = na
-    if nb > 0 then exp = exp + 1 end
-    redis.call('SET', r.key, string.format('%d:%d:%d', na, nb, R), 'PXAT', string.format('%d', math.ceil(exp / 1000)))
+    if nb == 0 then
+      redis.call('SET', r.key, string.format('%d', na), 'PXAT', string.format('%d', math.ceil(na / 1000)))
+    else
+      redis.call('SET', r.key, string.format('%d:%d:%d', na, nb, R), 'PXAT', string.format('%d', math.ceil((na + 1) / 1000)))
+    end
   end
 end
 
@@ -142,9 +148,12 @@ local function fixed(r)
   local fend, count = now + P, 0
   local v = redis.call('GET', r.key)
   if v then
-    local e, c = string.match(v, '^(%d+):(%d+)$')
-    e, c = tonumber(e), tonumber(c)
-    if not e then return malformed(r.key) end
+    -- count*1000 + (end mod 1000), with PXAT floor(end/1000)+1
+    local x = tonumber(v)
+    local pe = redis.call('PEXPIRETIME', r.key)
+    if not x or pe < 1 then return malformed(r.key) end
+    local c = math.floor(x / 1000)
+    local e = (pe - 1) * 1000 + (x - c * 1000)
     if e > now then fend, count = e, c end
   end
   r.allowed = count + n <= R
@@ -157,7 +166,12 @@ local function fixed(r)
     return R - used, retry, reset
   end
   r.write = function()
-    redis.call('SET', r.key, string.format('%d:%d', fend, count + n), 'PXAT', string.format('%d', math.ceil(fend / 1000)))
+    if count > 0 then
+      redis.call('INCRBY', r.key, n * 1000)
+    else
+      local ms = math.floor(fend / 1000)
+      redis.call('SET', r.key, string.format('%d', n * 1000 + (fend - ms * 1000)), 'PXAT', string.format('%d', ms + 1))
+    end
   end
 end
 

@@ -1,0 +1,43 @@
+#!lua
+-- Fixed window for one key: the common single-limiter case, kept lean.
+-- The window starts with the first admitted request after the previous
+-- one ended and lasts the period; it is judged on the server's clock
+-- (TIME, µs).
+-- KEYS[1]  the state: count*1000 + (end mod 1000) as an integer, with
+--          PXAT floor(end/1000)+1, so the window's end is exact to the µs:
+--          end = (PEXPIRETIME - 1)*1000 + (value mod 1000). An admitted
+--          request in a running window is one INCRBY.
+-- ARGV     "1" to consume, "0" to peek; rate; period (µs); burst (= rate);
+--          cost
+-- Returns {now µs, negated when denied; the window's end µs; the units
+-- admitted in it before this request}.
+local commit, R, P, n = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[5])
+if not (R and P and n) or #KEYS ~= 1 or R < 1 or P < 1000 or n < 0 or n > R then
+  return redis.error_reply('ERR redisstore: invalid ratelimit arguments')
+end
+local floor = math.floor
+local key = KEYS[1]
+local t = redis.call('TIME')
+local now = t[1] * 1000000 + t[2]
+local fend, count = now + P, 0
+local v = redis.call('GET', key)
+if v then
+  local x = tonumber(v)
+  local pe = redis.call('PEXPIRETIME', key)
+  if not x or pe < 1 then
+    return redis.error_reply('ERR redisstore: malformed rate limit state at ' .. key)
+  end
+  local c = floor(x / 1000)
+  local e = (pe - 1) * 1000 + (x - c * 1000)
+  if e > now then fend, count = e, c end
+end
+if count + n > R then return {-now, fend, count} end
+if commit == '1' then
+  if count > 0 then
+    redis.call('INCRBY', key, n * 1000)
+  else
+    local ms = floor(fend / 1000)
+    redis.call('SET', key, n * 1000 + (fend - ms * 1000), 'PXAT', ms + 1)
+  end
+end
+return {now, fend, count}
