@@ -33,7 +33,7 @@ func init() {
 	error       text NOT NULL,
 	retry_at    timestamptz,
 	PRIMARY KEY (job, slot_id)
-)`,
+) WITH (fillfactor = 70)`,
 		`CREATE INDEX IF NOT EXISTS schedule_slots_time ON $S.schedule_slots (job, slot_time)`,
 	}})
 	registerTable(table{name: "schedule_ledger", create: []string{
