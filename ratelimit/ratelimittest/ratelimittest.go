@@ -415,7 +415,11 @@ func modelCheck(t *testing.T, tg Target, group bool, alg ratelimit.Algorithm) {
 				capacity = min(capacity, sp.lims[1].Capacity())
 			}
 			period := sp.lims[0].Period
-			steps := rapid.IntRange(1, 40).Draw(rt, "steps")
+			maxSteps := 40
+			if real {
+				maxSteps = 25 // each step is a round trip to a server
+			}
+			steps := rapid.IntRange(1, maxSteps).Draw(rt, "steps")
 			for range steps {
 				keys := []string{rapid.SampledFrom([]string{"a", "b"}).Draw(rt, "key")}
 				if group {
