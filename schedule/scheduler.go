@@ -753,8 +753,9 @@ func backoff(r Retry, n int) time.Duration {
 
 // Claim claims one slot of an added job by hand, outside Run: it takes
 // the slot's claim lease and records the attempt's start, as Run does
-// before calling the handler. The slot time must be one of the job's
-// slots. The claim is not renewed: finish within Options.ClaimTTL with
+// before calling the handler, but without the overlap, misfire and
+// catch-up policies. The slot time must be one of the job's slots. The
+// claim is not renewed: finish within Options.ClaimTTL with
 // Finish (or complete the slot in a store's CompleteSlot first). Errors
 // are those of lease acquisition (lease.ErrHeld) and of Store.Begin
 // (ErrNotDue, ErrFinal).
