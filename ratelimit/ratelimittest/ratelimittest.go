@@ -1097,14 +1097,16 @@ func testPermitExpires(t *testing.T, tg Target) {
 
 func testPermitRenew(t *testing.T, tg Target) {
 	ctx := ctxT(t)
-	ttl := 300 * time.Millisecond
+	// Renewed every 100ms for a second: past its TTL, with room for a
+	// slow machine between renewals.
+	ttl := 600 * time.Millisecond
 	c := newConcurrency(t, tg.Store, 1, ttl)
 	p, err := c.TryAcquire(ctx, "job")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for range 8 {
-		wait(tg, ttl/3)
+	for range 10 {
+		wait(tg, ttl/6)
 		if err := p.Renew(ctx); err != nil {
 			t.Fatalf("renew: %v", err)
 		}
@@ -1197,15 +1199,15 @@ func testPermitWaits(t *testing.T, tg Target) {
 
 func testPermitDo(t *testing.T, tg Target) {
 	ctx := ctxT(t)
-	ttl := 150 * time.Millisecond
+	ttl := 600 * time.Millisecond
 	c := newConcurrency(t, tg.Store, 1, ttl)
 	ran := false
 	err := c.Do(ctx, "job", func(ctx context.Context) error {
 		// Longer than the TTL: the permit is kept alive meanwhile.
-		for range 6 {
-			time.Sleep(ttl / 2)
+		for range 8 {
+			time.Sleep(ttl / 6)
 			if tg.Clock != nil {
-				tg.Clock.Advance(ttl / 2)
+				tg.Clock.Advance(ttl / 6)
 			}
 			if ctx.Err() != nil {
 				return ctx.Err()
