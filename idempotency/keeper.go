@@ -58,6 +58,7 @@ type FinalError struct {
 	Err error
 }
 
+// Error describes the error.
 func (e *FinalError) Error() string { return e.Err.Error() }
 
 // Unwrap returns Err.

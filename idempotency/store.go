@@ -73,6 +73,7 @@ type InProgressError struct {
 	RetryAfter time.Duration
 }
 
+// Error describes the error.
 func (e *InProgressError) Error() string {
 	return fmt.Sprintf("idempotency: key %q in scope %q is in progress (claim ends within %v)", e.Key, e.Scope, e.RetryAfter)
 }
@@ -94,6 +95,7 @@ type UnknownError struct {
 	Err error
 }
 
+// Error describes the error.
 func (e *UnknownError) Error() string {
 	if e.Ran {
 		msg := fmt.Sprintf("idempotency: key %q in scope %q: fn ran (fence %d) but its result could not be recorded; the outcome is unknown", e.Key, e.Scope, e.Fence)
