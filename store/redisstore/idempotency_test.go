@@ -33,7 +33,8 @@ func TestIdempotencyConformance(t *testing.T) {
 }
 
 // TestIdempotencyCluster runs the suite on the shared Redis Cluster, every
-// connection of Store through its node's proxy.
+// connection of Store through its node's proxy, every extra client a
+// cluster client of its own.
 func TestIdempotencyCluster(t *testing.T) {
 	cl := testenv.SharedRedisCluster(t)
 	idempotencytest.Run(t, func(t *testing.T) idempotencytest.Target {
@@ -47,6 +48,9 @@ func TestIdempotencyCluster(t *testing.T) {
 		return idempotencytest.Target{
 			Store:  checked(t, newClusterClient(t, cl.Addrs(), via), nil).Idempotency(),
 			Direct: redisstore.New(newClusterClient(t, cl.Addrs(), nil), nil).Idempotency(),
+			NewClient: func(t *testing.T) idempotency.Store {
+				return redisstore.New(newClusterClient(t, cl.Addrs(), nil), nil).Idempotency()
+			},
 			Faults: ps,
 		}
 	})
