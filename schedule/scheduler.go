@@ -606,6 +606,17 @@ func (s *Scheduler) try(hctx, ctx context.Context, js *jobState, p *pendingSlot)
 	defer s.release(claim)
 	runCtx, stopClaim := keepAlive(hctx, claim, s.log)
 	defer stopClaim()
+	// The run lease and the catch-up permit end with the handler, before
+	// the bookkeeping, so that the next slot is not refused for a run
+	// that is over.
+	var endRun []func()
+	finishRun := func() {
+		for i := len(endRun) - 1; i >= 0; i-- {
+			endRun[i]()
+		}
+		endRun = nil
+	}
+	defer finishRun()
 
 	if j.Overlap != OverlapAllow {
 		var run *lease.Lease
@@ -633,20 +644,18 @@ func (s *Scheduler) try(hctx, ctx context.Context, js *jobState, p *pendingSlot)
 			}
 			return retry
 		}
-		defer s.release(run)
 		var stopRun func()
 		runCtx, stopRun = keepAlive(runCtx, run, s.log)
-		defer stopRun()
+		endRun = append(endRun, func() { stopRun(); s.release(run) })
 	}
 	if p.late && j.Misfire == MisfireCatchUp {
 		permit := s.permit(runCtx, j)
 		if permit == nil {
 			return retry
 		}
-		defer s.release(permit)
 		var stopPermit func()
 		runCtx, stopPermit = keepAlive(runCtx, permit, s.log)
-		defer stopPermit()
+		endRun = append(endRun, func() { stopPermit(); s.release(permit) })
 	}
 
 	sent = s.storeNow()
@@ -671,11 +680,12 @@ func (s *Scheduler) try(hctx, ctx context.Context, js *jobState, p *pendingSlot)
 		defer cancel()
 	}
 	runErr := call(hctxRun, j.Run, slot)
+	lost := errors.Is(context.Cause(runCtx), lease.ErrLost)
+	finishRun()
 	fin := FinishRequest{Job: j.Name, SlotID: p.id, Fence: claim.Fence(), State: Done}
 	if runErr != nil {
 		fin.State = Failed
 		fin.Error = CutError(runErr.Error())
-		lost := errors.Is(context.Cause(runCtx), lease.ErrLost)
 		switch {
 		case lost:
 			// Not the handler's fault: the claim ran out under it. The

@@ -728,7 +728,13 @@ func (e *env) runNodes(n int, skews []time.Duration) {
 		} else {
 			o.Clock = func() time.Time { return time.Now().Add(skew) }
 		}
-		nodes = append(nodes, e.start(e.node(), o, schedule.Job{Name: job, Schedule: sched, Overlap: schedule.OverlapAllow, Run: e.completing(&calls)}))
+		j := schedule.Job{Name: job, Schedule: sched, Overlap: schedule.OverlapAllow, Run: e.completing(&calls)}
+		if !e.fake() {
+			// A store call that times out on a loaded machine fails the
+			// attempt; a retry keeps such a slot from ending failed.
+			j.Retry = schedule.Retry{Attempts: 3, Backoff: e.Unit}
+		}
+		nodes = append(nodes, e.start(e.node(), o, j))
 	}
 	final := func(at time.Time) bool {
 		r, ok := e.record(job, sched.ID(at))
