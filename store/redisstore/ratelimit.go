@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -61,7 +62,30 @@ func (s *Store) Limits() ratelimit.Store {
 	return s.view("ratelimit", func() any { return &rateLimits{s: s} }).(*rateLimits)
 }
 
-type rateLimits struct{ s *Store }
+type rateLimits struct {
+	s    *Store
+	last atomic.Pointer[limitArgs] // the arguments of the last limit sent
+}
+
+// limitArgs caches the decimal forms of a limit's parameters: a process
+// usually sends one or a few limits over and over.
+type limitArgs struct {
+	lim                 ratelimit.Limit
+	rate, period, burst string
+}
+
+// args returns the decimal forms of l's parameters.
+func (l *rateLimits) args(lim ratelimit.Limit) *limitArgs {
+	if a := l.last.Load(); a != nil && a.lim == lim {
+		return a
+	}
+	a := &limitArgs{lim: lim,
+		rate:   itoa(int64(lim.Rate)),
+		period: itoa(int64(lim.Period / time.Microsecond)),
+		burst:  itoa(int64(lim.Burst))}
+	l.last.Store(a)
+	return a
+}
 
 // rateKey returns the Redis key of a state key: the tag (the caller's key,
 // or "*" and the group's name) in braces, then the kind and the limit name,
@@ -205,11 +229,8 @@ func (l *rateLimits) DecideOne(ctx context.Context, r ratelimit.Request, commit 
 		c = "1"
 	}
 	key := s.rateKey(r.Key)
-	arr, err := script.Exec(ctx, s.c, []string{key}, []string{c,
-		itoa(int64(r.Limit.Rate)),
-		itoa(int64(r.Limit.Period / time.Microsecond)),
-		itoa(int64(r.Limit.Burst)),
-		itoa(int64(r.N))}).ToArray()
+	a := l.args(r.Limit)
+	arr, err := script.Exec(ctx, s.c, []string{key}, []string{c, a.rate, a.period, a.burst, itoa(int64(r.N))}).ToArray()
 	if err != nil {
 		return ratelimit.Decision{}, s.rateErr(err)
 	}
