@@ -136,7 +136,26 @@ type Result struct {
 }
 
 // Experiments returns every experiment, in the order of LAB.md.
-func Experiments() []Experiment { return slices.Clone(all) }
+func Experiments() []Experiment {
+	exps := slices.Clone(all)
+	rank := func(e Experiment) int {
+		if i := slices.Index(labOrder, e.Name); i >= 0 {
+			return i
+		}
+		return len(labOrder)
+	}
+	slices.SortStableFunc(exps, func(a, b Experiment) int { return rank(a) - rank(b) })
+	return exps
+}
+
+// labOrder is the order of the experiments in LAB.md.
+var labOrder = []string{
+	"fence-rejects-stale", "max-fence-is-ttl-blind", "unconditional-write-overwrites",
+	"slot-once", "failed-slot-retries", "session-late-save", "session-absolute-deadline",
+	"redis-release", "fixed-lease-expires", "keepalive-holds", "fixed-window-script",
+	"delex-release", "lua-release", "fence-from-counter", "idempotent-receipt",
+	"fixed-window-concurrent", "session-expiry",
+}
 
 var all []Experiment
 
