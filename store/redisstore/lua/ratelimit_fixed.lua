@@ -5,8 +5,9 @@
 -- (TIME, µs).
 -- KEYS[1]  the state: count*1000 + (end mod 1000) as an integer, with
 --          PXAT floor(end/1000)+1, so the window's end is exact to the µs:
---          end = (PEXPIRETIME - 1)*1000 + (value mod 1000). An admitted
---          request in a running window is one INCRBY.
+--          end = (PEXPIRETIME - 1)*1000 + (value mod 1000). A request
+--          in a running window is one INCRBY (and a second to take the
+--          units back when it is refused).
 -- ARGV     "1" to consume, "0" to peek; rate; period (µs); burst (= rate);
 --          cost
 -- Returns {now µs, negated when denied; the window's end µs; the units
@@ -19,6 +20,31 @@ local floor = math.floor
 local key = KEYS[1]
 local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2]
+if commit == '1' then
+  -- Count first: INCRBY refuses (writing nothing) a value that is not an
+  -- integer; a refused request takes its units back.
+  local x = redis.call('INCRBY', key, n * 1000)
+  local pe = redis.call('PEXPIRETIME', key)
+  if pe == -1 and x ~= n * 1000 then
+    -- An integer without an expiry: not written by this store.
+    redis.call('INCRBY', key, -n * 1000)
+    return redis.error_reply('ERR redisstore: malformed rate limit state at ' .. key)
+  end
+  if pe > 0 then
+    local c = floor(x / 1000)
+    local e = (pe - 1) * 1000 + (x - c * 1000)
+    if e > now then
+      if c <= R then return {now, e, c - n} end
+      redis.call('INCRBY', key, -n * 1000)
+      return {-now, e, c - n}
+    end
+  end
+  -- A new window (the key was absent, or its window ended).
+  local fend = now + P
+  local ms = floor(fend / 1000)
+  redis.call('SET', key, n * 1000 + (fend - ms * 1000), 'PXAT', ms + 1)
+  return {now, fend, 0}
+end
 local fend, count = now + P, 0
 local v = redis.call('GET', key)
 if v then
@@ -32,12 +58,4 @@ if v then
   if e > now then fend, count = e, c end
 end
 if count + n > R then return {-now, fend, count} end
-if commit == '1' then
-  if count > 0 then
-    redis.call('INCRBY', key, n * 1000)
-  else
-    local ms = floor(fend / 1000)
-    redis.call('SET', key, n * 1000 + (fend - ms * 1000), 'PXAT', ms + 1)
-  end
-end
 return {now, fend, count}
