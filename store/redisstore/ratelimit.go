@@ -230,14 +230,13 @@ func (l *rateLimits) DecideOne(ctx context.Context, r ratelimit.Request, commit 
 	}
 	key := s.rateKey(r.Key)
 	a := l.args(r.Limit)
-	arr, err := script.Exec(ctx, s.c, []string{key}, []string{c, a.rate, a.period, a.burst, itoa(int64(r.N))}).ToArray()
+	reply, err := script.Exec(ctx, s.c, []string{key}, []string{c, a.rate, a.period, a.burst, itoa(int64(r.N))}).ToString()
 	if err != nil {
 		return ratelimit.Decision{}, s.rateErr(err)
 	}
-	if len(arr) < 2 {
-		return ratelimit.Decision{}, malformed("ratelimit decide")
-	}
-	now, err := arr[0].AsInt64()
+	// "<now, negated when denied> <rest>"
+	first, rest, _ := strings.Cut(reply, " ")
+	now, err := strconv.ParseInt(first, 10, 64)
 	if err != nil || now == 0 {
 		return ratelimit.Decision{}, malformed("ratelimit decide")
 	}
@@ -248,21 +247,17 @@ func (l *rateLimits) DecideOne(ctx context.Context, r ratelimit.Request, commit 
 	var st *ratelimit.State
 	switch r.Algorithm {
 	case ratelimit.GCRA:
-		if !arr[1].IsNil() {
-			v, err := arr[1].ToString()
-			if err != nil {
-				return ratelimit.Decision{}, malformed("ratelimit decide")
-			}
-			if st, err = gcraState(v, int64(r.Limit.Rate)); err != nil {
+		// rest: the state read ("" if none)
+		if rest != "" {
+			if st, err = gcraState(rest, int64(r.Limit.Rate)); err != nil {
 				return ratelimit.Decision{}, fmt.Errorf("redisstore: malformed rate limit state at %s", key)
 			}
 		}
 	case ratelimit.FixedWindow:
-		if len(arr) != 3 {
-			return ratelimit.Decision{}, malformed("ratelimit decide")
-		}
-		end, err1 := arr[1].AsInt64()
-		count, err2 := arr[2].AsInt64()
+		// rest: "<end> <count before>"
+		e, cnt, _ := strings.Cut(rest, " ")
+		end, err1 := strconv.ParseInt(e, 10, 64)
+		count, err2 := strconv.ParseInt(cnt, 10, 64)
 		if err1 != nil || err2 != nil {
 			return ratelimit.Decision{}, malformed("ratelimit decide")
 		}

@@ -10,8 +10,9 @@
 --          units back when it is refused).
 -- ARGV     "1" to consume, "0" to peek; rate; period (µs); burst (= rate);
 --          cost
--- Returns {now µs, negated when denied; the window's end µs; the units
--- admitted in it before this request}.
+-- Returns "<now µs, negated when denied> <the window's end µs> <the units
+-- admitted in it before this request>" (one string: cheaper to reply than
+-- an array).
 local commit, R, P, n = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[5])
 if not (R and P and n) or #KEYS ~= 1 or R < 1 or P < 1000 or n < 0 or n > R then
   return redis.error_reply('ERR redisstore: invalid ratelimit arguments')
@@ -34,16 +35,16 @@ if commit == '1' then
     local c = floor(x / 1000)
     local e = (pe - 1) * 1000 + (x - c * 1000)
     if e > now then
-      if c <= R then return {now, e, c - n} end
+      if c <= R then return string.format('%d %d %d', now, e, c - n) end
       redis.call('INCRBY', key, -n * 1000)
-      return {-now, e, c - n}
+      return string.format('%d %d %d', -now, e, c - n)
     end
   end
   -- A new window (the key was absent, or its window ended).
   local fend = now + P
   local ms = floor(fend / 1000)
-  redis.call('SET', key, n * 1000 + (fend - ms * 1000), 'PXAT', ms + 1)
-  return {now, fend, 0}
+  redis.call('SET', key, string.format('%d', n * 1000 + (fend - ms * 1000)), 'PXAT', string.format('%d', ms + 1))
+  return string.format('%d %d 0', now, fend)
 end
 local fend, count = now + P, 0
 local v = redis.call('GET', key)
@@ -57,5 +58,5 @@ if v then
   local e = (pe - 1) * 1000 + (x - c * 1000)
   if e > now then fend, count = e, c end
 end
-if count + n > R then return {-now, fend, count} end
-return {now, fend, count}
+if count + n > R then return string.format('%d %d %d', -now, fend, count) end
+return string.format('%d %d %d', now, fend, count)

@@ -7,7 +7,8 @@
 -- KEYS[1]  the state: "a" (theoretical arrival time a µs) or "a:b:c"
 --          (a + b/c µs, when the emission interval is not whole µs)
 -- ARGV     "1" to consume, "0" to peek; rate; period (µs); burst; cost
--- Returns {now µs, negated when denied; the state read, or false}.
+-- Returns "<now µs, negated when denied> <the state read, or nothing>"
+-- (one string: cheaper to reply than an array).
 -- The key gets PXAT: the millisecond after the state stops mattering.
 local commit, R, P, B, n = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 if not (R and P and B and n) or #KEYS ~= 1 or R < 1 or P < 1000 or B < 1 or n < 0 or n > B then
@@ -43,15 +44,15 @@ local p = (n - B) * tr
 local q = floor(p / R)
 local aa, ab = ta + (n - B) * tq + q, tb + p - q * R
 if ab >= R then aa = aa + 1; ab = ab - R end
-if aa > now or (aa == now and ab > 0) then return {-now, v} end
+if aa > now or (aa == now and ab > 0) then return string.format('%d %s', -now, v or '') end
 if commit == '1' then
   p = n * tr; q = floor(p / R)
   local na, nb = ta + n * tq + q, tb + p - q * R
   if nb >= R then na = na + 1; nb = nb - R end
   if nb == 0 then
-    redis.call('SET', key, na, 'PXAT', floor((na + 999) / 1000))
+    redis.call('SET', key, string.format('%d', na), 'PXAT', string.format('%d', floor((na + 999) / 1000)))
   else
-    redis.call('SET', key, string.format('%d:%d:%d', na, nb, R), 'PXAT', floor((na + 1000) / 1000))
+    redis.call('SET', key, string.format('%d:%d:%d', na, nb, R), 'PXAT', string.format('%d', floor((na + 1000) / 1000)))
   end
 end
-return {now, v}
+return string.format('%d %s', now, v or '')
