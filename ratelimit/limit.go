@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/bits"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -233,23 +234,10 @@ func ValidateKey(key string) error {
 		return fmt.Errorf("%w: empty key", ErrInvalid)
 	case len(key) > MaxKeyLen:
 		return fmt.Errorf("%w: key is %d bytes, longer than %d", ErrInvalid, len(key), MaxKeyLen)
-	}
-	for i := 0; i < len(key); i++ {
-		switch c := key[i]; {
-		case c == 0:
-			return fmt.Errorf("%w: key contains NUL", ErrInvalid)
-		case c >= utf8.RuneSelf:
-			// Not ASCII: check the rest as UTF-8 (and for NUL).
-			if !utf8.ValidString(key[i:]) {
-				return fmt.Errorf("%w: key is not valid UTF-8", ErrInvalid)
-			}
-			for j := i; j < len(key); j++ {
-				if key[j] == 0 {
-					return fmt.Errorf("%w: key contains NUL", ErrInvalid)
-				}
-			}
-			return nil
-		}
+	case !utf8.ValidString(key):
+		return fmt.Errorf("%w: key is not valid UTF-8", ErrInvalid)
+	case strings.IndexByte(key, 0) >= 0:
+		return fmt.Errorf("%w: key contains NUL", ErrInvalid)
 	}
 	return nil
 }

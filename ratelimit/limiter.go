@@ -59,7 +59,8 @@ func (l *Limiter) request(group, key string, n int, commit bool) (Request, error
 	if c := l.lim.Capacity(); n < lo || n > c {
 		return Request{}, fmt.Errorf("%w: cost %d out of range [%d, %d] for %v (a request above capacity could never pass)", ErrInvalid, n, lo, c, l.lim)
 	}
-	return Request{Key: stateKey(group, l.lim.Name, l.code, key), Algorithm: l.alg, Limit: l.lim, N: n, gcra: l.gcra}, nil
+	return Request{Key: stateKey(group, l.lim.Name, l.code, key), Algorithm: l.alg, Limit: l.lim, N: n, gcra: l.gcra,
+		checked: true, checkedCommit: commit}, nil
 }
 
 // Allow is AllowN(ctx, key, 1).

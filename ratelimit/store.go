@@ -104,6 +104,10 @@ type Request struct {
 	// gcra caches the GCRA arithmetic's constants, computed once by the
 	// Limiter (the engine checks they match Limit).
 	gcra *gcraParams
+	// checked is set by the Limiter that built the request from a limit it
+	// validated (and key and cost it checked): ValidateRequest need not
+	// look again.
+	checked, checkedCommit bool
 }
 
 // validate re-checks a request as a store must before its first write: the
@@ -139,7 +143,12 @@ func (r *Request) validate(commit bool) error {
 }
 
 // ValidateRequest checks one request as ValidateRequests does.
-func ValidateRequest(r *Request, commit bool) error { return r.validate(commit) }
+func ValidateRequest(r *Request, commit bool) error {
+	if r.checked && (r.checkedCommit || !commit) {
+		return nil
+	}
+	return r.validate(commit)
+}
 
 // OneDecider is implemented by stores that have a cheaper path for a
 // single request than Decide (no slices). Limiter uses it when the store
