@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -517,8 +518,10 @@ func TestBadTablePrefix(t *testing.T) {
 			names = append(names, n)
 		}
 		rows.Close()
-		if len(names) != 2 || names[0] != "App_1_fences" || names[1] != "App_1_leases" {
-			t.Fatalf("tables %v", names)
+		want := []string{"App_1_fences", "App_1_idempotency", "App_1_leases", "App_1_ratelimit",
+			"App_1_schedule_ledger", "App_1_schedule_slots", "App_1_sessions"}
+		if !slices.Equal(names, want) {
+			t.Fatalf("tables %v, want %v", names, want)
 		}
 		s.Close()
 	}
