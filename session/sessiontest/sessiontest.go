@@ -647,6 +647,8 @@ func testRevokeUserRacingCreate(t *testing.T, tg Target) {
 	}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
+	halt := sync.OnceFunc(func() { close(stop); wg.Wait() })
+	defer halt() // creators end before the test does, even when it fails early
 	for range 4 {
 		wg.Go(func() {
 			for {
@@ -665,6 +667,9 @@ func testRevokeUserRacingCreate(t *testing.T, tg Target) {
 		mu.Unlock()
 		if n >= 25 {
 			break
+		}
+		if t.Failed() || ctx.Err() != nil {
+			t.FailNow()
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -686,10 +691,12 @@ func testRevokeUserRacingCreate(t *testing.T, tg Target) {
 		if after >= 5 {
 			break
 		}
+		if t.Failed() || ctx.Err() != nil {
+			t.FailNow()
+		}
 		time.Sleep(time.Millisecond)
 	}
-	close(stop)
-	wg.Wait()
+	halt()
 	before, alive := 0, map[session.ID]bool{}
 	for _, c := range made {
 		_, err := m.Load(ctx, c.tok)
@@ -743,11 +750,13 @@ func testRevokeUserRacingRotate(t *testing.T, tg Target) {
 	var (
 		wg      sync.WaitGroup
 		revoked atomic.Bool
+		abort   atomic.Bool
 	)
+	defer func() { abort.Store(true); wg.Wait() }() // rotators end before the test does
 	for i := range sessions {
 		wg.Go(func() {
 			<-start
-			for {
+			for !abort.Load() {
 				after := revoked.Load()
 				tok, err := m.Rotate(ctx, sessions[i])
 				if errors.Is(err, session.ErrNotFound) {

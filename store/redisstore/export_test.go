@@ -1,8 +1,17 @@
 package redisstore
 
+import "context"
+
 // LeaseKeys exposes the lock and fence keys of a lease to the tests.
 func (s *Store) LeaseKeys(key string) (lock, fence string) { return s.leaseKeys(key) }
 
 // ValueKeys exposes the value and admitted-fence keys of a resource to the
 // tests.
 func (s *Store) ValueKeys(resource string) (value, admitted string) { return s.valueKeys(resource) }
+
+// RevokeBegin runs only the first step of a revoke-all, as a revoke that
+// dies before its second step would.
+func (s *Store) RevokeBegin(ctx context.Context, userID string) error {
+	keys := []string{s.SessionIndexKey(userID), s.SessionRevokeKey(userID)}
+	return sessionRevokeBegin.Exec(ctx, s.c, keys, []string{"interrupted"}).Error()
+}

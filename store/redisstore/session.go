@@ -30,6 +30,8 @@ var (
 	sessionRotateSrc string
 	//go:embed lua/session_delete.lua
 	sessionDeleteSrc string
+	//go:embed lua/session_revoke_begin.lua
+	sessionRevokeBeginSrc string
 	//go:embed lua/session_deluser.lua
 	sessionDelUserSrc string
 	//go:embed lua/session_list.lua
@@ -41,19 +43,15 @@ var (
 	sessionRotateScript  = rueidis.NewLuaScript(sessionRotateSrc)
 	sessionDeleteScript  = rueidis.NewLuaScript(sessionDeleteSrc)
 	sessionDelUserScript = rueidis.NewLuaScript(sessionDelUserSrc)
+	sessionRevokeBegin   = rueidis.NewLuaScript(sessionRevokeBeginSrc)
 	sessionListScript    = rueidis.NewLuaScript(sessionListSrc)
 )
-
-// maxRevokeRounds bounds the rounds of DeleteUser; each round deletes what
-// the previous one found, and the user would have to create sessions
-// faster than a round trip for a second round to be needed.
-const maxRevokeRounds = 64
 
 // Sessions returns the store's session.Store view. A session is a hash
 // under prefix{s:<shard>}:s:<digest>, a user's index a sorted set under
 // prefix{s:<shard>}:u:<user> (scored by absolute deadline); every call is
 // one Lua script judged on the server's TIME (Load with its idle refresh
-// included), except List and DeleteUser, which read the index first. A
+// included), except Rotate, List and DeleteUser (two steps, see there). A
 // session key expires (to reclaim space) at most two idle periods after
 // the session's last use and never after its absolute deadline; reads judge
 // the deadlines themselves and never rely on that.
@@ -69,6 +67,13 @@ func (s *Store) SessionKey(id session.ID) string {
 // SessionIndexKey returns the key of userID's session index.
 func (s *Store) SessionIndexKey(userID string) string {
 	return s.prefix + "{s:" + session.UserShard(userID) + "}:u:" + userID
+}
+
+// SessionRevokeKey returns the key of userID's revoke-all marks: a sorted
+// set of the revokes in progress, each scored by the instant it takes
+// effect.
+func (s *Store) SessionRevokeKey(userID string) string {
+	return s.prefix + "{s:" + session.UserShard(userID) + "}:x:" + userID
 }
 
 func ms(d time.Duration) string { return strconv.FormatInt(ceilMillis(d), 10) }
@@ -271,7 +276,7 @@ func (v sessions) Rotate(ctx context.Context, old, newID session.ID, version uin
 	if err != nil {
 		return session.Record{}, s.sessionFail("rotate", err)
 	}
-	keys := []string{oldKey, s.SessionKey(newID), s.SessionIndexKey(user)}
+	keys := []string{oldKey, s.SessionKey(newID), s.SessionIndexKey(user), s.SessionRevokeKey(user)}
 	arr, err := sessionRotateScript.Exec(ctx, s.c, keys, []string{
 		strconv.FormatUint(version, 10), ms(idle), string(data), string(old), string(newID), user,
 	}).ToArray()
@@ -325,8 +330,8 @@ func (v sessions) Delete(ctx context.Context, id session.ID) error {
 // this store never writes there, are left out).
 func (s *Store) indexArgs(userID string, ids []string) (keys, args []string) {
 	shard := session.UserShard(userID)
-	keys = append(make([]string, 0, len(ids)+1), s.SessionIndexKey(userID))
-	args = append(make([]string, 0, len(ids)+1), userID)
+	keys = append(make([]string, 0, len(ids)+2), s.SessionIndexKey(userID))
+	args = append(make([]string, 0, len(ids)+3), userID)
 	for _, id := range ids {
 		sid := session.ID(id)
 		if sid.Validate() != nil || sid.Shard() != shard {
@@ -338,12 +343,15 @@ func (s *Store) indexArgs(userID string, ids []string) (keys, args []string) {
 	return keys, args
 }
 
-// DeleteUser runs rounds of one script: each deletes the sessions the
-// previous round found in the user's index and reports what the index
-// still holds (sessions created meanwhile). The round that finds the
-// index empty deletes it; at that instant the user has no session left,
-// and every Create and Rotate (each one script that writes the index) is
-// either before it, and deleted, or after it.
+// DeleteUser takes two scripts. The first marks the instant T it takes
+// effect (the server's TIME) in the user's revoke marks and lists the
+// user's sessions; the second ends those created at or before T and drops
+// the mark. A Create is one script, so it is before the first step (listed,
+// ended) or after it (created after T, kept); a Rotate is one script that
+// refuses a session the mark covers, so no session created before T
+// escapes by moving to a new ID between the steps. A revoke that dies
+// between the steps leaves its mark, which only keeps the sessions it
+// covers from rotating, until the last of their absolute deadlines.
 func (v sessions) DeleteUser(ctx context.Context, userID string) (int, error) {
 	if err := session.ValidateUserID(userID); err != nil {
 		return 0, err
@@ -352,37 +360,35 @@ func (v sessions) DeleteUser(ctx context.Context, userID string) (int, error) {
 	if err := s.sessionReady(ctx, "revoke user"); err != nil {
 		return 0, err
 	}
-	var (
-		n    int
-		pend []string
-	)
-	for round := 0; round < maxRevokeRounds; round++ {
-		keys, args := s.indexArgs(userID, pend)
-		arr, err := sessionDelUserScript.Exec(ctx, s.c, keys, args).ToArray()
-		if err != nil {
-			return n, s.sessionFail("revoke user", err)
-		}
-		if len(arr) < 1 {
-			return n, malformed("session revoke-all")
-		}
-		k, err := arr[0].AsInt64()
-		if err != nil {
-			return n, malformed("session revoke-all")
-		}
-		n += int(k)
-		pend = pend[:0]
-		for _, m := range arr[1:] {
-			id, err := m.ToString()
-			if err != nil {
-				return n, malformed("session revoke-all")
-			}
-			pend = append(pend, id)
-		}
-		if len(pend) == 0 {
-			return n, nil
-		}
+	index, marks := s.SessionIndexKey(userID), s.SessionRevokeKey(userID)
+	nonce := lease.NewToken()
+	arr, err := sessionRevokeBegin.Exec(ctx, s.c, []string{index, marks}, []string{nonce}).ToArray()
+	if err != nil {
+		return 0, s.sessionFail("revoke user", err)
 	}
-	return n, fmt.Errorf("redisstore: session revoke user: sessions still being created after %d rounds", maxRevokeRounds)
+	if len(arr) < 1 {
+		return 0, malformed("session revoke-all")
+	}
+	at, err := arr[0].AsInt64()
+	if err != nil {
+		return 0, malformed("session revoke-all")
+	}
+	ids := make([]string, 0, len(arr)-1)
+	for _, m := range arr[1:] {
+		id, err := m.ToString()
+		if err != nil {
+			return 0, malformed("session revoke-all")
+		}
+		ids = append(ids, id)
+	}
+	keys, args := s.indexArgs(userID, ids)
+	keys = slices.Insert(keys, 1, marks)
+	args = slices.Insert(args, 1, nonce, strconv.FormatInt(at, 10))
+	n, err := sessionDelUserScript.Exec(ctx, s.c, keys, args).AsInt64()
+	if err != nil {
+		return 0, s.sessionFail("revoke user", err)
+	}
+	return int(n), nil
 }
 
 // List reads the user's index, then the listed sessions in one script that

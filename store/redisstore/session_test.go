@@ -2,8 +2,10 @@ package redisstore_test
 
 import (
 	"crypto/rand"
+	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/rueidis"
 
@@ -105,9 +107,66 @@ func TestSessionKeysShareSlot(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		sk, ik := s.SessionKey(tok.ID()), s.SessionIndexKey(u)
-		if testenv.KeySlot(sk) != testenv.KeySlot(ik) {
-			t.Fatalf("user %q: session key %s (slot %d) and index %s (slot %d) differ", u, sk, testenv.KeySlot(sk), ik, testenv.KeySlot(ik))
+		sk, ik, rk := s.SessionKey(tok.ID()), s.SessionIndexKey(u), s.SessionRevokeKey(u)
+		if testenv.KeySlot(sk) != testenv.KeySlot(ik) || testenv.KeySlot(sk) != testenv.KeySlot(rk) {
+			t.Fatalf("user %q: session key %s (slot %d), index %s (slot %d) and revoke marks %s (slot %d) differ",
+				u, sk, testenv.KeySlot(sk), ik, testenv.KeySlot(ik), rk, testenv.KeySlot(rk))
 		}
+	}
+}
+
+// A revoke-all that dies after its first step leaves a mark that keeps the
+// sessions it covers from escaping by rotation, expires with the last of
+// their absolute deadlines, and leaves sessions created later alone.
+func TestSessionInterruptedRevoke(t *testing.T) {
+	ctx := ctxT(t)
+	dc := newClient(t, testenv.SharedRedis(t).Addr())
+	s := redisstore.New(dc, &redisstore.Options{Prefix: "revoke:" + rand.Text()[:8] + ":"})
+	m, err := session.New(s.Sessions(), &session.Options{IdleTimeout: time.Hour, AbsoluteTimeout: 2 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const u = "alice"
+	old, _, err := m.Create(ctx, u, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RevokeBegin(ctx, u); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Millisecond) // the next session is created after the mark's instant
+	newer, _, err := m.Create(ctx, u, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sOld, err := m.Load(ctx, old)
+	if err != nil {
+		t.Fatalf("Load of the covered session: %v", err)
+	}
+	if _, err := m.Rotate(ctx, sOld); !errors.Is(err, session.ErrNotFound) {
+		t.Fatalf("Rotate of a session the revoke covers = %v, want ErrNotFound", err)
+	}
+	sNew, err := m.Load(ctx, newer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Rotate(ctx, sNew); err != nil {
+		t.Fatalf("Rotate of a session created after the revoke: %v", err)
+	}
+	ttl, err := dc.Do(ctx, dc.B().Pttl().Key(s.SessionRevokeKey(u)).Build()).AsInt64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ttl < int64(time.Hour/time.Millisecond) || ttl > int64(2*time.Hour/time.Millisecond) {
+		t.Fatalf("revoke marks expire in %dms, want the last absolute deadline (~2h)", ttl)
+	}
+	// A complete revoke ends both and drops its own mark only.
+	n, err := m.RevokeUser(ctx, u)
+	if err != nil || n != 2 {
+		t.Fatalf("RevokeUser = %d, %v; want 2 sessions", n, err)
+	}
+	marks, err := dc.Do(ctx, dc.B().Zcard().Key(s.SessionRevokeKey(u)).Build()).AsInt64()
+	if err != nil || marks != 1 {
+		t.Fatalf("revoke marks left: %d (%v), want the interrupted one only", marks, err)
 	}
 }

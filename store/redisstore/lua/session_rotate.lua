@@ -1,6 +1,7 @@
 #!lua
 -- Move a live session to a new key (rotation) in one step.
--- KEYS[1] old session key, KEYS[2] new session key, KEYS[3] user's index
+-- KEYS[1] old session key, KEYS[2] new session key, KEYS[3] user's index,
+-- KEYS[4] user's revoke marks (see session_revoke_begin.lua)
 -- ARGV[1] expected version, ARGV[2] idle ms, ARGV[3] data, ARGV[4] old
 -- ID, ARGV[5] new ID, ARGV[6] user
 -- The new record keeps user, created and absolute deadline; its version
@@ -8,7 +9,7 @@
 -- version}, {0} when the old session is not live (or not the user's),
 -- {-1} on a version conflict or an existing new key.
 local version, idle = tonumber(ARGV[1]), tonumber(ARGV[2])
-if #KEYS ~= 3 or #ARGV ~= 6 or not version or version < 1 or version % 1 ~= 0
+if #KEYS ~= 4 or #ARGV ~= 6 or not version or version < 1 or version % 1 ~= 0
   or not idle or idle < 1 or idle % 1 ~= 0 or idle > 31622400000
   or #ARGV[4] ~= 68 or #ARGV[5] ~= 68 then
   return redis.error_reply('ERR redisstore: invalid session rotate arguments')
@@ -21,6 +22,11 @@ end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if i <= now or a <= now then
+  return {0}
+end
+-- A revoke-all in progress that began after this session was created
+-- has already ended it.
+if redis.call('ZCOUNT', KEYS[4], r[3], '+inf') > 0 then
   return {0}
 end
 if v ~= version or redis.call('EXISTS', KEYS[2]) == 1 then
