@@ -58,7 +58,8 @@ type Target struct {
 	// writes anything.
 	Poison func(ctx context.Context, key ratelimit.StateKey) error
 	// NoBubble, when not empty, says why the store cannot be called from
-	// a testing/synctest bubble; the skewed-caller test is then skipped.
+	// a testing/synctest bubble; the skewed-caller case does not apply and
+	// Run leaves it out (and logs why).
 	NoBubble string
 }
 
