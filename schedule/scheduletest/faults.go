@@ -12,10 +12,12 @@ import (
 )
 
 // Clock is a fake clock for stores whose clock can be injected (memstore,
-// sqlitestore). It only moves when told to. It is safe for concurrent use.
+// sqlitestore) or followed (PostgreSQL, through Follow). It only moves when
+// told to. It is safe for concurrent use.
 type Clock struct {
-	mu sync.Mutex
-	t  time.Time
+	mu      sync.Mutex
+	t       time.Time
+	follows []func(time.Time)
 }
 
 // NewClock returns a clock set to t.
@@ -33,6 +35,7 @@ func (c *Clock) Set(t time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.t = t
+	c.notify()
 }
 
 // Add moves the clock by d.
@@ -40,6 +43,24 @@ func (c *Clock) Add(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.t = c.t.Add(d)
+	c.notify()
+}
+
+// Follow calls f with the clock's time now and after every change, before
+// Set or Add returns: for a store whose clock lives outside the process
+// (a table a database's clock function reads, say). Calls are serialized
+// in the order of the changes.
+func (c *Clock) Follow(f func(time.Time)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.follows = append(c.follows, f)
+	f(c.t)
+}
+
+func (c *Clock) notify() {
+	for _, f := range c.follows {
+		f(c.t)
+	}
 }
 
 // Faulty wraps a schedule.Store (and its claims lease store) so that a

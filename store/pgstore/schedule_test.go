@@ -28,12 +28,15 @@ func schedCompleteCounted(ctx context.Context, pool *pgxpool.Pool, db *pgstore.S
 }
 
 // TestScheduleConformance runs the suite on the shared server, a fresh
-// database per case, on the server's clock; other nodes have pools of
-// their own.
+// database per case, other nodes with pools of their own: on a faked
+// server clock (every case) and on the server's own clock.
 func TestScheduleConformance(t *testing.T) {
-	scheduletest.Run(t, func(t *testing.T) scheduletest.Target {
+	target := func(t *testing.T, clock *scheduletest.Clock) scheduletest.Target {
 		srv := testenv.SharedPostgres(t)
 		dsn := srv.NewDatabase(t)
+		if clock != nil {
+			dsn = fakeServerClock(t, srv, dsn, clock)
+		}
 		pool := srv.Pool(t, dsn)
 		db := pgstore.New(pool, nil)
 		if err := db.Migrate(ctxT(t)); err != nil {
@@ -56,8 +59,46 @@ func TestScheduleConformance(t *testing.T) {
 				}
 				return n, err
 			},
+			Clock: clock,
+		}
+	}
+	t.Run("FakeClock", func(t *testing.T) {
+		scheduletest.Run(t, func(t *testing.T) scheduletest.Target {
+			return target(t, scheduletest.NewClock(time.Date(2029, 1, 1, 0, 0, 0, 0, time.UTC)))
+		})
+	})
+	t.Run("RealClock", func(t *testing.T) {
+		scheduletest.Run(t, func(t *testing.T) scheduletest.Target { return target(t, nil) })
+	})
+}
+
+// fakeServerClock makes clock the server clock of the connections made
+// with the DSN it returns. pgstore judges time with unqualified
+// clock_timestamp() calls; those connections put a schema with a
+// clock_timestamp() of its own, which reads the time clock was last set
+// to, ahead of pg_catalog in their search_path. Every statement of the
+// store under test (leases, slot records, ledger) then runs on clock.
+func fakeServerClock(t *testing.T, srv *testenv.PostgresServer, dsn string, clock *scheduletest.Clock) string {
+	pool := srv.Pool(t, dsn)
+	ctx := ctxT(t)
+	if _, err := pool.Exec(ctx, `CREATE SCHEMA fakeclock;
+CREATE TABLE fakeclock.now (t timestamptz NOT NULL);
+INSERT INTO fakeclock.now VALUES ('-infinity');
+CREATE FUNCTION fakeclock.clock_timestamp() RETURNS timestamptz LANGUAGE sql VOLATILE AS 'SELECT t FROM fakeclock.now'`); err != nil {
+		t.Fatal(err)
+	}
+	clock.Follow(func(now time.Time) {
+		if _, err := pool.Exec(context.Background(), `UPDATE fakeclock.now SET t = $1`, now); err != nil {
+			t.Errorf("fake server clock: %v", err)
 		}
 	})
+	faked := dsn + "&search_path=fakeclock,pg_catalog,public"
+	// The faked connections really see the clock.
+	var got time.Time
+	if err := srv.Pool(t, faked).QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&got); err != nil || !got.Equal(clock.Now()) {
+		t.Fatalf("clock_timestamp() on the faked connection = %v (%v), want %v", got, err, clock.Now())
+	}
+	return faked
 }
 
 // QueueCompleteSlot: the business change and the completion in one batch
