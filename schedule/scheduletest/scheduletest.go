@@ -107,6 +107,20 @@ func Run(t *testing.T, newTarget func(t *testing.T) Target) {
 	}
 }
 
+// RunClocks runs the suite twice: as "FakeClock", with newTarget given a
+// fresh Clock (set to 2029-01-01 UTC) that the target's store must follow,
+// and as "RealClock", with newTarget given nil (the store's own clock).
+func RunClocks(t *testing.T, newTarget func(t *testing.T, clock *Clock) Target) {
+	t.Run("FakeClock", func(t *testing.T) {
+		Run(t, func(t *testing.T) Target {
+			return newTarget(t, NewClock(time.Date(2029, 1, 1, 0, 0, 0, 0, time.UTC)))
+		})
+	})
+	t.Run("RealClock", func(t *testing.T) {
+		Run(t, func(t *testing.T) Target { return newTarget(t, nil) })
+	})
+}
+
 func ctxT(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)

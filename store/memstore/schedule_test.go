@@ -4,7 +4,6 @@ import (
 	"context"
 	"strconv"
 	"testing"
-	"time"
 
 	"github.com/tenurekit/tenure/schedule"
 	"github.com/tenurekit/tenure/schedule/scheduletest"
@@ -33,15 +32,10 @@ func scheduleTarget(ms *memstore.Store, clock *scheduletest.Clock) scheduletest.
 // TestScheduleConformance runs the suite twice: on a fake clock (every
 // case, the misfire, overlap and DST ones included) and on the real clock.
 func TestScheduleConformance(t *testing.T) {
-	t.Run("FakeClock", func(t *testing.T) {
-		scheduletest.Run(t, func(t *testing.T) scheduletest.Target {
-			clock := scheduletest.NewClock(time.Date(2029, 1, 1, 0, 0, 0, 0, time.UTC))
-			return scheduleTarget(memstore.New(&memstore.Options{Clock: clock.Now}), clock)
-		})
-	})
-	t.Run("RealClock", func(t *testing.T) {
-		scheduletest.Run(t, func(t *testing.T) scheduletest.Target {
+	scheduletest.RunClocks(t, func(t *testing.T, clock *scheduletest.Clock) scheduletest.Target {
+		if clock == nil {
 			return scheduleTarget(memstore.New(nil), nil)
-		})
+		}
+		return scheduleTarget(memstore.New(&memstore.Options{Clock: clock.Now}), clock)
 	})
 }

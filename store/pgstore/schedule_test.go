@@ -62,14 +62,7 @@ func TestScheduleConformance(t *testing.T) {
 			Clock: clock,
 		}
 	}
-	t.Run("FakeClock", func(t *testing.T) {
-		scheduletest.Run(t, func(t *testing.T) scheduletest.Target {
-			return target(t, scheduletest.NewClock(time.Date(2029, 1, 1, 0, 0, 0, 0, time.UTC)))
-		})
-	})
-	t.Run("RealClock", func(t *testing.T) {
-		scheduletest.Run(t, func(t *testing.T) scheduletest.Target { return target(t, nil) })
-	})
+	scheduletest.RunClocks(t, target)
 }
 
 // fakeServerClock makes clock the server clock of the connections made

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"testing"
-	"time"
 
 	"github.com/tenurekit/tenure/schedule"
 	"github.com/tenurekit/tenure/schedule/scheduletest"
@@ -60,12 +59,5 @@ func TestScheduleConformance(t *testing.T) {
 			Clock:    clock,
 		}
 	}
-	t.Run("FakeClock", func(t *testing.T) {
-		scheduletest.Run(t, func(t *testing.T) scheduletest.Target {
-			return target(t, scheduletest.NewClock(time.Date(2029, 1, 1, 0, 0, 0, 0, time.UTC)))
-		})
-	})
-	t.Run("RealClock", func(t *testing.T) {
-		scheduletest.Run(t, func(t *testing.T) scheduletest.Target { return target(t, nil) })
-	})
+	scheduletest.RunClocks(t, target)
 }
