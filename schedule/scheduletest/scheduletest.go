@@ -85,7 +85,7 @@ func Run(t *testing.T, newTarget func(t *testing.T) Target) {
 	// clock the suite controls; Run leaves them out elsewhere (and logs it).
 	movable := newTarget(t).Clock != nil
 	if !movable {
-		t.Logf("scheduletest: the store's clock cannot be moved by the test; MisfirePolicies, CatchUpConcurrencyAcrossNodes, OverlapPolicies and DST run on targets with a Clock (memstore, sqlitestore)")
+		t.Logf("scheduletest: the store's clock cannot be moved by the test; MisfirePolicies, CatchUpConcurrencyAcrossNodes, OverlapPolicies and DST run on targets with a Clock (memstore, sqlitestore, pgstore)")
 	}
 	for _, tc := range tests {
 		if tc.fake && !movable {
