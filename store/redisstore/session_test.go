@@ -134,7 +134,21 @@ func TestSessionInterruptedRevoke(t *testing.T) {
 	if err := s.RevokeBegin(ctx, u); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(2 * time.Millisecond) // the next session is created after the mark's instant
+	// The next session is created after the mark's instant, on the
+	// server's clock: wait until TIME has passed it.
+	marks, err := dc.Do(ctx, dc.B().Zrange().Key(s.SessionRevokeKey(u)).Min("0").Max("-1").Withscores().Build()).AsZScores()
+	if err != nil || len(marks) != 1 {
+		t.Fatalf("revoke marks after the first step: %v (%v), want one", marks, err)
+	}
+	for {
+		tm, err := dc.Do(ctx, dc.B().Time().Build()).AsIntSlice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if float64(tm[0]*1000+tm[1]/1000) > marks[0].Score {
+			break
+		}
+	}
 	newer, _, err := m.Create(ctx, u, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -165,8 +179,8 @@ func TestSessionInterruptedRevoke(t *testing.T) {
 	if err != nil || n != 2 {
 		t.Fatalf("RevokeUser = %d, %v; want 2 sessions", n, err)
 	}
-	marks, err := dc.Do(ctx, dc.B().Zcard().Key(s.SessionRevokeKey(u)).Build()).AsInt64()
-	if err != nil || marks != 1 {
-		t.Fatalf("revoke marks left: %d (%v), want the interrupted one only", marks, err)
+	left, err := dc.Do(ctx, dc.B().Zcard().Key(s.SessionRevokeKey(u)).Build()).AsInt64()
+	if err != nil || left != 1 {
+		t.Fatalf("revoke marks left: %d (%v), want the interrupted one only", left, err)
 	}
 }
