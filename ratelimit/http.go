@@ -21,7 +21,10 @@ import (
 
 // KeyFunc derives the key a request is limited under. It returns ErrNoKey
 // when its limit does not apply to the request (an anonymous request under
-// a per-user limit, say).
+// a per-user limit, say). The middleware passes every key it returns
+// through NormalizeKey, so a key built from request input that is not
+// valid as-is (bytes that are not UTF-8, NUL, more than MaxKeyLen bytes)
+// still limits the request, under a hashed key.
 type KeyFunc func(r *http.Request) (string, error)
 
 // ErrNoKey reports that a KeyFunc has no key for a request: its limit is
@@ -266,7 +269,7 @@ type Middleware struct {
 	log    *slog.Logger
 	logged atomic.Int64 // unix nanos of the last failure record
 
-	allowed, limited, storeErrors, failedOpen, failedClosed, localUsed atomic.Uint64
+	allowed, limited, storeErrors, failedOpen, failedClosed, localUsed, invalid atomic.Uint64
 }
 
 // NewMiddleware validates o and returns the middleware. Errors wrap
@@ -333,6 +336,11 @@ type MiddlewareStats struct {
 	// FailedClosed count those let through and refused with 503 by the
 	// failure policy, LocalUsed those the local limiter judged.
 	StoreErrors, FailedOpen, FailedClosed, LocalUsed uint64
+	// Invalid counts requests refused with 500 because they could not be
+	// limited: a key function failed (other than with ErrNoKey) or a
+	// decision was refused with ErrInvalid. They are not store errors: the
+	// failure policy never applies to them.
+	Invalid uint64
 }
 
 // Stats returns the middleware's counters.
@@ -341,6 +349,7 @@ func (m *Middleware) Stats() MiddlewareStats {
 		Allowed: m.allowed.Load(), Limited: m.limited.Load(),
 		StoreErrors: m.storeErrors.Load(), FailedOpen: m.failedOpen.Load(),
 		FailedClosed: m.failedClosed.Load(), LocalUsed: m.localUsed.Load(),
+		Invalid: m.invalid.Load(),
 	}
 }
 
@@ -397,11 +406,11 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 				continue
 			}
 			if err != nil {
-				m.problem(w, http.StatusInternalServerError, "about:blank", "Rate limit key", "the request's rate limit key could not be determined", nil)
+				m.invalidRequest(w)
 				return
 			}
 			mask |= 1 << i
-			keys = append(keys, k)
+			keys = append(keys, NormalizeKey(k))
 			lims = append(lims, rule.Limiter)
 		}
 		if mask == 0 {
@@ -423,6 +432,12 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 		ctx, cancel := context.WithTimeout(r.Context(), m.o.Timeout)
 		ds, err := m.decide(ctx, false, mask, keys, n)
 		cancel()
+		if errors.Is(err, ErrInvalid) {
+			// A refused argument is not an outage: the failure policy
+			// (which may let the request through) does not apply.
+			m.invalidRequest(w)
+			return
+		}
 		if err != nil {
 			m.storeErrors.Add(1)
 			m.logFailure(err)
@@ -434,6 +449,10 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 			case FailLocal:
 				m.localUsed.Add(1)
 				ds, err = m.decide(r.Context(), true, mask, keys, n)
+				if errors.Is(err, ErrInvalid) {
+					m.invalidRequest(w)
+					return
+				}
 			}
 			if err != nil {
 				m.failedClosed.Add(1)
@@ -463,6 +482,15 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 		m.problem(w, http.StatusTooManyRequests, problemQuota, titleQuota,
 			fmt.Sprintf("quota exceeded; retry in %v", c.RetryAfter.Round(time.Millisecond)), violated)
 	})
+}
+
+// invalidRequest refuses a request that cannot be limited: a key function
+// failed, or the decision was refused as invalid. It is counted as Invalid,
+// never as a store error, and the failure policy does not apply.
+func (m *Middleware) invalidRequest(w http.ResponseWriter) {
+	m.invalid.Add(1)
+	m.problem(w, http.StatusInternalServerError, "about:blank", "Rate limit key",
+		"the request's rate limit could not be determined", nil)
 }
 
 // The problem types of draft-ietf-httpapi-ratelimit-headers.

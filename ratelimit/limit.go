@@ -1,6 +1,8 @@
 package ratelimit
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math/bits"
@@ -240,4 +242,24 @@ func ValidateKey(key string) error {
 		return fmt.Errorf("%w: key contains NUL", ErrInvalid)
 	}
 	return nil
+}
+
+// HashedKeyPrefix starts every key NormalizeKey replaced by a hash.
+const HashedKeyPrefix = "~h:"
+
+// NormalizeKey returns key if it is valid (see ValidateKey) and does not
+// start with HashedKeyPrefix; otherwise it returns HashedKeyPrefix followed
+// by 32 hex digits of the SHA-256 of key's bytes. The result is always a
+// valid key, and distinct inputs give distinct results (up to a SHA-256
+// collision): a key that was kept cannot start with the prefix every
+// replaced key starts with. The HTTP middleware applies it to every key a
+// KeyFunc returns, so a request whose key would be invalid as-is (a path
+// with bytes that are not UTF-8 or with NUL, a path or user id longer than
+// MaxKeyLen) is still limited, under the hashed key.
+func NormalizeKey(key string) string {
+	if ValidateKey(key) == nil && !strings.HasPrefix(key, HashedKeyPrefix) {
+		return key
+	}
+	sum := sha256.Sum256([]byte(key))
+	return HashedKeyPrefix + hex.EncodeToString(sum[:16])
 }
