@@ -43,9 +43,10 @@ type Concurrency struct {
 }
 
 // NewConcurrency returns a concurrency limiter for l on s. The limit is
-// validated here; errors wrap ErrInvalid.
+// validated here; errors wrap ErrInvalid (a nil store, also a nil pointer
+// of a store type, is one).
 func NewConcurrency(s Store, l ConcurrencyLimit) (*Concurrency, error) {
-	if s == nil {
+	if isNil(s) {
 		return nil, fmt.Errorf("%w: nil store", ErrInvalid)
 	}
 	if l.Permits < 1 || l.Permits > MaxPermits {

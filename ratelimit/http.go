@@ -38,24 +38,24 @@ type IPOptions struct {
 	// its forwarding header read; then the client is the rightmost address
 	// of the header that is not itself a trusted proxy. Default: none, so
 	// the client is the peer and a header sent by the client itself can
-	// never choose its key.
+	// never choose its key. Each prefix must be valid.
 	TrustedProxies []netip.Prefix
 	// Header is the forwarding header trusted proxies set: "X-Forwarded-For"
-	// (the default) or "X-Real-IP" (one address).
+	// (the default) or "X-Real-IP" (one address), or another header name
+	// holding comma-separated addresses.
 	Header string
 	// IPv6Prefix is the prefix length IPv6 clients are folded to: a host
 	// usually holds a whole /64, so limiting single addresses is easy to
-	// evade. Default 64; 128 keys single addresses.
+	// evade. 1 to 128; default (0) 64; 128 keys single addresses.
 	IPv6Prefix int
-	// IPv4Prefix is the prefix length of IPv4 clients. Default 32.
+	// IPv4Prefix is the prefix length of IPv4 clients: 1 to 32; default
+	// (0) 32.
 	IPv4Prefix int
 }
 
-// ClientIP keys requests by client address: the peer's, or with trusted
-// proxies (opt-in) the address they forwarded. IPv6 addresses are folded to
-// their /64 (IPv4-mapped IPv6 addresses count as IPv4). Keys look like
-// "ip:203.0.113.7" and "ip:2001:db8:1:2::/64".
-func ClientIP(o *IPOptions) KeyFunc {
+// withDefaults validates o and fills in the defaults. Errors wrap
+// ErrInvalid.
+func (o *IPOptions) withDefaults() (IPOptions, error) {
 	var opt IPOptions
 	if o != nil {
 		opt = *o
@@ -63,12 +63,81 @@ func ClientIP(o *IPOptions) KeyFunc {
 	if opt.Header == "" {
 		opt.Header = "X-Forwarded-For"
 	}
-	if opt.IPv6Prefix <= 0 || opt.IPv6Prefix > 128 {
+	if !validHeaderName(opt.Header) {
+		return IPOptions{}, fmt.Errorf("%w: forwarding header %q is not a header name", ErrInvalid, opt.Header)
+	}
+	if opt.IPv6Prefix == 0 {
 		opt.IPv6Prefix = 64
 	}
-	if opt.IPv4Prefix <= 0 || opt.IPv4Prefix > 32 {
+	if opt.IPv6Prefix < 1 || opt.IPv6Prefix > 128 {
+		return IPOptions{}, fmt.Errorf("%w: IPv6Prefix %d out of range [1, 128]", ErrInvalid, opt.IPv6Prefix)
+	}
+	if opt.IPv4Prefix == 0 {
 		opt.IPv4Prefix = 32
 	}
+	if opt.IPv4Prefix < 1 || opt.IPv4Prefix > 32 {
+		return IPOptions{}, fmt.Errorf("%w: IPv4Prefix %d out of range [1, 32]", ErrInvalid, opt.IPv4Prefix)
+	}
+	for i, p := range opt.TrustedProxies {
+		if !p.IsValid() {
+			return IPOptions{}, fmt.Errorf("%w: trusted proxy network %d is not a valid prefix", ErrInvalid, i)
+		}
+	}
+	opt.TrustedProxies = append([]netip.Prefix(nil), opt.TrustedProxies...)
+	return opt, nil
+}
+
+// validHeaderName reports whether s is an HTTP field name (a token).
+func validHeaderName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// NonIPPeerPrefix starts the key ClientIP gives a request whose peer
+// address (RemoteAddr) is not an IP address: a Unix socket peer ("@", "",
+// or a path). The key is the prefix and the address ("unix:@"), passed
+// through NormalizeKey, so such peers are limited together per address.
+const NonIPPeerPrefix = "unix:"
+
+// NewClientIP validates o and returns the key function ClientIP(o)
+// describes. Errors wrap ErrInvalid.
+func NewClientIP(o *IPOptions) (KeyFunc, error) {
+	opt, err := o.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return clientIP(opt), nil
+}
+
+// ClientIP keys requests by client address: the peer's, or with trusted
+// proxies (opt-in) the address they forwarded. IPv6 addresses are folded to
+// their /64 (IPv4-mapped IPv6 addresses count as IPv4; zones are dropped).
+// Keys look like "ip:203.0.113.7" and "ip:2001:db8:1:2::/64". A peer that
+// is not an IP address (a Unix socket) is keyed NonIPPeerPrefix + its
+// address, such as "unix:@". Invalid options (see NewClientIP, which
+// reports them when the key function is made) give a key function that
+// fails every request with that error, which the middleware answers with
+// 500.
+func ClientIP(o *IPOptions) KeyFunc {
+	f, err := NewClientIP(o)
+	if err != nil {
+		return func(*http.Request) (string, error) { return "", err }
+	}
+	return f
+}
+
+func clientIP(opt IPOptions) KeyFunc {
 	trusted := func(a netip.Addr) bool {
 		for _, p := range opt.TrustedProxies {
 			if p.Contains(a) {
@@ -84,22 +153,27 @@ func ClientIP(o *IPOptions) KeyFunc {
 		}
 		peer, err := netip.ParseAddr(host)
 		if err != nil {
-			return "", fmt.Errorf("ratelimit: client address %q: %w", r.RemoteAddr, err)
+			return NormalizeKey(NonIPPeerPrefix + r.RemoteAddr), nil
 		}
-		client := peer.Unmap()
+		client := peer.Unmap().WithZone("")
 		if len(opt.TrustedProxies) > 0 && trusted(client) {
 			client = forwarded(r, opt.Header, client, trusted)
 		}
-		bits := opt.IPv4Prefix
-		if client.Is6() {
-			bits = opt.IPv6Prefix
-		}
-		p, _ := client.Prefix(bits)
-		if p.Bits() == client.BitLen() {
-			return "ip:" + p.Addr().String(), nil
-		}
-		return "ip:" + p.String(), nil
+		return ipKey(client, opt.IPv4Prefix, opt.IPv6Prefix), nil
 	}
+}
+
+// ipKey is the key of a (zoneless, unmapped) address folded to its prefix.
+func ipKey(a netip.Addr, v4, v6 int) string {
+	bits := v4
+	if a.Is6() {
+		bits = v6
+	}
+	p, _ := a.Prefix(bits)
+	if p.Bits() == a.BitLen() {
+		return "ip:" + p.Addr().String()
+	}
+	return "ip:" + p.String()
 }
 
 // forwarded walks the forwarding header from the right, past trusted
@@ -124,7 +198,7 @@ func forwarded(r *http.Request, header string, peer netip.Addr, trusted func(net
 		if err != nil {
 			return client
 		}
-		client = a.Unmap()
+		client = a.Unmap().WithZone("")
 		if !trusted(client) {
 			return client
 		}
@@ -177,7 +251,9 @@ func Const(key string) KeyFunc {
 }
 
 // Join keys requests by several keys at once (per user and route, say):
-// the keys joined with '|'. If any of them has no key, neither has Join.
+// the keys joined with '|', each with its '\' and '|' escaped by a '\'
+// (so "a|b" joined with "c" and "a" joined with "b|c" give different
+// keys). If any of them has no key, neither has Join.
 func Join(fns ...KeyFunc) KeyFunc {
 	return func(r *http.Request) (string, error) {
 		parts := make([]string, len(fns))
@@ -188,8 +264,30 @@ func Join(fns ...KeyFunc) KeyFunc {
 			}
 			parts[i] = k
 		}
-		return strings.Join(parts, "|"), nil
+		return joinKeys(parts), nil
 	}
+}
+
+// joinKeys joins parts with '|', escaping '\' and '|' in each: distinct
+// lists of the same length give distinct results.
+func joinKeys(parts []string) string {
+	var b strings.Builder
+	for i, p := range parts {
+		if i > 0 {
+			b.WriteByte('|')
+		}
+		if !strings.ContainsAny(p, "\\|") {
+			b.WriteString(p)
+			continue
+		}
+		for j := 0; j < len(p); j++ {
+			if c := p[j]; c == '\\' || c == '|' {
+				b.WriteByte('\\')
+			}
+			b.WriteByte(p[j])
+		}
+	}
+	return b.String()
 }
 
 // Rule is one limit applied by the middleware: a Limiter and the key each
@@ -223,8 +321,9 @@ type MiddlewareOptions struct {
 	// ErrNoKey is skipped for that request. Required: 1 to MaxGroup rules
 	// on one store.
 	Rules []Rule
-	// Group names the Group of a middleware with several rules. Default
-	// "http". With one rule the Limiter is used directly.
+	// Group names the Group of a middleware with several rules (the rules
+	// of a Limit's Name). Default "http". With one rule the Limiter is used
+	// directly.
 	Group string
 	// Cost is the number of units a request consumes. Default 1. A cost
 	// above a limit's capacity is refused with 429 (it could never pass).
@@ -233,10 +332,11 @@ type MiddlewareOptions struct {
 	OnFailure FailurePolicy
 	// LocalShare is the share of each limit the local limiter admits under
 	// FailLocal, in (0, 1]: Rate and Burst are scaled by it (rounded down,
-	// at least 1). Required with FailLocal.
+	// at least 1). Required with FailLocal; NaN, infinities and values
+	// outside (0, 1] are refused.
 	LocalShare float64
 	// Timeout bounds each store call; when it runs out the failure policy
-	// applies. Default 500ms.
+	// applies. Default (0) 500ms; negative values are refused.
 	Timeout time.Duration
 	// NoHeaders leaves out the RateLimit-Policy and RateLimit fields from
 	// responses (429 responses still carry Retry-After). Default false.
@@ -286,8 +386,17 @@ func NewMiddleware(o MiddlewareOptions) (*Middleware, error) {
 	if o.Group == "" {
 		o.Group = "http"
 	}
-	if o.Timeout <= 0 {
+	if err := validateName("group name", o.Group); err != nil {
+		return nil, err
+	}
+	if o.Timeout < 0 {
+		return nil, fmt.Errorf("%w: negative timeout %v", ErrInvalid, o.Timeout)
+	}
+	if o.Timeout == 0 {
 		o.Timeout = 500 * time.Millisecond
+	}
+	if o.LocalShare != 0 && !(o.LocalShare > 0 && o.LocalShare <= 1) {
+		return nil, fmt.Errorf("%w: LocalShare %v out of range (0, 1]", ErrInvalid, o.LocalShare)
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()

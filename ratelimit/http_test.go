@@ -3,6 +3,7 @@ package ratelimit_test
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -279,10 +280,73 @@ func TestClientIP(t *testing.T) {
 			t.Errorf("%s: %q, %v; want %q", c.name, got, err, c.want)
 		}
 	}
+}
+
+// TestClientIPNonIPPeer: a peer that is not an IP address (a Unix socket:
+// "@", "", a path) gets a fixed key per address instead of an error, so
+// such requests are still limited (together).
+func TestClientIPNonIPPeer(t *testing.T) {
+	for remote, want := range map[string]string{
+		"@":              "unix:@",
+		"":               "unix:",
+		"/run/app.sock":  "unix:/run/app.sock",
+		"not an address": "unix:not an address",
+		"\xff\x00":       ratelimit.NormalizeKey("unix:\xff\x00"),
+	} {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.RemoteAddr = remote
+		got, err := ratelimit.ClientIP(nil)(r)
+		if err != nil || got != want || ratelimit.ValidateKey(got) != nil {
+			t.Errorf("peer %q: %q, %v; want %q", remote, got, err, want)
+		}
+	}
+	_, ms := fakeStore()
+	l, _ := ratelimit.New(ms.Limits(), ratelimit.GCRA, ratelimit.Limit{Rate: 1, Period: time.Hour})
+	m, _ := ratelimit.NewMiddleware(ratelimit.MiddlewareOptions{Rules: []ratelimit.Rule{{Limiter: l, Key: ratelimit.ClientIP(nil)}}})
+	h := m.Handler(ok)
+	if w := serve(t, h, "@", nil); w.Code != 200 {
+		t.Fatalf("first request over a Unix socket: %d", w.Code)
+	}
+	if w := serve(t, h, "@", nil); w.Code != 429 {
+		t.Fatalf("second request over a Unix socket: %d", w.Code)
+	}
+}
+
+// TestClientIPOptionsValidated: out-of-range prefix lengths, invalid
+// proxy networks and bad header names are refused with ErrInvalid.
+func TestClientIPOptionsValidated(t *testing.T) {
+	for _, o := range []*ratelimit.IPOptions{
+		{IPv6Prefix: -1}, {IPv6Prefix: 129}, {IPv4Prefix: -8}, {IPv4Prefix: 33},
+		{TrustedProxies: []netip.Prefix{{}}}, {Header: "X Bad"}, {Header: "X-\n"},
+	} {
+		if _, err := ratelimit.NewClientIP(o); !errors.Is(err, ratelimit.ErrInvalid) {
+			t.Errorf("NewClientIP(%+v): %v, want ErrInvalid", *o, err)
+		}
+		r := httptest.NewRequest("GET", "/", nil)
+		if _, err := ratelimit.ClientIP(o)(r); !errors.Is(err, ratelimit.ErrInvalid) {
+			t.Errorf("ClientIP(%+v): %v, want ErrInvalid", *o, err)
+		}
+	}
+	if _, err := ratelimit.NewClientIP(&ratelimit.IPOptions{IPv6Prefix: 128, IPv4Prefix: 1, Header: "X-Real-IP"}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestJoinInjective: parts holding the separator no longer collide.
+func TestJoinInjective(t *testing.T) {
 	r := httptest.NewRequest("GET", "/", nil)
-	r.RemoteAddr = "not an address"
-	if _, err := ratelimit.ClientIP(nil)(r); err == nil {
-		t.Error("an unparsable peer address gave a key")
+	pairs := [][2][2]string{
+		{{"u:a|r:x", "y"}, {"u:a", "r:x|y"}},
+		{{`a\`, "b"}, {"a", `\b`}},
+		{{`a\|`, "b"}, {"a", `|b`}},
+		{{"a|", ""}, {"a", "|"}},
+	}
+	for _, p := range pairs {
+		a, _ := ratelimit.Join(ratelimit.Const(p[0][0]), ratelimit.Const(p[0][1]))(r)
+		b, _ := ratelimit.Join(ratelimit.Const(p[1][0]), ratelimit.Const(p[1][1]))(r)
+		if a == b {
+			t.Errorf("Join(%q) = Join(%q) = %q", p[0], p[1], a)
+		}
 	}
 }
 

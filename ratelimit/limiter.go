@@ -23,9 +23,10 @@ type Limiter struct {
 
 // New returns a Limiter for limit l with algorithm a on store s. The limit
 // is validated here, before anything can be written: errors wrap
-// ErrInvalid and say what is wrong.
+// ErrInvalid and say what is wrong (a nil store, also a nil pointer of a
+// store type, is one).
 func New(s Store, a Algorithm, l Limit) (*Limiter, error) {
-	if s == nil {
+	if isNil(s) {
 		return nil, fmt.Errorf("%w: nil store", ErrInvalid)
 	}
 	nl, err := normalize(a, l)
@@ -147,11 +148,13 @@ func NewGroup(name string, limiters ...*Limiter) (*Group, error) {
 	if len(limiters) == 0 || len(limiters) > MaxGroup {
 		return nil, fmt.Errorf("%w: a group has 1 to %d limiters, not %d", ErrInvalid, MaxGroup, len(limiters))
 	}
-	g := &Group{name: name, s: limiters[0].s, capacity: limiters[0].lim.Capacity()}
-	for i, l := range limiters {
-		if l == nil {
+	for _, l := range limiters {
+		if l == nil || l.s == nil {
 			return nil, fmt.Errorf("%w: nil limiter in group %q", ErrInvalid, name)
 		}
+	}
+	g := &Group{name: name, s: limiters[0].s, capacity: limiters[0].lim.Capacity()}
+	for i, l := range limiters {
 		if !sameStore(l.s, g.s) {
 			return nil, fmt.Errorf("%w: the limiters of group %q use different stores", ErrInvalid, name)
 		}
@@ -164,6 +167,19 @@ func NewGroup(name string, limiters ...*Limiter) (*Group, error) {
 	}
 	g.members = append([]*Limiter(nil), limiters...)
 	return g, nil
+}
+
+// isNil reports whether s is nil, or an interface holding a nil pointer,
+// map, slice, channel or function (a store that would panic when used).
+func isNil(s Store) bool {
+	if s == nil {
+		return true
+	}
+	switch v := reflect.ValueOf(s); v.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Chan, reflect.Func, reflect.Interface:
+		return v.IsNil()
+	}
+	return false
 }
 
 // sameStore reports whether a and b are the same store value (false when
