@@ -10,7 +10,9 @@
 //   - Tokens are 32 random bytes (plus the 2-byte shard of their user),
 //     given to the client once. The store keeps only their SHA-256 (the
 //     [ID]); presenting an ID as a token fails. [Token] redacts itself in
-//     String, every fmt verb, slog and JSON.
+//     String, every fmt verb, slog and JSON, also when held in an unexported
+//     field of another struct (it keeps the secret behind a pointer that
+//     fmt does not follow). Tokens are compared with [Token.Equal], not ==.
 //   - Every session has an idle and an absolute deadline, both judged on
 //     the store's clock at every read, whatever the store's TTL cleanup has
 //     done. An idle refresh sets min(now + idle, absolute); rotation keeps

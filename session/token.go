@@ -3,10 +3,13 @@ package session
 import (
 	"crypto/rand"
 	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+
+	"github.com/tenurekit/tenure/internal/secret"
 )
 
 // Token layout: 32 random bytes followed by the 2-byte shard of the
@@ -29,9 +32,18 @@ const (
 //
 // A Token redacts itself wherever it might be printed or logged: String,
 // GoString, every fmt verb, slog (LogValue) and text and JSON encoding
-// (MarshalText) all give "session.Token(REDACTED)". Only [Token.Reveal]
-// gives the secret, for the cookie or header that carries it.
-type Token struct{ s string }
+// (MarshalText) all give "session.Token(REDACTED)". It keeps its secret
+// behind a pointer, so a Token held in an unexported field of another
+// struct, which fmt prints field by field without calling its methods,
+// shows only an address. Only [Token.Reveal] gives the secret, for the
+// cookie or header that carries it.
+//
+// Tokens are not comparable with ==: use [Token.Equal] to compare two
+// tokens and [Token.IsZero] to test for no token.
+type Token struct {
+	_ [0]func() // not comparable: == would compare pointers, not secrets
+	s secret.Text
+}
 
 // ParseToken checks that s has the form of a token and returns it. The
 // error never contains s. A well-formed token may still name no session.
@@ -42,7 +54,7 @@ func ParseToken(s string) (Token, error) {
 	if _, err := base64.RawURLEncoding.Strict().DecodeString(s); err != nil {
 		return Token{}, fmt.Errorf("%w: token is not unpadded base64url", ErrInvalid)
 	}
-	return Token{s: s}, nil
+	return Token{s: secret.New(s)}, nil
 }
 
 // newToken returns a fresh token for a session of the user with shard.
@@ -50,28 +62,36 @@ func newToken(shard [shardLen]byte) Token {
 	var raw [rawLen]byte
 	rand.Read(raw[:secretLen]) // never fails (crypto/rand panics instead)
 	copy(raw[secretLen:], shard[:])
-	return Token{s: base64.RawURLEncoding.EncodeToString(raw[:])}
+	return Token{s: secret.New(base64.RawURLEncoding.EncodeToString(raw[:]))}
 }
 
 // Reveal returns the secret text of the token, to put in a cookie or a
 // header. Never log it.
-func (t Token) Reveal() string { return t.s }
+func (t Token) Reveal() string { return t.s.Reveal() }
 
 // IsZero reports whether t is the zero Token (no token).
-func (t Token) IsZero() bool { return t.s == "" }
+func (t Token) IsZero() bool { return t.s.IsZero() }
+
+// Equal reports whether t and u are the same token (both zero, or the same
+// secret). The comparison takes the same time wherever the two differ.
+func (t Token) Equal(u Token) bool {
+	a, b := t.s.Reveal(), u.s.Reveal()
+	return len(a) == len(b) && subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1
+}
 
 // ID returns the store key of the token's session: the token's shard (4 hex
 // digits) followed by the hex SHA-256 of the token. It is not a credential:
 // presenting an ID as a token fails. The zero Token has the empty ID.
 func (t Token) ID() ID {
-	if t.s == "" {
+	s := t.s.Reveal()
+	if s == "" {
 		return ""
 	}
-	raw, err := base64.RawURLEncoding.Strict().DecodeString(t.s)
+	raw, err := base64.RawURLEncoding.Strict().DecodeString(s)
 	if err != nil || len(raw) != rawLen {
 		return ""
 	}
-	sum := sha256.Sum256([]byte(t.s))
+	sum := sha256.Sum256([]byte(s))
 	var b [idLen]byte
 	hex.Encode(b[:shardHex], raw[secretLen:])
 	hex.Encode(b[shardHex:], sum[:])
