@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/tenurekit/tenure/internal/secret"
 )
 
 // ConcurrencyLimit is a limit on how many holders may work on a key at
@@ -94,7 +96,7 @@ func (c *Concurrency) try(ctx context.Context, key, id string) (*Permit, error) 
 	if !g.Acquired {
 		return nil, &LimitedError{Key: key, Permits: c.lim.Permits, InUse: g.InUse, RetryAfter: g.RetryAfter}
 	}
-	p := &Permit{c: c, key: key, id: id, fence: g.Fence, done: make(chan struct{})}
+	p := &Permit{c: c, key: key, id: secret.New(id), fence: g.Fence, done: make(chan struct{})}
 	p.validUntil = p.valid(sent, g.TTL)
 	return p, nil
 }
@@ -150,23 +152,38 @@ func (c *Concurrency) Acquire(ctx context.Context, key string) (*Permit, error) 
 // keeping the permit alive (renewing it every TTL/3), and releases it
 // afterwards, also when ctx was cancelled. fn's context ends when the
 // permit is lost or its validity runs out; Do then returns an error
-// wrapping ErrPermitLost unless fn returned one.
+// wrapping ErrPermitLost unless fn returned one. When fn panics (or calls
+// runtime.Goexit), Do stops renewing and releases the permit before the
+// panic goes on.
 func (c *Concurrency) Do(ctx context.Context, key string, fn func(ctx context.Context) error) error {
 	p, err := c.Acquire(ctx, key)
 	if err != nil {
 		return err
 	}
 	fctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() { p.keepAlive(fctx, stop, cancel) })
+	var rerr error
+	finish := func() {
+		close(stop)
+		wg.Wait()
+		cancel()
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer rcancel()
+		rerr = p.Release(rctx)
+	}
+	returned := false
+	defer func() {
+		if !returned {
+			// fn panicked or called runtime.Goexit: the permit must not stay
+			// renewed. The panic continues once this returns.
+			finish()
+		}
+	}()
 	ferr := fn(fctx)
-	close(stop)
-	wg.Wait()
-	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer rcancel()
-	rerr := p.Release(rctx)
+	returned = true
+	finish()
 	if ferr != nil {
 		return ferr
 	}
@@ -181,7 +198,7 @@ func (c *Concurrency) Do(ctx context.Context, key string, fn func(ctx context.Co
 type Permit struct {
 	c     *Concurrency
 	key   string
-	id    string
+	id    secret.Text // releases the permit: never printed
 	fence uint64
 
 	mu         sync.Mutex
@@ -247,7 +264,7 @@ func (p *Permit) lostErr() error {
 // with ErrPermitLost if the permit expired or was released.
 func (p *Permit) Renew(ctx context.Context) error {
 	sent := p.c.now()
-	g, err := p.c.s.RenewPermit(ctx, p.c.stateKey(p.key), p.id, p.c.lim.TTL)
+	g, err := p.c.s.RenewPermit(ctx, p.c.stateKey(p.key), p.id.Reveal(), p.c.lim.TTL)
 	if errors.Is(err, ErrPermitLost) {
 		p.end(err)
 		return err
@@ -264,7 +281,7 @@ func (p *Permit) Renew(ctx context.Context) error {
 // Release frees the permit. It fails with ErrPermitLost if the permit had
 // expired (another holder may have taken its place meanwhile).
 func (p *Permit) Release(ctx context.Context) error {
-	err := p.c.s.ReleasePermit(ctx, p.c.stateKey(p.key), p.id)
+	err := p.c.s.ReleasePermit(ctx, p.c.stateKey(p.key), p.id.Reveal())
 	if err == nil || errors.Is(err, ErrPermitLost) {
 		p.end(nil)
 	}

@@ -3,6 +3,7 @@ package ratelimit_test
 import (
 	"context"
 	"errors"
+	"runtime"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -79,5 +80,49 @@ func TestDoRenews(t *testing.T) {
 		if _, err := c.TryAcquire(ctx, "job"); err != nil {
 			t.Fatalf("after Do: %v", err)
 		}
+	})
+}
+
+// TestDoReleasesOnPanic: when fn panics (or calls runtime.Goexit) while Do
+// keeps its permit alive, Do stops renewing and releases the permit, and
+// the panic reaches the caller unchanged.
+func TestDoReleasesOnPanic(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c, _ := ratelimit.NewConcurrency(memstore.New(nil).Limits(), ratelimit.ConcurrencyLimit{Permits: 1, TTL: 3 * time.Second})
+		var got any
+		func() {
+			defer func() { got = recover() }()
+			c.Do(ctx, "job", func(ctx context.Context) error {
+				time.Sleep(5 * time.Second) // past a renewal
+				panic("boom")
+			})
+		}()
+		if got != "boom" {
+			t.Fatalf("recovered %v, want the panic of fn", got)
+		}
+		p, err := c.TryAcquire(ctx, "job")
+		if err != nil {
+			t.Fatalf("the permit of the panicking fn is still held: %v", err)
+		}
+		p.Release(ctx)
+
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			c.Do(ctx, "job", func(ctx context.Context) error {
+				runtime.Goexit()
+				return nil
+			})
+		}()
+		<-done
+		if p, err = c.TryAcquire(ctx, "job"); err != nil {
+			t.Fatalf("the permit of an fn that called Goexit is still held: %v", err)
+		}
+		p.Release(ctx)
+		// Nothing renews anything any more: the bubble ends with no
+		// goroutine left behind.
+		time.Sleep(time.Minute)
+		synctest.Wait()
 	})
 }

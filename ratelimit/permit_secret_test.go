@@ -1,0 +1,72 @@
+package ratelimit
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestPermitTokenNeverPrinted: a permit's id (which can release it) shows
+// through no fmt verb, on the pointer, the value, or nested in other
+// values, nor through slog or encoding/json.
+func TestPermitTokenNeverPrinted(t *testing.T) {
+	c, err := NewConcurrency(newLocalStore(time.Now), ConcurrencyLimit{Permits: 1, TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := c.TryAcquire(context.Background(), "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := p.id.Reveal()
+	if len(id) < 16 {
+		t.Fatalf("permit id %q", id)
+	}
+	type holder struct {
+		P     *Permit
+		inner struct{ p *Permit }
+	}
+	h := holder{P: p}
+	h.inner.p = p
+	values := map[string]any{
+		"pointer":         p,
+		"value":           reflect.ValueOf(p).Elem(),
+		"nested":          h,
+		"nested pointer":  &h,
+		"slice":           []*Permit{p},
+		"map":             map[string]*Permit{"p": p},
+		"unexported id":   reflect.ValueOf(p).Elem().FieldByName("id"),
+		"interface slice": []any{p, &h},
+	}
+	var out []string
+	for name, v := range values {
+		for _, verb := range []string{"%v", "%+v", "%#v", "%s", "%q", "%x", "%X", "%d", "%T", "%p"} {
+			out = append(out, name+" "+verb+": "+fmt.Sprintf(verb, v))
+		}
+		var text, js bytes.Buffer
+		slog.New(slog.NewTextHandler(&text, nil)).Info("m", "v", v, slog.Any("a", v))
+		slog.New(slog.NewJSONHandler(&js, nil)).Info("m", "v", v, slog.Any("a", v))
+		out = append(out, name+" slog text: "+text.String(), name+" slog json: "+js.String())
+		if v, ok := v.(reflect.Value); !ok || v.CanInterface() {
+			b, err := json.Marshal(v)
+			out = append(out, name+" json: "+string(b)+fmt.Sprint(err))
+		}
+	}
+	for _, o := range out {
+		if strings.Contains(o, id) {
+			t.Errorf("permit id printed: %s", o)
+		}
+	}
+	if err := p.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Renew(context.Background()); err == nil || strings.Contains(err.Error(), id) {
+		t.Fatalf("Renew after release: %v", err)
+	}
+}
