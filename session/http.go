@@ -91,7 +91,15 @@ func FromContext(ctx context.Context) *Session {
 //  2. loads the session named by the cookie, refreshing its idle deadline;
 //     a cookie naming no live session makes the request anonymous and is
 //     cleared; a store that cannot be reached gives 503 (ErrorHandler), never
-//     an anonymous request;
+//     an anonymous request. A request may carry several cookies of the
+//     session's name (a browser sends every cookie whose path and domain
+//     match, the most specific path first, and a sibling host can plant
+//     a cookie that is not __Host-): the middleware tries the well-formed
+//     ones in order, at most [MaxSessionCookies], and uses the first that
+//     names a live session. It clears the cookie only if every cookie of
+//     the name was tried and none is live, so a forged or stale cookie
+//     next to a valid one never logs the user out; past the limit the
+//     request is anonymous and no cookie is cleared;
 //  3. runs next with the session in the request context ([FromContext]);
 //  4. before the response's headers go out (first Write, WriteHeader or
 //     Flush, or when next returns), saves changed values with a
@@ -100,35 +108,80 @@ func FromContext(ctx context.Context) *Session {
 //     is discarded and ErrorHandler answers instead;
 //  5. sets or clears the cookie as Login, Logout and Renew asked, with
 //     Cache-Control: no-store on every response that does.
+//
+// Every response it lets through (all but the 403 of step 1) carries
+// Vary: Cookie, so a shared cache keys it on the cookie.
 func (m *Manager) Handler(next http.Handler) http.Handler {
 	return m.cop.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		m.serve(w, r, next)
 	}))
 }
 
+// MaxSessionCookies is how many well-formed cookies of the session's name
+// the middleware tries, in the order the request lists them, before it
+// treats the request as anonymous.
+const MaxSessionCookies = 4
+
 func (m *Manager) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	addVaryCookie(w.Header())
 	st := &reqState{m: m}
-	if c, err := r.Cookie(m.cookie.Name); err == nil && c.Value != "" {
-		tok, err := ParseToken(c.Value)
-		if err != nil {
-			st.clear = true
-		} else {
-			s, err := m.Load(r.Context(), tok)
-			switch {
-			case err == nil:
-				st.sess = s
-			case errors.Is(err, ErrNotFound):
-				st.clear = true
-			default:
-				m.onError(w, r, err)
-				return
-			}
-		}
+	sess, clear, err := m.fromCookies(r)
+	if err != nil {
+		m.onError(w, r, err)
+		return
 	}
+	st.sess, st.clear = sess, clear
 	r = r.WithContext(context.WithValue(r.Context(), ctxKey{}, st))
 	sw := &responseWriter{ResponseWriter: w, st: st, r: r}
 	next.ServeHTTP(sw, r)
 	sw.commit()
+}
+
+// fromCookies loads the session named by the request's cookies of the
+// session's name. It tries each well-formed one in order, at most
+// MaxSessionCookies of them, and returns the first live session. clear
+// reports that every cookie of the name was looked at and none names a live
+// session: only then is the cookie cleared, so a forged or stale cookie sent
+// next to a valid one never logs the user out. A store failure is returned
+// as is: the request is refused, never served as anonymous.
+func (m *Manager) fromCookies(r *http.Request) (sess *Session, clear bool, err error) {
+	tried, seen := 0, false
+	for _, c := range r.CookiesNamed(m.cookie.Name) {
+		if c.Value == "" {
+			continue
+		}
+		seen = true
+		tok, err := ParseToken(c.Value)
+		if err != nil {
+			continue
+		}
+		if tried == MaxSessionCookies {
+			return nil, false, nil // not all were tried: clear none
+		}
+		tried++
+		s, err := m.Load(r.Context(), tok)
+		switch {
+		case err == nil:
+			return s, false, nil
+		case !errors.Is(err, ErrNotFound):
+			return nil, false, err
+		}
+	}
+	return nil, seen, nil
+}
+
+// addVaryCookie adds Cookie to the Vary header unless it is there: the
+// response depends on the session cookie, so a shared cache must not serve
+// it to another client.
+func addVaryCookie(h http.Header) {
+	for _, v := range h.Values("Vary") {
+		for f := range strings.SplitSeq(v, ",") {
+			if f = strings.TrimSpace(f); f == "*" || strings.EqualFold(f, "Cookie") {
+				return
+			}
+		}
+	}
+	h.Add("Vary", "Cookie")
 }
 
 // responseWriter saves the session and sets the cookie before the first
