@@ -25,12 +25,18 @@ import (
 type Options struct {
 	// Clock is the store's clock. Default time.Now.
 	Clock func() time.Time
+	// LimitKeys is the most rate limit entries (one per key and limit) the
+	// Limits view holds; see Store.Limits for what happens when it is
+	// full. Default (0) DefaultLimitKeys; negative values count as the
+	// default.
+	LimitKeys int
 }
 
 // Store keeps tenure's state in memory. It is safe for concurrent use.
 type Store struct {
-	views // per-primitive state; see views.go
-	now   func() time.Time
+	views     // per-primitive state; see views.go
+	now       func() time.Time
+	limitKeys int // Options.LimitKeys, defaulted
 
 	mu     sync.Mutex
 	leases map[string]*leaseRec
@@ -50,9 +56,12 @@ type fencedRec struct {
 
 // New returns an empty Store.
 func New(o *Options) *Store {
-	s := &Store{now: time.Now, leases: map[string]*leaseRec{}, fenced: map[string]fencedRec{}}
+	s := &Store{now: time.Now, limitKeys: DefaultLimitKeys, leases: map[string]*leaseRec{}, fenced: map[string]fencedRec{}}
 	if o != nil && o.Clock != nil {
 		s.now = o.Clock
+	}
+	if o != nil && o.LimitKeys > 0 {
+		s.limitKeys = o.LimitKeys
 	}
 	return s
 }

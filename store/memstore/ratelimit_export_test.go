@@ -1,6 +1,7 @@
 package memstore
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/tenurekit/tenure/ratelimit"
@@ -24,4 +25,25 @@ func (s *Store) RateLimitKeys() map[string]time.Duration {
 		}
 	}
 	return out
+}
+
+// RateLimitEntries counts the rate limit entries the store holds, expired
+// ones included, and checks that its map and its expiry heap agree.
+func (s *Store) RateLimitEntries() (int, error) {
+	l := s.Limits().(*limits)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for key, head := range l.m {
+		for sl := head; sl != nil; sl = sl.next {
+			if sl.key != key || sl.idx < 0 || sl.idx >= len(l.h) || l.h[sl.idx] != sl || sl.at > sl.st.Expires {
+				return 0, fmt.Errorf("slot of %q out of place", key)
+			}
+			n++
+		}
+	}
+	if n != len(l.h) {
+		return 0, fmt.Errorf("%d slots in the map, %d in the heap", n, len(l.h))
+	}
+	return n, nil
 }
