@@ -159,7 +159,10 @@ func (e *Env) keeper(ctx context.Context, store string) (*idempotency.Keeper, *c
 		s = st.Idempotency()
 	}
 	cs := &countingStore{Store: s}
-	k := idempotency.New(cs, nil)
+	k, err := idempotency.New(cs, nil)
+	if err != nil {
+		return nil, nil, err
+	}
 	ie.keepers[store], ie.counters[store] = k, cs
 	return k, cs, nil
 }

@@ -90,7 +90,10 @@ func TestIdempotencyRoundTrips(t *testing.T) {
 		if err := st.Migrate(ctx); err != nil {
 			t.Fatal(err)
 		}
-		k := idempotency.New(st.Idempotency(), nil)
+		k, err := idempotency.New(st.Idempotency(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
 		req := idemReq("rt-" + env.idem().uniqueKey())
 		for i, want := range []int{2, 1} {
 			before := tr.n
@@ -126,7 +129,10 @@ func TestIdempotencyRoundTrips(t *testing.T) {
 			}
 			return n
 		}
-		k := idempotency.New(st.Idempotency(), nil)
+		k, err := idempotency.New(st.Idempotency(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
 		req := idemReq("rt-" + env.idem().uniqueKey())
 		for i, want := range []int{2, 1} {
 			before := calls()

@@ -18,7 +18,11 @@ import (
 func Example() {
 	ctx := context.Background()
 	store := memstore.New(nil) // or sqlitestore, pgstore, redisstore
-	k := idempotency.New(store.Idempotency(), nil)
+	k, err := idempotency.New(store.Idempotency(), nil)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 
 	charge := func(amount string) idempotency.Request {
 		return idempotency.Request{
@@ -35,7 +39,7 @@ func Example() {
 
 	first, _ := k.Do(ctx, charge("1000"), fn)
 	retry, _ := k.Do(ctx, charge("1000"), fn)
-	_, err := k.Do(ctx, charge("9999"), fn)
+	_, err = k.Do(ctx, charge("9999"), fn)
 
 	fmt.Println(string(first.Value), first.Replayed)
 	fmt.Println(string(retry.Value), retry.Replayed)
@@ -50,10 +54,14 @@ func Example() {
 // a final error is recorded and replayed.
 func ExampleFinal() {
 	ctx := context.Background()
-	k := idempotency.New(memstore.New(nil).Idempotency(), nil)
+	k, err := idempotency.New(memstore.New(nil).Idempotency(), nil)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	req := idempotency.Request{Scope: "user:42 POST /charges", Key: "k-2"}
 
-	_, err := k.Do(ctx, req, func(context.Context, *idempotency.Claim) ([]byte, error) {
+	_, err = k.Do(ctx, req, func(context.Context, *idempotency.Claim) ([]byte, error) {
 		return nil, errors.New("gateway timeout") // released: retry runs again
 	})
 	fmt.Println(err)
@@ -75,12 +83,20 @@ func ExampleFinal() {
 // The HTTP middleware implements the IETF Idempotency-Key draft: the first
 // response is recorded and replayed byte for byte with Idempotent-Replayed.
 func ExampleKeeper_Middleware() {
-	k := idempotency.New(memstore.New(nil).Idempotency(), nil)
+	k, err := idempotency.New(memstore.New(nil).Idempotency(), nil)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	mux := http.NewServeMux()
-	mw := k.Middleware(&idempotency.HTTPOptions{
+	mw, err := k.Middleware(&idempotency.HTTPOptions{
 		// Part of every record's scope, so users' keys never meet.
 		Principal: func(r *http.Request) string { return r.Header.Get("X-User") },
 	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	orders := 0
 	mux.Handle("POST /orders", mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		orders++

@@ -58,7 +58,8 @@ type HTTPOptions struct {
 	// there is no pattern.
 	Route func(r *http.Request) string
 	// MaxBodyBytes is the largest request body read for the fingerprint;
-	// a larger one is refused with 413. Default 1 MiB.
+	// a larger one is refused with 413. Default (0) 1 MiB; negative is
+	// refused.
 	MaxBodyBytes int64
 	// Fingerprint digests the request's input. Default: SHA-256 over the
 	// method, the request URI, the Content-Type and the body.
@@ -167,11 +168,20 @@ func ParseKey(lines []string) (string, error) {
 //
 // The handler runs with the claim in its request context (see
 // ClaimFromContext), cancelled if the claim is lost.
-func (k *Keeper) Middleware(o *HTTPOptions) func(http.Handler) http.Handler {
-	m := newMiddleware(k, o)
+//
+// Options out of range (a negative MaxBodyBytes) or a nil Keeper give an
+// error wrapping ErrInvalid.
+func (k *Keeper) Middleware(o *HTTPOptions) (func(http.Handler) http.Handler, error) {
+	if k == nil || k.s == nil {
+		return nil, fmt.Errorf("%w: idempotency: nil Keeper (use New)", ErrInvalid)
+	}
+	m, err := newMiddleware(k, o)
+	if err != nil {
+		return nil, err
+	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.serve(w, r, next) })
-	}
+	}, nil
 }
 
 type middleware struct {
@@ -182,10 +192,13 @@ type middleware struct {
 	log     *slog.Logger
 }
 
-func newMiddleware(k *Keeper, o *HTTPOptions) *middleware {
+func newMiddleware(k *Keeper, o *HTTPOptions) (*middleware, error) {
 	m := &middleware{k: k, log: k.o.Logger}
 	if o != nil {
 		m.o = *o
+	}
+	if m.o.MaxBodyBytes < 0 {
+		return nil, fmt.Errorf("%w: idempotency: HTTPOptions.MaxBodyBytes %d is negative", ErrInvalid, m.o.MaxBodyBytes)
 	}
 	if len(m.o.Methods) == 0 {
 		m.o.Methods = []string{http.MethodPost, http.MethodPatch}
@@ -200,7 +213,7 @@ func newMiddleware(k *Keeper, o *HTTPOptions) *middleware {
 	if m.o.Route == nil {
 		m.o.Route = defaultRoute
 	}
-	if m.o.MaxBodyBytes <= 0 {
+	if m.o.MaxBodyBytes == 0 {
 		m.o.MaxBodyBytes = DefaultMaxBodyBytes
 	}
 	if m.o.Fingerprint == nil {
@@ -216,7 +229,7 @@ func newMiddleware(k *Keeper, o *HTTPOptions) *middleware {
 	if m.o.Error == nil {
 		m.o.Error = writeProblem
 	}
-	return m
+	return m, nil
 }
 
 func defaultRoute(r *http.Request) string {

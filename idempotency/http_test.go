@@ -56,7 +56,7 @@ type fixture struct {
 func newFixture(t *testing.T, ko *idempotency.Options, ho *idempotency.HTTPOptions) *fixture {
 	t.Helper()
 	s := memstore.New(nil)
-	f := &fixture{store: s, k: idempotency.New(s.Idempotency(), ko), h: &payments{}}
+	f := &fixture{store: s, k: newKeeper(t, s.Idempotency(), ko), h: &payments{}}
 	if ho == nil {
 		ho = &idempotency.HTTPOptions{}
 	}
@@ -64,7 +64,7 @@ func newFixture(t *testing.T, ko *idempotency.Options, ho *idempotency.HTTPOptio
 		ho.Principal = func(r *http.Request) string { return r.Header.Get("X-User") }
 	}
 	mux := http.NewServeMux()
-	mw := f.k.Middleware(ho)
+	mw := middleware(t, f.k, ho)
 	mux.Handle("POST /payments", mw(f.h))
 	mux.Handle("PATCH /payments/{id}", mw(f.h))
 	mux.Handle("POST /refunds", mw(f.h))
@@ -239,9 +239,9 @@ func TestMiddlewareInFlight(t *testing.T) {
 	for _, wait := range []bool{false, true} {
 		t.Run("wait="+strconv.FormatBool(wait), func(t *testing.T) {
 			s := memstore.New(nil)
-			k := idempotency.New(s.Idempotency(), &idempotency.Options{ClaimTTL: 10 * time.Second, Wait: wait})
+			k := newKeeper(t, s.Idempotency(), &idempotency.Options{ClaimTTL: 10 * time.Second, Wait: wait})
 			g := &gate{started: make(chan struct{}), release: make(chan struct{})}
-			h := k.Middleware(nil)(g)
+			h := middleware(t, k, nil)(g)
 			send := func() *httptest.ResponseRecorder {
 				r := httptest.NewRequest("POST", "/jobs", strings.NewReader("{}"))
 				r.Header.Set(idempotency.HeaderKey, `"job-1"`)
@@ -301,9 +301,9 @@ func TestMiddleware5xxAndPanicRelease(t *testing.T) {
 	}
 
 	s := memstore.New(nil)
-	k := idempotency.New(s.Idempotency(), nil)
+	k := newKeeper(t, s.Idempotency(), nil)
 	var runs atomic.Int32
-	h := k.Middleware(nil)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := middleware(t, k, nil)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if runs.Add(1) == 1 {
 			panic(http.ErrAbortHandler)
 		}
@@ -332,9 +332,9 @@ func TestMiddleware5xxAndPanicRelease(t *testing.T) {
 func TestMiddlewareStoreDown(t *testing.T) {
 	s := memstore.New(nil)
 	wrapped, faults := idempotencytest.Wrap(s.Idempotency())
-	k := idempotency.New(wrapped, nil)
+	k := newKeeper(t, wrapped, nil)
 	var runs atomic.Int32
-	h := k.Middleware(nil)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { runs.Add(1) }))
+	h := middleware(t, k, nil)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { runs.Add(1) }))
 	faults.Cut()
 	r := httptest.NewRequest("POST", "/x", nil)
 	r.Header.Set(idempotency.HeaderKey, `"k"`)
@@ -348,13 +348,13 @@ func TestMiddlewareStoreDown(t *testing.T) {
 func TestMiddlewareUnknownOutcome(t *testing.T) {
 	s := memstore.New(nil)
 	wrapped, faults := idempotencytest.Wrap(s.Idempotency())
-	stalled := idempotency.New(wrapped, &idempotency.Options{ClaimTTL: 50 * time.Millisecond})
+	stalled := newKeeper(t, wrapped, &idempotency.Options{ClaimTTL: 50 * time.Millisecond})
 	started, resume := make(chan *idempotency.Claim), make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		r := httptest.NewRequest("POST", "/x", nil)
 		r.Header.Set(idempotency.HeaderKey, `"k"`)
-		stalled.Middleware(nil)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		middleware(t, stalled, nil)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			c, _ := idempotency.ClaimFromContext(r.Context())
 			started <- c
 			<-resume
@@ -370,12 +370,12 @@ func TestMiddlewareUnknownOutcome(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	k := idempotency.New(s.Idempotency(), nil)
+	k := newKeeper(t, s.Idempotency(), nil)
 	var runs atomic.Int32
 	r := httptest.NewRequest("POST", "/x", nil)
 	r.Header.Set(idempotency.HeaderKey, `"k"`)
 	w := httptest.NewRecorder()
-	k.Middleware(nil)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { runs.Add(1) })).ServeHTTP(w, r)
+	middleware(t, k, nil)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { runs.Add(1) })).ServeHTTP(w, r)
 	if w.Code != http.StatusConflict || w.Header().Get("Retry-After") != "" || runs.Load() != 0 ||
 		!strings.Contains(w.Body.String(), "unknown") {
 		t.Fatalf("abandoned claim: %d %v %q, runs %d; want 409 saying unknown", w.Code, w.Header(), w.Body.String(), runs.Load())

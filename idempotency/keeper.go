@@ -9,7 +9,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
+	"reflect"
 	"sync"
 	"time"
 )
@@ -106,8 +108,9 @@ const (
 	Rerun
 )
 
-// Options configure a Keeper. Nil means the defaults documented on each
-// field; out-of-range values make every call fail with ErrInvalid.
+// Options configure a Keeper. Nil, and a zero field, mean the defaults
+// documented on each field; New refuses out-of-range values (negative
+// durations among them) with ErrInvalid.
 type Options struct {
 	// ClaimTTL is the claim's lease time on the store's clock. Do keeps the
 	// claim alive (renewing every ClaimTTL/3) while fn runs, so it bounds
@@ -128,12 +131,15 @@ type Options struct {
 	// instead of ErrInProgress.
 	Wait bool
 	// RetryMin and RetryMax bound the jittered backoff of waiting and of
-	// store retries. Defaults 5ms and 500ms.
+	// store retries. Defaults 5ms and 500ms (at least RetryMin);
+	// RetryMax may not be below RetryMin.
 	RetryMin, RetryMax time.Duration
 	// DriftFactor and Margin are subtracted from the claim time to get the
 	// client's validity (measured on the monotonic clock from when the
 	// request was sent), so fn's context ends before the store can expire
-	// the claim. Defaults 0.01 and 2ms.
+	// the claim: the validity is ClaimTTL*(1-DriftFactor) - Margin.
+	// Defaults 0.01 and 2ms (a quarter of a shorter ClaimTTL); DriftFactor in [0, 0.5) (0 means the
+	// default), Margin below half the ClaimTTL.
 	DriftFactor float64
 	Margin      time.Duration
 	// ReleaseTimeout bounds store calls made after the caller's context
@@ -145,11 +151,31 @@ type Options struct {
 }
 
 // Defaults returns o (nil: the zero Options) with every default filled in,
-// and an error wrapping ErrInvalid if a value is out of range.
+// and an error wrapping ErrInvalid if a value is out of range: a negative
+// duration, a DriftFactor that is negative, NaN, infinite or 0.5 or more, a
+// RetryMax below RetryMin, a Margin of half the ClaimTTL or more, or an
+// unknown policy. Zero always means the default.
 func Defaults(o *Options) (Options, error) {
 	var r Options
 	if o != nil {
 		r = *o
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"ClaimTTL", r.ClaimTTL}, {"Retention", r.Retention}, {"RetryMin", r.RetryMin},
+		{"RetryMax", r.RetryMax}, {"Margin", r.Margin}, {"ReleaseTimeout", r.ReleaseTimeout},
+	} {
+		if d.v < 0 {
+			return r, fmt.Errorf("%w: idempotency: Options.%s %v is negative", ErrInvalid, d.name, d.v)
+		}
+	}
+	if math.IsNaN(r.DriftFactor) || math.IsInf(r.DriftFactor, 0) || r.DriftFactor < 0 || r.DriftFactor >= 0.5 {
+		return r, fmt.Errorf("%w: idempotency: Options.DriftFactor %v must be in [0, 0.5)", ErrInvalid, r.DriftFactor)
+	}
+	if r.RetryMin > 0 && r.RetryMax > 0 && r.RetryMax < r.RetryMin {
+		return r, fmt.Errorf("%w: idempotency: Options.RetryMax %v is below RetryMin %v", ErrInvalid, r.RetryMax, r.RetryMin)
 	}
 	if r.ClaimTTL == 0 {
 		r.ClaimTTL = 30 * time.Second
@@ -157,19 +183,19 @@ func Defaults(o *Options) (Options, error) {
 	if r.Retention == 0 {
 		r.Retention = 24 * time.Hour
 	}
-	if r.RetryMin <= 0 {
+	if r.RetryMin == 0 {
 		r.RetryMin = 5 * time.Millisecond
 	}
-	if r.RetryMax < r.RetryMin {
+	if r.RetryMax == 0 {
 		r.RetryMax = max(500*time.Millisecond, r.RetryMin)
 	}
-	if r.DriftFactor <= 0 {
+	if r.DriftFactor == 0 {
 		r.DriftFactor = 0.01
 	}
-	if r.Margin <= 0 {
-		r.Margin = 2 * time.Millisecond
+	if r.Margin == 0 {
+		r.Margin = min(2*time.Millisecond, r.ClaimTTL/4)
 	}
-	if r.ReleaseTimeout <= 0 {
+	if r.ReleaseTimeout == 0 {
 		r.ReleaseTimeout = 5 * time.Second
 	}
 	if r.Logger == nil {
@@ -181,14 +207,14 @@ func Defaults(o *Options) (Options, error) {
 	if err := ValidateRetention(r.Retention); err != nil {
 		return r, fmt.Errorf("idempotency: Options.Retention: %w", err)
 	}
+	if r.Margin >= r.ClaimTTL/2 {
+		return r, fmt.Errorf("%w: idempotency: Options.Margin %v must be below half the ClaimTTL %v", ErrInvalid, r.Margin, r.ClaimTTL)
+	}
 	if r.Errors != ReleaseErrors && r.Errors != StoreErrors {
 		return r, fmt.Errorf("%w: idempotency: unknown Options.Errors %d", ErrInvalid, r.Errors)
 	}
 	if r.Abandoned != ReportUnknown && r.Abandoned != Rerun {
 		return r, fmt.Errorf("%w: idempotency: unknown Options.Abandoned %d", ErrInvalid, r.Abandoned)
-	}
-	if r.DriftFactor >= 0.5 {
-		return r, fmt.Errorf("%w: idempotency: Options.DriftFactor %v must be below 0.5", ErrInvalid, r.DriftFactor)
 	}
 	return r, nil
 }
@@ -196,19 +222,35 @@ func Defaults(o *Options) (Options, error) {
 // Keeper runs requests at most once per record on a Store. It is safe for
 // concurrent use.
 type Keeper struct {
-	s   Store
-	o   Options
-	err error // bad options, reported by every call
+	s Store
+	o Options
 }
 
-// New returns a Keeper on s. o may be nil for the defaults.
-func New(s Store, o *Options) *Keeper {
-	k := &Keeper{s: s}
-	k.o, k.err = Defaults(o)
-	if k.err == nil && s == nil {
-		k.err = fmt.Errorf("%w: idempotency: nil Store", ErrInvalid)
+// New returns a Keeper on s. o may be nil for the defaults. A nil s (or an
+// interface holding a nil pointer) or options out of range give an error
+// wrapping ErrInvalid.
+func New(s Store, o *Options) (*Keeper, error) {
+	if isNil(s) {
+		return nil, fmt.Errorf("%w: idempotency: nil Store", ErrInvalid)
 	}
-	return k
+	opts, err := Defaults(o)
+	if err != nil {
+		return nil, err
+	}
+	return &Keeper{s: s, o: opts}, nil
+}
+
+// isNil reports whether v is nil or an interface holding a nil pointer,
+// map, slice, func or channel.
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	switch rv := reflect.ValueOf(v); rv.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan, reflect.Interface:
+		return rv.IsNil()
+	}
+	return false
 }
 
 // Options returns the Keeper's options with defaults filled in.
@@ -263,7 +305,7 @@ func ValidateRequest(req Request) error {
 // the store's error) or, when a later attempt took the expired claim over,
 // one wrapping ErrClaimLost; Result.Value still holds fn's value.
 func (k *Keeper) Do(ctx context.Context, req Request, fn Func) (Result, error) {
-	return k.do(ctx, req, fn, k.o.Abandoned == Rerun)
+	return k.do(ctx, req, fn, false)
 }
 
 // Recover is Do that takes over an abandoned claim (one that expired
@@ -275,9 +317,12 @@ func (k *Keeper) Recover(ctx context.Context, req Request, fn Func) (Result, err
 	return k.do(ctx, req, fn, true)
 }
 
-func (k *Keeper) check(req Request, fn Func) error {
-	if k.err != nil {
-		return k.err
+func (k *Keeper) check(ctx context.Context, req Request, fn Func) error {
+	if k == nil || k.s == nil {
+		return fmt.Errorf("%w: idempotency: nil Keeper (use New)", ErrInvalid)
+	}
+	if ctx == nil {
+		return fmt.Errorf("%w: idempotency: nil context", ErrInvalid)
 	}
 	if err := ValidateRequest(req); err != nil {
 		return err
@@ -294,9 +339,10 @@ func (k *Keeper) begin(req Request, token string, takeover bool) Begin {
 }
 
 func (k *Keeper) do(ctx context.Context, req Request, fn Func, takeover bool) (Result, error) {
-	if err := k.check(req, fn); err != nil {
+	if err := k.check(ctx, req, fn); err != nil {
 		return Result{}, err
 	}
+	takeover = takeover || k.o.Abandoned == Rerun
 	if err := ctx.Err(); err != nil {
 		return Result{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}

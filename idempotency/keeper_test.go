@@ -47,7 +47,7 @@ var req = idempotency.Request{Scope: "user:1 POST /orders", Key: "order-1", Fing
 func TestKeepAliveOnFakeClock(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := &counting{Store: memstore.New(nil).Idempotency()}
-		k := idempotency.New(s, nil)
+		k := newKeeper(t, s, nil)
 		res, err := k.Do(t.Context(), req, func(ctx context.Context, c *idempotency.Claim) ([]byte, error) {
 			time.Sleep(100 * time.Second)
 			if ctx.Err() != nil || c.Err() != nil {
@@ -80,7 +80,7 @@ func TestKeepAliveOnFakeClock(t *testing.T) {
 func TestValidityRunsOutWhenRenewalsFail(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w, faults := idempotencytest.Wrap(memstore.New(nil).Idempotency())
-		k := idempotency.New(w, &idempotency.Options{ClaimTTL: 30 * time.Second})
+		k := newKeeper(t, w, &idempotency.Options{ClaimTTL: 30 * time.Second})
 		start := time.Now()
 		_, err := k.Do(t.Context(), req, func(ctx context.Context, c *idempotency.Claim) ([]byte, error) {
 			faults.Cut()
@@ -107,7 +107,7 @@ func TestValidityRunsOutWhenRenewalsFail(t *testing.T) {
 func TestCompleteOutcomeUnknown(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w, faults := idempotencytest.Wrap(memstore.New(nil).Idempotency())
-		k := idempotency.New(w, &idempotency.Options{ClaimTTL: 3 * time.Second})
+		k := newKeeper(t, w, &idempotency.Options{ClaimTTL: 3 * time.Second})
 		res, err := k.Do(t.Context(), req, func(context.Context, *idempotency.Claim) ([]byte, error) {
 			faults.Cut()
 			return []byte("done"), nil
@@ -143,7 +143,7 @@ func TestFinalAndRecorded(t *testing.T) {
 // TestClaimRedacts: a claim never prints its token.
 func TestClaimRedacts(t *testing.T) {
 	s := memstore.New(nil).Idempotency()
-	k := idempotency.New(s, nil)
+	k := newKeeper(t, s, nil)
 	k.Do(t.Context(), req, func(_ context.Context, c *idempotency.Claim) ([]byte, error) {
 		for _, out := range []string{c.String(), fmtAll(c)} {
 			if strings.Contains(out, c.Token()) || !strings.Contains(out, "REDACTED") {

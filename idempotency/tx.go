@@ -29,10 +29,10 @@ import (
 // returned as a *FinalError: commit tx to keep the record. If fn panics,
 // the caller's transaction must be rolled back.
 func (k *Keeper) DoTx(ctx context.Context, tx Tx, req Request, fn Func) (Result, error) {
-	if err := k.check(req, fn); err != nil {
+	if err := k.check(ctx, req, fn); err != nil {
 		return Result{}, err
 	}
-	if tx == nil {
+	if isNil(tx) {
 		return Result{}, fmt.Errorf("%w: idempotency: nil Tx", ErrInvalid)
 	}
 	token := NewToken()

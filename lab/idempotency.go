@@ -181,7 +181,10 @@ func (env *Env) idempotencyStore() idempotency.Store {
 // that fails before commit leaves neither its record nor a revision.
 func idempotentReceipt(ctx context.Context, env *Env) (values, notes []KV, err error) {
 	store := env.idempotencyStore()
-	k := idempotency.New(store, nil)
+	k, err := idempotency.New(store, nil)
+	if err != nil {
+		return nil, nil, err
+	}
 	book, err := newReceiptBook(ctx, env, k)
 	if err != nil {
 		return nil, nil, fmt.Errorf("lab: business table: %w", err)

@@ -225,7 +225,7 @@ func do(t *testing.T, k *idempotency.Keeper, req idempotency.Request, fn idempot
 func testSequentialReplay(t *testing.T, tg Target) {
 	req := request(t, "a")
 	c := &counter{value: "receipt-1"}
-	k := idempotency.New(tg.Store, nil)
+	k := newKeeper(t, tg.Store, nil)
 	first := do(t, k, req, c.fn)
 	if first.Replayed || string(first.Value) != "receipt-1" {
 		t.Fatalf("first Do = %+v, want receipt-1, not replayed", first)
@@ -235,7 +235,7 @@ func testSequentialReplay(t *testing.T, tg Target) {
 		t.Fatalf("retention %v, want the default 24h", rec.Expires)
 	}
 	for i, s := range []idempotency.Store{tg.Store, tg.NewClient(t)} {
-		again := do(t, idempotency.New(s, nil), req, c.fn)
+		again := do(t, newKeeper(t, s, nil), req, c.fn)
 		if !again.Replayed || string(again.Value) != "receipt-1" {
 			t.Fatalf("repeat %d = %+v, want a replay of receipt-1", i, again)
 		}
@@ -250,7 +250,7 @@ func testSequentialReplay(t *testing.T, tg Target) {
 
 func testChangedInput(t *testing.T, tg Target) {
 	req := request(t, "a")
-	k := idempotency.New(tg.Store, nil)
+	k := newKeeper(t, tg.Store, nil)
 	c := &counter{value: "v"}
 	do(t, k, req, c.fn)
 	other := req
@@ -295,7 +295,7 @@ func testScopes(t *testing.T, tg Target) {
 	a := request(t, "same")
 	b := a
 	b.Scope += "/other-user"
-	k := idempotency.New(tg.Store, nil)
+	k := newKeeper(t, tg.Store, nil)
 	ca, cb := &counter{value: "for a"}, &counter{value: "for b"}
 	if r := do(t, k, a, ca.fn); r.Replayed || string(r.Value) != "for a" {
 		t.Fatalf("a: %+v", r)
@@ -315,7 +315,7 @@ func testScopes(t *testing.T, tg Target) {
 func concurrent(t *testing.T, tg Target, n int, o *idempotency.Options, req idempotency.Request, fn idempotency.Func) ([]idempotency.Result, []error) {
 	keepers := make([]*idempotency.Keeper, n)
 	for i := range keepers {
-		keepers[i] = idempotency.New(tg.NewClient(t), o)
+		keepers[i] = newKeeper(t, tg.NewClient(t), o)
 	}
 	results := make([]idempotency.Result, n)
 	errs := make([]error, n)
@@ -427,7 +427,7 @@ func blocked(t *testing.T, k *idempotency.Keeper, req idempotency.Request, value
 
 func testInProgress(t *testing.T, tg Target) {
 	req := request(t, "a")
-	k := idempotency.New(tg.Store, nil)
+	k := newKeeper(t, tg.Store, nil)
 	release, result := blocked(t, k, req, "first")
 	defer release()
 	rec := inspect(t, tg.Direct, req.ID())
@@ -444,7 +444,7 @@ func testInProgress(t *testing.T, tg Target) {
 		t.Fatalf("InProgressError %+v", ip)
 	}
 	// A waiting duplicate returns the first one's result.
-	waiter := idempotency.New(tg.NewClient(t), &idempotency.Options{Wait: true})
+	waiter := newKeeper(t, tg.NewClient(t), &idempotency.Options{Wait: true})
 	got := make(chan idempotency.Result, 1)
 	go func() {
 		r, err := waiter.Do(ctxT(t), req, c.fn)
@@ -481,7 +481,7 @@ var errBoom = errors.New("boom")
 
 func testErrorReleases(t *testing.T, tg Target) {
 	req := request(t, "a")
-	k := idempotency.New(tg.Store, nil)
+	k := newKeeper(t, tg.Store, nil)
 	var fences []uint64
 	runs := 0
 	fn := func(_ context.Context, c *idempotency.Claim) ([]byte, error) {
@@ -512,7 +512,7 @@ func testErrorReleases(t *testing.T, tg Target) {
 
 func testFinalError(t *testing.T, tg Target) {
 	req := request(t, "a")
-	k := idempotency.New(tg.Store, nil)
+	k := newKeeper(t, tg.Store, nil)
 	runs := 0
 	fn := func(context.Context, *idempotency.Claim) ([]byte, error) {
 		runs++
@@ -539,7 +539,7 @@ func testFinalError(t *testing.T, tg Target) {
 
 func testStoreErrors(t *testing.T, tg Target) {
 	req := request(t, "a")
-	k := idempotency.New(tg.Store, &idempotency.Options{Errors: idempotency.StoreErrors})
+	k := newKeeper(t, tg.Store, &idempotency.Options{Errors: idempotency.StoreErrors})
 	runs := 0
 	fn := func(context.Context, *idempotency.Claim) ([]byte, error) {
 		runs++
@@ -564,7 +564,7 @@ func testStoreErrors(t *testing.T, tg Target) {
 
 func testPanic(t *testing.T, tg Target) {
 	req := request(t, "a")
-	k := idempotency.New(tg.Store, nil)
+	k := newKeeper(t, tg.Store, nil)
 	func() {
 		defer func() {
 			if p := recover(); p != "kaboom" {
@@ -582,7 +582,7 @@ func testPanic(t *testing.T, tg Target) {
 
 func testRetention(t *testing.T, tg Target) {
 	req := request(t, "a")
-	k := idempotency.New(tg.Store, &idempotency.Options{Retention: tg.Unit, ClaimTTL: 10 * time.Second})
+	k := newKeeper(t, tg.Store, &idempotency.Options{Retention: tg.Unit, ClaimTTL: 10 * time.Second})
 	var fences []uint64
 	fn := func(_ context.Context, c *idempotency.Claim) ([]byte, error) {
 		fences = append(fences, c.Fence())
@@ -618,7 +618,7 @@ func testKeepAlive(t *testing.T, tg Target) {
 	// A claim of a few units, renewed every third of it: a renewal may be
 	// late by two thirds of the claim (a loaded machine) before it is lost.
 	ttl := max(3*tg.Unit, time.Second)
-	k := idempotency.New(tg.Store, &idempotency.Options{ClaimTTL: ttl})
+	k := newKeeper(t, tg.Store, &idempotency.Options{ClaimTTL: ttl})
 	c := &counter{value: "dup"}
 	res := do(t, k, req, func(ctx context.Context, cl *idempotency.Claim) ([]byte, error) {
 		// Run well past the claim TTL; the claim must stay held.
@@ -647,7 +647,7 @@ func testKeepAlive(t *testing.T, tg Target) {
 
 func testUnreachable(t *testing.T, tg Target) {
 	req := request(t, "a")
-	k := idempotency.New(tg.Store, nil)
+	k := newKeeper(t, tg.Store, nil)
 	c := &counter{value: "v"}
 	tg.Faults.Cut()
 	ctx, cancel := context.WithTimeout(ctxT(t), 5*time.Second)
@@ -676,7 +676,7 @@ func testUnreachable(t *testing.T, tg Target) {
 
 func testLostBegin(t *testing.T, tg Target) {
 	req := request(t, "a")
-	k := idempotency.New(tg.Store, &idempotency.Options{ClaimTTL: time.Minute})
+	k := newKeeper(t, tg.Store, &idempotency.Options{ClaimTTL: time.Minute})
 	c := &counter{value: "v"}
 	tg.Faults.DropReplies()
 	done := make(chan error, 1)
@@ -716,7 +716,7 @@ func testLostBegin(t *testing.T, tg Target) {
 
 func testLostComplete(t *testing.T, tg Target) {
 	req := request(t, "a")
-	k := idempotency.New(tg.Store, &idempotency.Options{ClaimTTL: 3 * time.Second})
+	k := newKeeper(t, tg.Store, &idempotency.Options{ClaimTTL: 3 * time.Second})
 	healed := make(chan struct{})
 	res, err := k.Do(ctxT(t), req, func(context.Context, *idempotency.Claim) ([]byte, error) {
 		tg.Faults.DropReplies()
@@ -740,7 +740,7 @@ func testInvalid(t *testing.T, tg Target) {
 	ctx := ctxT(t)
 	good := request(t, "good")
 	c := &counter{value: "v"}
-	k := idempotency.New(tg.Store, nil)
+	k := newKeeper(t, tg.Store, nil)
 	with := func(f func(r *idempotency.Request)) idempotency.Request {
 		r := good
 		f(&r)
@@ -778,7 +778,7 @@ func testInvalid(t *testing.T, tg Target) {
 		"retention too long": {Retention: idempotency.MaxRetention + time.Hour},
 		"bad error policy":   {Errors: 7},
 	} {
-		if _, err := idempotency.New(tg.Store, o).Do(ctx, good, c.fn); !errors.Is(err, idempotency.ErrInvalid) {
+		if k, err := idempotency.New(tg.Store, o); !errors.Is(err, idempotency.ErrInvalid) || k != nil {
 			t.Errorf("%s: %v, want ErrInvalid", name, err)
 		}
 	}
@@ -879,12 +879,12 @@ func expireClaim(t *testing.T, tg Target, req idempotency.Request, a *idempotenc
 
 func testAbandoned(t *testing.T, tg Target) {
 	req := request(t, "a")
-	a, proceed, result := stall(t, idempotency.New(tg.Store, &idempotency.Options{ClaimTTL: tg.Unit}), req)
+	a, proceed, result := stall(t, newKeeper(t, tg.Store, &idempotency.Options{ClaimTTL: tg.Unit}), req)
 	defer proceed()
 	expireClaim(t, tg, req, a)
 
 	c := &counter{value: "B"}
-	k := idempotency.New(tg.Direct, nil)
+	k := newKeeper(t, tg.Direct, nil)
 	_, err := k.Do(ctxT(t), req, c.fn)
 	var ue *idempotency.UnknownError
 	if !errors.As(err, &ue) || !errors.Is(err, idempotency.ErrOutcomeUnknown) || ue.Ran || ue.Fence != a.Fence() {
@@ -912,13 +912,13 @@ func testAbandoned(t *testing.T, tg Target) {
 
 func testStalled(t *testing.T, tg Target) {
 	req := request(t, "a")
-	a, proceed, result := stall(t, idempotency.New(tg.Store, &idempotency.Options{ClaimTTL: tg.Unit}), req)
+	a, proceed, result := stall(t, newKeeper(t, tg.Store, &idempotency.Options{ClaimTTL: tg.Unit}), req)
 	defer proceed()
 	expireClaim(t, tg, req, a)
 
 	// B recovers: it takes the claim over with a greater fence and runs.
 	var bFence uint64
-	b := idempotency.New(tg.Direct, nil)
+	b := newKeeper(t, tg.Direct, nil)
 	res, err := b.Recover(ctxT(t), req, func(_ context.Context, c *idempotency.Claim) ([]byte, error) {
 		bFence = c.Fence()
 		return []byte("B"), nil
@@ -945,7 +945,7 @@ func testStalled(t *testing.T, tg Target) {
 	}
 	wantCompleted(t, tg.Direct, req, "B")
 	// Every later request replays B, through any policy.
-	k := idempotency.New(tg.Direct, &idempotency.Options{Abandoned: idempotency.Rerun})
+	k := newKeeper(t, tg.Direct, &idempotency.Options{Abandoned: idempotency.Rerun})
 	c := &counter{value: "C"}
 	if r := do(t, k, req, c.fn); !r.Replayed || string(r.Value) != "B" || c.runs() != 0 {
 		t.Fatalf("after both: %+v, runs %d; want B replayed", r, c.runs())
@@ -961,11 +961,11 @@ func testStalled(t *testing.T, tg Target) {
 
 	// The Rerun policy takes an abandoned claim over by itself.
 	req2 := request(t, "b")
-	a2, proceed2, result2 := stall(t, idempotency.New(tg.Store, &idempotency.Options{ClaimTTL: tg.Unit}), req2)
+	a2, proceed2, result2 := stall(t, newKeeper(t, tg.Store, &idempotency.Options{ClaimTTL: tg.Unit}), req2)
 	defer proceed2()
 	expireClaim(t, tg, req2, a2)
 	c2 := &counter{value: "B2"}
-	if r := do(t, idempotency.New(tg.Direct, &idempotency.Options{Abandoned: idempotency.Rerun}), req2, c2.fn); r.Replayed || c2.runs() != 1 {
+	if r := do(t, newKeeper(t, tg.Direct, &idempotency.Options{Abandoned: idempotency.Rerun}), req2, c2.fn); r.Replayed || c2.runs() != 1 {
 		t.Fatalf("Rerun on an abandoned claim: %+v, runs %d", r, c2.runs())
 	}
 	tg.Faults.Heal()
@@ -974,4 +974,14 @@ func testStalled(t *testing.T, tg Target) {
 		t.Fatalf("A2's late completion: %v, want ErrClaimLost", err)
 	}
 	wantCompleted(t, tg.Direct, req2, "B2")
+}
+
+// newKeeper returns a Keeper on s, failing t if New refuses it.
+func newKeeper(t testing.TB, s idempotency.Store, o *idempotency.Options) *idempotency.Keeper {
+	t.Helper()
+	k, err := idempotency.New(s, o)
+	if err != nil {
+		t.Fatalf("idempotency.New: %v", err)
+	}
+	return k
 }

@@ -46,7 +46,7 @@ func commitUnlessErr(err error) error { return err }
 func testTxCommit(t *testing.T, tg Target) {
 	req := request(t, "a")
 	name := req.Scope + "/row"
-	k := idempotency.New(tg.Store, nil)
+	k := newKeeper(t, tg.Store, nil)
 	res, doErr, runErr := txDo(t, tg, k, req, name, "receipt", commitUnlessErr)
 	if doErr != nil || runErr != nil || res.Replayed || string(res.Value) != "receipt" {
 		t.Fatalf("first: %+v %v %v", res, doErr, runErr)
@@ -86,7 +86,7 @@ var errLater = errors.New("a later statement of the transaction failed")
 func testTxFailed(t *testing.T, tg Target) {
 	req := request(t, "a")
 	name := req.Scope + "/row"
-	k := idempotency.New(tg.Store, nil)
+	k := newKeeper(t, tg.Store, nil)
 	// DoTx succeeds, then the transaction fails: record and row roll back.
 	_, doErr, runErr := txDo(t, tg, k, req, name, "receipt", func(err error) error {
 		if err != nil {
@@ -119,7 +119,7 @@ func testTxFailed(t *testing.T, tg Target) {
 func testTxError(t *testing.T, tg Target) {
 	req := request(t, "a")
 	name := req.Scope + "/row"
-	k := idempotency.New(tg.Store, nil)
+	k := newKeeper(t, tg.Store, nil)
 	// fn writes a row and fails; the caller commits anyway: DoTx left the
 	// transaction as before the call, so neither row nor claim lands.
 	runErr := tg.Tx.Run(ctxT(t), func(tx idempotency.Tx, biz Business) error {
@@ -155,7 +155,7 @@ func testTxError(t *testing.T, tg Target) {
 func testTxFinal(t *testing.T, tg Target) {
 	req := request(t, "a")
 	name := req.Scope + "/row"
-	k := idempotency.New(tg.Store, nil)
+	k := newKeeper(t, tg.Store, nil)
 	runErr := tg.Tx.Run(ctxT(t), func(tx idempotency.Tx, biz Business) error {
 		res, err := k.DoTx(ctxT(t), tx, req, func(ctx context.Context, _ *idempotency.Claim) ([]byte, error) {
 			if err := biz.Add(ctx, name); err != nil {
@@ -203,7 +203,7 @@ func testTxConcurrent(t *testing.T, tg Target) {
 	start := make(chan struct{})
 	var wg sync.WaitGroup
 	for i := range n {
-		k := idempotency.New(tg.Store, nil)
+		k := newKeeper(t, tg.Store, nil)
 		wg.Go(func() {
 			<-start
 			errs[i] = tg.Tx.Run(ctxT(t), func(tx idempotency.Tx, biz Business) error {
@@ -246,7 +246,7 @@ func testTxConcurrent(t *testing.T, tg Target) {
 func testTxAfterRollback(t *testing.T, tg Target) {
 	req := request(t, "a")
 	name := req.Scope + "/row"
-	k := idempotency.New(tg.Store, nil)
+	k := newKeeper(t, tg.Store, nil)
 	var (
 		mu    sync.Mutex
 		order []string

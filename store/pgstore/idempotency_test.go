@@ -111,9 +111,12 @@ func TestIdempotencyTxKilledConnection(t *testing.T) {
 	pool, db := fresh(t, nil)
 	ctx := ctxT(t)
 	tg := idemTxTarget(t, pool, db)
-	k := idempotency.New(db.Idempotency(), nil)
+	k, err := idempotency.New(db.Idempotency(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	req := idempotency.Request{Scope: "user:7 POST /receipts", Key: "r-1", Fingerprint: "fp"}
-	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		_, err := k.DoTx(ctx, db.IdempotencyTx(tx), req, func(ctx context.Context, _ *idempotency.Claim) ([]byte, error) {
 			if err := (idemBiz{tx}).Add(ctx, "receipt"); err != nil {
 				return nil, err
@@ -158,8 +161,14 @@ func TestIdempotencyTxKilledConnection(t *testing.T) {
 func TestIdempotencyPurgeAndSchema(t *testing.T) {
 	pool, db := fresh(t, nil)
 	ctx := ctxT(t)
-	k := idempotency.New(db.Idempotency(), &idempotency.Options{Retention: time.Millisecond})
-	keep := idempotency.New(db.Idempotency(), nil)
+	k, err := idempotency.New(db.Idempotency(), &idempotency.Options{Retention: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keep, err := idempotency.New(db.Idempotency(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	fn := func(context.Context, *idempotency.Claim) ([]byte, error) { return []byte("v"), nil }
 	if _, err := k.Do(ctx, idempotency.Request{Scope: "s", Key: "gone"}, fn); err != nil {
 		t.Fatal(err)
@@ -189,7 +198,11 @@ func TestIdempotencyPurgeAndSchema(t *testing.T) {
 		t.Fatalf("%d rows left (%v), want 1", rows, err)
 	}
 	bad := pgstore.New(pool, &pgstore.Options{Schema: "Bad-Schema"})
-	if _, err := idempotency.New(bad.Idempotency(), nil).Do(ctx, idempotency.Request{Scope: "s", Key: "k"}, fn); !errors.Is(err, idempotency.ErrInvalid) {
+	badK, err := idempotency.New(bad.Idempotency(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := badK.Do(ctx, idempotency.Request{Scope: "s", Key: "k"}, fn); !errors.Is(err, idempotency.ErrInvalid) {
 		t.Fatalf("bad schema: %v, want ErrInvalid", err)
 	}
 }

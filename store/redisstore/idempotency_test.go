@@ -63,7 +63,10 @@ func TestIdempotencyKeys(t *testing.T) {
 	c := newClient(t, srv.Addr())
 	s := checked(t, c, &redisstore.Options{Prefix: uniq(t, "p") + ":"})
 	ctx := ctxT(t)
-	k := idempotency.New(s.Idempotency(), &idempotency.Options{Retention: time.Hour})
+	k, err := idempotency.New(s.Idempotency(), &idempotency.Options{Retention: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
 	req := idempotency.Request{Scope: "user:{1}", Key: "a}b%", Fingerprint: "fp"}
 	if _, err := k.Do(ctx, req, func(context.Context, *idempotency.Claim) ([]byte, error) {
 		return []byte("bin\x00ary"), nil

@@ -75,7 +75,10 @@ func TestIdempotencyRetentionOnStoreClock(t *testing.T) {
 	clk := newFakeClock()
 	s := open(t, tempPath(t), &sqlitestore.Options{Clock: clk.Now})
 	ctx := t.Context()
-	k := idempotency.New(s.Idempotency(), nil) // default retention 24h
+	k, err := idempotency.New(s.Idempotency(), nil) // default retention 24h
+	if err != nil {
+		t.Fatal(err)
+	}
 	req := idempotency.Request{Scope: "user:1 POST /pay", Key: "k1", Fingerprint: "fp"}
 	other := idempotency.Request{Scope: "user:1 POST /pay", Key: "k2", Fingerprint: "fp"}
 	runs := 0
