@@ -11,15 +11,28 @@ import (
 
 // Sessions returns the store's session.Store view. Every call holds one
 // lock, so each is atomic; deadlines are judged on Options.Clock. Expired
-// records are dropped when a read finds them and when their user creates a
-// session.
+// records are dropped when a call finds them, and every call that writes
+// (Create, Load, Touch, Save, Rotate) also checks the next few records of a
+// round-robin sweep and drops those that expired, with their per-user index
+// entries: memory follows the live sessions even when clients never come
+// back, at a bounded cost per call.
 func (s *Store) Sessions() session.Store { return sessions{s.sessionState()} }
+
+// sweepPerWrite is how many records of the sweep queue each writing call
+// checks. Each call adds at most one entry, so the sweep goes round the
+// queue faster than it grows and the queue holds at most about twice the
+// live records.
+const sweepPerWrite = 2
 
 type sessionState struct {
 	now   func() time.Time
 	mu    sync.Mutex
 	recs  map[session.ID]*session.Record
 	users map[string]map[session.ID]struct{} // the per-user index
+	// sweep holds the ID of every record (and of some records already
+	// gone), in the order the sweep checks them; sweep[head:] is pending.
+	sweep []session.ID
+	head  int
 }
 
 func (s *Store) sessionState() *sessionState {
@@ -77,7 +90,39 @@ func (st *sessionState) drop(r *session.Record) {
 	}
 }
 
+// sweepSome checks the next few records of the sweep queue: an expired one
+// is dropped, a live one goes to the back of the queue, an ID whose record
+// is gone leaves it. The caller holds mu.
+func (st *sessionState) sweepSome(now time.Time) {
+	for range min(sweepPerWrite, len(st.sweep)-st.head) {
+		id := st.sweep[st.head]
+		st.sweep[st.head] = ""
+		st.head++
+		if r := st.recs[id]; r != nil {
+			if r.Live(now) {
+				st.sweep = append(st.sweep, id)
+			} else {
+				st.drop(r)
+			}
+		}
+	}
+	if st.head > 32 && st.head*2 >= len(st.sweep) {
+		// Move the pending part to the front, so the backing array does
+		// not grow forever, and let a much larger array go.
+		pending := st.sweep[st.head:]
+		if cap(st.sweep) > 4*len(pending)+64 {
+			st.sweep = slices.Clone(pending)
+		} else {
+			n := copy(st.sweep, pending)
+			clear(st.sweep[n:])
+			st.sweep = st.sweep[:n]
+		}
+		st.head = 0
+	}
+}
+
 func (st *sessionState) add(r *session.Record) {
+	st.sweep = append(st.sweep, r.ID)
 	st.recs[r.ID] = r
 	idx := st.users[r.UserID]
 	if idx == nil {
@@ -109,10 +154,8 @@ func (v sessions) Create(ctx context.Context, rec session.Record, idle, absolute
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	now := st.now()
-	for id := range st.users[rec.UserID] {
-		st.live(id, now) // drop the user's expired records
-	}
-	if st.recs[rec.ID] != nil {
+	st.sweepSome(now)
+	if st.live(rec.ID, now) != nil {
 		return session.Record{}, session.ErrConflict
 	}
 	r := &session.Record{
@@ -140,6 +183,7 @@ func (v sessions) Load(ctx context.Context, id session.ID, idle time.Duration) (
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	now := st.now()
+	defer st.sweepSome(now)
 	r := st.live(id, now)
 	if r == nil {
 		return session.Record{}, session.ErrNotFound
@@ -184,6 +228,7 @@ func (v sessions) Touch(ctx context.Context, id session.ID, version uint64, idle
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	now := st.now()
+	defer st.sweepSome(now)
 	r, err := st.current(id, version, now)
 	if err != nil {
 		return time.Time{}, err
@@ -206,6 +251,7 @@ func (v sessions) Save(ctx context.Context, id session.ID, version uint64, data 
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	now := st.now()
+	defer st.sweepSome(now)
 	r, err := st.current(id, version, now)
 	if err != nil {
 		return session.Record{}, err
@@ -233,6 +279,7 @@ func (v sessions) Rotate(ctx context.Context, old, newID session.ID, version uin
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	now := st.now()
+	defer st.sweepSome(now)
 	r, err := st.current(old, version, now)
 	if err != nil {
 		return session.Record{}, err
