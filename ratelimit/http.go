@@ -335,6 +335,13 @@ type MiddlewareOptions struct {
 	// at least 1). Required with FailLocal; NaN, infinities and values
 	// outside (0, 1] are refused.
 	LocalShare float64
+	// LocalMaxKeys is the most entries (one per key and rule) the local
+	// limiter holds under FailLocal. Expired entries are released as new
+	// ones come; when it is full and none has expired, a request that needs
+	// a new entry is refused with 429 until the soonest entry expires (the
+	// local limiter never admits past a limit). Default (0)
+	// DefaultLocalMaxKeys; negative values are refused.
+	LocalMaxKeys int
 	// Timeout bounds each store call; when it runs out the failure policy
 	// applies. Default (0) 500ms; negative values are refused.
 	Timeout time.Duration
@@ -365,6 +372,7 @@ type Middleware struct {
 	single bool
 	groups sync.Map // uint32 mask of the rules that apply -> *Group
 	local  []*Limiter
+	lstore *localStore // the local limiters' store (FailLocal)
 	lgroup sync.Map // mask -> *Group of local limiters
 	log    *slog.Logger
 	logged atomic.Int64 // unix nanos of the last failure record
@@ -395,6 +403,12 @@ func NewMiddleware(o MiddlewareOptions) (*Middleware, error) {
 	if o.Timeout == 0 {
 		o.Timeout = 500 * time.Millisecond
 	}
+	if o.LocalMaxKeys < 0 {
+		return nil, fmt.Errorf("%w: negative LocalMaxKeys %d", ErrInvalid, o.LocalMaxKeys)
+	}
+	if o.LocalMaxKeys == 0 {
+		o.LocalMaxKeys = DefaultLocalMaxKeys
+	}
 	if o.LocalShare != 0 && !(o.LocalShare > 0 && o.LocalShare <= 1) {
 		return nil, fmt.Errorf("%w: LocalShare %v out of range (0, 1]", ErrInvalid, o.LocalShare)
 	}
@@ -418,7 +432,8 @@ func NewMiddleware(o MiddlewareOptions) (*Middleware, error) {
 		if !(o.LocalShare > 0 && o.LocalShare <= 1) {
 			return nil, fmt.Errorf("%w: FailLocal needs a LocalShare in (0, 1], not %v", ErrInvalid, o.LocalShare)
 		}
-		ls := newLocalStore(time.Now)
+		ls := newLocalStore(time.Now, o.LocalMaxKeys)
+		m.lstore = ls
 		for _, r := range o.Rules {
 			l := r.Limiter.Limit()
 			scaled := Limit{Name: l.Name, Period: l.Period,

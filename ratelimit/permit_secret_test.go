@@ -16,7 +16,7 @@ import (
 // through no fmt verb, on the pointer, the value, or nested in other
 // values, nor through slog or encoding/json.
 func TestPermitTokenNeverPrinted(t *testing.T) {
-	c, err := NewConcurrency(newLocalStore(time.Now), ConcurrencyLimit{Permits: 1, TTL: time.Minute})
+	c, err := NewConcurrency(newLocalStore(time.Now, 10), ConcurrencyLimit{Permits: 1, TTL: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
