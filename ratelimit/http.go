@@ -373,7 +373,7 @@ type Middleware struct {
 	groups sync.Map // uint32 mask of the rules that apply -> *Group
 	local  []*Limiter
 	lstore *localStore // the local limiters' store (FailLocal)
-	lgroup sync.Map // mask -> *Group of local limiters
+	lgroup sync.Map    // mask -> *Group of local limiters
 	log    *slog.Logger
 	logged atomic.Int64 // unix nanos of the last failure record
 
