@@ -26,6 +26,19 @@ func (c *CookieOptions) resolve() error {
 			return bad("name is not an HTTP token")
 		}
 	}
+	if !strings.HasPrefix(c.Path, "/") {
+		return bad("Path must start with \"/\"")
+	}
+	switch c.SameSite {
+	case http.SameSiteDefaultMode, http.SameSiteLaxMode, http.SameSiteStrictMode, http.SameSiteNoneMode:
+	default:
+		return bad(fmt.Sprintf("unknown SameSite value %d", c.SameSite))
+	}
+	// net/http drops (and logs) a Path or Domain it cannot write; refuse
+	// them here instead.
+	if err := (&http.Cookie{Name: c.Name, Value: "x", Path: c.Path, Domain: c.Domain}).Valid(); err != nil {
+		return bad(err.Error())
+	}
 	if strings.HasPrefix(c.Name, "__Host-") && (c.Path != "/" || c.Domain != "" || c.Insecure) {
 		return bad("a __Host- cookie needs Path \"/\", no Domain and Secure")
 	}

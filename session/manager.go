@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"maps"
 	"net/http"
+	"reflect"
 	"slices"
 	"sync"
 	"time"
@@ -90,10 +91,17 @@ type Manager struct {
 	log      *slog.Logger
 }
 
-// New returns a Manager on store with o (nil: defaults). Invalid options
-// give an error wrapping ErrInvalid.
+// New returns a Manager on store with o (nil: defaults). A nil store
+// (also a nil pointer in a Store interface) and invalid options give an
+// error wrapping ErrInvalid: a timeout outside [MinTimeout, MaxTimeout]
+// (negative ones included; zero means the default), a cookie name that is
+// not an HTTP token, a Path that does not start with "/" or holds a control
+// character or ';', a Domain that is not a domain name, an unknown
+// SameSite value, or attributes the cookie's prefix or SameSite=None
+// forbid. An IdleTimeout longer than the AbsoluteTimeout is allowed: the
+// absolute deadline then ends every session.
 func New(store Store, o *Options) (*Manager, error) {
-	if store == nil {
+	if isNil(store) {
 		return nil, fmt.Errorf("%w: nil store", ErrInvalid)
 	}
 	if o == nil {
@@ -128,6 +136,19 @@ func New(store Store, o *Options) (*Manager, error) {
 		m.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	return m, nil
+}
+
+// isNil reports whether s is nil or holds a nil pointer, map, slice,
+// channel or function, whose methods would fail at the first call.
+func isNil(s Store) bool {
+	if s == nil {
+		return true
+	}
+	switch v := reflect.ValueOf(s); v.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Chan, reflect.Func, reflect.Interface:
+		return v.IsNil()
+	}
+	return false
 }
 
 // IdleTimeout returns the Manager's idle timeout.
