@@ -61,7 +61,11 @@ func (p *pgClients) contenders(ctx context.Context) (*pgContenders, error) {
 		return nil, err
 	}
 	ls := st.Leases()
-	return &pgContenders{store: ls, locker: lease.New(ls, nil), pool: p.pool}, nil
+	lk, err := lease.New(ls, nil)
+	if err != nil {
+		return nil, err
+	}
+	return &pgContenders{store: ls, locker: lk, pool: p.pool}, nil
 }
 
 // recorder is a pgx tracer that records the statements a connection runs.

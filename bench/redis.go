@@ -52,9 +52,13 @@ func (r *redisClients) contenders(ctx context.Context) (*redisContenders, error)
 		return nil, fmt.Errorf("redisstore check: %w", err)
 	}
 	ls := st.Leases()
+	lk, err := lease.New(ls, nil)
+	if err != nil {
+		return nil, err
+	}
 	return &redisContenders{
 		store:  ls,
-		locker: lease.New(ls, nil),
+		locker: lk,
 		rlock:  redislock.New(r.goredis),
 		rsync:  redsync.New(redsyncgoredis.NewPool(r.goredis)),
 	}, nil

@@ -18,6 +18,7 @@ import (
 	"github.com/redis/rueidis"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/tenurekit/tenure/internal/storeurl"
 	"github.com/tenurekit/tenure/lease"
 	"github.com/tenurekit/tenure/store/etcdstore"
 	"github.com/tenurekit/tenure/store/memstore"
@@ -43,8 +44,12 @@ func Open(ctx context.Context, spec string) ([]*Env, error) {
 // OpenPrefix is Open with the given key prefix instead of a random one, so
 // several processes can work on the same keys.
 func OpenPrefix(ctx context.Context, spec, prefix string) ([]*Env, error) {
-	switch {
-	case spec == "":
+	u, err := storeurl.Parse(spec)
+	if err != nil {
+		return nil, fmt.Errorf("lab: %w", err)
+	}
+	switch u.Kind {
+	case storeurl.Embedded:
 		sq, err := OpenSQLite(ctx, "", prefix)
 		if err != nil {
 			return nil, err
@@ -55,18 +60,17 @@ func OpenPrefix(ctx context.Context, spec, prefix string) ([]*Env, error) {
 			return nil, err
 		}
 		return []*Env{sq, mem}, nil
-	case spec == "memory":
+	case storeurl.Memory:
 		return one(OpenMemory(prefix))
-	case strings.HasPrefix(spec, "sqlite:"):
-		return one(OpenSQLite(ctx, strings.TrimPrefix(strings.TrimPrefix(spec, "sqlite:"), "//"), prefix))
-	case strings.HasPrefix(spec, "redis://"), strings.HasPrefix(spec, "rediss://"):
-		return one(OpenRedis(ctx, spec, prefix))
-	case strings.HasPrefix(spec, "postgres://"), strings.HasPrefix(spec, "postgresql://"):
-		return one(OpenPostgres(ctx, spec, prefix))
-	case strings.HasPrefix(spec, "etcd://"):
-		return one(OpenEtcd(ctx, spec, prefix))
+	case storeurl.SQLite:
+		return one(OpenSQLite(ctx, u.Path, prefix))
+	case storeurl.Redis:
+		return one(OpenRedis(ctx, u.URL, prefix))
+	case storeurl.Postgres:
+		return one(OpenPostgres(ctx, u.URL, prefix))
+	default: // storeurl.Etcd
+		return one(openEtcd(ctx, u, prefix))
 	}
-	return nil, fmt.Errorf("lab: unknown store %q: want memory, sqlite:PATH, redis://…, postgres://… or etcd://…", spec)
 }
 
 func one(e *Env, err error) ([]*Env, error) {
@@ -133,9 +137,12 @@ func OpenSQLite(ctx context.Context, path, prefix string) (*Env, error) {
 
 // OpenRedis prepares Redis or Redis Cluster at url.
 func OpenRedis(ctx context.Context, u, prefix string) (*Env, error) {
+	if _, err := storeurl.Parse(u); err != nil {
+		return nil, fmt.Errorf("lab: %w", err)
+	}
 	opt, err := rueidis.ParseURL(u)
 	if err != nil {
-		return nil, fmt.Errorf("lab: %w", err)
+		return nil, fmt.Errorf("lab: redis %s: the URL does not parse", redactURL(u))
 	}
 	opt.DisableRetry = true
 	c, err := rueidis.NewClient(opt)
@@ -194,15 +201,18 @@ func OpenPostgres(ctx context.Context, u, prefix string) (*Env, error) {
 
 // OpenEtcd prepares etcd at etcd://host:port[,host:port].
 func OpenEtcd(ctx context.Context, u, prefix string) (*Env, error) {
-	var eps []string
-	for _, hp := range strings.Split(strings.TrimPrefix(u, "etcd://"), ",") {
-		if hp = strings.TrimSuffix(hp, "/"); hp != "" {
-			eps = append(eps, "http://"+hp)
-		}
+	spec, err := storeurl.Parse(u)
+	if err == nil && spec.Kind != storeurl.Etcd {
+		err = fmt.Errorf("%w: not an etcd URL", storeurl.ErrInvalid)
 	}
-	if len(eps) == 0 {
-		return nil, fmt.Errorf("lab: no etcd endpoints in %q", u)
+	if err != nil {
+		return nil, fmt.Errorf("lab: %w", err)
 	}
+	return openEtcd(ctx, spec, prefix)
+}
+
+func openEtcd(ctx context.Context, u storeurl.Spec, prefix string) (*Env, error) {
+	eps := u.Endpoints
 	c, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second})
 	if err != nil {
 		return nil, fmt.Errorf("lab: etcd: %w", err)

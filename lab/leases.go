@@ -73,7 +73,10 @@ func b01(b bool) string { return map[bool]string{false: "0", true: "1"}[b] }
 // frees it (A is paused: it neither renews nor releases), then gives it to B
 // for bTTL.
 func expiredThenTaken(ctx context.Context, env *Env, key string, aTTL, bTTL time.Duration) (a, b *lease.Lease, err error) {
-	lk := lease.New(env.Leases, nil)
+	lk, err := lease.New(env.Leases, nil)
+	if err != nil {
+		return nil, nil, err
+	}
 	if a, err = lk.TryAcquire(ctx, key, aTTL); err != nil {
 		return nil, nil, fmt.Errorf("A acquire: %w", err)
 	}
@@ -264,7 +267,11 @@ func releasePath(ctx context.Context, env *Env) ([]KV, error) {
 
 func luaRelease(ctx context.Context, env *Env) ([]KV, []KV, error) {
 	key := env.Key("lua-release")
-	l, err := lease.New(env.Leases, nil).TryAcquire(ctx, key, 10*time.Second)
+	lk, err := lease.New(env.Leases, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	l, err := lk.TryAcquire(ctx, key, 10*time.Second)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -285,7 +292,11 @@ func fixedLeaseExpires(ctx context.Context, env *Env) ([]KV, []KV, error) {
 	// tryLock(1, 2, SECONDS), then three seconds of work.
 	wait, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	l, err := lease.New(env.Leases, nil).Acquire(wait, key, 2*time.Second)
+	lk, err := lease.New(env.Leases, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	l, err := lk.Acquire(wait, key, 2*time.Second)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -300,7 +311,11 @@ func fixedLeaseExpires(ctx context.Context, env *Env) ([]KV, []KV, error) {
 func keepaliveHolds(ctx context.Context, env *Env) ([]KV, []KV, error) {
 	key := env.Key("keepalive-holds")
 	var owner bool
-	err := lease.New(env.Leases, nil).Do(ctx, key, 2*time.Second, func(ctx context.Context, l *lease.Lease) error {
+	lk, err := lease.New(env.Leases, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	err = lk.Do(ctx, key, 2*time.Second, func(ctx context.Context, l *lease.Lease) error {
 		if err := pause(ctx, 3*time.Second); err != nil {
 			return err
 		}
@@ -335,7 +350,10 @@ func fenceFromCounter(ctx context.Context, env *Env) ([]KV, []KV, error) {
 	key := env.Key("fence-from-counter")
 	// Two tenures minted by the store: the older one released, the newer
 	// one granted afterwards.
-	lk := lease.New(env.Leases, nil)
+	lk, err := lease.New(env.Leases, nil)
+	if err != nil {
+		return nil, nil, err
+	}
 	a, err := lk.TryAcquire(ctx, key, 10*time.Second)
 	if err != nil {
 		return nil, nil, err

@@ -13,7 +13,10 @@ import (
 func Example() {
 	ctx := context.Background()
 	db := memstore.New(nil)
-	locker := lease.New(db.Leases(), nil)
+	locker, err := lease.New(db.Leases(), nil)
+	if err != nil {
+		panic(err)
+	}
 
 	l, err := locker.TryAcquire(ctx, "report:tenant-42", 10*time.Second)
 	if err != nil {
@@ -36,11 +39,14 @@ func Example() {
 func ExampleLocker_Do() {
 	ctx := context.Background()
 	db := memstore.New(nil)
-	locker := lease.New(db.Leases(), nil)
+	locker, err := lease.New(db.Leases(), nil)
+	if err != nil {
+		panic(err)
+	}
 
 	// Do waits for the key, renews the lease every ttl/3 while fn runs, and
 	// cancels fn's context before the lease could expire.
-	err := locker.Do(ctx, "nightly-settlement", 5*time.Second, func(ctx context.Context, l *lease.Lease) error {
+	err = locker.Do(ctx, "nightly-settlement", 5*time.Second, func(ctx context.Context, l *lease.Lease) error {
 		return db.FencedSet(ctx, "ledger", l.Fence(), []byte("settled"))
 	})
 	v, _, _ := db.FencedGet(ctx, "ledger")

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/tenurekit/tenure/internal/secret"
 )
 
 // errReleased is the Err of a lease its holder released.
@@ -22,7 +24,7 @@ var errReleased = fmt.Errorf("%w: released", ErrNotHeld)
 type Lease struct {
 	lk    *Locker
 	key   string
-	token string
+	token secret.Text // unprintable through fmt, slog and encoders, even when a Lease is printed by value
 	ttl   time.Duration
 	fence uint64
 
@@ -36,7 +38,7 @@ type Lease struct {
 }
 
 func (lk *Locker) newLease(key, token string, ttl time.Duration, g Grant, sent time.Time) *Lease {
-	l := &Lease{lk: lk, key: key, token: token, ttl: ttl, fence: g.Fence, done: make(chan struct{})}
+	l := &Lease{lk: lk, key: key, token: secret.New(token), ttl: ttl, fence: g.Fence, done: make(chan struct{})}
 	l.until = sent.Add(g.TTL - lk.margin(g.TTL))
 	l.mu.Lock() // the timer may fire before it is assigned
 	l.timer = time.AfterFunc(time.Until(l.until), l.checkValidity)
@@ -49,7 +51,7 @@ func (l *Lease) Key() string { return l.key }
 
 // Token returns the secret random token of this tenure. Guards that check the
 // current holder need it; never log it.
-func (l *Lease) Token() string { return l.token }
+func (l *Lease) Token() string { return l.token.Reveal() }
 
 // Fence returns the fencing token: strictly greater than every fence granted
 // for the key before this tenure.
@@ -100,7 +102,7 @@ func (l *Lease) Renew(ctx context.Context) error {
 		return err
 	}
 	sent := time.Now()
-	g, err := l.lk.store.Renew(ctx, l.key, l.token, l.ttl)
+	g, err := l.lk.store.Renew(ctx, l.key, l.token.Reveal(), l.ttl)
 	if errors.Is(err, ErrNotHeld) {
 		return l.end(fmt.Errorf("%w: %w", ErrLost, err))
 	}
@@ -134,7 +136,7 @@ func (l *Lease) Release(ctx context.Context) error {
 		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), l.lk.o.ReleaseTimeout)
 		defer cancel()
 	}
-	err := l.lk.releaseToken(ctx, l.key, l.token)
+	err := l.lk.releaseToken(ctx, l.key, l.token.Reveal())
 	l.end(errReleased)
 	return err
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -16,11 +17,11 @@ import (
 type Options struct {
 	// DriftFactor is the share of a grant's TTL subtracted from the client's
 	// validity to allow for clock rate differences between client and store.
-	// Default 0.01.
+	// It must be in [0, 0.5); default 0.01.
 	DriftFactor float64
 	// Margin is a fixed time subtracted from the client's validity on top of
 	// DriftFactor, so that Done closes before the store expires the lease.
-	// Default 2ms.
+	// Default 2ms; negative is an error.
 	Margin time.Duration
 	// RetryMin and RetryMax bound the jittered exponential backoff of
 	// Acquire while another holder has the key. A waiter never sleeps past
@@ -46,35 +47,62 @@ type Locker struct {
 	log   *slog.Logger
 }
 
-// New returns a Locker on s. o may be nil for the defaults.
-func New(s Store, o *Options) *Locker {
+// New returns a Locker on s. o may be nil for the defaults. A nil store or
+// an option out of range (a negative duration or count, a DriftFactor that
+// is not a number in [0, 0.5)) is an error wrapping ErrInvalid.
+func New(s Store, o *Options) (*Locker, error) {
+	if s == nil {
+		return nil, fmt.Errorf("%w: nil store", ErrInvalid)
+	}
 	l := &Locker{store: s}
 	if o != nil {
 		l.o = *o
 	}
-	if l.o.DriftFactor <= 0 {
+	if err := l.o.validate(); err != nil {
+		return nil, err
+	}
+	if l.o.DriftFactor == 0 {
 		l.o.DriftFactor = 0.01
 	}
-	if l.o.Margin <= 0 {
+	if l.o.Margin == 0 {
 		l.o.Margin = 2 * time.Millisecond
 	}
-	if l.o.RetryMin <= 0 {
+	if l.o.RetryMin == 0 {
 		l.o.RetryMin = 5 * time.Millisecond
 	}
-	if l.o.RetryMax < l.o.RetryMin {
+	if l.o.RetryMax == 0 {
 		l.o.RetryMax = max(500*time.Millisecond, l.o.RetryMin)
 	}
-	if l.o.Attempts <= 0 {
+	if l.o.Attempts == 0 {
 		l.o.Attempts = 3
 	}
-	if l.o.ReleaseTimeout <= 0 {
+	if l.o.ReleaseTimeout == 0 {
 		l.o.ReleaseTimeout = 5 * time.Second
 	}
 	l.log = l.o.Logger
 	if l.log == nil {
 		l.log = slog.New(slog.DiscardHandler)
 	}
-	return l
+	return l, nil
+}
+
+// validate refuses option values out of range; zero means the default.
+func (o *Options) validate() error {
+	switch {
+	case math.IsNaN(o.DriftFactor) || o.DriftFactor < 0 || o.DriftFactor >= 0.5:
+		return fmt.Errorf("%w: DriftFactor %v must be in [0, 0.5)", ErrInvalid, o.DriftFactor)
+	case o.Margin < 0:
+		return fmt.Errorf("%w: negative Margin %v", ErrInvalid, o.Margin)
+	case o.RetryMin < 0 || o.RetryMax < 0:
+		return fmt.Errorf("%w: negative RetryMin or RetryMax", ErrInvalid)
+	case o.RetryMax != 0 && o.RetryMax < o.RetryMin:
+		return fmt.Errorf("%w: RetryMax %v is below RetryMin %v", ErrInvalid, o.RetryMax, o.RetryMin)
+	case o.Attempts < 0:
+		return fmt.Errorf("%w: negative Attempts %d", ErrInvalid, o.Attempts)
+	case o.ReleaseTimeout < 0:
+		return fmt.Errorf("%w: negative ReleaseTimeout %v", ErrInvalid, o.ReleaseTimeout)
+	}
+	return nil
 }
 
 // Store returns the store the Locker was made with.
@@ -156,10 +184,22 @@ func (lk *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (*
 // error, if any): work done after the loss may have overlapped with another
 // holder, which is why writes should pass the lease's fence to a guard.
 func (lk *Locker) Do(ctx context.Context, key string, ttl time.Duration, fn func(ctx context.Context, l *Lease) error) error {
+	if fn == nil {
+		return fmt.Errorf("%w: nil function", ErrInvalid)
+	}
 	l, err := lk.Acquire(ctx, key, ttl)
 	if err != nil {
 		return err
 	}
+	return lk.hold(ctx, l, fn)
+}
+
+// hold keeps l alive while fn runs with a context that ends with the lease,
+// then releases l. However fn ends (a return, a panic, runtime.Goexit) the
+// keep-alive stops and the lease is released before hold returns or the
+// panic goes on up the stack, so a caller that recovers the panic (as
+// net/http does for handlers) leaves no lease renewed behind it.
+func (lk *Locker) hold(ctx context.Context, l *Lease, fn func(ctx context.Context, l *Lease) error) error {
 	fnCtx, cancel := context.WithCancelCause(ctx)
 	// fn's context ends the moment the lease does, whatever the renewal
 	// loop is doing.
@@ -174,20 +214,33 @@ func (lk *Locker) Do(ctx context.Context, key string, ttl time.Duration, fn func
 	})
 	wg.Go(func() { lk.keepAlive(fnCtx, l, stop) })
 
+	finish := func() error {
+		close(stop)
+		wg.Wait()
+		cancel(context.Canceled)
+		lost := l.lostErr()
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), lk.o.ReleaseTimeout)
+		defer rcancel()
+		if rerr := l.Release(rctx); rerr != nil && lost == nil && !errors.Is(rerr, ErrNotHeld) {
+			lk.log.WarnContext(ctx, "lease: release after Do failed; the lease expires on its own", "key", l.key, "err", rerr)
+		}
+		if lost == nil {
+			lost = l.lostErr() // validity may have run out during release
+		}
+		return lost
+	}
+	returned := false
+	defer func() {
+		if !returned {
+			// fn panicked or called runtime.Goexit: end the tenure, and let
+			// the panic go on with its own stack.
+			finish()
+		}
+	}()
 	fnErr := fn(fnCtx, l)
+	returned = true
 
-	close(stop)
-	wg.Wait()
-	cancel(context.Canceled)
-	lost := l.lostErr()
-	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), lk.o.ReleaseTimeout)
-	defer rcancel()
-	if rerr := l.Release(rctx); rerr != nil && lost == nil && !errors.Is(rerr, ErrNotHeld) {
-		lk.log.WarnContext(ctx, "lease: release after Do failed; the lease expires on its own", "key", key, "err", rerr)
-	}
-	if lost == nil {
-		lost = l.lostErr() // validity may have run out during release
-	}
+	lost := finish()
 	switch {
 	case lost != nil && fnErr != nil:
 		return fmt.Errorf("%w while running: %w", lost, fnErr)

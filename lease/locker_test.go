@@ -3,9 +3,13 @@ package lease_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
+	"reflect"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -13,6 +17,7 @@ import (
 	"time"
 
 	"github.com/tenurekit/tenure/lease"
+	"github.com/tenurekit/tenure/lease/leasetest"
 	"github.com/tenurekit/tenure/store/memstore"
 )
 
@@ -23,7 +28,7 @@ import (
 func TestValidityEndsBeforeStoreExpiry(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := memstore.New(nil).Leases()
-		lk := lease.New(s, nil)
+		lk := leasetest.NewLocker(t, s, nil)
 		start := time.Now()
 		l, err := lk.TryAcquire(t.Context(), "k", time.Second)
 		if err != nil {
@@ -49,7 +54,7 @@ func TestValidityEndsBeforeStoreExpiry(t *testing.T) {
 
 func TestRenewMovesValidity(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		lk := lease.New(memstore.New(nil).Leases(), nil)
+		lk := leasetest.NewLocker(t, memstore.New(nil).Leases(), nil)
 		l, err := lk.TryAcquire(t.Context(), "k", time.Second)
 		if err != nil {
 			t.Fatal(err)
@@ -74,7 +79,7 @@ func TestRenewMovesValidity(t *testing.T) {
 
 func TestAcquireWaitsForHolder(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		lk := lease.New(memstore.New(nil).Leases(), nil)
+		lk := leasetest.NewLocker(t, memstore.New(nil).Leases(), nil)
 		a, err := lk.TryAcquire(t.Context(), "k", time.Second)
 		if err != nil {
 			t.Fatal(err)
@@ -96,7 +101,7 @@ func TestAcquireWaitsForHolder(t *testing.T) {
 
 func TestAcquireGivesUpWithContext(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		lk := lease.New(memstore.New(nil).Leases(), nil)
+		lk := leasetest.NewLocker(t, memstore.New(nil).Leases(), nil)
 		if _, err := lk.TryAcquire(t.Context(), "k", time.Minute); err != nil {
 			t.Fatal(err)
 		}
@@ -115,7 +120,7 @@ func TestAcquireGivesUpWithContext(t *testing.T) {
 
 func TestTryAcquireHeld(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		lk := lease.New(memstore.New(nil).Leases(), nil)
+		lk := leasetest.NewLocker(t, memstore.New(nil).Leases(), nil)
 		if _, err := lk.TryAcquire(t.Context(), "k", 10*time.Second); err != nil {
 			t.Fatal(err)
 		}
@@ -131,7 +136,7 @@ func TestTryAcquireHeld(t *testing.T) {
 func TestDoKeepsAliveAndReleases(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := memstore.New(nil).Leases()
-		lk := lease.New(s, nil)
+		lk := leasetest.NewLocker(t, s, nil)
 		var fence uint64
 		err := lk.Do(t.Context(), "k", time.Second, func(ctx context.Context, l *lease.Lease) error {
 			fence = l.Fence()
@@ -160,7 +165,7 @@ func TestDoReturnsFnError(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := memstore.New(nil).Leases()
 		boom := errors.New("boom")
-		err := lease.New(s, nil).Do(t.Context(), "k", time.Second, func(context.Context, *lease.Lease) error { return boom })
+		err := leasetest.NewLocker(t, s, nil).Do(t.Context(), "k", time.Second, func(context.Context, *lease.Lease) error { return boom })
 		if err != boom {
 			t.Fatalf("Do = %v, want fn's error", err)
 		}
@@ -198,7 +203,7 @@ func TestLostReplyReconciledWithSameToken(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &faulty{Store: memstore.New(nil).Leases()}
 		f.dropAcquires.Store(2)
-		l, err := lease.New(f, nil).TryAcquire(t.Context(), "k", time.Second)
+		l, err := leasetest.NewLocker(t, f, nil).TryAcquire(t.Context(), "k", time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -216,7 +221,7 @@ func TestUnknownAcquireCleansUp(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &faulty{Store: memstore.New(nil).Leases()}
 		f.dropAcquires.Store(100)
-		_, err := lease.New(f, nil).TryAcquire(t.Context(), "k", time.Minute)
+		_, err := leasetest.NewLocker(t, f, nil).TryAcquire(t.Context(), "k", time.Minute)
 		if !errors.Is(err, lease.ErrUnavailable) {
 			t.Fatalf("err = %v, want ErrUnavailable", err)
 		}
@@ -231,7 +236,7 @@ func TestUnknownAcquireCleansUp(t *testing.T) {
 func TestDoCancelsWhenRenewalFails(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &faulty{Store: memstore.New(nil).Leases()}
-		lk := lease.New(f, &lease.Options{ReleaseTimeout: time.Second})
+		lk := leasetest.NewLocker(t, f, &lease.Options{ReleaseTimeout: time.Second})
 		start := time.Now()
 		boom := errors.New("fn saw cancellation")
 		err := lk.Do(t.Context(), "k", time.Second, func(ctx context.Context, l *lease.Lease) error {
@@ -253,20 +258,52 @@ func TestDoCancelsWhenRenewalFails(t *testing.T) {
 
 func TestTokenNeverPrinted(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		lk := lease.New(memstore.New(nil).Leases(), nil)
+		lk := leasetest.NewLocker(t, memstore.New(nil).Leases(), nil)
 		l, err := lk.TryAcquire(t.Context(), "k", time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var buf bytes.Buffer
-		slog.New(slog.NewJSONHandler(&buf, nil)).Info("got", "lease", l)
-		slog.New(slog.NewTextHandler(&buf, nil)).Info("got", "lease", l)
-		fmt.Fprintf(&buf, "%v %s %+v %#v %q", l, l, l, l, l)
-		out := buf.String()
-		if strings.Contains(out, l.Token()) {
-			t.Fatalf("token printed: %s", out)
+		// A Lease printed by value (through reflection, as fmt does for a
+		// copy or a field it cannot call methods on), by pointer, and nested
+		// in exported and unexported fields of a caller's structs.
+		byValue := reflect.ValueOf(l).Elem().Interface()
+		type holder struct {
+			name  string
+			lease any
 		}
-		if !strings.Contains(out, `"fence"`) || !strings.Contains(out, "REDACTED") {
+		type Exported struct {
+			Lease *lease.Lease
+			in    holder
+		}
+		values := map[string]any{
+			"pointer":           l,
+			"value":             byValue,
+			"unexported field":  holder{"h", byValue},
+			"pointer field":     holder{"h", l},
+			"exported field":    Exported{Lease: l, in: holder{"h", byValue}},
+			"pointer to struct": &Exported{Lease: l, in: holder{"h", byValue}},
+			"slice of values":   []any{byValue},
+			"map of unexported": map[string]holder{"k": {"h", byValue}},
+		}
+		var buf bytes.Buffer
+		for name, v := range values {
+			buf.Reset()
+			slog.New(slog.NewJSONHandler(&buf, nil)).Info("got", "lease", v)
+			slog.New(slog.NewTextHandler(&buf, nil)).Info("got", "lease", v)
+			for _, verb := range []string{"%v", "%s", "%+v", "%#v", "%q", "%x", "%d"} {
+				fmt.Fprintf(&buf, verb+"\n", v)
+			}
+			if b, err := json.Marshal(v); err == nil {
+				buf.Write(b)
+			}
+			if out := buf.String(); strings.Contains(out, l.Token()) || strings.Contains(out, fmt.Sprintf("%x", l.Token())) {
+				t.Errorf("%s: token printed: %s", name, out)
+			}
+		}
+		buf.Reset()
+		fmt.Fprintf(&buf, "%v", l)
+		slog.New(slog.NewJSONHandler(&buf, nil)).Info("got", "lease", l)
+		if out := buf.String(); !strings.Contains(out, `"fence"`) || !strings.Contains(out, "REDACTED") {
 			t.Fatalf("unexpected output: %s", out)
 		}
 		if len(l.Token()) < 22 {
@@ -275,10 +312,81 @@ func TestTokenNeverPrinted(t *testing.T) {
 	})
 }
 
+// A panic in Do's function, recovered by the caller as net/http does for a
+// handler, must not leave the lease renewed by the keep-alive: Do releases
+// it before the panic goes on.
+func TestDoPanicReleases(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := memstore.New(nil).Leases()
+		lk := leasetest.NewLocker(t, s, nil)
+		var got any
+		func() {
+			defer func() { got = recover() }()
+			lk.Do(t.Context(), "k", time.Second, func(context.Context, *lease.Lease) error {
+				panic("boom")
+			})
+		}()
+		if got != "boom" {
+			t.Fatalf("recovered %v, want the function's panic value", got)
+		}
+		info, err := s.Inspect(t.Context(), "k")
+		if err != nil || info.Held {
+			t.Fatalf("after the panic the key is %+v (%v), want released", info, err)
+		}
+		// Long after: nothing renews it behind the caller's back.
+		time.Sleep(5 * time.Second)
+		if _, err := lk.TryAcquire(t.Context(), "k", time.Second); err != nil {
+			t.Fatalf("another caller cannot take the key after the panic: %v", err)
+		}
+		// runtime.Goexit (t.FailNow in fn) ends the tenure the same way.
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			lk.Do(context.Background(), "g", time.Second, func(context.Context, *lease.Lease) error {
+				runtime.Goexit()
+				return nil
+			})
+		}()
+		<-done
+		if info, err := s.Inspect(t.Context(), "g"); err != nil || info.Held {
+			t.Fatalf("after Goexit the key is %+v (%v), want released", info, err)
+		}
+	})
+}
+
+func TestBadInputRefused(t *testing.T) {
+	s := memstore.New(nil).Leases()
+	if _, err := lease.New(nil, nil); !errors.Is(err, lease.ErrInvalid) {
+		t.Fatalf("New(nil) = %v, want ErrInvalid", err)
+	}
+	for name, o := range map[string]lease.Options{
+		"NaN drift":          {DriftFactor: math.NaN()},
+		"infinite drift":     {DriftFactor: math.Inf(1)},
+		"negative drift":     {DriftFactor: -0.1},
+		"drift of one half":  {DriftFactor: 0.5},
+		"negative margin":    {Margin: -time.Millisecond},
+		"negative retry min": {RetryMin: -time.Millisecond},
+		"retry max < min":    {RetryMin: time.Second, RetryMax: time.Millisecond},
+		"negative attempts":  {Attempts: -1},
+		"negative release":   {ReleaseTimeout: -time.Second},
+	} {
+		if lk, err := lease.New(s, &o); !errors.Is(err, lease.ErrInvalid) || lk != nil {
+			t.Errorf("%s: New = %v, %v; want ErrInvalid", name, lk, err)
+		}
+	}
+	lk := leasetest.NewLocker(t, s, &lease.Options{DriftFactor: 0.2, Margin: time.Millisecond})
+	if err := lk.Do(t.Context(), "k", time.Second, nil); !errors.Is(err, lease.ErrInvalid) {
+		t.Fatalf("Do(nil fn) = %v, want ErrInvalid", err)
+	}
+	if info, err := s.Inspect(t.Context(), "k"); err != nil || info.Held || info.Fence != 0 {
+		t.Fatalf("Do(nil fn) wrote: %+v %v", info, err)
+	}
+}
+
 func TestReleaseEndsLease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := memstore.New(nil).Leases()
-		l, err := lease.New(s, nil).TryAcquire(t.Context(), "k", time.Second)
+		l, err := leasetest.NewLocker(t, s, nil).TryAcquire(t.Context(), "k", time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -293,7 +401,7 @@ func TestReleaseEndsLease(t *testing.T) {
 			t.Fatalf("second Release = %v, want ErrNotHeld", err)
 		}
 		// A cancelled context still releases.
-		l2, _ := lease.New(s, nil).TryAcquire(t.Context(), "k", time.Second)
+		l2, _ := leasetest.NewLocker(t, s, nil).TryAcquire(t.Context(), "k", time.Second)
 		ctx, cancel := context.WithCancel(t.Context())
 		cancel()
 		if err := l2.Release(ctx); err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/tenurekit/tenure/internal/testenv"
 	"github.com/tenurekit/tenure/lab"
 	"github.com/tenurekit/tenure/lease"
+	"github.com/tenurekit/tenure/lease/leasetest"
 )
 
 func TestMain(m *testing.M) {
@@ -47,7 +48,12 @@ func holder() int {
 	}
 	env := envs[0]
 	defer env.Close()
-	l, err := lease.New(env.Leases, nil).TryAcquire(ctx, key, ttl)
+	lk, err := lease.New(env.Leases, nil)
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	l, err := lk.TryAcquire(ctx, key, ttl)
 	if err != nil {
 		fmt.Println("error", err)
 		return 1
@@ -122,7 +128,7 @@ func trial(t *testing.T, env *lab.Env, spec, mode string, i int, ttl time.Durati
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	b, err := lease.New(env.Leases, nil).TryAcquire(ctx, env.Key(key), 30*time.Second)
+	b, err := leasetest.NewLocker(t, env.Leases, nil).TryAcquire(ctx, env.Key(key), 30*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -189,8 +189,8 @@ func testInvalidInput(t *testing.T, tg Target) {
 		{"release empty token", func() error { return s.Release(ctx, k, "") }},
 		{"release long key", func() error { return s.Release(ctx, long, tok) }},
 		{"inspect empty key", func() error { _, err := s.Inspect(ctx, ""); return err }},
-		{"locker zero ttl", func() error { _, err := lease.New(s, nil).TryAcquire(ctx, k, 0); return err }},
-		{"locker long key", func() error { _, err := lease.New(s, nil).TryAcquire(ctx, long, time.Second); return err }},
+		{"locker zero ttl", func() error { _, err := NewLocker(t, s, nil).TryAcquire(ctx, k, 0); return err }},
+		{"locker long key", func() error { _, err := NewLocker(t, s, nil).TryAcquire(ctx, long, time.Second); return err }},
 	}
 	for _, c := range cases {
 		err := c.call()
@@ -286,7 +286,7 @@ func testFencesIncrease(t *testing.T, tg Target) {
 		waitFree(t, tg.Direct, k, 10*tg.Unit+5*time.Second)
 	}
 	// Through the Locker, across holders.
-	lk := lease.New(tg.Store, nil)
+	lk := NewLocker(t, tg.Store, nil)
 	for i := 0; i < 3; i++ {
 		l, err := lk.TryAcquire(ctx, k, 10*time.Second)
 		if err != nil {
@@ -375,7 +375,7 @@ func testRenewAfterExpiry(t *testing.T, tg Target) {
 func testPausedHolder(t *testing.T, tg Target) {
 	ctx := ctxT(t)
 	k := key(t, "k")
-	lk := lease.New(tg.Store, nil)
+	lk := NewLocker(t, tg.Store, nil)
 	a, err := lk.TryAcquire(ctx, k, tg.Unit)
 	if err != nil {
 		t.Fatal(err)
@@ -417,7 +417,7 @@ func testPausedHolder(t *testing.T, tg Target) {
 // story against the store's own guard, and the negative control.
 func testGuardRejectsLateWrite(t *testing.T, tg Target) {
 	ctx := ctxT(t)
-	lk := lease.New(tg.Store, nil)
+	lk := NewLocker(t, tg.Store, nil)
 	const trials = 10
 	ttl := tg.Unit
 	for i := 0; i < trials; i++ {
@@ -468,7 +468,7 @@ func testDoneBeforeStoreExpiry(t *testing.T, tg Target) {
 	ctx := ctxT(t)
 	for i := 0; i < 3; i++ {
 		k := key(t, fmt.Sprint(i))
-		l, err := lease.New(tg.Store, nil).TryAcquire(ctx, k, tg.Unit)
+		l, err := NewLocker(t, tg.Store, nil).TryAcquire(ctx, k, tg.Unit)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -489,7 +489,7 @@ func testDoKeepsAlive(t *testing.T, tg Target) {
 	ctx := ctxT(t)
 	k := key(t, "k")
 	var fenceSeen uint64
-	err := lease.New(tg.Store, nil).Do(ctx, k, tg.Unit, func(ctx context.Context, l *lease.Lease) error {
+	err := NewLocker(t, tg.Store, nil).Do(ctx, k, tg.Unit, func(ctx context.Context, l *lease.Lease) error {
 		fenceSeen = l.Fence()
 		end := time.Now().Add(4 * tg.Unit)
 		for time.Now().Before(end) {
@@ -516,7 +516,7 @@ func testDoLoses(t *testing.T, tg Target) {
 	k := key(t, "k")
 	var cause error
 	var cancelledBy, validUntil time.Time
-	lk := lease.New(tg.Store, &lease.Options{ReleaseTimeout: time.Second})
+	lk := NewLocker(t, tg.Store, &lease.Options{ReleaseTimeout: time.Second})
 	err := lk.Do(ctx, k, tg.Unit, func(ctx context.Context, l *lease.Lease) error {
 		tg.Faults.Cut()
 		select {
@@ -622,7 +622,7 @@ func testCancelledAcquire(t *testing.T, tg Target) {
 	tg.Faults.DropReplies()
 	ctx, cancel := context.WithCancel(t.Context())
 	time.AfterFunc(300*time.Millisecond, cancel)
-	lk := lease.New(tg.Store, &lease.Options{ReleaseTimeout: 20 * time.Second})
+	lk := NewLocker(t, tg.Store, &lease.Options{ReleaseTimeout: 20 * time.Second})
 	l, err := lk.TryAcquire(ctx, k, ttl)
 	if err == nil {
 		t.Fatalf("TryAcquire without reply succeeded: %v", l)
@@ -675,4 +675,14 @@ func testRestart(t *testing.T, tg Target) {
 			t.Fatalf("fence %d after restart not above %d granted before", g.Fence, c.last)
 		}
 	}
+}
+
+// NewLocker returns NewLocker(t, s, o), failing t if the options are refused.
+func NewLocker(t testing.TB, s lease.Store, o *lease.Options) *lease.Locker {
+	t.Helper()
+	lk, err := lease.New(s, o)
+	if err != nil {
+		t.Fatalf("lease.New: %v", err)
+	}
+	return lk
 }

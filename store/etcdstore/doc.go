@@ -3,7 +3,7 @@
 //
 //	c, _ := clientv3.New(clientv3.Config{Endpoints: []string{"http://127.0.0.1:2379"}})
 //	es := etcdstore.New(c, nil)
-//	locker := lease.New(es.Leases(), nil)
+//	locker, err := lease.New(es.Leases(), nil)
 //
 // # Keys
 //

@@ -15,6 +15,7 @@ import (
 	"github.com/tenurekit/tenure/fence"
 	"github.com/tenurekit/tenure/internal/testenv"
 	"github.com/tenurekit/tenure/lease"
+	"github.com/tenurekit/tenure/lease/leasetest"
 	"github.com/tenurekit/tenure/store/etcdstore"
 )
 
@@ -86,7 +87,7 @@ func TestTTLRoundedUpToWhatEtcdGrants(t *testing.T) {
 	}
 
 	// The Locker's validity follows the TTL really granted.
-	lk := lease.New(es.Leases(), nil)
+	lk := leasetest.NewLocker(t, es.Leases(), nil)
 	before := time.Now()
 	l, err := lk.TryAcquire(ctx, "k3", 100*time.Millisecond)
 	after := time.Now()
@@ -105,7 +106,7 @@ func TestCompareInCallersTxn(t *testing.T) {
 	c, es, prefix, unit := shared(t)
 	ctx := ctxT(t)
 	app := prefix + "app/value"
-	lk := lease.New(es.Leases(), nil)
+	lk := leasetest.NewLocker(t, es.Leases(), nil)
 	write := func(l *lease.Lease, v string) bool {
 		t.Helper()
 		resp, err := c.Txn(ctx).If(es.Compare(l)).Then(clientv3.OpPut(app, v)).Commit()
@@ -396,7 +397,7 @@ func TestInvalidInputGrantsNoLease(t *testing.T) {
 		"release NUL key":    func() error { return s.Release(ctx, "a\x00", tok) },
 		"inspect empty key":  func() error { _, err := s.Inspect(ctx, ""); return err },
 		"fenced put no name": func() error { return es.FencedPut(ctx, "", "v", 5) },
-		"locker zero ttl":    func() error { _, err := lease.New(s, nil).TryAcquire(ctx, "k", 0); return err },
+		"locker zero ttl":    func() error { _, err := leasetest.NewLocker(t, s, nil).TryAcquire(ctx, "k", 0); return err },
 	}
 	for name, call := range calls {
 		if err := call(); !errors.Is(err, lease.ErrInvalid) {
@@ -445,7 +446,7 @@ func TestUnavailable(t *testing.T) {
 			return err
 		},
 		"locker": func(ctx context.Context) error {
-			_, err := lease.New(s, nil).TryAcquire(ctx, "k", time.Minute)
+			_, err := leasetest.NewLocker(t, s, nil).TryAcquire(ctx, "k", time.Minute)
 			return err
 		},
 	}

@@ -25,7 +25,10 @@ func Example() {
 	}
 	defer c.Close()
 	es := etcdstore.New(c, nil) // keys under "tenure/"
-	locker := lease.New(es.Leases(), nil)
+	locker, err := lease.New(es.Leases(), nil)
+	if err != nil {
+		log.Fatal(err)
+	}
 
 	err = locker.Do(ctx, "jobs/nightly-report", 10*time.Second, func(ctx context.Context, l *lease.Lease) error {
 		// A max-fence guard on a value kept in etcd.

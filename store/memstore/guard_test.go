@@ -7,6 +7,7 @@ import (
 
 	"github.com/tenurekit/tenure/fence"
 	"github.com/tenurekit/tenure/lease"
+	"github.com/tenurekit/tenure/lease/leasetest"
 	"github.com/tenurekit/tenure/store/memstore"
 )
 
@@ -42,7 +43,7 @@ func TestHolderSetClosesTheTTLBlindWindow(t *testing.T) {
 	s := memstore.New(&memstore.Options{Clock: func() time.Time { return now }})
 	// The Locker measures validity on the real clock; only the store's
 	// judgement matters here.
-	lk := lease.New(s.Leases(), nil)
+	lk := leasetest.NewLocker(t, s.Leases(), nil)
 	a, err := lk.TryAcquire(ctx, "k", time.Second)
 	if err != nil {
 		t.Fatal(err)

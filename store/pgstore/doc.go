@@ -3,7 +3,7 @@
 //
 //	db := pgstore.New(pool, nil) // *pgxpool.Pool; Options.Schema defaults to "tenure"
 //	if err := db.Migrate(ctx); err != nil { … }
-//	locker := lease.New(db.Leases(), nil)
+//	locker, err := lease.New(db.Leases(), nil)
 //
 // # Tables
 //

@@ -30,7 +30,10 @@ func Example() {
 	if err := db.Migrate(ctx); err != nil {
 		log.Fatal(err)
 	}
-	locker := lease.New(db.Leases(), nil)
+	locker, err := lease.New(db.Leases(), nil)
+	if err != nil {
+		log.Fatal(err)
+	}
 
 	err = locker.Do(ctx, "settle:2026-11", 30*time.Second, func(ctx context.Context, l *lease.Lease) error {
 		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
@@ -64,7 +67,11 @@ func ExampleStore_CheckHolder() {
 	}
 	defer pool.Close()
 	db := pgstore.New(pool, nil)
-	l, err := lease.New(db.Leases(), nil).TryAcquire(ctx, "report:daily", time.Minute)
+	locker, err := lease.New(db.Leases(), nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	l, err := locker.TryAcquire(ctx, "report:daily", time.Minute)
 	if err != nil {
 		log.Fatal(err)
 	}

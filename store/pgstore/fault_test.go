@@ -11,6 +11,7 @@ import (
 	"github.com/tenurekit/tenure/fence"
 	"github.com/tenurekit/tenure/internal/testenv"
 	"github.com/tenurekit/tenure/lease"
+	"github.com/tenurekit/tenure/lease/leasetest"
 	"github.com/tenurekit/tenure/store/pgstore"
 )
 
@@ -31,7 +32,7 @@ func TestServerPausedPastTTL(t *testing.T) {
 	r := newResource(t, pool, db)
 	s := db.Leases()
 	const ttl = 300 * time.Millisecond
-	a, err := lease.New(s, nil).TryAcquire(ctx, "k", ttl)
+	a, err := leasetest.NewLocker(t, s, nil).TryAcquire(ctx, "k", ttl)
 	if err != nil {
 		t.Fatal(err)
 	}

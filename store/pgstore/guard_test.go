@@ -12,6 +12,7 @@ import (
 
 	"github.com/tenurekit/tenure/fence"
 	"github.com/tenurekit/tenure/lease"
+	"github.com/tenurekit/tenure/lease/leasetest"
 	"github.com/tenurekit/tenure/store/pgstore"
 )
 
@@ -237,7 +238,7 @@ func (s tokenSwapper) Acquire(ctx context.Context, key, _ string, ttl time.Durat
 func TestCheckHolder(t *testing.T) {
 	pool, db := fresh(t, nil)
 	ctx := ctxT(t)
-	lk := lease.New(db.Leases(), nil)
+	lk := leasetest.NewLocker(t, db.Leases(), nil)
 	check := func(l *lease.Lease) error {
 		return inTx(t, pool, func(ctx context.Context, tx pgx.Tx) error { return db.CheckHolder(ctx, tx, l) })
 	}
@@ -281,7 +282,7 @@ func TestCheckHolder(t *testing.T) {
 		wantNotHeld(t, check(l))
 	})
 	t.Run("wrong fence", func(t *testing.T) {
-		l, err := lease.New(fenceLiar{db.Leases()}, nil).TryAcquire(ctx, "wrong-fence", 30*time.Second)
+		l, err := leasetest.NewLocker(t, fenceLiar{db.Leases()}, nil).TryAcquire(ctx, "wrong-fence", 30*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -289,7 +290,7 @@ func TestCheckHolder(t *testing.T) {
 		wantNotHeld(t, check(l))
 	})
 	t.Run("wrong token", func(t *testing.T) {
-		l, err := lease.New(tokenSwapper{db.Leases()}, nil).TryAcquire(ctx, "wrong-token", 30*time.Second)
+		l, err := leasetest.NewLocker(t, tokenSwapper{db.Leases()}, nil).TryAcquire(ctx, "wrong-token", 30*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -304,7 +305,7 @@ func TestMaxFenceIsTTLBlindCheckHolderIsNot(t *testing.T) {
 	pool, db := fresh(t, nil)
 	accounts(t, pool)
 	ctx := ctxT(t)
-	lk := lease.New(db.Leases(), nil)
+	lk := leasetest.NewLocker(t, db.Leases(), nil)
 	a, err := lk.TryAcquire(ctx, "k", 200*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
@@ -370,7 +371,7 @@ func TestCheckHolderBlocksAcquirer(t *testing.T) {
 	pool, db := fresh(t, nil)
 	accounts(t, pool)
 	ctx := ctxT(t)
-	a, err := lease.New(db.Leases(), nil).TryAcquire(ctx, "k", 300*time.Millisecond)
+	a, err := leasetest.NewLocker(t, db.Leases(), nil).TryAcquire(ctx, "k", 300*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tenurekit/tenure/lease"
+	"github.com/tenurekit/tenure/lease/leasetest"
 	"github.com/tenurekit/tenure/store/pgstore"
 )
 
@@ -173,7 +174,7 @@ func TestUnreachableServer(t *testing.T) {
 func TestTimeoutInFlightIsUnavailable(t *testing.T) {
 	pool, db := fresh(t, nil)
 	ctx := ctxT(t)
-	a, err := lease.New(db.Leases(), nil).TryAcquire(ctx, "k", time.Minute)
+	a, err := leasetest.NewLocker(t, db.Leases(), nil).TryAcquire(ctx, "k", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}

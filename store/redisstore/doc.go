@@ -3,7 +3,7 @@
 //
 //	c, _ := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{"127.0.0.1:6379"}, DisableRetry: true})
 //	db := redisstore.New(c, nil)
-//	locker := lease.New(db.Leases(), nil)
+//	locker, err := lease.New(db.Leases(), nil)
 //
 // # Keys
 //

@@ -33,7 +33,10 @@ func Example() {
 		log.Fatal(err)
 	}
 
-	locker := lease.New(db.Leases(), nil)
+	locker, err := lease.New(db.Leases(), nil)
+	if err != nil {
+		log.Fatal(err)
+	}
 	err = locker.Do(ctx, "report:tenant-42", 10*time.Second, func(ctx context.Context, l *lease.Lease) error {
 		// ... build the report ...
 		return db.FencedSet(ctx, "report:tenant-42", l.Fence(), []byte("report body"))

@@ -12,6 +12,7 @@ import (
 	"github.com/tenurekit/tenure/fence"
 	"github.com/tenurekit/tenure/internal/testenv"
 	"github.com/tenurekit/tenure/lease"
+	"github.com/tenurekit/tenure/lease/leasetest"
 	"github.com/tenurekit/tenure/store/redisstore"
 )
 
@@ -167,7 +168,7 @@ func TestEvictionPolicyRefused(t *testing.T) {
 		},
 		"ReleasePath": func() error { _, err := s.ReleasePath(ctx); return err },
 		"Locker": func() error {
-			_, err := lease.New(s.Leases(), nil).TryAcquire(ctx, k, time.Minute)
+			_, err := leasetest.NewLocker(t, s.Leases(), nil).TryAcquire(ctx, k, time.Minute)
 			return err
 		},
 	}
@@ -284,7 +285,7 @@ func TestOutOfMemory(t *testing.T) {
 	if n, err := c.Do(ctx, c.B().Exists().Key(lock, fk).Build()).AsInt64(); err != nil || n != 0 {
 		t.Fatalf("refused acquire left %d keys (%v)", n, err)
 	}
-	if l, err := lease.New(ls, nil).TryAcquire(ctx, "new", time.Second); !errors.Is(err, redisstore.ErrOutOfMemory) {
+	if l, err := leasetest.NewLocker(t, ls, nil).TryAcquire(ctx, "new", time.Second); !errors.Is(err, redisstore.ErrOutOfMemory) {
 		t.Fatalf("Locker on a full server: %v, %v", l, err)
 	}
 	if err := s.FencedSet(ctx, "res", 6, []byte("v6")); !errors.Is(err, redisstore.ErrOutOfMemory) {
@@ -578,7 +579,7 @@ func TestHolderSet(t *testing.T) {
 	ctx := ctxT(t)
 	c := testenv.SharedRedis(t).Client(t)
 	s := checked(t, c, nil)
-	lk := lease.New(s.Leases(), nil)
+	lk := leasetest.NewLocker(t, s.Leases(), nil)
 	k := uniq(t, "k")
 	r := uniq(t, "r")
 	a, err := lk.TryAcquire(ctx, k, 100*time.Millisecond)
@@ -698,7 +699,7 @@ func testHolderSetCluster(t *testing.T, c rueidis.Client) {
 	ctx := ctxT(t)
 	s := checked(t, c, nil)
 	k := uniq(t, "k")
-	l, err := lease.New(s.Leases(), nil).TryAcquire(ctx, k, 30*time.Second)
+	l, err := leasetest.NewLocker(t, s.Leases(), nil).TryAcquire(ctx, k, 30*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,7 @@
 // fence admission commits or rolls back together with the business change.
 //
 //	db, err := sqlitestore.Open(ctx, "app.db", nil)
-//	locker := lease.New(db.Leases(), nil)
+//	locker, err := lease.New(db.Leases(), nil)
 //
 // # Opening
 //

@@ -32,7 +32,10 @@ func Example() {
 		panic(err)
 	}
 
-	locker := lease.New(db.Leases(), nil)
+	locker, err := lease.New(db.Leases(), nil)
+	if err != nil {
+		panic(err)
+	}
 	l, err := locker.TryAcquire(ctx, "settle:2026-11", 30*time.Second)
 	if err != nil {
 		panic(err)
@@ -90,7 +93,11 @@ func ExampleNew() {
 		panic(err)
 	}
 
-	err = lease.New(db.Leases(), nil).Do(ctx, "nightly", 10*time.Second, func(ctx context.Context, l *lease.Lease) error {
+	locker, err := lease.New(db.Leases(), nil)
+	if err != nil {
+		panic(err)
+	}
+	err = locker.Do(ctx, "nightly", 10*time.Second, func(ctx context.Context, l *lease.Lease) error {
 		tx, err := sqlDB.BeginTx(ctx, nil)
 		if err != nil {
 			return err

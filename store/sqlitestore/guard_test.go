@@ -11,6 +11,7 @@ import (
 
 	"github.com/tenurekit/tenure/fence"
 	"github.com/tenurekit/tenure/lease"
+	"github.com/tenurekit/tenure/lease/leasetest"
 	"github.com/tenurekit/tenure/store/sqlitestore"
 )
 
@@ -111,7 +112,7 @@ func TestStaleAdmitRollsBackBusinessWrite(t *testing.T) {
 	ctx := t.Context()
 	s := open(t, tempPath(t), nil)
 	createBusiness(t, s.DB())
-	lk := lease.New(s.Leases(), nil)
+	lk := leasetest.NewLocker(t, s.Leases(), nil)
 	a, err := lk.TryAcquire(ctx, "ledger-lock", time.Minute)
 	if err != nil {
 		t.Fatal(err)
@@ -160,7 +161,7 @@ func TestStaleAdmitRollsBackBusinessWrite(t *testing.T) {
 // minute of real time; only the store's (fake) clock decides expiry.
 func acquireAt(t *testing.T, s *sqlitestore.Store, key string) *lease.Lease {
 	t.Helper()
-	l, err := lease.New(s.Leases(), nil).TryAcquire(t.Context(), key, time.Minute)
+	l, err := leasetest.NewLocker(t, s.Leases(), nil).TryAcquire(t.Context(), key, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
