@@ -298,12 +298,17 @@ func ValidateRequest(req Request) error {
 // the claim is lost or its validity runs out. If fn returns an error, the
 // claim is released (a retry runs fn again) unless the error is final (see
 // [Final], Options.Errors): then it is recorded, returned as a
-// *FinalError with fn's value in Result, and replayed. If fn panics, the
-// claim is released and the panic goes on.
+// *FinalError with fn's value in Result, and replayed. If fn panics (or
+// calls runtime.Goexit), the keep-alive stops, the claim is released, and
+// the panic goes on.
 //
-// If fn's result cannot be recorded, the error is an *UnknownError (with
-// the store's error) or, when a later attempt took the expired claim over,
-// one wrapping ErrClaimLost; Result.Value still holds fn's value.
+// Apart from a recorded *FinalError, Result is empty whenever the error is
+// not nil. If fn's result cannot be recorded, the error is an
+// *UnknownError (with the store's error). If the claim was lost while fn
+// ran (a later attempt took the expired claim over, or fn returned an
+// error after the claim's validity ran out), the error wraps ErrClaimLost
+// and fn's own error, if any. A result returned after the validity ran out
+// is still recorded, and returned, when nobody took the claim over.
 func (k *Keeper) Do(ctx context.Context, req Request, fn Func) (Result, error) {
 	return k.do(ctx, req, fn, false)
 }
@@ -422,31 +427,34 @@ func (k *Keeper) run(ctx context.Context, req Request, token string, b Begun, se
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() { k.keepAlive(fnCtx, c, stop, cancel) })
+	var lost error // the claim's error when fn returned: it was lost or ran out
 	finish := func() {
 		close(stop)
 		wg.Wait()
+		lost = c.Err()
 		cancel(context.Canceled)
 		c.end(errFinished)
 	}
 
-	var (
-		value []byte
-		fnErr error
-	)
-	func() {
-		defer func() {
-			if p := recover(); p != nil {
-				finish()
-				k.release(ctx, id, token)
-				panic(p)
-			}
-		}()
-		value, fnErr = fn(fnCtx, c)
+	// However fn ends without returning (a panic, which the caller may
+	// recover, or runtime.Goexit), the keep-alive stops and the claim is
+	// released before the panic goes on.
+	returned := false
+	defer func() {
+		if !returned {
+			finish()
+			k.release(ctx, id, token)
+		}
 	}()
+	value, fnErr := fn(fnCtx, c)
+	returned = true
 	finish()
 
 	if fnErr != nil && !k.final(fnErr) {
-		k.release(ctx, id, token)
+		rerr := k.release(ctx, id, token)
+		if lost != nil || errors.Is(rerr, ErrClaimLost) {
+			return Result{}, k.lostError(ctx, req, b.Fence, errors.Join(lost, rerr), fnErr)
+		}
 		return Result{}, fnErr
 	}
 	if fnErr != nil {
@@ -455,14 +463,26 @@ func (k *Keeper) run(ctx context.Context, req Request, token string, b Begun, se
 	err := k.complete(ctx, id, token, b.Fence, k.outcome(value, fnErr))
 	switch {
 	case err == nil:
+		// Recorded (also after the claim's validity ran out, when nobody
+		// took it over): the value stands.
 		return Result{Value: value}, fnErr
 	case errors.Is(err, ErrClaimLost):
-		k.o.Logger.WarnContext(ctx, "idempotency: result refused, a later attempt took the claim over",
-			"scope", req.Scope, "key", req.Key, "fence", b.Fence)
-		return Result{Value: value}, fmt.Errorf("idempotency: key %q in scope %q: this attempt's result (fence %d) was refused: %w",
-			req.Key, req.Scope, b.Fence, errors.Join(err, fnErr))
+		return Result{}, k.lostError(ctx, req, b.Fence, err, fnErr)
 	}
-	return Result{Value: value}, &UnknownError{Scope: req.Scope, Key: req.Key, Fence: b.Fence, Ran: true, Err: err}
+	return Result{}, &UnknownError{Scope: req.Scope, Key: req.Key, Fence: b.Fence, Ran: true, Err: err}
+}
+
+// lostError reports that this attempt's claim was lost (cause wraps
+// ErrClaimLost, or is nil when only the release found it gone): the error
+// wraps ErrClaimLost and fn's error, if any.
+func (k *Keeper) lostError(ctx context.Context, req Request, fence uint64, cause, fnErr error) error {
+	k.o.Logger.WarnContext(ctx, "idempotency: the claim was lost while fn ran; its result does not stand",
+		"scope", req.Scope, "key", req.Key, "fence", fence)
+	if !errors.Is(cause, ErrClaimLost) {
+		cause = errors.Join(ErrClaimLost, cause)
+	}
+	return fmt.Errorf("idempotency: key %q in scope %q: this attempt's claim (fence %d) was lost and its result does not stand: %w",
+		req.Key, req.Scope, fence, errors.Join(cause, fnErr))
 }
 
 // complete records out, sending the request again (same token and fence:
@@ -498,20 +518,21 @@ func (k *Keeper) afterCtx(ctx context.Context) (context.Context, context.CancelF
 }
 
 // release drops the claim after an error or a panic, retrying while its
-// outcome is unknown within ReleaseTimeout. A claim left behind expires by
-// itself (and then reads as abandoned).
-func (k *Keeper) release(ctx context.Context, id ID, token string) {
+// outcome is unknown within ReleaseTimeout, and returns the store's last
+// answer (ErrClaimLost: token no longer held the claim). A claim left
+// behind expires by itself (and then reads as abandoned).
+func (k *Keeper) release(ctx context.Context, id ID, token string) error {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), k.o.ReleaseTimeout)
 	defer cancel()
 	for attempt := 1; ; attempt++ {
 		err := k.s.Release(rctx, id, token)
 		if err == nil || errors.Is(err, ErrClaimLost) || errors.Is(err, ErrInvalid) {
-			return
+			return err
 		}
 		if !sleep(rctx, k.backoff(attempt)) {
 			k.o.Logger.WarnContext(ctx, "idempotency: releasing a claim failed; it expires by itself",
 				"scope", id.Scope, "key", id.Key, "err", err)
-			return
+			return err
 		}
 	}
 }
@@ -519,7 +540,7 @@ func (k *Keeper) release(ctx context.Context, id ID, token string) {
 // cleanup releases token in the background after a Begin whose outcome is
 // unknown.
 func (k *Keeper) cleanup(ctx context.Context, id ID, token string) {
-	go k.release(ctx, id, token)
+	go func() { _ = k.release(ctx, id, token) }()
 }
 
 // keepAlive renews c every ClaimTTL/3 until stop closes or the claim ends,

@@ -26,8 +26,10 @@ import (
 // After an error DoTx leaves tx as it was before the call (fn's writes and
 // the claim rolled back to a savepoint), and the caller should roll back.
 // A final error (see [Final]) is recorded in tx without fn's writes and
-// returned as a *FinalError: commit tx to keep the record. If fn panics,
-// the caller's transaction must be rolled back.
+// returned as a *FinalError: commit tx to keep the record. If fn panics
+// (or calls runtime.Goexit), DoTx rolls back to its savepoint, drops the
+// claim and lets the panic go on; roll the transaction back. Apart from a
+// recorded *FinalError, Result is empty whenever the error is not nil.
 func (k *Keeper) DoTx(ctx context.Context, tx Tx, req Request, fn Func) (Result, error) {
 	if err := k.check(ctx, req, fn); err != nil {
 		return Result{}, err
@@ -59,28 +61,47 @@ func (k *Keeper) DoTx(ctx context.Context, tx Tx, req Request, fn Func) (Result,
 		if b.State != Claimed {
 			return k.answer(req, b)
 		}
-		id := req.ID()
-		value, fnErr := fn(ctx, NewTxClaim(id, token, b.Fence))
-		if fnErr != nil && !k.final(fnErr) {
-			if err := tx.Undo(ctx); err != nil {
-				return Result{}, errors.Join(fnErr, fmt.Errorf("idempotency: roll back to the savepoint: %w", err))
-			}
-			if err := tx.Release(ctx, id, token); err != nil {
-				return Result{}, errors.Join(fnErr, fmt.Errorf("idempotency: drop the claim: %w", err))
-			}
-			return Result{}, fnErr
-		}
-		if fnErr != nil {
-			fnErr = Final(fnErr)
-			if err := tx.Undo(ctx); err != nil {
-				return Result{}, errors.Join(fnErr, fmt.Errorf("idempotency: roll back to the savepoint: %w", err))
-			}
-		}
-		if err := tx.Complete(ctx, id, token, b.Fence, k.outcome(value, fnErr), k.o.Retention); err != nil {
-			return Result{Value: value}, errors.Join(&recordError{err}, fnErr)
-		}
-		return Result{Value: value}, fnErr
+		return k.runTx(ctx, tx, req, token, b.Fence, fn)
 	}
+}
+
+func (k *Keeper) runTx(ctx context.Context, tx Tx, req Request, token string, fence uint64, fn Func) (Result, error) {
+	id := req.ID()
+	// However fn ends without returning (a panic, which the caller may
+	// recover, or runtime.Goexit), fn's writes and the claim are rolled
+	// back to the savepoint before the panic goes on, so that a caller
+	// who commits anyway leaves no claim behind.
+	returned := false
+	defer func() {
+		if !returned {
+			uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), k.o.ReleaseTimeout)
+			defer cancel()
+			if err := tx.Undo(uctx); err == nil {
+				_ = tx.Release(uctx, id, token)
+			}
+		}
+	}()
+	value, fnErr := fn(ctx, NewTxClaim(id, token, fence))
+	returned = true
+	if fnErr != nil && !k.final(fnErr) {
+		if err := tx.Undo(ctx); err != nil {
+			return Result{}, errors.Join(fnErr, fmt.Errorf("idempotency: roll back to the savepoint: %w", err))
+		}
+		if err := tx.Release(ctx, id, token); err != nil {
+			return Result{}, errors.Join(fnErr, fmt.Errorf("idempotency: drop the claim: %w", err))
+		}
+		return Result{}, fnErr
+	}
+	if fnErr != nil {
+		fnErr = Final(fnErr)
+		if err := tx.Undo(ctx); err != nil {
+			return Result{}, errors.Join(fnErr, fmt.Errorf("idempotency: roll back to the savepoint: %w", err))
+		}
+	}
+	if err := tx.Complete(ctx, id, token, fence, k.outcome(value, fnErr), k.o.Retention); err != nil {
+		return Result{}, errors.Join(&recordError{err}, fnErr)
+	}
+	return Result{Value: value}, fnErr
 }
 
 // Recorded reports whether an error of DoTx leaves a result recorded in

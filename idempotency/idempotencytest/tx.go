@@ -152,6 +152,42 @@ func testTxError(t *testing.T, tg Target) {
 	}
 }
 
+func testTxPanic(t *testing.T, tg Target) {
+	req := request(t, "a")
+	name := req.Scope + "/row"
+	k := newKeeper(t, tg.Store, nil)
+	// fn writes a row and panics; the caller recovers and commits anyway:
+	// DoTx rolled back to its savepoint, so neither row nor claim lands.
+	runErr := tg.Tx.Run(ctxT(t), func(tx idempotency.Tx, biz Business) error {
+		defer func() {
+			if p := recover(); p != errBoom {
+				t.Errorf("recovered %v, want fn's panic", p)
+			}
+		}()
+		k.DoTx(ctxT(t), tx, req, func(ctx context.Context, _ *idempotency.Claim) ([]byte, error) {
+			if err := biz.Add(ctx, name); err != nil {
+				return nil, err
+			}
+			panic(errBoom)
+		})
+		t.Error("DoTx returned after fn panicked")
+		return nil
+	})
+	if runErr != nil {
+		t.Fatal(runErr)
+	}
+	wantAbsent(t, tg.Direct, req.ID())
+	if n := count(t, tg, name); n != 0 {
+		t.Fatalf("%d business rows, want 0", n)
+	}
+	if res, doErr, _ := txDo(t, tg, k, req, name, "ok", commitUnlessErr); doErr != nil || res.Replayed {
+		t.Fatalf("retry: %+v %v", res, doErr)
+	}
+	if n := count(t, tg, name); n != 1 {
+		t.Fatalf("%d business rows, want 1", n)
+	}
+}
+
 func testTxFinal(t *testing.T, tg Target) {
 	req := request(t, "a")
 	name := req.Scope + "/row"
