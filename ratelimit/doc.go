@@ -53,7 +53,9 @@
 // RateLimit fields of the IETF draft (draft-ietf-httpapi-ratelimit-headers).
 // When the store cannot be reached, the failure policy decides: fail closed
 // (the default, 503), fail open, or a local in-process limiter at a stated
-// share of each limit.
+// share of each limit. Keys that are not valid as-is are hashed
+// ([NormalizeKey]), so every request is limited; an invalid request is
+// never mistaken for an outage.
 //
 // # Errors
 //
