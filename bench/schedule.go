@@ -162,7 +162,9 @@ func newSchedRun(ctx context.Context, store schedule.Store) (*schedRun, error) {
 	}
 	r := &schedRun{store: store, job: "bench-" + strings.ToLower(rand.Text()[:10]),
 		base: now.Add(-time.Minute).Truncate(time.Millisecond)}
-	r.sched = schedule.New(store, &schedule.Options{Node: "bench", ClaimTTL: schedClaimTTL})
+	if r.sched, err = schedule.New(store, &schedule.Options{Node: "bench", ClaimTTL: schedClaimTTL}); err != nil {
+		return nil, err
+	}
 	// Every(1ms): slot i is base - i ms, due on every store clock.
 	if err := r.sched.Add(schedule.Job{Name: r.job, Schedule: schedule.Every(time.Millisecond),
 		Run: func(context.Context, *schedule.Slot) error { return nil }}); err != nil {

@@ -205,7 +205,10 @@ func slotOnce(ctx context.Context, env *Env) ([]KV, []KV, error) {
 		return nil, nil, err
 	}
 	at := now.Add(-time.Second).Truncate(time.Millisecond)
-	s := schedule.New(store, &schedule.Options{Node: "lab", ClaimTTL: 10 * time.Second})
+	s, err := schedule.New(store, &schedule.Options{Node: "lab", ClaimTTL: 10 * time.Second})
+	if err != nil {
+		return nil, nil, err
+	}
 	if err := s.Add(schedule.Job{Name: job, Schedule: oneSlot{at}, Run: func(context.Context, *schedule.Slot) error { return nil }}); err != nil {
 		return nil, nil, err
 	}
@@ -265,7 +268,10 @@ func failedSlotRetries(ctx context.Context, env *Env) ([]KV, []KV, error) {
 		rolledBack *bool
 		runErr     error
 	)
-	s := schedule.New(store, &schedule.Options{Node: "lab", PollInterval: 10 * time.Millisecond, ClaimTTL: 10 * time.Second})
+	s, err := schedule.New(store, &schedule.Options{Node: "lab", PollInterval: 10 * time.Millisecond, ClaimTTL: 10 * time.Second})
+	if err != nil {
+		return nil, nil, err
+	}
 	err = s.Add(schedule.Job{Name: job, Schedule: oneSlot{at}, Retry: schedule.Retry{Attempts: 2, Backoff: 50 * time.Millisecond},
 		Run: func(ctx context.Context, slot *schedule.Slot) error {
 			if slot.Attempt > 1 {

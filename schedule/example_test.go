@@ -15,10 +15,13 @@ import (
 // slot whatever the number of nodes.
 func Example() {
 	db := memstore.New(nil)
-	s := schedule.New(db.Schedules(), &schedule.Options{Node: "node-1", PollInterval: 5 * time.Millisecond})
+	s, err := schedule.New(db.Schedules(), &schedule.Options{Node: "node-1", PollInterval: 5 * time.Millisecond})
+	if err != nil {
+		panic(err)
+	}
 	ctx, stop := context.WithCancel(context.Background())
 	runs := 0
-	err := s.Add(schedule.Job{
+	err = s.Add(schedule.Job{
 		Name:     "settle",
 		Schedule: schedule.Every(20 * time.Millisecond),
 		Run: func(ctx context.Context, slot *schedule.Slot) error {

@@ -3,7 +3,6 @@ package schedule
 import (
 	"context"
 	crand "crypto/rand"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -195,39 +194,68 @@ type pendingSlot struct {
 	late      bool
 	notBefore time.Time // store clock
 	active    bool
+	// gating is set while an attempt at the slot has not yet passed the
+	// overlap gate: newer slots of the job on this node do not try the run
+	// lease before it (slot order on each node).
+	gating bool
 }
 
-// New returns a Scheduler on store. o may be nil for the defaults.
-func New(store Store, o *Options) *Scheduler {
+// New returns a Scheduler on store. o may be nil for the defaults; a zero
+// field takes its default. A nil store, a negative duration or
+// MaxRunning, a ClaimTTL outside lease.MinTTL to lease.MaxTTL or a Node
+// name that is not 1 to MaxNameLen bytes of printable ASCII is an error
+// wrapping ErrInvalid.
+func New(store Store, o *Options) (*Scheduler, error) {
+	if store == nil {
+		return nil, fmt.Errorf("%w: nil store", ErrInvalid)
+	}
 	s := &Scheduler{store: store, jobs: map[string]*jobState{}, wake: make(chan struct{}, 1)}
 	if o != nil {
 		s.o = *o
 	}
+	switch {
+	case s.o.PollInterval < 0, s.o.ClaimTTL < 0, s.o.StopTimeout < 0:
+		return nil, fmt.Errorf("%w: options: negative PollInterval, ClaimTTL or StopTimeout", ErrInvalid)
+	case s.o.MaxRunning < 0:
+		return nil, fmt.Errorf("%w: options: negative MaxRunning", ErrInvalid)
+	case s.o.ClaimTTL != 0 && (s.o.ClaimTTL < lease.MinTTL || s.o.ClaimTTL > lease.MaxTTL):
+		return nil, fmt.Errorf("%w: options: ClaimTTL %v outside %v to %v", ErrInvalid, s.o.ClaimTTL, lease.MinTTL, lease.MaxTTL)
+	}
 	if s.o.Node == "" {
 		host, _ := os.Hostname()
 		s.o.Node = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), crand.Text()[:6])
+		if len(s.o.Node) > MaxNameLen || validateNode(s.o.Node) != nil {
+			s.o.Node = fmt.Sprintf("node-%d-%s", os.Getpid(), crand.Text()[:6])
+		}
 	}
-	if s.o.PollInterval <= 0 {
+	if err := validateNode(s.o.Node); err != nil {
+		return nil, fmt.Errorf("options: %w", err)
+	}
+	if s.o.PollInterval == 0 {
 		s.o.PollInterval = time.Second
 	}
 	if s.o.Clock == nil {
 		s.o.Clock = time.Now
 	}
-	if s.o.ClaimTTL <= 0 {
+	if s.o.ClaimTTL == 0 {
 		s.o.ClaimTTL = 30 * time.Second
 	}
-	if s.o.StopTimeout <= 0 {
+	if s.o.StopTimeout == 0 {
 		s.o.StopTimeout = 30 * time.Second
 	}
-	if s.o.MaxRunning <= 0 {
+	if s.o.MaxRunning == 0 {
 		s.o.MaxRunning = 64
 	}
 	s.log = s.o.Logger
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
-	s.locker = lease.New(store.Claims(), &lease.Options{Logger: s.log})
-	return s
+	locker, err := lease.New(store.Claims(), &lease.Options{Logger: s.log})
+	if err != nil {
+		return nil, fmt.Errorf("%w: the store's claims: %w", ErrInvalid, err)
+	}
+	s.locker = locker
+	return s, nil
 }
 
 // Node returns the node name the scheduler records.
@@ -238,9 +266,6 @@ func (s *Scheduler) Node() string { return s.o.Node }
 func (s *Scheduler) Add(j Job) error {
 	if err := ValidateName(j.Name); err != nil {
 		return err
-	}
-	if s.o.ClaimTTL < lease.MinTTL || s.o.ClaimTTL > lease.MaxTTL || validateNode(s.o.Node) != nil {
-		return fmt.Errorf("%w: options: ClaimTTL %v or node %q out of range", ErrInvalid, s.o.ClaimTTL, s.o.Node)
 	}
 	bad := func(why string) error { return fmt.Errorf("%w: job %q: %s", ErrInvalid, j.Name, why) }
 	switch {
@@ -544,7 +569,7 @@ func (s *Scheduler) start(hctx, ctx context.Context, wg *sync.WaitGroup, js *job
 			return
 		}
 		s.active++
-		p.active = true
+		p.active, p.gating = true, true
 		js.active++
 		if p.late {
 			js.activeLate++
@@ -554,202 +579,6 @@ func (s *Scheduler) start(hctx, ctx context.Context, wg *sync.WaitGroup, js *job
 			return
 		}
 	}
-}
-
-// outcome is what an attempt leaves for its pending slot.
-type outcome struct {
-	final bool      // drop the slot: it is final (or superseded)
-	at    time.Time // else try again at this time (store clock)
-}
-
-// attempt claims a pending slot, applies the overlap and catch-up limits,
-// runs the handler and records the result.
-func (s *Scheduler) attempt(hctx, ctx context.Context, js *jobState, p *pendingSlot) {
-	out := s.try(hctx, ctx, js, p)
-	s.mu.Lock()
-	s.active--
-	p.active = false
-	js.active--
-	if p.late {
-		js.activeLate--
-	}
-	if out.final {
-		if js.pending[p.id] == p {
-			delete(js.pending, p.id)
-		}
-	} else {
-		p.notBefore = out.at
-	}
-	s.mu.Unlock()
-	s.kick()
-}
-
-func (s *Scheduler) try(hctx, ctx context.Context, js *jobState, p *pendingSlot) outcome {
-	j := js.job
-	// Waits the store reports are counted from before the request was
-	// sent, so that a slot is never looked at later than it should be.
-	sent := s.storeNow()
-	after := func(d time.Duration) outcome { return outcome{at: sent.Add(d)} }
-	retry := after(s.o.PollInterval)
-	log := s.log.With("job", j.Name, "slot", p.id)
-	claim, err := s.locker.TryAcquire(hctx, ClaimKey(j.Name, p.id), s.o.ClaimTTL)
-	if err != nil {
-		var held *lease.HeldError
-		if errors.As(err, &held) {
-			// Another node runs it; look again when its claim would expire.
-			log.Debug("schedule: slot claimed by another node", "ttl", held.TTL)
-			return after(max(held.TTL, s.o.PollInterval))
-		}
-		log.Warn("schedule: cannot claim the slot", "err", err)
-		return retry
-	}
-	defer s.release(claim)
-	runCtx, stopClaim := keepAlive(hctx, claim, s.log)
-	defer stopClaim()
-	// The run lease and the catch-up permit end with the handler, before
-	// the bookkeeping, so that the next slot is not refused for a run
-	// that is over.
-	var endRun []func()
-	finishRun := func() {
-		for i := len(endRun) - 1; i >= 0; i-- {
-			endRun[i]()
-		}
-		endRun = nil
-	}
-	defer finishRun()
-
-	if j.Overlap != OverlapAllow {
-		var run *lease.Lease
-		if j.Overlap == OverlapSkip {
-			run, err = s.locker.TryAcquire(runCtx, RunKey(j.Name), s.o.ClaimTTL)
-			if errors.Is(err, lease.ErrHeld) {
-				_, err := s.begin(runCtx, j, p, claim, true)
-				if err == nil || errors.Is(err, ErrFinal) {
-					return outcome{final: true}
-				}
-				log.Warn("schedule: cannot record the slot skipped", "err", err)
-				return retry
-			}
-		} else {
-			// Wait for the running slot, but not past a stop.
-			wctx, wcancel := context.WithCancel(runCtx)
-			stopWait := context.AfterFunc(ctx, wcancel)
-			run, err = s.locker.Acquire(wctx, RunKey(j.Name), s.o.ClaimTTL)
-			stopWait()
-			wcancel()
-		}
-		if err != nil {
-			if ctx.Err() == nil {
-				log.Warn("schedule: cannot take the job's run lease", "err", err)
-			}
-			return retry
-		}
-		var stopRun func()
-		runCtx, stopRun = keepAlive(runCtx, run, s.log)
-		endRun = append(endRun, func() { stopRun(); s.release(run) })
-	}
-	if p.late && j.Misfire == MisfireCatchUp {
-		permit := s.permit(runCtx, j)
-		if permit == nil {
-			return retry
-		}
-		var stopPermit func()
-		runCtx, stopPermit = keepAlive(runCtx, permit, s.log)
-		endRun = append(endRun, func() { stopPermit(); s.release(permit) })
-	}
-
-	sent = s.storeNow()
-	rec, err := s.begin(runCtx, j, p, claim, false)
-	var notDue *NotDueError
-	switch {
-	case errors.As(err, &notDue):
-		log.Debug("schedule: slot not due on the store's clock", "wait", notDue.Wait)
-		return after(notDue.Wait)
-	case errors.Is(err, ErrFinal):
-		log.Debug("schedule: slot already final", "err", err)
-		return outcome{final: true}
-	case err != nil:
-		log.Warn("schedule: cannot record the attempt's start", "err", err)
-		return retry
-	}
-	slot := &Slot{Job: j.Name, Time: p.at, ID: p.id, Fence: claim.Fence(), Attempt: rec.Attempts, lease: claim}
-	hctxRun := runCtx
-	if j.Timeout > 0 {
-		var cancel context.CancelFunc
-		hctxRun, cancel = context.WithTimeout(runCtx, j.Timeout)
-		defer cancel()
-	}
-	runErr := call(hctxRun, j.Run, slot)
-	lost := errors.Is(context.Cause(runCtx), lease.ErrLost)
-	finishRun()
-	fin := FinishRequest{Job: j.Name, SlotID: p.id, Fence: claim.Fence(), State: Done}
-	if runErr != nil {
-		fin.State = Failed
-		fin.Error = CutError(runErr.Error())
-		switch {
-		case lost:
-			// Not the handler's fault: the claim ran out under it. The
-			// slot is due again at once; its effect, if completed, is
-			// in the ledger and will not be applied twice.
-			fin.Error = CutError("claim lost while running: " + runErr.Error())
-			fin.RetryAfter = time.Millisecond
-		case rec.Attempts < j.Retry.Attempts:
-			fin.RetryAfter = backoff(j.Retry, rec.Attempts)
-		}
-		log.Warn("schedule: attempt failed", "attempt", rec.Attempts, "claim_lost", lost, "err", runErr)
-	}
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(hctx), storeTimeout)
-	defer cancel()
-	frec, err := s.store.Finish(fctx, fin)
-	switch {
-	case errors.Is(err, ErrStale):
-		log.Warn("schedule: a newer attempt took the slot over while this one ran", "fence", claim.Fence())
-		return outcome{at: s.storeNow().Add(s.o.ClaimTTL)}
-	case err != nil:
-		log.Warn("schedule: cannot record the attempt's end; the slot will be looked at again", "err", err)
-		return outcome{at: s.storeNow().Add(s.o.PollInterval)}
-	case frec.Final():
-		return outcome{final: true}
-	}
-	return outcome{at: frec.RetryAt}
-}
-
-func (s *Scheduler) begin(ctx context.Context, j Job, p *pendingSlot, claim *lease.Lease, skip bool) (Record, error) {
-	req := BeginRequest{Job: j.Name, SlotID: p.id, SlotTime: p.at, Node: s.o.Node, Fence: claim.Fence(), Skip: skip}
-	if skip {
-		req.Reason = "overlap: an earlier run was still running"
-	}
-	return s.store.Begin(ctx, req)
-}
-
-// permit takes one of the job's catch-up permits, or returns nil.
-func (s *Scheduler) permit(ctx context.Context, j Job) *lease.Lease {
-	for i := range j.CatchUpConcurrency {
-		l, err := s.locker.TryAcquire(ctx, PermitKey(j.Name, i), s.o.ClaimTTL)
-		if err == nil {
-			return l
-		}
-	}
-	return nil
-}
-
-// release releases a lease after its work, even after a stop.
-func (s *Scheduler) release(l *lease.Lease) {
-	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
-	defer cancel()
-	if err := l.Release(ctx); err != nil && !errors.Is(err, lease.ErrNotHeld) {
-		s.log.Debug("schedule: release failed; the lease expires on its own", "key", l.Key(), "err", err)
-	}
-}
-
-// call runs the handler, turning a panic into an error.
-func call(ctx context.Context, run func(context.Context, *Slot) error, slot *Slot) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("schedule: handler panicked: %v", r)
-		}
-	}()
-	return run(ctx, slot)
 }
 
 // backoff is the wait after attempt n (1-based) failed.
@@ -785,7 +614,7 @@ func (s *Scheduler) Claim(ctx context.Context, job string, at time.Time) (*Slot,
 	if err != nil {
 		return nil, err
 	}
-	rec, err := s.begin(ctx, j, p, claim, false)
+	rec, err := s.begin(ctx, j, p, claim, "")
 	if err != nil {
 		s.release(claim)
 		return nil, err

@@ -34,7 +34,10 @@ func TestLongHandlerKeepsItsClaim(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
 		var nodes []chan struct{}
 		for _, name := range []string{"a", "b"} {
-			s := schedule.New(db.Schedules(), &schedule.Options{Node: name, ClaimTTL: ttl, PollInterval: time.Second})
+			s, err := schedule.New(db.Schedules(), &schedule.Options{Node: name, ClaimTTL: ttl, PollInterval: time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
 			if err := s.Add(job); err != nil {
 				t.Fatal(err)
 			}
@@ -65,8 +68,11 @@ func TestCutNodeStopsBeforeClaimExpires(t *testing.T) {
 		var cause error
 		var stoppedAt time.Time
 		started := make(chan time.Time, 1)
-		s := schedule.New(faulty, &schedule.Options{Node: "a", ClaimTTL: ttl, PollInterval: time.Second, StopTimeout: time.Second})
-		err := s.Add(schedule.Job{Name: "cut", Schedule: schedule.Every(time.Hour),
+		s, err := schedule.New(faulty, &schedule.Options{Node: "a", ClaimTTL: ttl, PollInterval: time.Second, StopTimeout: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = s.Add(schedule.Job{Name: "cut", Schedule: schedule.Every(time.Hour),
 			Run: func(ctx context.Context, sl *schedule.Slot) error {
 				started <- time.Now()
 				faulty.Cut()

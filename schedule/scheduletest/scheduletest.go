@@ -80,12 +80,17 @@ func Run(t *testing.T, newTarget func(t *testing.T) Target) {
 		{"CatchUpConcurrencyAcrossNodes", testCatchUpConcurrency, true},
 		{"OverlapPolicies", testOverlap, true},
 		{"DST", testDST, true},
+		{"StaleCompletionRetried", testStaleCompletionRetried, true},
+		{"TakeoverWaitsForRunLease", testTakeoverWaitsForRunLease, true},
+		{"SettledSlotNoSkip", testSettledSlotNoSkip, true},
+		{"CatchUpDefaultOverlap", testCatchUpDefaultOverlap, true},
+		{"PanickingHandler", testPanickingHandler, true},
 	}
 	// The cases that move the store's clock apply only to targets whose
 	// clock the suite controls; Run leaves them out elsewhere (and logs it).
 	movable := newTarget(t).Clock != nil
 	if !movable {
-		t.Logf("scheduletest: the store's clock cannot be moved by the test; MisfirePolicies, CatchUpConcurrencyAcrossNodes, OverlapPolicies and DST run on targets with a Clock (memstore, sqlitestore, pgstore)")
+		t.Logf("scheduletest: the store's clock cannot be moved by the test; MisfirePolicies, CatchUpConcurrencyAcrossNodes, OverlapPolicies, DST, StaleCompletionRetried, TakeoverWaitsForRunLease, SettledSlotNoSkip, CatchUpDefaultOverlap and PanickingHandler run on targets with a Clock (memstore, sqlitestore, pgstore)")
 	}
 	for _, tc := range tests {
 		if tc.fake && !movable {
@@ -200,6 +205,17 @@ func (e *env) waitFor(what string, cond func() bool) {
 	}
 }
 
+// newScheduler returns a scheduler on store (the test fails if New
+// refuses the options).
+func (e *env) newScheduler(store schedule.Store, o *schedule.Options) *schedule.Scheduler {
+	e.t.Helper()
+	s, err := schedule.New(store, o)
+	if err != nil {
+		e.t.Fatalf("schedule.New: %v", err)
+	}
+	return s
+}
+
 // started is a scheduler running in the background.
 type started struct {
 	*schedule.Scheduler
@@ -220,7 +236,7 @@ func (e *env) start(store schedule.Store, o *schedule.Options, jobs ...schedule.
 	if !ok {
 		f = NewFaulty(store)
 	}
-	s := schedule.New(f, o)
+	s := e.newScheduler(f, o)
 	for _, j := range jobs {
 		if err := s.Add(j); err != nil {
 			e.t.Fatalf("Add(%s): %v", j.Name, err)
@@ -376,10 +392,10 @@ func testInvalid(e *env) {
 		}},
 		{"slots bad job", func() error { _, err := s.Slots(ctx, "", at, at, 0); return err }},
 		{"add bad job", func() error {
-			return schedule.New(s, nil).Add(schedule.Job{Name: "no/slash", Schedule: schedule.Every(time.Second), Run: func(context.Context, *schedule.Slot) error { return nil }})
+			return e.newScheduler(s, nil).Add(schedule.Job{Name: "no/slash", Schedule: schedule.Every(time.Second), Run: func(context.Context, *schedule.Slot) error { return nil }})
 		}},
 		{"add bad interval", func() error {
-			return schedule.New(s, nil).Add(schedule.Job{Name: job, Schedule: schedule.Every(time.Microsecond), Run: func(context.Context, *schedule.Slot) error { return nil }})
+			return e.newScheduler(s, nil).Add(schedule.Job{Name: job, Schedule: schedule.Every(time.Microsecond), Run: func(context.Context, *schedule.Slot) error { return nil }})
 		}},
 	}
 	for _, c := range cases {
@@ -511,7 +527,7 @@ func testRecordContract(e *env) {
 // claimOne adds job to a fresh scheduler on store and claims slot at.
 func (e *env) claimOne(store schedule.Store, job string, sched schedule.Schedule, at time.Time, node string) (*schedule.Scheduler, *schedule.Slot) {
 	e.t.Helper()
-	s := schedule.New(store, e.opts(node))
+	s := e.newScheduler(store, e.opts(node))
 	if err := s.Add(schedule.Job{Name: job, Schedule: sched, Run: func(context.Context, *schedule.Slot) error { return nil }}); err != nil {
 		e.t.Fatal(err)
 	}

@@ -28,7 +28,10 @@ func ExampleStore_CompleteSlot() {
 	if err != nil {
 		panic(err)
 	}
-	s := schedule.New(db.Schedules(), &schedule.Options{Node: "billing-1"})
+	s, err := schedule.New(db.Schedules(), &schedule.Options{Node: "billing-1"})
+	if err != nil {
+		panic(err)
+	}
 	err = s.Add(schedule.Job{
 		Name:     "settle-invoices",
 		Schedule: monthly,

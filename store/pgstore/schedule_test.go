@@ -103,7 +103,10 @@ func TestQueueCompleteSlot(t *testing.T) {
 	if _, err := pool.Exec(ctx, `CREATE TABLE counters (job text PRIMARY KEY, n bigint NOT NULL)`); err != nil {
 		t.Fatal(err)
 	}
-	s := schedule.New(db.Schedules(), &schedule.Options{Node: "n", ClaimTTL: time.Minute})
+	s, err := schedule.New(db.Schedules(), &schedule.Options{Node: "n", ClaimTTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
 	job := "batch"
 	every := schedule.Every(time.Second)
 	if err := s.Add(schedule.Job{Name: job, Schedule: every, Run: func(context.Context, *schedule.Slot) error { return nil }}); err != nil {

@@ -18,7 +18,10 @@ func ExampleStore_CompleteSlot() {
 		panic(err)
 	}
 	db := redisstore.New(c, nil)
-	s := schedule.New(db.Schedules(), nil)
+	s, err := schedule.New(db.Schedules(), nil)
+	if err != nil {
+		panic(err)
+	}
 	err = s.Add(schedule.Job{
 		Name:     "refresh-rates",
 		Schedule: schedule.Every(5 * time.Minute),

@@ -30,7 +30,10 @@ func ExampleStore_CompleteSlot() {
 		panic(err)
 	}
 
-	s := schedule.New(db.Schedules(), &schedule.Options{PollInterval: 5 * time.Millisecond})
+	s, err := schedule.New(db.Schedules(), &schedule.Options{PollInterval: 5 * time.Millisecond})
+	if err != nil {
+		panic(err)
+	}
 	runCtx, stop := context.WithCancel(ctx)
 	runs := 0
 	err = s.Add(schedule.Job{

@@ -1,0 +1,311 @@
+package scheduletest
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tenurekit/tenure/lease"
+	"github.com/tenurekit/tenure/schedule"
+)
+
+// The cases of this file check how a slot's run is put together: a claim
+// lost under the handler, a run lease left by a dead or finished attempt,
+// catch-up next to on-time slots, and a panicking handler. Each asserts
+// the records and the leases on the store.
+
+// held reports whether key is held on the store's lease view.
+func (e *env) held(key string) bool {
+	e.t.Helper()
+	info, err := e.Store.Claims().Inspect(ctxT(e.t), key)
+	if err != nil {
+		e.t.Fatalf("Inspect(%s): %v", key, err)
+	}
+	return info.Held
+}
+
+// handLocker is a Locker on the store's lease view, for leases a test
+// takes by hand (those of a node that died, say).
+func (e *env) handLocker() *lease.Locker {
+	e.t.Helper()
+	lk, err := lease.New(e.Store.Claims(), nil)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return lk
+}
+
+// A completion refused as stale (the claim ran out on the store's clock
+// before the keep-alive noticed) is a lost claim, not a handler failure:
+// the slot runs again at once, even with one attempt allowed.
+func testStaleCompletionRetried(e *env) {
+	t := e.t
+	job := jobName(t, "stale")
+	every := schedule.Every(time.Minute)
+	sched := bounded{every, t0, t0}
+	var calls counter
+	j := schedule.Job{Name: job, Schedule: sched, Run: func(ctx context.Context, s *schedule.Slot) error {
+		calls.add(s.ID)
+		if s.Attempt == 1 {
+			// Paused past the claim inside the handler.
+			e.Clock.Add(e.claimTTL() + time.Millisecond)
+		}
+		return e.Complete(ctx, s)
+	}}
+	e.Clock.Set(t0.Add(-time.Second))
+	e.start(e.node(), e.opts("a"), j)
+	e.Clock.Set(t0)
+	e.settle(job, sched, t0)
+	r, _ := e.record(job, sched.ID(t0))
+	if r.State != schedule.Done || r.Attempts != 2 || calls.get(sched.ID(t0)) != 2 {
+		t.Fatalf("record %+v after %d calls; want done at attempt 2 (the first one's claim ran out)", r, calls.get(sched.ID(t0)))
+	}
+	if n := e.count(job); n != 1 {
+		t.Fatalf("business counter = %d, want 1", n)
+	}
+}
+
+// A dead node's run lease outlives its claim: the node that takes the
+// slot over waits for the run lease and runs the slot; it does not record
+// it skipped.
+func testTakeoverWaitsForRunLease(e *env) {
+	t := e.t
+	job := jobName(t, "takeover")
+	sched := bounded{schedule.Every(time.Hour), t0, t0}
+	e.Clock.Set(t0)
+	// Node a claims the slot, begins it and takes the run lease a minute
+	// later, then dies.
+	_, dead := e.claimOne(e.Store, job, sched, t0, "a")
+	e.Clock.Add(time.Minute)
+	if _, err := e.handLocker().TryAcquire(ctxT(t), schedule.RunKey(job), e.claimTTL()); err != nil {
+		t.Fatal(err)
+	}
+	var calls counter
+	e.start(e.node(), e.opts("b"), schedule.Job{Name: job, Schedule: sched, Run: e.completing(&calls)})
+	// The claim ends; the run lease still has a minute.
+	e.Clock.Add(e.claimTTL() - time.Minute + time.Millisecond)
+	e.waitFor("b to take the claim over", func() bool {
+		if r, _ := e.record(job, dead.ID); r.Final() {
+			return true
+		}
+		info, err := e.Store.Claims().Inspect(ctxT(t), schedule.ClaimKey(job, dead.ID))
+		return err == nil && info.Held && info.Fence > dead.Fence
+	})
+	time.Sleep(20 * time.Millisecond) // some ten polls of b
+	if r, _ := e.record(job, dead.ID); r.State != schedule.Running || r.Node != "a" {
+		t.Fatalf("record %+v while the dead run lease is held; want a's running attempt", r)
+	}
+	e.Clock.Add(time.Minute)
+	r := e.waitState(job, dead.ID, schedule.Done)
+	if r.Node != "b" || r.Attempts != 2 || r.Fence <= dead.Fence || calls.get(dead.ID) != 1 || e.count(job) != 1 {
+		t.Fatalf("record %+v, %d calls, counter %d; want b's second attempt, once", r, calls.get(dead.ID), e.count(job))
+	}
+}
+
+// The run lease held by an attempt at a slot that is already done (a node
+// that lost the claim race and took the slot later) does not make the
+// next on-time slot skipped; and a node that finds its slot done after
+// taking the claim does not take the run lease at all.
+func testSettledSlotNoSkip(e *env) {
+	t := e.t
+	job := jobName(t, "settled")
+	every := schedule.Every(time.Minute)
+	sched := bounded{every, t0, t0.Add(time.Minute)}
+	next := t0.Add(time.Minute)
+	var calls counter
+	j := schedule.Job{Name: job, Schedule: sched, Run: e.completing(&calls)}
+	e.Clock.Set(t0.Add(-time.Second))
+	e.start(e.node(), e.opts("a"), j)
+	e.Clock.Set(t0)
+	e.waitState(job, sched.ID(t0), schedule.Done)
+	run, err := e.handLocker().TryAcquire(ctxT(t), schedule.RunKey(job), e.claimTTL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Clock.Set(next)
+	e.waitFor("a to claim the next slot", func() bool {
+		if r, ok := e.record(job, sched.ID(next)); ok && r.Final() {
+			return true
+		}
+		return e.held(schedule.ClaimKey(job, sched.ID(next)))
+	})
+	time.Sleep(20 * time.Millisecond)
+	if r, ok := e.record(job, sched.ID(next)); ok {
+		t.Fatalf("record %+v while the run lease of a finished run is held; want none yet", r)
+	}
+	if err := run.Release(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	r := e.waitState(job, sched.ID(next), schedule.Done)
+	if r.Attempts != 1 || e.count(job) != 2 {
+		t.Fatalf("record %+v, counter %d; want done once", r, e.count(job))
+	}
+
+	// A node whose claim attempt lost, retrying once the slot is done.
+	job2 := jobName(t, "settled2")
+	one := bounded{every, t0.Add(2 * time.Minute), t0.Add(2 * time.Minute)}
+	at := one.first
+	e.Clock.Set(at.Add(-time.Second))
+	x, slot := e.claimOneAt(job2, one, at)
+	counting := &countingStore{Store: e.node()}
+	e.start(counting, e.opts("b"), schedule.Job{Name: job2, Schedule: one, Run: e.completing(&calls)})
+	e.waitFor("b to find the slot claimed", func() bool { return counting.claims.Load() >= 1 })
+	if err := e.Complete(ctxT(t), slot); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := x.Finish(ctxT(t), slot, nil); err != nil {
+		t.Fatal(err)
+	}
+	e.Clock.Add(e.claimTTL() + time.Millisecond)
+	e.waitFor("b to claim the slot again", func() bool { return counting.claims.Load() >= 2 })
+	time.Sleep(20 * time.Millisecond)
+	if n := counting.runs.Load(); n != 0 {
+		t.Fatalf("b took the run lease %d times for a slot that was done", n)
+	}
+	if r, _ := e.record(job2, slot.ID); r.State != schedule.Done || r.Attempts != 1 || r.Node != "x" {
+		t.Fatalf("record %+v, want x's single attempt", r)
+	}
+}
+
+// claimOneAt claims slot at of job on a scheduler "x" that is not running.
+func (e *env) claimOneAt(job string, sched schedule.Schedule, at time.Time) (*schedule.Scheduler, *schedule.Slot) {
+	e.t.Helper()
+	e.Clock.Set(at)
+	return e.claimOne(e.Store, job, sched, at, "x")
+}
+
+// countingStore counts the claim and run-lease acquisitions made through
+// its lease view.
+type countingStore struct {
+	schedule.Store
+	claims, runs atomic.Int32
+}
+
+func (c *countingStore) Claims() lease.Store { return countingLeases{c.Store.Claims(), c} }
+
+type countingLeases struct {
+	lease.Store
+	c *countingStore
+}
+
+func (l countingLeases) Acquire(ctx context.Context, key, token string, ttl time.Duration) (lease.Grant, error) {
+	switch {
+	case strings.Contains(key, "/slot/"):
+		l.c.claims.Add(1)
+	case strings.HasSuffix(key, "/run"):
+		l.c.runs.Add(1)
+	}
+	return l.Store.Acquire(ctx, key, token, ttl)
+}
+
+// Catch-up under the default overlap policy: every late slot runs, oldest
+// first, also while an on-time slot of the same job holds the run lease.
+func testCatchUpDefaultOverlap(e *env) {
+	t := e.t
+	job := jobName(t, "catchup-skip")
+	sched := schedule.Every(time.Minute)
+	slot := func(i int) time.Time { return t0.Add(time.Duration(i) * time.Minute) }
+	var (
+		mu      sync.Mutex
+		order   []time.Time
+		onTime  atomic.Bool
+		release = make(chan struct{})
+	)
+	j := schedule.Job{Name: job, Schedule: sched, Misfire: schedule.MisfireCatchUp, MisfireThreshold: 30 * time.Second,
+		CatchUpWindow: time.Hour,
+		Run: func(ctx context.Context, s *schedule.Slot) error {
+			if s.Time.Equal(slot(6)) {
+				onTime.Store(true)
+				<-release
+			} else {
+				mu.Lock()
+				order = append(order, s.Time)
+				mu.Unlock()
+			}
+			return e.Complete(ctx, s)
+		}}
+	e.Clock.Set(slot(0).Add(-time.Second))
+	a := e.start(e.node(), e.opts("a"), j)
+	e.Clock.Set(slot(0))
+	e.waitState(job, sched.ID(slot(0)), schedule.Done)
+	a.stop()
+	// Slots 1 to 5 are late, slot 6 is on time.
+	e.Clock.Set(slot(6).Add(10 * time.Second))
+	e.start(e.node(), e.opts("b"), j)
+	e.waitFor("the on-time slot to start or end", func() bool {
+		r, ok := e.record(job, sched.ID(slot(6)))
+		return onTime.Load() || (ok && r.Final())
+	})
+	time.Sleep(20 * time.Millisecond)
+	close(release)
+	var all []time.Time
+	for i := range 7 {
+		all = append(all, slot(i))
+	}
+	e.settle(job, sched, all...)
+	for _, r := range e.records(job) {
+		if r.State != schedule.Done {
+			t.Errorf("slot %s is %s (%s), want done", r.SlotID, r.State, r.Error)
+		}
+	}
+	if n := e.count(job); n != 7 {
+		t.Fatalf("business counter = %d, want 7", n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	late := slices.DeleteFunc(slices.Clone(order), func(at time.Time) bool { return at.Equal(slot(0)) })
+	if len(late) != 5 || !slices.IsSortedFunc(late, func(a, b time.Time) int { return a.Compare(b) }) {
+		t.Fatalf("late slots ran in the order %v; want 1 to 5, oldest first", late)
+	}
+}
+
+// A panicking handler fails its slot (the panic value in the record) and
+// leaves no claim, run lease or catch-up permit held; the scheduler goes
+// on with the next slot.
+func testPanickingHandler(e *env) {
+	t := e.t
+	job := jobName(t, "panic")
+	sched := schedule.Every(time.Minute)
+	slot := func(i int) time.Time { return t0.Add(time.Duration(i) * time.Minute) }
+	j := schedule.Job{Name: job, Schedule: sched, Misfire: schedule.MisfireCatchUp, MisfireThreshold: 30 * time.Second,
+		CatchUpWindow: time.Hour,
+		Run: func(ctx context.Context, s *schedule.Slot) error {
+			if s.Time.Equal(slot(1)) {
+				panic("boom in " + s.ID)
+			}
+			return e.Complete(ctx, s)
+		}}
+	e.Clock.Set(slot(0).Add(-time.Second))
+	a := e.start(e.node(), e.opts("a"), j)
+	e.Clock.Set(slot(0))
+	e.waitState(job, sched.ID(slot(0)), schedule.Done)
+	a.stop()
+	// Slots 1 and 2 are late: slot 1 runs with a catch-up permit and the
+	// run lease, and panics.
+	e.Clock.Set(slot(2).Add(45 * time.Second))
+	e.start(e.node(), e.opts("b"), j)
+	e.settle(job, sched, slot(1), slot(2))
+	r, _ := e.record(job, sched.ID(slot(1)))
+	if r.State != schedule.Failed || !r.Final() || r.Attempts != 1 || !strings.Contains(r.Error, "boom in "+sched.ID(slot(1))) {
+		t.Fatalf("panicked slot: %+v; want failed for good with the panic value", r)
+	}
+	for _, key := range []string{schedule.ClaimKey(job, sched.ID(slot(1))), schedule.RunKey(job), schedule.PermitKey(job, 0)} {
+		if e.held(key) {
+			t.Errorf("%s is still held after the panic", key)
+		}
+	}
+	// Still running: the next slots are done.
+	e.Clock.Set(slot(3))
+	e.settle(job, sched, slot(2), slot(3))
+	for _, i := range []int{2, 3} {
+		if r, _ := e.record(job, sched.ID(slot(i))); r.State != schedule.Done {
+			t.Errorf("slot %d after the panic: %+v", i, r)
+		}
+	}
+	if n := e.count(job); n != 3 {
+		t.Fatalf("business counter = %d, want 3", n)
+	}
+}
