@@ -51,7 +51,9 @@ func ParseToken(s string) (Token, error) {
 	if len(s) != tokenLen {
 		return Token{}, fmt.Errorf("%w: token must be %d characters", ErrInvalid, tokenLen)
 	}
-	if _, err := base64.RawURLEncoding.Strict().DecodeString(s); err != nil {
+	// The decoder skips '\r' and '\n': a string holding them decodes to
+	// fewer bytes.
+	if raw, err := base64.RawURLEncoding.Strict().DecodeString(s); err != nil || len(raw) != rawLen {
 		return Token{}, fmt.Errorf("%w: token is not unpadded base64url", ErrInvalid)
 	}
 	return Token{s: secret.New(s)}, nil
