@@ -34,8 +34,17 @@
 // session from a "__Host-session" cookie (Secure, HttpOnly, SameSite=Lax,
 // no Max-Age) with its idle refresh, and saves changes with a
 // compare-and-set before the response's headers go out. Login rotates the
-// token, Logout revokes the session and clears the cookie, and every
-// response that sets the cookie carries Cache-Control: no-store.
+// token, Logout revokes the session and clears the cookie, every response
+// that sets the cookie carries Cache-Control: no-store, and every response
+// carries Vary: Cookie.
+//
+// A request may carry several cookies of the session's name (browsers send
+// all that match, the most specific path first, and a sibling host can
+// plant one whose name lacks the __Host- prefix). The middleware tries the
+// well-formed ones in order, at most [MaxSessionCookies], and uses the
+// first that names a live session; it clears the cookie only when it tried
+// every one and none is live, so a forged cookie never logs the user out.
+// Past the limit the request is anonymous and nothing is cleared.
 //
 // Each store's conformance to this contract is checked by
 // session/sessiontest.
