@@ -3,6 +3,8 @@ package schedule_test
 import (
 	"context"
 	"errors"
+	"runtime"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -95,6 +97,93 @@ func TestCutNodeStopsBeforeClaimExpires(t *testing.T) {
 		}
 		if d := stoppedAt.Sub(begun); d >= ttl || d < ttl/2 {
 			t.Fatalf("handler stopped %v after it began; want before the %v claim expires", d, ttl)
+		}
+	})
+}
+
+func nopRun(context.Context, *schedule.Slot) error { return nil }
+
+func newSchedulerForFuzz(t *testing.T) *schedule.Scheduler {
+	t.Helper()
+	s, err := schedule.New(memstore.New(nil).Schedules(), &schedule.Options{Node: "fuzz"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// New refuses a nil store and options out of range, Add a job without a
+// handler: errors wrapping ErrInvalid, no panic.
+func TestNewAndAddRefuseBadInput(t *testing.T) {
+	store := memstore.New(nil).Schedules()
+	bad := map[string]*schedule.Options{
+		"negative poll":        {PollInterval: -time.Second},
+		"negative claim ttl":   {ClaimTTL: -time.Second},
+		"claim ttl too long":   {ClaimTTL: lease.MaxTTL + time.Second},
+		"claim ttl too short":  {ClaimTTL: time.Microsecond},
+		"negative stop":        {StopTimeout: -time.Second},
+		"negative max running": {MaxRunning: -1},
+		"node not printable":   {Node: "a\nb"},
+	}
+	for name, o := range bad {
+		if s, err := schedule.New(store, o); !errors.Is(err, schedule.ErrInvalid) || s != nil {
+			t.Errorf("%s: New = %v, %v; want nil and ErrInvalid", name, s, err)
+		}
+	}
+	if s, err := schedule.New(nil, nil); !errors.Is(err, schedule.ErrInvalid) || s != nil {
+		t.Errorf("New(nil store) = %v, %v; want nil and ErrInvalid", s, err)
+	}
+	s, err := schedule.New(store, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Add(schedule.Job{Name: "j", Schedule: schedule.Every(time.Second)}); !errors.Is(err, schedule.ErrInvalid) {
+		t.Errorf("Add without Run: %v, want ErrInvalid", err)
+	}
+	if err := s.Add(schedule.Job{Name: "j", Schedule: schedule.Every(time.Second), Run: nopRun, Timeout: -1}); !errors.Is(err, schedule.ErrInvalid) {
+		t.Errorf("Add with a negative timeout: %v, want ErrInvalid", err)
+	}
+}
+
+// A handler that ends its goroutine with runtime.Goexit (as t.FailNow
+// does) fails its slot for good, leaves no lease held, and the scheduler
+// runs the next slot.
+func TestGoexitHandlerFailsSlot(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		db := memstore.New(nil)
+		every := schedule.Every(time.Minute)
+		first := every.Next(time.Now())
+		s, err := schedule.New(db.Schedules(), &schedule.Options{Node: "a", ClaimTTL: 30 * time.Second, PollInterval: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = s.Add(schedule.Job{Name: "exit", Schedule: every, Run: func(ctx context.Context, sl *schedule.Slot) error {
+			if sl.Time.Equal(first) {
+				runtime.Goexit()
+			}
+			return db.CompleteSlot(ctx, sl, memstore.AddSlotValue("n", 1))
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() { s.Run(ctx); close(done) }()
+		time.Sleep(first.Sub(time.Now()) + 90*time.Second)
+		cancel()
+		<-done
+		r, err := s.Slot(t.Context(), "exit", every.ID(first))
+		if err != nil || r.State != schedule.Failed || !r.Final() || !strings.Contains(r.Error, "Goexit") {
+			t.Fatalf("record %+v, %v; want failed for good, naming Goexit", r, err)
+		}
+		for _, key := range []string{schedule.ClaimKey("exit", every.ID(first)), schedule.RunKey("exit")} {
+			if info, err := db.Leases().Inspect(t.Context(), key); err != nil || info.Held {
+				t.Errorf("%s: %+v, %v; want free", key, info, err)
+			}
+		}
+		second := every.Next(first)
+		if r, err := s.Slot(t.Context(), "exit", every.ID(second)); err != nil || r.State != schedule.Done {
+			t.Fatalf("next slot %+v, %v; want done", r, err)
 		}
 	})
 }
