@@ -17,6 +17,32 @@
 // node takes the slot over under the same ID, with a greater fence. Whether
 // a slot is due is judged on the store's clock, never a node's.
 //
+// # A slot's run
+//
+// An attempt at a slot goes through fixed steps, each ending the attempt
+// with an exact record or going on: claim the slot (held elsewhere: look
+// again when that claim ends); read its record (already final: drop it);
+// for a catch-up slot, take a catch-up permit ([PermitKey]); pass the
+// overlap gate (below); record the start ([Store.Begin]); run the
+// handler; release the run lease and permit, record done or failed, and
+// release the claim. A step that cannot reach the store writes nothing
+// and the slot is looked at again, so a slot that should run is never
+// recorded skipped or failed for it.
+//
+// # Overlap and catch-up
+//
+// Under OverlapSkip and OverlapQueue a job's runs take turns on its run
+// lease ([RunKey]). OverlapSkip records a slot skipped only when the run
+// of an earlier slot was already running at the slot's time and still
+// runs; a run lease left by a dead node, by a node that found its slot
+// done, or by a run that began after the slot's time is waited for.
+// OverlapQueue always waits. A late slot that MisfireCatchUp runs is
+// never skipped: under OverlapSkip and OverlapQueue it waits for the run
+// lease, so catch-up and on-time runs take turns one at a time (oldest
+// catch-up slot first on each node); under OverlapAllow catch-up runs are
+// bounded by CatchUpConcurrency alone. On each node, slots of a job take
+// the run lease in slot order.
+//
 // # Exactly-once effect
 //
 // A claim coordinates; it does not protect: a node paused past its claim

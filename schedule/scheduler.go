@@ -28,7 +28,10 @@ const (
 	MisfireSkip
 	// MisfireCatchUp runs every late slot within CatchUpWindow, oldest
 	// first, at most CatchUpConcurrency at a time across all nodes; older
-	// ones are recorded missed.
+	// ones are recorded missed. A late slot it runs is never skipped by
+	// the overlap policy: under OverlapSkip and OverlapQueue it waits for
+	// the job's run lease (so catch-up runs and on-time runs take turns,
+	// one at a time); under OverlapAllow only the permits bound it.
 	MisfireCatchUp
 )
 
@@ -46,11 +49,17 @@ func (m Misfire) String() string {
 }
 
 // Overlap says what happens when a slot comes due while an earlier run of
-// the same job is still running, on any node.
+// the same job is still running, on any node. Under OverlapSkip and
+// OverlapQueue runs are serialized by the job's run lease ([RunKey]).
 type Overlap int
 
 const (
-	// OverlapSkip (the default) records the new slot skipped.
+	// OverlapSkip (the default) records a slot skipped when the run of an
+	// earlier slot of the job was already running at the slot's time and
+	// still runs (its record running, its claim held). A slot that finds
+	// the run lease taken for any other reason (a run that began after the
+	// slot's time, a dead node's lease running out, a node that found its
+	// slot already done, a catch-up run) waits for the lease and runs.
 	OverlapSkip Overlap = iota
 	// OverlapQueue makes the new slot wait until the running one ends.
 	// Queued slots start one at a time, in slot order on each node.
@@ -77,7 +86,10 @@ type Retry struct {
 	// Attempts is the total number of attempts a slot gets when its handler
 	// returns errors (1, the default, means no retry). A node that dies
 	// mid-attempt does not use up an attempt's right to be recovered: its
-	// slot is re-run elsewhere under the same ID.
+	// slot is re-run elsewhere under the same ID. An attempt whose claim
+	// was lost under it (its keep-alive saw the loss, or its completion
+	// was refused as stale and the claim is gone) is retried at once and
+	// uses up nothing either.
 	Attempts int
 	// Backoff is the wait before the second attempt, doubling for each
 	// further one. Default 1s.
@@ -98,7 +110,12 @@ type Job struct {
 	// stop. To make the effect exactly once, complete the slot in the same
 	// step as the effect: the SQL stores' CompleteSlot in the transaction
 	// of the business change, or the fenced completion of Redis and memory.
-	// An error (or a panic) fails the attempt.
+	// An error, a panic (its value in the record's error, its stack
+	// logged) or a runtime.Goexit fails the attempt; the claim, the run
+	// lease and the catch-up permit are released however it ends. An
+	// error that wraps ErrStale (a refused completion) while the claim is
+	// indeed gone counts as a lost claim: the slot is retried at once,
+	// whatever Retry.Attempts says.
 	Run func(ctx context.Context, slot *Slot) error
 	// Misfire is the policy for late slots. Default MisfireCoalesce.
 	Misfire Misfire
