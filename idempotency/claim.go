@@ -22,7 +22,7 @@ var errFinished = errors.New("idempotency: fn returned")
 // refused there, as its late result is refused by the record.
 type Claim struct {
 	id    ID
-	token string
+	token Token
 	fence uint64
 	ttl   time.Duration
 	tx    bool
@@ -34,7 +34,7 @@ type Claim struct {
 	err   error
 }
 
-func newClaim(id ID, token string, fence uint64, ttl time.Duration, sent time.Time, margin time.Duration) *Claim {
+func newClaim(id ID, token Token, fence uint64, ttl time.Duration, sent time.Time, margin time.Duration) *Claim {
 	c := &Claim{id: id, token: token, fence: fence, ttl: ttl, done: make(chan struct{})}
 	c.mu.Lock()
 	c.until = sent.Add(ttl - margin)
@@ -45,8 +45,8 @@ func newClaim(id ID, token string, fence uint64, ttl time.Duration, sent time.Ti
 
 // NewTxClaim returns the claim of the transactional form: it lasts as long
 // as the caller's transaction, which holds the record's row, so it has no
-// validity of its own and Done never closes. SQL stores use it.
-func NewTxClaim(id ID, token string, fence uint64) *Claim {
+// validity of its own and Done never closes.
+func NewTxClaim(id ID, token Token, fence uint64) *Claim {
 	return &Claim{id: id, token: token, fence: fence, tx: true}
 }
 
@@ -56,8 +56,9 @@ func (c *Claim) ID() ID { return c.id }
 // Fence returns the claim's fencing token.
 func (c *Claim) Fence() uint64 { return c.fence }
 
-// Token returns the claim's secret token. Never log it.
-func (c *Claim) Token() string { return c.token }
+// Token returns the claim's secret token as text, for a Store call. Never
+// log it.
+func (c *Claim) Token() string { return c.token.Reveal() }
 
 // ValidUntil returns the end of the client's validity (zero for a
 // transactional claim). It carries a monotonic clock reading.
@@ -121,6 +122,13 @@ func (c *Claim) String() string {
 
 // Format makes every fmt verb print the redacted form.
 func (c *Claim) Format(f fmt.State, _ rune) { fmt.Fprint(f, c.String()) }
+
+// GoString describes the claim without its token, for %#v.
+func (c *Claim) GoString() string { return c.String() }
+
+// MarshalText describes the claim without its token, so that encoding/json
+// and other text encoders never write it.
+func (c *Claim) MarshalText() ([]byte, error) { return []byte(c.String()), nil }
 
 // LogValue describes the claim to log/slog without its token.
 func (c *Claim) LogValue() slog.Value {

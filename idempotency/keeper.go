@@ -14,6 +14,8 @@ import (
 	"reflect"
 	"sync"
 	"time"
+
+	"github.com/tenurekit/tenure/internal/secret"
 )
 
 // Request identifies one logical request.
@@ -260,7 +262,7 @@ func (k *Keeper) Options() Options { return k.o }
 func (k *Keeper) Store() Store { return k.s }
 
 // NewToken returns a fresh random claim token of 128 bits.
-func NewToken() string { return crand.Text() }
+func NewToken() Token { return secret.New(crand.Text()) }
 
 // Fingerprint returns the hex SHA-256 digest of parts, each
 // length-prefixed, so that ("ab", "c") and ("a", "bc") differ.
@@ -338,7 +340,7 @@ func (k *Keeper) check(ctx context.Context, req Request, fn Func) error {
 	return nil
 }
 
-func (k *Keeper) begin(req Request, token string, takeover bool) Begin {
+func (k *Keeper) begin(req Request, token Token, takeover bool) Begin {
 	return Begin{ID: req.ID(), Fingerprint: req.Fingerprint, Token: token,
 		ClaimTTL: k.o.ClaimTTL, Retention: k.o.Retention, Takeover: takeover}
 }
@@ -420,7 +422,7 @@ func (k *Keeper) outcome(value []byte, err error) Outcome {
 	return out
 }
 
-func (k *Keeper) run(ctx context.Context, req Request, token string, b Begun, sent time.Time, fn Func) (Result, error) {
+func (k *Keeper) run(ctx context.Context, req Request, token Token, b Begun, sent time.Time, fn Func) (Result, error) {
 	id := req.ID()
 	c := newClaim(id, token, b.Fence, b.TTL, sent, k.margin(b.TTL))
 	fnCtx, cancel := context.WithCancelCause(ctx)
@@ -488,14 +490,14 @@ func (k *Keeper) lostError(ctx context.Context, req Request, fence uint64, cause
 // complete records out, sending the request again (same token and fence:
 // the store accepts a repeat) while its outcome is unknown, for at most a
 // claim TTL and while ctx allows (after ctx ended, ReleaseTimeout).
-func (k *Keeper) complete(ctx context.Context, id ID, token string, fence uint64, out Outcome) error {
+func (k *Keeper) complete(ctx context.Context, id ID, token Token, fence uint64, out Outcome) error {
 	ctx, cancel := k.afterCtx(ctx)
 	defer cancel()
 	deadline := time.Now().Add(k.o.ClaimTTL)
 	per := max(k.o.ClaimTTL/3, 10*time.Millisecond)
 	for attempt := 1; ; attempt++ {
 		actx, acancel := context.WithTimeout(ctx, per)
-		err := k.s.Complete(actx, id, token, fence, out, k.o.Retention)
+		err := k.s.Complete(actx, id, token.Reveal(), fence, out, k.o.Retention)
 		acancel()
 		if err == nil || !errors.Is(err, ErrUnavailable) {
 			return err
@@ -521,11 +523,11 @@ func (k *Keeper) afterCtx(ctx context.Context) (context.Context, context.CancelF
 // outcome is unknown within ReleaseTimeout, and returns the store's last
 // answer (ErrClaimLost: token no longer held the claim). A claim left
 // behind expires by itself (and then reads as abandoned).
-func (k *Keeper) release(ctx context.Context, id ID, token string) error {
+func (k *Keeper) release(ctx context.Context, id ID, token Token) error {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), k.o.ReleaseTimeout)
 	defer cancel()
 	for attempt := 1; ; attempt++ {
-		err := k.s.Release(rctx, id, token)
+		err := k.s.Release(rctx, id, token.Reveal())
 		if err == nil || errors.Is(err, ErrClaimLost) || errors.Is(err, ErrInvalid) {
 			return err
 		}
@@ -539,7 +541,7 @@ func (k *Keeper) release(ctx context.Context, id ID, token string) error {
 
 // cleanup releases token in the background after a Begin whose outcome is
 // unknown.
-func (k *Keeper) cleanup(ctx context.Context, id ID, token string) {
+func (k *Keeper) cleanup(ctx context.Context, id ID, token Token) {
 	go func() { _ = k.release(ctx, id, token) }()
 }
 
@@ -562,7 +564,7 @@ func (k *Keeper) keepAlive(ctx context.Context, c *Claim, stop <-chan struct{}, 
 		case <-next.C:
 			sent := time.Now()
 			rctx, rcancel := context.WithDeadline(context.WithoutCancel(ctx), c.ValidUntil())
-			err := k.s.Renew(rctx, c.id, c.token, c.fence, c.ttl)
+			err := k.s.Renew(rctx, c.id, c.token.Reveal(), c.fence, c.ttl)
 			rcancel()
 			switch {
 			case err == nil:

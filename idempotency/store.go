@@ -8,7 +8,15 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/tenurekit/tenure/internal/secret"
 )
+
+// Token is a claim's secret token. Every formatting path (fmt verbs at any
+// depth, log/slog, encoding/json and other text encoders) prints it as
+// "REDACTED"; only Reveal gives the text, for a Store to send or compare.
+// The zero Token is empty. Get one from NewToken.
+type Token = secret.Text
 
 // Limits on what Do and every Store accept. Input outside them is refused
 // with an error wrapping ErrInvalid before anything is written.
@@ -130,7 +138,8 @@ type Begin struct {
 	// Fingerprint is the digest of the request's input.
 	Fingerprint string
 	// Token is the attempt's random claim token (new for every attempt).
-	Token string
+	// It prints as REDACTED; a Store reads it with Token.Reveal().
+	Token Token
 	// ClaimTTL is how long the claim lasts unless renewed.
 	ClaimTTL time.Duration
 	// Retention is how long the record is kept at least, counted from the
@@ -373,7 +382,7 @@ func ValidateBegin(b Begin) error {
 	if err := ValidateFingerprint(b.Fingerprint); err != nil {
 		return err
 	}
-	if err := ValidateToken(b.Token); err != nil {
+	if err := ValidateToken(b.Token.Reveal()); err != nil {
 		return err
 	}
 	if err := ValidateClaimTTL(b.ClaimTTL); err != nil {

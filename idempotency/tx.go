@@ -65,7 +65,7 @@ func (k *Keeper) DoTx(ctx context.Context, tx Tx, req Request, fn Func) (Result,
 	}
 }
 
-func (k *Keeper) runTx(ctx context.Context, tx Tx, req Request, token string, fence uint64, fn Func) (Result, error) {
+func (k *Keeper) runTx(ctx context.Context, tx Tx, req Request, token Token, fence uint64, fn Func) (Result, error) {
 	id := req.ID()
 	// However fn ends without returning (a panic, which the caller may
 	// recover, or runtime.Goexit), fn's writes and the claim are rolled
@@ -77,7 +77,7 @@ func (k *Keeper) runTx(ctx context.Context, tx Tx, req Request, token string, fe
 			uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), k.o.ReleaseTimeout)
 			defer cancel()
 			if err := tx.Undo(uctx); err == nil {
-				_ = tx.Release(uctx, id, token)
+				_ = tx.Release(uctx, id, token.Reveal())
 			}
 		}
 	}()
@@ -87,7 +87,7 @@ func (k *Keeper) runTx(ctx context.Context, tx Tx, req Request, token string, fe
 		if err := tx.Undo(ctx); err != nil {
 			return Result{}, errors.Join(fnErr, fmt.Errorf("idempotency: roll back to the savepoint: %w", err))
 		}
-		if err := tx.Release(ctx, id, token); err != nil {
+		if err := tx.Release(ctx, id, token.Reveal()); err != nil {
 			return Result{}, errors.Join(fnErr, fmt.Errorf("idempotency: drop the claim: %w", err))
 		}
 		return Result{}, fnErr
@@ -98,7 +98,7 @@ func (k *Keeper) runTx(ctx context.Context, tx Tx, req Request, token string, fe
 			return Result{}, errors.Join(fnErr, fmt.Errorf("idempotency: roll back to the savepoint: %w", err))
 		}
 	}
-	if err := tx.Complete(ctx, id, token, fence, k.outcome(value, fnErr), k.o.Retention); err != nil {
+	if err := tx.Complete(ctx, id, token.Reveal(), fence, k.outcome(value, fnErr), k.o.Retention); err != nil {
 		return Result{}, errors.Join(&recordError{err}, fnErr)
 	}
 	return Result{Value: value}, fnErr

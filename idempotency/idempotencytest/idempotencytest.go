@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/tenurekit/tenure/idempotency"
+	"github.com/tenurekit/tenure/internal/secret"
 )
 
 // Faults breaks and heals the path between a Store and its server.
@@ -795,15 +796,15 @@ func testInvalid(t *testing.T, tg Target) {
 		return x
 	}
 	calls := map[string]func() error{
-		"begin empty token":    func() error { _, err := s.Begin(ctx, bw(func(b *idempotency.Begin) { b.Token = "" })); return err },
-		"begin token with SP":  func() error { _, err := s.Begin(ctx, bw(func(b *idempotency.Begin) { b.Token = "a b" })); return err },
+		"begin empty token":    func() error { _, err := s.Begin(ctx, bw(func(b *idempotency.Begin) { b.Token = idempotency.Token{} })); return err },
+		"begin token with SP":  func() error { _, err := s.Begin(ctx, bw(func(b *idempotency.Begin) { b.Token = secret.New("a b") })); return err },
 		"begin zero claim TTL": func() error { _, err := s.Begin(ctx, bw(func(b *idempotency.Begin) { b.ClaimTTL = 0 })); return err },
 		"begin zero retention": func() error { _, err := s.Begin(ctx, bw(func(b *idempotency.Begin) { b.Retention = 0 })); return err },
 		"begin bad key":        func() error { _, err := s.Begin(ctx, bw(func(b *idempotency.Begin) { b.Key = "" })); return err },
-		"renew fence 0":        func() error { return s.Renew(ctx, id, tok, 0, time.Second) },
-		"renew zero ttl":       func() error { return s.Renew(ctx, id, tok, 1, 0) },
-		"complete fence 0":     func() error { return s.Complete(ctx, id, tok, 0, idempotency.Outcome{}, time.Hour) },
-		"complete retention 0": func() error { return s.Complete(ctx, id, tok, 1, idempotency.Outcome{}, 0) },
+		"renew fence 0":        func() error { return s.Renew(ctx, id, tok.Reveal(), 0, time.Second) },
+		"renew zero ttl":       func() error { return s.Renew(ctx, id, tok.Reveal(), 1, 0) },
+		"complete fence 0":     func() error { return s.Complete(ctx, id, tok.Reveal(), 0, idempotency.Outcome{}, time.Hour) },
+		"complete retention 0": func() error { return s.Complete(ctx, id, tok.Reveal(), 1, idempotency.Outcome{}, 0) },
 		"release empty token":  func() error { return s.Release(ctx, id, "") },
 		"inspect empty scope":  func() error { _, err := s.Inspect(ctx, idempotency.ID{Key: "k"}); return err },
 	}
@@ -812,7 +813,7 @@ func testInvalid(t *testing.T, tg Target) {
 		if !errors.Is(err, idempotency.ErrInvalid) {
 			t.Errorf("%s: %v, want ErrInvalid", name, err)
 		}
-		if err != nil && strings.Contains(err.Error(), tok) {
+		if err != nil && strings.Contains(err.Error(), tok.Reveal()) {
 			t.Errorf("%s: the error contains the token", name)
 		}
 	}

@@ -80,7 +80,7 @@ func (v idemView) Begin(ctx context.Context, b idempotency.Begin) (idempotency.B
 	now := v.s.now()
 	v.sweep(now)
 	claim := func(last uint64) idempotency.Begun {
-		r := &idemRec{fp: b.Fingerprint, token: b.Token, fence: idempotency.NextFence(last, now),
+		r := &idemRec{fp: b.Fingerprint, token: b.Token.Reveal(), fence: idempotency.NextFence(last, now),
 			claimUntil: now.Add(b.ClaimTTL), expires: now.Add(max(b.ClaimTTL, b.Retention))}
 		v.st.recs[b.ID] = r
 		return idempotency.Begun{State: idempotency.Claimed, Fence: r.fence, TTL: b.ClaimTTL}
@@ -97,7 +97,7 @@ func (v idemView) Begin(ctx context.Context, b idempotency.Begin) (idempotency.B
 		return idempotency.Begun{State: idempotency.Mismatch}, nil
 	case r.done:
 		return idempotency.Begun{State: idempotency.Completed, Outcome: cloneOutcome(r.out)}, nil
-	case r.token == b.Token:
+	case r.token == b.Token.Reveal():
 		r.claimUntil = now.Add(b.ClaimTTL)
 		r.expires = maxTime(r.expires, r.claimUntil)
 		return idempotency.Begun{State: idempotency.Claimed, Fence: r.fence, TTL: b.ClaimTTL}, nil

@@ -226,7 +226,7 @@ func (r beginRow) answer(b idempotency.Begin) (idempotency.Begun, bool) {
 			out.Message = *r.message
 		}
 		return idempotency.Begun{State: idempotency.Completed, Outcome: out}, true
-	case r.token != nil && *r.token == b.Token:
+	case r.token != nil && *r.token == b.Token.Reveal():
 		return idempotency.Begun{}, false // claimable: the claim lost a race
 	case left > 0:
 		return idempotency.Begun{State: idempotency.InProgress, TTL: time.Duration(left) * time.Microsecond}, true
@@ -239,7 +239,7 @@ func (r beginRow) answer(b idempotency.Begin) (idempotency.Begun, bool) {
 // runBegin runs the begin statement once on q (and, in a transaction,
 // the savepoint after it in the same round trip).
 func (v idemView) runBegin(ctx context.Context, q pgx.Tx, pool bool, b idempotency.Begin, savepoint bool) (beginRow, bool, error) {
-	args := []any{b.Scope, b.Key, b.Fingerprint, b.Token, b.ClaimTTL, b.Retention, b.Takeover}
+	args := []any{b.Scope, b.Key, b.Fingerprint, b.Token.Reveal(), b.ClaimTTL, b.Retention, b.Takeover}
 	var r beginRow
 	scan := func(row pgx.Row) error {
 		return row.Scan(&r.claimed, &r.fence, &r.fp, &r.token, &r.state, &r.claimUS, &r.live, &r.failed, &r.message, &r.value)

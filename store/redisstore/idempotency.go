@@ -92,7 +92,7 @@ func (v idemView) Begin(ctx context.Context, b idempotency.Begin) (idempotency.B
 		take = "1"
 	}
 	arr, err := idemBeginScript.Exec(ctx, v.s.c, []string{v.s.idemKey(b.ID)},
-		[]string{b.Fingerprint, b.Token, msArg(b.ClaimTTL), msArg(b.Retention), take}).ToArray()
+		[]string{b.Fingerprint, b.Token.Reveal(), msArg(b.ClaimTTL), msArg(b.Retention), take}).ToArray()
 	if err != nil {
 		return idempotency.Begun{}, v.s.idemErr(err)
 	}

@@ -226,7 +226,7 @@ func (v idemView) begin(ctx context.Context, tx *sql.Tx, b idempotency.Begin, no
 	ttl := micros(b.ClaimTTL)
 	claim := func(last int64) (idempotency.Begun, error) {
 		f := idempotency.NextFence(uint64(max(last, 0)), time.UnixMicro(now))
-		_, err := tx.ExecContext(ctx, v.q.upsert, b.Scope, b.Key, b.Fingerprint, b.Token, int64(f),
+		_, err := tx.ExecContext(ctx, v.q.upsert, b.Scope, b.Key, b.Fingerprint, b.Token.Reveal(), int64(f),
 			now+ttl, now+max(ttl, micros(b.Retention)))
 		if err != nil {
 			return idempotency.Begun{}, idemErr("begin", err)
@@ -240,7 +240,7 @@ func (v idemView) begin(ctx context.Context, tx *sql.Tx, b idempotency.Begin, no
 		return idempotency.Begun{State: idempotency.Mismatch}, nil
 	case r.state == idemDone:
 		return idempotency.Begun{State: idempotency.Completed, Outcome: r.outcome()}, nil
-	case r.token.String == b.Token:
+	case r.token.String == b.Token.Reveal():
 		if _, err := tx.ExecContext(ctx, v.q.reclaim, b.Scope, b.Key, now+ttl); err != nil {
 			return idempotency.Begun{}, idemErr("begin", err)
 		}
