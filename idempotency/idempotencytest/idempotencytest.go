@@ -796,8 +796,14 @@ func testInvalid(t *testing.T, tg Target) {
 		return x
 	}
 	calls := map[string]func() error{
-		"begin empty token":    func() error { _, err := s.Begin(ctx, bw(func(b *idempotency.Begin) { b.Token = idempotency.Token{} })); return err },
-		"begin token with SP":  func() error { _, err := s.Begin(ctx, bw(func(b *idempotency.Begin) { b.Token = secret.New("a b") })); return err },
+		"begin empty token": func() error {
+			_, err := s.Begin(ctx, bw(func(b *idempotency.Begin) { b.Token = idempotency.Token{} }))
+			return err
+		},
+		"begin token with SP": func() error {
+			_, err := s.Begin(ctx, bw(func(b *idempotency.Begin) { b.Token = secret.New("a b") }))
+			return err
+		},
 		"begin zero claim TTL": func() error { _, err := s.Begin(ctx, bw(func(b *idempotency.Begin) { b.ClaimTTL = 0 })); return err },
 		"begin zero retention": func() error { _, err := s.Begin(ctx, bw(func(b *idempotency.Begin) { b.Retention = 0 })); return err },
 		"begin bad key":        func() error { _, err := s.Begin(ctx, bw(func(b *idempotency.Begin) { b.Key = "" })); return err },
