@@ -3,6 +3,7 @@ package idempotency
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -16,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Header names of the IETF Idempotency-Key draft.
@@ -28,6 +30,9 @@ const (
 
 // DefaultMaxBodyBytes is the default HTTPOptions.MaxBodyBytes.
 const DefaultMaxBodyBytes = 1 << 20
+
+// DefaultMaxRecordBytes is the default HTTPOptions.MaxRecordBytes.
+const DefaultMaxRecordBytes = 1 << 20
 
 // DefaultReplayHeaders are the response headers replayed by default:
 // those that describe the representation or the created resource. Headers
@@ -49,14 +54,38 @@ type HTTPOptions struct {
 	Optional bool
 	// Principal returns who makes the request (the authenticated user or
 	// client), part of every record's scope, so that two principals' equal
-	// keys never meet. Default: "" for everyone; set it whenever requests
-	// are authenticated.
+	// keys never meet. Set it whenever requests are authenticated.
+	//
+	// Default (nil, and Anonymous false): the principal is a keyed SHA-256
+	// digest (HMAC with CredentialKey) of the request's Authorization and
+	// Cookie header lines, so that requests with other credentials never
+	// share a record. Requests without either header share one scope per
+	// route. A client whose credentials change (a refreshed token, a new
+	// cookie) gets new records.
 	Principal func(r *http.Request) string
+	// Anonymous puts every request of a route in one scope, whoever sends
+	// it: a second client sending the same key and body gets the first
+	// client's recorded response. Use it only for routes whose responses
+	// carry nothing private. It may not be set together with Principal.
+	Anonymous bool
+	// CredentialKey keys the default principal's digest of the
+	// credentials (HMAC-SHA256), so that someone who reads the store cannot
+	// test guesses of a credential against it. Give every instance of a
+	// service the same key, kept secret. Default: a fixed key, which still
+	// separates credentials but does not stop such guessing.
+	CredentialKey []byte
 	// Route returns the operation, the other part of the scope. Default:
 	// the ServeMux pattern that matched (r.Pattern, with the method put in
 	// front if the pattern has none), or the method and the URL path when
 	// there is no pattern.
 	Route func(r *http.Request) string
+	// MaxRecordBytes is the largest response body recorded for replay. A
+	// larger response still goes out to the client in full as the handler
+	// writes it (streamed: at most MaxRecordBytes of it are held in
+	// memory), but only its status is recorded: a retry with the same key
+	// gets 409 with ErrResponseNotRecorded, and the handler does not run
+	// again. Default (0) 1 MiB; negative is refused.
+	MaxRecordBytes int64
 	// MaxBodyBytes is the largest request body read for the fingerprint;
 	// a larger one is refused with 413. Default (0) 1 MiB; negative is
 	// refused.
@@ -83,6 +112,10 @@ var (
 	ErrBadKey = errors.New("idempotency: malformed Idempotency-Key header")
 	// ErrBodyTooLarge: the request body exceeds HTTPOptions.MaxBodyBytes.
 	ErrBodyTooLarge = errors.New("idempotency: request body too large")
+	// ErrResponseNotRecorded: a request with this key was processed, but
+	// its response exceeded HTTPOptions.MaxRecordBytes and cannot be
+	// replayed (answered with 409).
+	ErrResponseNotRecorded = errors.New("idempotency: the request was processed, but its response was too large to record and cannot be replayed")
 )
 
 // errServerError makes Do release the claim of a 5xx response.
@@ -200,6 +233,15 @@ func newMiddleware(k *Keeper, o *HTTPOptions) (*middleware, error) {
 	if m.o.MaxBodyBytes < 0 {
 		return nil, fmt.Errorf("%w: idempotency: HTTPOptions.MaxBodyBytes %d is negative", ErrInvalid, m.o.MaxBodyBytes)
 	}
+	if m.o.MaxRecordBytes < 0 {
+		return nil, fmt.Errorf("%w: idempotency: HTTPOptions.MaxRecordBytes %d is negative", ErrInvalid, m.o.MaxRecordBytes)
+	}
+	if m.o.MaxRecordBytes == 0 {
+		m.o.MaxRecordBytes = DefaultMaxRecordBytes
+	}
+	if m.o.Anonymous && m.o.Principal != nil {
+		return nil, fmt.Errorf("%w: idempotency: HTTPOptions.Anonymous and Principal are both set", ErrInvalid)
+	}
 	if len(m.o.Methods) == 0 {
 		m.o.Methods = []string{http.MethodPost, http.MethodPatch}
 	}
@@ -207,8 +249,16 @@ func newMiddleware(k *Keeper, o *HTTPOptions) (*middleware, error) {
 	for _, meth := range m.o.Methods {
 		m.methods[meth] = true
 	}
-	if m.o.Principal == nil {
+	switch {
+	case m.o.Anonymous:
 		m.o.Principal = func(*http.Request) string { return "" }
+	case m.o.Principal == nil:
+		key := m.o.CredentialKey
+		if len(key) == 0 {
+			key = []byte(defaultCredentialKey)
+		}
+		key = slices.Clone(key)
+		m.o.Principal = func(r *http.Request) string { return credentialPrincipal(key, r) }
 	}
 	if m.o.Route == nil {
 		m.o.Route = defaultRoute
@@ -246,15 +296,46 @@ func defaultFingerprint(r *http.Request, body []byte) string {
 	return Fingerprint([]byte(r.Method), []byte(r.URL.RequestURI()), []byte(r.Header.Get("Content-Type")), body)
 }
 
-// scope joins principal and route unambiguously into a valid scope.
+// defaultCredentialKey keys the default principal's digest when
+// HTTPOptions.CredentialKey is empty.
+const defaultCredentialKey = "tenure idempotency credentials v1"
+
+// credentialPrincipal is the default principal: an HMAC-SHA256 of the
+// request's Authorization and Cookie header lines, each length-prefixed.
+func credentialPrincipal(key []byte, r *http.Request) string {
+	mac := hmac.New(sha256.New, key)
+	var n [8]byte
+	for _, name := range []string{"Authorization", "Cookie"} {
+		lines := r.Header.Values(name)
+		binary.BigEndian.PutUint64(n[:], uint64(len(lines)))
+		mac.Write(n[:])
+		for _, v := range lines {
+			binary.BigEndian.PutUint64(n[:], uint64(len(v)))
+			mac.Write(n[:])
+			mac.Write([]byte(v))
+		}
+	}
+	return "credentials:" + hex.EncodeToString(mac.Sum(nil))
+}
+
+// scope joins principal and route into a valid scope, injectively: two
+// different (principal, route) pairs never give the same scope. When both
+// are valid UTF-8 without NUL and the result fits in MaxScopeLen, it is
+// "len(principal):principal route" (which starts with a digit); otherwise
+// it is "sha256:" and the hex SHA-256 of the length-prefixed principal and
+// the route.
 func scope(principal, route string) string {
 	s := strconv.Itoa(len(principal)) + ":" + principal + " " + route
-	s = strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
-	if len(s) > MaxScopeLen {
-		sum := sha256.Sum256([]byte(s))
-		s = "sha256:" + hex.EncodeToString(sum[:])
+	if len(s) <= MaxScopeLen && utf8.ValidString(s) && !strings.ContainsRune(s, 0) {
+		return s
 	}
-	return s
+	h := sha256.New()
+	var n [8]byte
+	binary.BigEndian.PutUint64(n[:], uint64(len(principal)))
+	h.Write(n[:])
+	h.Write([]byte(principal))
+	h.Write([]byte(route))
+	return "sha256:" + hex.EncodeToString(h.Sum(nil))
 }
 
 func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
@@ -297,17 +378,25 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	ran := false
 	res, err := m.k.Do(r.Context(), req, func(ctx context.Context, c *Claim) ([]byte, error) {
 		ran = true
-		rec := &recorder{w: w, replay: m.replay}
+		rec := &recorder{w: w, replay: m.replay, limit: m.o.MaxRecordBytes}
 		next.ServeHTTP(rec, r.WithContext(context.WithValue(ctx, claimKey{}, c)))
 		rec.finish()
 		if rec.status >= 500 {
 			return nil, errServerError
 		}
+		if rec.overflow {
+			m.log.WarnContext(r.Context(), "idempotency: the response exceeds MaxRecordBytes; only its status is recorded",
+				"key", req.Key, "status", rec.status)
+			return encodeNotRecorded(rec.status), nil
+		}
 		return encodeResponse(rec.status, rec.headers, rec.body.Bytes()), nil
 	})
 	switch {
 	case err == nil && res.Replayed:
-		if err := writeReplay(w, res.Value); err != nil {
+		if err := writeReplay(w, res.Value); errors.Is(err, ErrResponseNotRecorded) {
+			w.Header().Set(HeaderReplayed, "true")
+			m.o.Error(w, r, http.StatusConflict, err)
+		} else if err != nil {
 			m.log.ErrorContext(r.Context(), "idempotency: a recorded response cannot be decoded",
 				"scope", req.Scope, "key", req.Key, "err", err)
 			m.o.Error(w, r, http.StatusInternalServerError, err)
@@ -340,7 +429,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 // publicDetail is what a client is told about err: the sentinel's text
 // (never the scope, which holds the principal), or the key syntax error.
 func publicDetail(err error) string {
-	for _, e := range []error{ErrMismatch, ErrInProgress, ErrOutcomeUnknown, ErrUnavailable} {
+	for _, e := range []error{ErrMismatch, ErrInProgress, ErrOutcomeUnknown, ErrUnavailable, ErrResponseNotRecorded} {
 		if errors.Is(err, e) {
 			return e.Error()
 		}
@@ -366,13 +455,17 @@ func writeProblem(w http.ResponseWriter, _ *http.Request, status int, err error)
 	})
 }
 
-// recorder passes the handler's response through and records it.
+// recorder passes the handler's response through and records it, holding
+// at most limit bytes of its body: past that it drops what it holds and
+// only passes the rest through.
 type recorder struct {
-	w       http.ResponseWriter
-	replay  map[string]bool
-	status  int
-	headers [][2]string
-	body    bytes.Buffer
+	w        http.ResponseWriter
+	replay   map[string]bool
+	limit    int64
+	status   int
+	headers  [][2]string
+	body     bytes.Buffer
+	overflow bool
 }
 
 func (rc *recorder) Header() http.Header { return rc.w.Header() }
@@ -406,7 +499,14 @@ func (rc *recorder) Write(b []byte) (int, error) {
 	if rc.status == 0 {
 		rc.WriteHeader(http.StatusOK)
 	}
-	rc.body.Write(b)
+	if !rc.overflow {
+		if int64(rc.body.Len())+int64(len(b)) > rc.limit {
+			rc.overflow = true
+			rc.body = bytes.Buffer{} // let the partial copy go
+		} else {
+			rc.body.Write(b)
+		}
+	}
 	return rc.w.Write(b)
 }
 
@@ -429,6 +529,14 @@ func (rc *recorder) finish() {
 
 // responseMagic starts a recorded response (format version 1).
 const responseMagic = "tnr1"
+
+// notRecordedMagic starts the record of a response too large to record:
+// the magic and the status (2 bytes).
+const notRecordedMagic = "tnr0"
+
+func encodeNotRecorded(status int) []byte {
+	return binary.BigEndian.AppendUint16([]byte(notRecordedMagic), uint16(status))
+}
 
 // encodeResponse records status, headers and body: the magic, the status
 // (2 bytes), the header count, each name and value length-prefixed
@@ -454,6 +562,9 @@ func encodeResponse(status int, headers [][2]string, body []byte) []byte {
 var errRecording = errors.New("idempotency: malformed recorded response")
 
 func decodeResponse(b []byte) (status int, headers [][2]string, body []byte, err error) {
+	if len(b) == len(notRecordedMagic)+2 && string(b[:len(notRecordedMagic)]) == notRecordedMagic {
+		return int(binary.BigEndian.Uint16(b[len(notRecordedMagic):])), nil, nil, ErrResponseNotRecorded
+	}
 	if len(b) < len(responseMagic)+3 || string(b[:len(responseMagic)]) != responseMagic {
 		return 0, nil, nil, errRecording
 	}

@@ -60,7 +60,7 @@ func newFixture(t *testing.T, ko *idempotency.Options, ho *idempotency.HTTPOptio
 	if ho == nil {
 		ho = &idempotency.HTTPOptions{}
 	}
-	if ho.Principal == nil {
+	if ho.Principal == nil && !ho.Anonymous {
 		ho.Principal = func(r *http.Request) string { return r.Header.Get("X-User") }
 	}
 	mux := http.NewServeMux()
