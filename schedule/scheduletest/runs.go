@@ -266,6 +266,10 @@ func testCatchUpDefaultOverlap(e *env) {
 // leaves no claim, run lease or catch-up permit held; the scheduler goes
 // on with the next slot.
 func testPanickingHandler(e *env) {
+	if !e.fake() {
+		e.panicOnRealClock()
+		return
+	}
 	t := e.t
 	job := jobName(t, "panic")
 	sched := schedule.Every(time.Minute)
@@ -308,4 +312,48 @@ func testPanickingHandler(e *env) {
 	if n := e.count(job); n != 3 {
 		t.Fatalf("business counter = %d, want 3", n)
 	}
+}
+
+// panicOnRealClock is the panic case on the store's own clock: two slots
+// well apart, the first one's handler panics.
+func (e *env) panicOnRealClock() {
+	t := e.t
+	job := jobName(t, "panic")
+	every := schedule.Every(e.Unit)
+	first := every.Next(e.now().Add(500 * time.Millisecond)) // after the first poll
+	sched := listed{every, []time.Time{first, every.Next(first.Add(8 * e.Unit))}}
+	second := sched.ats[1]
+	e.start(e.node(), e.opts("a"), schedule.Job{Name: job, Schedule: sched, Run: func(ctx context.Context, s *schedule.Slot) error {
+		if s.Time.Equal(first) {
+			panic("boom in " + s.ID)
+		}
+		return e.Complete(ctx, s)
+	}})
+	r := e.waitState(job, sched.ID(first), schedule.Failed)
+	if !r.Final() || r.Attempts != 1 || !strings.Contains(r.Error, "boom in "+sched.ID(first)) {
+		t.Fatalf("panicked slot: %+v; want failed for good with the panic value", r)
+	}
+	for _, key := range []string{schedule.ClaimKey(job, sched.ID(first)), schedule.RunKey(job)} {
+		if e.held(key) {
+			t.Errorf("%s is still held after the panic", key)
+		}
+	}
+	if r := e.waitState(job, sched.ID(second), schedule.Done); r.Attempts != 1 || e.count(job) != 1 {
+		t.Fatalf("next slot %+v, counter %d; want done once", r, e.count(job))
+	}
+}
+
+// listed is a schedule with the given slots only.
+type listed struct {
+	schedule.Schedule
+	ats []time.Time
+}
+
+func (l listed) Next(t time.Time) time.Time {
+	for _, at := range l.ats {
+		if at.After(t) {
+			return at
+		}
+	}
+	return time.Time{}
 }
