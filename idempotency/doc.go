@@ -38,7 +38,8 @@
 // If fn returns an error the claim is released and a retry runs fn again,
 // unless the error is final ([Final], or every error with Options.Errors =
 // StoreErrors): then it is recorded and replayed as a [*FinalError]. A
-// panic releases the claim. A result that cannot be recorded (the store
+// panic stops the keep-alive and releases the claim, then goes on. Apart
+// from a recorded *FinalError, an error never comes with a value. A result that cannot be recorded (the store
 // stopped answering) is reported as an [*UnknownError] with Ran set; a
 // store that cannot be reached before fn runs yields [ErrUnavailable] and
 // fn does not run.
@@ -64,6 +65,10 @@
 // and PATCH: 400 for a missing or malformed key, 413 for a body over the
 // limit, 422 for another payload, 409 with Retry-After while in flight,
 // 503 when the store is down; the first response's status, allow-listed
-// headers and body are replayed byte for byte with Idempotent-Replayed:
-// true, and a 5xx response or a panic releases the claim.
+// headers and body (up to HTTPOptions.MaxRecordBytes) are replayed byte for
+// byte with Idempotent-Replayed: true, and a 5xx response or a panic
+// releases the claim. Records are scoped by HTTPOptions.Principal or, by
+// default, by a keyed digest of the request's credentials (Authorization
+// and Cookie), so clients never get each other's responses unless
+// HTTPOptions.Anonymous says so.
 package idempotency

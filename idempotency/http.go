@@ -196,14 +196,18 @@ func ParseKey(lines []string) (string, error) {
 //     Repeats get that recording with Idempotent-Replayed: true;
 //   - a 5xx response or a panic releases the claim: a retry runs the
 //     handler again;
-//   - the record's scope is the principal and the route, so equal keys of
-//     two users, or of two routes, never meet.
+//   - a response body over MaxRecordBytes goes out in full but only its
+//     status is recorded: repeats get 409 (ErrResponseNotRecorded);
+//   - the record's scope is the principal (HTTPOptions.Principal, or by
+//     default a keyed digest of the Authorization and Cookie headers) and
+//     the route, so equal keys of two users, or of two routes, never meet.
 //
 // The handler runs with the claim in its request context (see
 // ClaimFromContext), cancelled if the claim is lost.
 //
-// Options out of range (a negative MaxBodyBytes) or a nil Keeper give an
-// error wrapping ErrInvalid.
+// Options out of range (a negative MaxBodyBytes or MaxRecordBytes,
+// Anonymous together with Principal) or a nil Keeper give an error
+// wrapping ErrInvalid.
 func (k *Keeper) Middleware(o *HTTPOptions) (func(http.Handler) http.Handler, error) {
 	if k == nil || k.s == nil {
 		return nil, fmt.Errorf("%w: idempotency: nil Keeper (use New)", ErrInvalid)
