@@ -191,14 +191,16 @@ type countingLeases struct {
 	c *countingStore
 }
 
+// Acquire counts a call once the store has answered it.
 func (l countingLeases) Acquire(ctx context.Context, key, token string, ttl time.Duration) (lease.Grant, error) {
+	g, err := l.Store.Acquire(ctx, key, token, ttl)
 	switch {
 	case strings.Contains(key, "/slot/"):
 		l.c.claims.Add(1)
 	case strings.HasSuffix(key, "/run"):
 		l.c.runs.Add(1)
 	}
-	return l.Store.Acquire(ctx, key, token, ttl)
+	return g, err
 }
 
 // Catch-up under the default overlap policy: every late slot runs, oldest
