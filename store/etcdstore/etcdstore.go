@@ -149,9 +149,9 @@ func (s *Store) FencedPut(ctx context.Context, resource, value string, f uint64)
 	// Fixed-width decimal values compare bytewise like the numbers. A value
 	// comparison on a missing key fails, hence the first branch.
 	resp, err := s.rpc.txn(ctx,
-		cmps(clientv3.Compare(clientv3.CreateRevision(adm), "=", 0)),
+		cmps(cmpCreateRev(adm, cmpEqual, 0)),
 		put,
-		ops(opTxn(cmps(clientv3.Compare(clientv3.Value(adm), "<", enc)), put, ops(opGet(adm)))),
+		ops(opTxn(cmps(cmpValue(adm, cmpLess, enc)), put, ops(opGet(adm)))),
 	)
 	if err != nil {
 		return wrapErr("fenced put", err)

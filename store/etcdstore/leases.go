@@ -7,7 +7,6 @@ import (
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/tenurekit/tenure/lease"
 )
@@ -114,10 +113,10 @@ func (v leases) Acquire(ctx context.Context, key, token string, ttl time.Duratio
 	lock, fk := s.lockKey(key), s.fenceKey(key)
 	for attempt := 1; ; attempt++ {
 		resp, err := s.rpc.txn(ctx,
-			cmps(clientv3.Compare(clientv3.CreateRevision(lock), "=", 0)),
+			cmps(cmpCreateRev(lock, cmpEqual, 0)),
 			ops(opPut(lock, token, id), opPut(fk, "", 0), opGet(lock)),
 			ops(opTxn(
-				cmps(clientv3.Compare(clientv3.Value(lock), "=", token)),
+				cmps(cmpValue(lock, cmpEqual, token)),
 				ops(opGet(lock), opPut(lock, token, id)),
 				ops(opGet(lock)),
 			)),
@@ -188,8 +187,8 @@ func (s *Store) dropLock(lock, token string, id int64) {
 	ctx, cancel := context.WithTimeout(s.c.Ctx(), s.revokeTimeout)
 	defer cancel()
 	s.rpc.txn(ctx, cmps(
-		clientv3.Compare(clientv3.Value(lock), "=", token),
-		clientv3.Compare(clientv3.LeaseValue(lock), "=", clientv3.LeaseID(id)),
+		cmpValue(lock, cmpEqual, token),
+		cmpLease(lock, cmpEqual, id),
 	), ops(opDelete(lock)), nil)
 }
 
@@ -237,8 +236,8 @@ func (s *Store) moveLock(ctx context.Context, lock, token string, kv *mvccpb.Key
 		return lease.Grant{}, wrapErr("renew: grant lease", err)
 	}
 	resp, err := s.rpc.txn(ctx, cmps(
-		clientv3.Compare(clientv3.Value(lock), "=", token),
-		clientv3.Compare(clientv3.CreateRevision(lock), "=", kv.CreateRevision),
+		cmpValue(lock, cmpEqual, token),
+		cmpCreateRev(lock, cmpEqual, kv.CreateRevision),
 	), ops(opPut(lock, token, id)), nil)
 	if err != nil {
 		return lease.Grant{}, wrapErr("renew", err)
@@ -264,7 +263,7 @@ func (v leases) Release(ctx context.Context, key, token string) error {
 	s := v.s
 	lock := s.lockKey(key)
 	resp, err := s.rpc.txn(ctx,
-		cmps(clientv3.Compare(clientv3.Value(lock), "=", token)),
+		cmps(cmpValue(lock, cmpEqual, token)),
 		ops(opGet(lock), opDelete(lock)),
 		nil,
 	)

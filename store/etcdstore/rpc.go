@@ -37,7 +37,7 @@ func newRPC(c *clientv3.Client) rpc {
 	return rpc{kv: pb.NewKVClient(conn), lc: pb.NewLeaseClient(conn)}
 }
 
-func (r rpc) txn(ctx context.Context, cmps []clientv3.Cmp, then, els []*pb.RequestOp) (*pb.TxnResponse, error) {
+func (r rpc) txn(ctx context.Context, cmps []*pb.Compare, then, els []*pb.RequestOp) (*pb.TxnResponse, error) {
 	return r.kv.Txn(ctx, txnRequest(cmps, then, els), failFast)
 }
 
@@ -106,13 +106,36 @@ func (r rpc) keepAliveOnce(ctx context.Context, id int64) (int64, error) {
 	return resp.TTL, nil
 }
 
-func txnRequest(cmps []clientv3.Cmp, then, els []*pb.RequestOp) *pb.TxnRequest {
-	req := &pb.TxnRequest{Success: then, Failure: els}
-	for i := range cmps {
-		c := pb.Compare(cmps[i])
-		req.Compare = append(req.Compare, &c)
-	}
-	return req
+func txnRequest(cmps []*pb.Compare, then, els []*pb.RequestOp) *pb.TxnRequest {
+	return &pb.TxnRequest{Compare: cmps, Success: then, Failure: els}
+}
+
+// The compares are built as the wire messages they are, with etcd's public
+// API types only, so the store builds with every client release (the
+// layout of clientv3.Cmp is the client's own business and changes).
+
+// The results the store compares with.
+const (
+	cmpEqual = pb.Compare_EQUAL
+	cmpLess  = pb.Compare_LESS
+)
+
+// cmpCreateRev compares key's create revision (0: the key does not exist).
+func cmpCreateRev(key string, r pb.Compare_CompareResult, rev int64) *pb.Compare {
+	return &pb.Compare{Key: []byte(key), Result: r, Target: pb.Compare_CREATE,
+		TargetUnion: &pb.Compare_CreateRevision{CreateRevision: rev}}
+}
+
+// cmpValue compares key's value bytewise (false if key does not exist).
+func cmpValue(key string, r pb.Compare_CompareResult, v string) *pb.Compare {
+	return &pb.Compare{Key: []byte(key), Result: r, Target: pb.Compare_VALUE,
+		TargetUnion: &pb.Compare_Value{Value: []byte(v)}}
+}
+
+// cmpLease compares the lease key is attached to.
+func cmpLease(key string, r pb.Compare_CompareResult, id int64) *pb.Compare {
+	return &pb.Compare{Key: []byte(key), Result: r, Target: pb.Compare_LEASE,
+		TargetUnion: &pb.Compare_Lease{Lease: id}}
 }
 
 func opPut(key, value string, leaseID int64) *pb.RequestOp {
@@ -129,12 +152,12 @@ func opDelete(key string) *pb.RequestOp {
 	return &pb.RequestOp{Request: &pb.RequestOp_RequestDeleteRange{RequestDeleteRange: &pb.DeleteRangeRequest{Key: []byte(key)}}}
 }
 
-func opTxn(cmps []clientv3.Cmp, then, els []*pb.RequestOp) *pb.RequestOp {
+func opTxn(cmps []*pb.Compare, then, els []*pb.RequestOp) *pb.RequestOp {
 	return &pb.RequestOp{Request: &pb.RequestOp_RequestTxn{RequestTxn: txnRequest(cmps, then, els)}}
 }
 
 func ops(o ...*pb.RequestOp) []*pb.RequestOp { return o }
-func cmps(c ...clientv3.Cmp) []clientv3.Cmp  { return c }
+func cmps(c ...*pb.Compare) []*pb.Compare    { return c }
 
 // firstKV returns the first key of a range response op, nil if none.
 func firstKV(r *pb.ResponseOp) *mvccpb.KeyValue { return first(r.GetResponseRange().GetKvs()) }
