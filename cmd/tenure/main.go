@@ -2,8 +2,8 @@
 //
 //	tenure lab [--store URL] [--only NAME]... [--json] [--timeout D]
 //
-// runs the seed experiments against a store and exits non-zero if any of
-// them did not show what it must. Without --store it uses the embedded
+// runs each failure mode tenure closes as an experiment against a store and
+// exits non-zero if any of them did not show what it must. Without --store it uses the embedded
 // default: a SQLite file in a temp dir, and the in-process memory store.
 package main
 
@@ -34,6 +34,7 @@ func newRoot() *cobra.Command {
 		SilenceErrors: false,
 	}
 	root.AddCommand(newLab())
+	root.AddCommand(newProof())
 	return root
 }
 
@@ -47,11 +48,14 @@ func newLab() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "lab",
-		Short: "Run the seed experiments against a store",
-		Long: `Runs the experiments of the seed documents against a real store through
-tenure's public API, prints each one's line in the seeds' name=value form
-with a verdict, and exits with status 1 if any experiment did not show
-what it must.
+		Short: "Reproduce the failure modes tenure closes against a real store",
+		Long: `Runs each failure mode that tenure closes (a paused holder writing late, a
+release deleting another holder's lock, a retried request charging twice, a
+late save reviving a session, a limiter over-admitting, a slot settled twice)
+as an experiment against a real store through tenure's public API. Each
+prints its measurements as name=value pairs with a verdict; the exit status
+is 1 if any experiment did not show what it must. --list says what each
+experiment shows.
 
 --store selects the store:
   (none)                the embedded default: a SQLite file in a temp dir, and memory
@@ -64,7 +68,7 @@ what it must.
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if list {
 				for _, e := range lab.Experiments() {
-					fmt.Fprintf(cmd.OutOrStdout(), "%-32s %-24s %s\n", e.Name, e.Source, e.Want)
+					fmt.Fprintf(cmd.OutOrStdout(), "%s\n    %s\n    must print: %s\n", e.Name, e.Shows, e.Want)
 				}
 				return nil
 			}

@@ -1,0 +1,231 @@
+package proof
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tenurekit/tenure/internal/storeurl"
+	"github.com/tenurekit/tenure/lease"
+)
+
+func init() {
+	register(&workload{
+		name:     "lease-counter",
+		summary:  "workers increment a counter under a lease; the guard refuses a paused holder's late write (fences increase in commit order, final counter = acknowledged increments)",
+		supports: func(storeurl.Kind) string { return "" },
+		setup:    counterSetup,
+		worker:   counterWorker,
+		check:    counterCheck,
+	})
+}
+
+const (
+	sqliteRegister = "tenure_proof_register"
+	pgRegister     = "tenure_lab.tenure_proof_register"
+)
+
+func counterSetup(ctx context.Context, w *workerEnv) error {
+	switch w.kind {
+	case storeurl.SQLite:
+		_, err := w.env.SQLite.DB().ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+sqliteRegister+` (name TEXT PRIMARY KEY, value TEXT NOT NULL)`)
+		return err
+	case storeurl.Postgres:
+		_, err := w.pg.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+pgRegister+` (name text PRIMARY KEY, value text NOT NULL)`)
+		return err
+	}
+	return nil
+}
+
+func counterWorker(ctx context.Context, w *workerEnv) error {
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i, mode := range []string{Guarded, Control} {
+		wg.Go(func() { errs[i] = counterLoop(ctx, w, mode) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// counterLoop: acquire the lease, read the counter, think, write the
+// counter plus one (through the guard, or plainly in the control),
+// release.
+func counterLoop(ctx context.Context, w *workerEnv, mode string) error {
+	lk, err := lease.New(w.env.Leases, &lease.Options{RetryMin: 2 * time.Millisecond, RetryMax: 20 * time.Millisecond, Attempts: 1})
+	if err != nil {
+		return err
+	}
+	ttl := w.spec.TTL
+	key, res := w.env.Key("lc/lock/"+mode), w.env.Key("lc/value/"+mode)
+	for ctx.Err() == nil {
+		w.gate.wait(ctx)
+		p := w.rec.Invoke(mode, "acquire", key, "", 0)
+		actx, cancel := context.WithTimeout(ctx, 20*ttl)
+		l, err := lk.Acquire(actx, key, ttl)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				p.End("", 0, err) // told to stop while waiting
+				return nil
+			}
+			p.End("", 0, err)
+			continue
+		}
+		p.OK("", l.Fence())
+		w.gate.wait(ctx)
+		// Steps after the acquire finish even when the worker is told to
+		// stop, so that a stop leaves no write unknown.
+		octx, ocancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		rp := w.rec.Invoke(mode, "read", res, "", l.Fence())
+		v, err := counterRead(octx, w, res)
+		rp.End(v, l.Fence(), err)
+		if err == nil {
+			n, _ := parseCount(v)
+			w.sleep(ctx, w.spec.Think)
+			nv := formatCount(n+1, l.Fence())
+			wp := w.rec.Invoke(mode, "write", res, nv, l.Fence())
+			err = counterWrite(octx, w, mode, l, res, nv)
+			wp.End(nv, l.Fence(), err)
+		}
+		l.Release(octx)
+		ocancel()
+	}
+	return nil
+}
+
+func counterRead(ctx context.Context, w *workerEnv, res string) (string, error) {
+	var v string
+	var err error
+	switch w.kind {
+	case storeurl.SQLite:
+		err = w.env.SQLite.DB().QueryRowContext(ctx, `SELECT value FROM `+sqliteRegister+` WHERE name = ?`, res).Scan(&v)
+		if errors.Is(err, sql.ErrNoRows) {
+			err = nil
+		}
+	case storeurl.Postgres:
+		err = w.pg.QueryRow(ctx, `SELECT value FROM `+pgRegister+` WHERE name = $1`, res).Scan(&v)
+		if errors.Is(err, pgx.ErrNoRows) {
+			err = nil
+		}
+	default:
+		v, err = w.env.Resource.Read(ctx, res)
+	}
+	return v, err
+}
+
+// counterWrite writes v. Guarded: SQL stores check the holder and admit
+// the fence in the transaction of the write (CheckHolder, Admit); Redis
+// and memory use HolderSet; etcd a txn with Compare. Control: a plain
+// write.
+func counterWrite(ctx context.Context, w *workerEnv, mode string, l *lease.Lease, res, v string) error {
+	guarded := mode == Guarded
+	switch w.kind {
+	case storeurl.SQLite:
+		s := w.env.SQLite
+		tx, err := s.DB().BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback()
+		if guarded {
+			if err := s.CheckHolder(ctx, tx, l); err != nil {
+				return err
+			}
+			if err := s.Admit(ctx, tx, res, l.Fence()); err != nil {
+				return err
+			}
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO `+sqliteRegister+` (name, value) VALUES (?, ?)
+			ON CONFLICT (name) DO UPDATE SET value = excluded.value`, res, v); err != nil {
+			return err
+		}
+		return tx.Commit()
+	case storeurl.Postgres:
+		return pgx.BeginFunc(ctx, w.pg, func(tx pgx.Tx) error {
+			if guarded {
+				if err := w.env.PG.CheckHolder(ctx, tx, l); err != nil {
+					return err
+				}
+				if err := w.env.PG.Admit(ctx, tx, res, l.Fence()); err != nil {
+					return err
+				}
+			}
+			_, err := tx.Exec(ctx, `INSERT INTO `+pgRegister+` (name, value) VALUES ($1, $2)
+				ON CONFLICT (name) DO UPDATE SET value = excluded.value`, res, v)
+			return err
+		})
+	}
+	if guarded {
+		return w.env.Resource.HolderWrite(ctx, l, res, v)
+	}
+	return w.env.Resource.PlainWrite(ctx, res, v)
+}
+
+func counterCheck(ctx context.Context, w *workerEnv, ri *runInfo, h *History, mode string) ModeResult {
+	var m ModeResult
+	writes, reads := h.Select(mode, "write"), h.Select(mode, "read")
+	m.countOps(writes)
+	for _, op := range h.Select(mode, "acquire") {
+		if op.Status != OK && op.Invoke < ri.faultsEnd.UnixNano() {
+			m.Errors["acquire:"+op.Err]++
+		}
+	}
+	res := w.env.Key("lc/value/" + mode)
+	v, err := counterRead(ctx, w, res)
+	if err != nil {
+		m.violate("cannot read the final counter: %v", err)
+		return m
+	}
+	final, _ := parseCount(v)
+	if final < m.Acknowledged {
+		m.Lost = m.Acknowledged - final
+		m.violate("final counter %d, but %d increments were acknowledged: %d lost", final, m.Acknowledged, m.Lost)
+	}
+	if final > m.Acknowledged+m.Indeterminate {
+		m.violate("final counter %d is above the %d acknowledged and %d indeterminate increments", final, m.Acknowledged, m.Indeterminate)
+	}
+	// Each acknowledged write must have written a value nobody else
+	// wrote, and fences must increase with the values (commit order).
+	var acked []Op
+	byValue := map[int][]uint64{}
+	for _, op := range writes {
+		if op.Status == OK {
+			acked = append(acked, op)
+			n, f := parseCount(op.In)
+			byValue[n] = append(byValue[n], f)
+		}
+	}
+	values := make([]int, 0, len(byValue))
+	for n := range byValue {
+		values = append(values, n)
+	}
+	sort.Ints(values)
+	for _, n := range values {
+		if fs := byValue[n]; len(fs) > 1 {
+			m.StaleAdmitted += len(fs) - 1
+			m.violate("%d acknowledged writes all wrote %d: %d were based on a stale read", len(fs), n, len(fs)-1)
+		}
+	}
+	var last uint64
+	for _, n := range values {
+		f := slices.Min(byValue[n])
+		if f <= last {
+			m.violate("fence went back in commit order: value %d has fence %d after fence %d", n, f, last)
+		}
+		last = max(last, slices.Max(byValue[n]))
+	}
+	ok, cerr := checkRegister(ri, mode, reads, writes)
+	m.Linearizable = &ok
+	if !ok {
+		m.violate("the counter's history is not linearizable (visualization in %s)", ri.dir)
+	} else if cerr != nil {
+		m.Errors["check:"+cerr.Error()]++
+	}
+	return m
+}

@@ -1,0 +1,157 @@
+package proof
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"time"
+)
+
+// nemesis injects faults into the workers while a workload runs: it pauses
+// workers (preferring the one that last started a guarded or control
+// step, so that pauses land inside critical sections) for longer than the
+// TTL and resumes them; for workloads that allow it, it also kills
+// workers with SIGKILL and starts them again; and it calls the store
+// restart hook when one is given.
+type nemesis struct {
+	o       Options
+	wl      *workload
+	t       target
+	ttl     time.Duration
+	rng     *rand.Rand
+	members []*member
+	retired []*member
+	hold    *holders
+	faults  map[string]int
+	restart func(i, inc int) (*member, error)
+
+	resumeAt  map[int]time.Time
+	restartAt map[int]time.Time
+	mode      int
+}
+
+func (n *nemesis) run(ctx context.Context, until time.Time, tick func(time.Duration)) error {
+	n.resumeAt = map[int]time.Time{}
+	n.restartAt = map[int]time.Time{}
+	start := time.Now()
+	nextFault := start.Add(n.ttl / 2)
+	nextTick := start.Add(time.Second)
+	restarted := false
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		now := time.Now()
+		if now.After(until) {
+			return nil
+		}
+		if now.After(nextTick) {
+			tick(now.Sub(start))
+			nextTick = nextTick.Add(time.Second)
+		}
+		for i, at := range n.resumeAt {
+			if now.After(at) {
+				n.members[i].resume()
+				delete(n.resumeAt, i)
+			}
+		}
+		for i, at := range n.restartAt {
+			if now.After(at) {
+				old := n.members[i]
+				m, err := n.restart(i, old.incarnation+1)
+				if err != nil {
+					return fmt.Errorf("restart worker %s: %w", old.name, err)
+				}
+				n.retired = append(n.retired, old)
+				n.members[i] = m
+				n.faults["restart"]++
+				delete(n.restartAt, i)
+			}
+		}
+		if n.o.Faults.Restart != nil && !restarted && now.Sub(start) > time.Until(until)/2 {
+			restarted = true
+			n.faults["store-restart"]++
+			if err := n.o.Faults.Restart(ctx); err != nil {
+				return fmt.Errorf("restart the store: %w", err)
+			}
+		}
+		if now.Before(nextFault) {
+			continue
+		}
+		nextFault = now.Add(n.ttl/2 + time.Duration(n.rng.Int64N(int64(n.ttl))))
+		if len(n.resumeAt)+len(n.restartAt) >= len(n.members)-1 {
+			continue // keep one worker running
+		}
+		i := n.pick()
+		if i < 0 {
+			continue
+		}
+		m := n.members[i]
+		if n.wl.kills && !n.t.inProcess && n.rng.IntN(3) == 0 {
+			if err := m.kill(); err != nil {
+				return fmt.Errorf("kill worker %s: %w", m.name, err)
+			}
+			n.faults["kill"]++
+			n.restartAt[i] = now.Add(n.ttl + time.Duration(n.rng.Int64N(int64(n.ttl))))
+			continue
+		}
+		if err := m.pause(); err != nil {
+			return fmt.Errorf("pause worker %s: %w", m.name, err)
+		}
+		n.faults["pause"]++
+		// Longer than the TTL, so the paused worker's lease or claim
+		// expires and another worker takes over.
+		n.resumeAt[i] = now.Add(2*n.ttl + time.Duration(n.rng.Int64N(int64(n.ttl))))
+	}
+}
+
+// pick chooses a running worker: usually the last one to enter a critical
+// step of one mode (alternating), else one at random.
+func (n *nemesis) pick() int {
+	free := func(i int) bool {
+		_, p := n.resumeAt[i]
+		_, d := n.restartAt[i]
+		return !p && !d
+	}
+	if n.rng.IntN(4) != 0 {
+		mode := []string{Guarded, Control}[n.mode%2]
+		n.mode++
+		proc := n.hold.holder(mode)
+		for i, m := range n.members {
+			if m.name == proc && free(i) {
+				return i
+			}
+		}
+	}
+	var cand []int
+	for i := range n.members {
+		if free(i) {
+			cand = append(cand, i)
+		}
+	}
+	if len(cand) == 0 {
+		return -1
+	}
+	return cand[n.rng.IntN(len(cand))]
+}
+
+// healAll resumes every paused worker and starts the killed ones again.
+func (n *nemesis) healAll() {
+	for i := range n.resumeAt {
+		n.members[i].resume()
+	}
+	n.resumeAt = nil
+	for i := range n.restartAt {
+		old := n.members[i]
+		if m, err := n.restart(i, old.incarnation+1); err == nil {
+			n.retired = append(n.retired, old)
+			n.members[i] = m
+			n.faults["restart"]++
+		}
+	}
+	n.restartAt = nil
+}
