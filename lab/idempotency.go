@@ -14,7 +14,8 @@ import (
 
 func init() {
 	register(Experiment{
-		Name: "idempotent-receipt", Source: seed003,
+		Name: "idempotent-receipt",
+			Shows: "A retried request with the same key replays the first answer, other input with the key is refused, the business change happens once, and a failed attempt leaves no record.",
 		Want: "sameInputReplays=true changedInputRejected=true businessApplied=1 failedReceiptRolledBack=true",
 		Supports: func(env *Env) bool {
 			return env.Mem != nil || env.SQLite != nil || env.PG != nil || env.Redis != nil
@@ -23,7 +24,7 @@ func init() {
 	})
 }
 
-// receiptBook is where the seed's business change lands: a product whose
+// receiptBook is where the business change lands: a product whose
 // revision each applied receipt increments, in a SQL database. run applies
 // one receipt (fn's work) with the idempotency record: in the same
 // transaction where the store is that database, under a fenced claim
@@ -38,7 +39,7 @@ type receiptBook struct {
 var errReceiptFailed = errors.New("lab: the receipt failed before commit")
 
 // sqlReceipts increments the product's revision in tx: "UPDATE products
-// SET revision = revision + 1", the seed's business change.
+// SET revision = revision + 1", the business change.
 const (
 	receiptTable  = "tenure_lab_products"
 	receiptCreate = `CREATE TABLE IF NOT EXISTS ` + receiptTable + ` (product TEXT PRIMARY KEY, revision INTEGER NOT NULL)`
@@ -174,7 +175,7 @@ func (env *Env) idempotencyStore() idempotency.Store {
 	return nil
 }
 
-// idempotentReceipt is the seed's RedisStateTest receipt case: the first
+// idempotentReceipt is the receipt case: the first
 // receipt inserts its request record and increments the product's
 // revision together; the same input again replays the same receipt and
 // applies nothing; the same key with changed input is refused; a receipt

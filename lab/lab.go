@@ -1,8 +1,8 @@
-// Package lab runs the experiments of the seed documents as scenarios
-// against a real store, through tenure's public API, with real clocks.
+// Package lab runs the failure modes tenure closes as experiments against a
+// real store, through tenure's public API, with real clocks.
 //
-// Each experiment prints one line in the seeds' own name=value form and a
-// verdict: whether it showed what it must. [Run] runs the experiments a
+// Each experiment prints one line of name=value measurements and a verdict:
+// whether it showed what it must. [Run] runs the experiments a
 // store supports; cmd/tenure's `lab` command is its front end.
 package lab
 
@@ -29,7 +29,7 @@ type KV struct {
 	Name, Value string
 }
 
-// Line formats pairs as the seeds do: "a=1 b=true".
+// Line formats pairs as "a=1 b=true".
 func Line(kvs []KV) string {
 	parts := make([]string, len(kvs))
 	for i, kv := range kvs {
@@ -38,12 +38,13 @@ func Line(kvs []KV) string {
 	return strings.Join(parts, " ")
 }
 
-// Experiment is one scenario from the seeds.
+// Experiment is one scenario: a failure mode and what tenure does about it.
 type Experiment struct {
-	// Name is the experiment's name, as in LAB.md.
+	// Name is the experiment's name.
 	Name string
-	// Source says which seed it comes from.
-	Source string
+	// Shows says, in a sentence, what the experiment shows and why it
+	// matters to a service.
+	Shows string
 	// Want is the line the experiment must print.
 	Want string
 	// Supports reports whether env's store can run the experiment; nil
@@ -56,7 +57,7 @@ type Experiment struct {
 }
 
 // Resource is a value behind a store's guards, used by the experiments the
-// way the seeds use their protected row.
+// as a protected business row.
 type Resource interface {
 	// FencedWrite sets name to value if fence is greater than every fence
 	// admitted for name (max-fence guard); else an error wrapping
@@ -83,8 +84,8 @@ type Env struct {
 	// Resource is a value guarded by this store's guards.
 	Resource Resource
 	// Ledger is a SQL row guarded by a fence check in the caller's
-	// transaction, where fences minted by Leases are admitted (the seeds'
-	// fence-from-counter). It is the store itself for SQL stores and an
+	// transaction, where fences minted by Leases are admitted (the
+	// fence-from-counter experiment). It is the store itself for SQL stores and an
 	// embedded SQLite file otherwise.
 	Ledger Resource
 	// ReleasePath reports how the store's release compares and deletes
@@ -126,7 +127,7 @@ func (e *Env) Close() error {
 type Result struct {
 	Store      string        `json:"store"`
 	Experiment string        `json:"experiment"`
-	Source     string        `json:"source"`
+	Shows      string        `json:"shows"`
 	Line       string        `json:"line"`
 	Want       string        `json:"want"`
 	Notes      string        `json:"notes,omitempty"`
@@ -135,7 +136,7 @@ type Result struct {
 	Duration   time.Duration `json:"duration_ns"`
 }
 
-// Experiments returns every experiment, in the order of LAB.md.
+// Experiments returns every experiment, in their documented order.
 func Experiments() []Experiment {
 	exps := slices.Clone(all)
 	rank := func(e Experiment) int {
@@ -148,7 +149,7 @@ func Experiments() []Experiment {
 	return exps
 }
 
-// labOrder is the order of the experiments in LAB.md.
+// labOrder is the documented order of the experiments.
 var labOrder = []string{
 	"fence-rejects-stale", "max-fence-is-ttl-blind", "unconditional-write-overwrites",
 	"slot-once", "failed-slot-retries", "session-late-save", "session-absolute-deadline",
@@ -173,7 +174,7 @@ type Options struct {
 
 // Run runs the selected experiments on each Env, concurrently within an Env
 // (several of them wait for real leases to expire), and reports each
-// result as it finishes in the order of LAB.md. It returns every result; an
+// result as it finishes in the documented order. It returns every result; an
 // unknown name in Only is an error and runs nothing.
 func Run(ctx context.Context, envs []*Env, o *Options) ([]Result, error) {
 	if o == nil {
@@ -256,7 +257,7 @@ func supported(env *Env, e Experiment) bool {
 
 func runOne(ctx context.Context, env *Env, e Experiment) Result {
 	start := time.Now()
-	r := Result{Store: env.Store, Experiment: e.Name, Source: e.Source, Want: e.Want}
+	r := Result{Store: env.Store, Experiment: e.Name, Shows: e.Shows, Want: e.Want}
 	values, notes, err := e.Run(ctx, env)
 	r.Duration = time.Since(start)
 	r.Line = Line(values)

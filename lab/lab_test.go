@@ -15,7 +15,7 @@ import (
 func TestMain(m *testing.M) { testenv.Main(m) }
 
 // runAll runs every experiment the store supports and checks each line
-// against what the seeds say it must show.
+// against what it must show.
 func runAll(t *testing.T, spec string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)

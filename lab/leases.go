@@ -11,56 +11,59 @@ import (
 	"github.com/tenurekit/tenure/lease"
 )
 
-const (
-	seed000 = "000 LeaseTest"
-	seed001 = "001 Redisson example"
-	seed003 = "003 RedisStateTest"
-)
-
 func init() {
 	register(
 		Experiment{
-			Name: "fence-rejects-stale", Source: seed000,
+			Name: "fence-rejects-stale",
+			Shows: "A holder paused past its lease writes late: the guard refuses its older fence, so the new holder's write stands.",
 			Want: "newFenceUpdate=1 staleFenceUpdate=0 protectedValue=new-owner",
 			Run:  fenceRejectsStale,
 		},
 		Experiment{
-			Name: "max-fence-is-ttl-blind", Source: seed000,
+			Name: "max-fence-is-ttl-blind",
+			Shows: "A max-fence guard still admits an expired holder while no newer holder has written; the strict holder check refuses it.",
 			Want: "ttlBlindAccepted=true strictHolderRejected=true",
 			Run:  maxFenceIsTTLBlind,
 		},
 		Experiment{
-			Name: "unconditional-write-overwrites", Source: seed000,
+			Name: "unconditional-write-overwrites",
+			Shows: "Without a guard, a paused holder's late write silently overwrites the new holder's (the failure tenure's guards prevent).",
 			Want: "staleOverwrite=true",
 			Run:  unconditionalWriteOverwrites,
 		},
 		Experiment{
-			Name: "redis-release", Source: "000 redis-release.sh",
+			Name: "redis-release",
+			Shows: "Releasing compares the token: an expired holder's release leaves the new holder's lock alone; the holder's own release frees it.",
 			Want: "stale-release=0 current-owner-preserved=true owner-release=1",
 			Run:  redisRelease,
 		},
 		Experiment{
-			Name: "fixed-lease-expires", Source: seed001,
+			Name: "fixed-lease-expires",
+			Shows: "A fixed lease with no keep-alive expires under long work, and the holder learns it is no longer the owner.",
 			Want: "still.owner=false",
 			Run:  fixedLeaseExpires,
 		},
 		Experiment{
-			Name: "keepalive-holds", Source: seed001,
+			Name: "keepalive-holds",
+			Shows: "Do renews the lease while its function runs, so work longer than the TTL keeps ownership.",
 			Want: "still.owner=true",
 			Run:  keepaliveHolds,
 		},
 		Experiment{
-			Name: "delex-release", Source: seed003,
+			Name: "delex-release",
+			Shows: "The compare-and-delete release path (DELEX on Redis 8.4+) never deletes a lock another holder took over.",
 			Want: "expiredOwnerDelete=0 newOwnerRetained=true matchingOwnerDelete=1",
 			Run:  delexRelease,
 		},
 		Experiment{
-			Name: "lua-release", Source: seed003,
+			Name: "lua-release",
+			Shows: "The scripted compare-and-delete release leaves another holder's lock alone and deletes the caller's own.",
 			Want: "luaWrongOwner=0 luaMatchingOwner=1",
 			Run:  luaRelease,
 		},
 		Experiment{
-			Name: "fence-from-counter", Source: seed003,
+			Name: "fence-from-counter",
+			Shows: "Fences minted by the store strictly increase, so a business row checked in a transaction refuses the older tenure.",
 			Want: "newFenceUpdate=1 staleFenceUpdate=0 protectedValue=new-owner",
 			Run:  fenceFromCounter,
 		},
@@ -124,7 +127,7 @@ func admitted(err error, want error) (bool, error) {
 	return false, err
 }
 
-// staleFenceStory is the seeds' story: B (newer fence) writes first, then
+// staleFenceStory is the classic story: B (newer fence) writes first, then
 // the expired A writes with its older fence, through w.
 func staleFenceStory(ctx context.Context, w Resource, name string, older, newer uint64) ([]KV, error) {
 	newOK, err := admitted(w.FencedWrite(ctx, name, newer, "new-owner"), fence.ErrStale)

@@ -15,13 +15,15 @@ import (
 func init() {
 	register(
 		Experiment{
-			Name: "fixed-window-script", Source: seed001,
+			Name: "fixed-window-script",
+			Shows: "A fixed-window limit admits exactly its quota per window, judged by the store's clock.",
 			Want:     "allowed=1,1,1,0,0",
 			Supports: hasLimits,
 			Run:      fixedWindowScript,
 		},
 		Experiment{
-			Name: "fixed-window-concurrent", Source: seed003,
+			Name: "fixed-window-concurrent",
+			Shows: "Concurrent callers never exceed a fixed-window quota, and the counter always carries an expiry.",
 			Want:     "fixedWindowConcurrentCalls=20 accepted=5 rejected=15 ttlPresent=true",
 			Supports: hasLimits,
 			Run:      fixedWindowConcurrent,
@@ -70,10 +72,10 @@ func limitName(env *Env, name string) string {
 	return n
 }
 
-// fixedWindowScript is seed 001's fixed-window.lua, `--eval
+// fixedWindowScript is the classic fixed-window Lua script, `--eval
 // fixed-window.lua rate:{user7}:article , 3 10000`, five times: a window of
 // 10 s that starts with the first request, 3 admitted. Each call's reply is
-// the seed's {allowed, count, remaining ms of the window}; the line shows
+// the script's {allowed, count, remaining ms of the window}; the line shows
 // the allowed column, and the run checks that the third value is the time
 // left in the window that the first request opened (denied requests do
 // not extend it).
@@ -120,7 +122,7 @@ func fixedWindowScript(ctx context.Context, env *Env) ([]KV, []KV, error) {
 	return []KV{{"allowed", strings.Join(allowed, ",")}}, notes, nil
 }
 
-// fixedWindowConcurrent is seed 003's concurrent counter test: 20 callers
+// fixedWindowConcurrent is the concurrent counter test: 20 callers
 // at once against a limit of 5 per 30 s window; exactly 5 pass, and the
 // state the store keeps has a TTL.
 func fixedWindowConcurrent(ctx context.Context, env *Env) ([]KV, []KV, error) {

@@ -21,13 +21,15 @@ func init() {
 	supports := func(env *Env) bool { return env.Mem != nil || env.SQLite != nil || env.PG != nil || env.Redis != nil }
 	register(
 		Experiment{
-			Name: "slot-once", Source: seed000,
+			Name: "slot-once",
+			Shows: "Two workers race for one scheduled slot: the business change is applied once.",
 			Want:     "workers=2 businessApplied=1",
 			Supports: supports,
 			Run:      slotOnce,
 		},
 		Experiment{
-			Name: "failed-slot-retries", Source: seed000,
+			Name: "failed-slot-retries",
+			Shows: "A slot whose handler failed rolls its change back and runs again, applying it once.",
 			Want:     "rolledBack=true retryApplied=1",
 			Supports: supports,
 			Run:      failedSlotRetries,
@@ -35,7 +37,7 @@ func init() {
 	)
 }
 
-// settlements is where the seed's business change lands: a counter per
+// settlements is where the business change lands: a counter per
 // job ("UPDATE counter SET value = value + 1"), incremented together with
 // the slot's completion: in the same transaction where the store is a SQL
 // database, in the store's fenced completion script otherwise.

@@ -17,19 +17,22 @@ import (
 func init() {
 	register(
 		Experiment{
-			Name: "session-late-save", Source: seed000,
+			Name: "session-late-save",
+			Shows: "A late save after logout cannot bring the session back: revoked stays revoked.",
 			Want:     "lateSaveRows=0 revoked=true",
 			Supports: hasSessions,
 			Run:      sessionLateSave,
 		},
 		Experiment{
-			Name: "session-absolute-deadline", Source: seed000,
+			Name: "session-absolute-deadline",
+			Shows: "Activity refreshes the idle deadline but never extends a session past its absolute deadline.",
 			Want:     "idleRefreshPastAbsolute=0",
 			Supports: hasSessions,
 			Run:      sessionAbsoluteDeadline,
 		},
 		Experiment{
-			Name: "session-expiry", Source: seed003,
+			Name: "session-expiry",
+			Shows: "Reads cannot extend the absolute expiry, a revoked session is gone, and the token never reaches the logs.",
 			Want:     "activeReadsCannotExtendAbsoluteExpiry=true revokedSession=absent tokenNotLogged=true",
 			Supports: hasSessions,
 			Run:      sessionExpiry,
@@ -115,7 +118,7 @@ func sessionAbsent(ctx context.Context, m *session.Manager, tok session.Token, u
 }
 
 // sessionAbsoluteDeadline sets the stored absolute deadline in the past by
-// hand, as the seed does, then runs the idle refresh: it updates nothing.
+// hand, then runs the idle refresh: it updates nothing.
 func sessionAbsoluteDeadline(ctx context.Context, env *Env) ([]KV, []KV, error) {
 	m, err := session.New(sessionStore(env), &session.Options{IdleTimeout: 5 * time.Minute, AbsoluteTimeout: time.Hour})
 	if err != nil {

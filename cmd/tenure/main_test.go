@@ -33,8 +33,18 @@ func TestLabList(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := strings.Count(out, "\n"); n != len(lab.Experiments()) {
+	if n := strings.Count(out, "\n"); n != 3*len(lab.Experiments()) {
 		t.Fatalf("%d lines for %d experiments:\n%s", n, len(lab.Experiments()), out)
+	}
+	for _, e := range lab.Experiments() {
+		if e.Shows == "" || !strings.Contains(out, e.Name+"\n    "+e.Shows+"\n    must print: "+e.Want+"\n") {
+			t.Errorf("%s is not listed with what it shows and must print:\n%s", e.Name, out)
+		}
+	}
+	for _, word := range []string{"seed", "LeaseTest", "RedisStateTest"} {
+		if strings.Contains(strings.ToLower(out), strings.ToLower(word)) {
+			t.Errorf("the list mentions %q:\n%s", word, out)
+		}
 	}
 }
 
