@@ -53,3 +53,33 @@ func ExampleLocker_Do() {
 	fmt.Println(err, string(v))
 	// Output: <nil> settled
 }
+
+// TryDo runs fn under the lease only if the key is free now: a job that
+// another instance is already running is skipped, not queued.
+func ExampleLocker_TryDo() {
+	ctx := context.Background()
+	db := memstore.New(nil)
+	locker, err := lease.New(db.Leases(), nil)
+	if err != nil {
+		panic(err)
+	}
+	busy, err := locker.TryAcquire(ctx, "reindex", 10*time.Second)
+	if err != nil {
+		panic(err)
+	}
+	err = locker.TryDo(ctx, "reindex", 10*time.Second, func(ctx context.Context, l *lease.Lease) error {
+		return nil // not reached: another holder has the key
+	})
+	fmt.Println(errors.Is(err, lease.ErrHeld))
+
+	busy.Release(ctx)
+	err = locker.TryDo(ctx, "reindex", 10*time.Second, func(ctx context.Context, l *lease.Lease) error {
+		fmt.Println("reindexing under fence", l.Fence() > 0)
+		return nil
+	})
+	fmt.Println(err)
+	// Output:
+	// true
+	// reindexing under fence true
+	// <nil>
+}

@@ -194,6 +194,21 @@ func (lk *Locker) Do(ctx context.Context, key string, ttl time.Duration, fn func
 	return lk.hold(ctx, l, fn)
 }
 
+// TryDo is Do without waiting: it tries once to take key (as TryAcquire
+// does) and, if granted, keeps the lease alive while fn runs and releases it
+// afterwards, exactly as Do. If another holder has the key it returns the
+// *HeldError at once, without running fn.
+func (lk *Locker) TryDo(ctx context.Context, key string, ttl time.Duration, fn func(ctx context.Context, l *Lease) error) error {
+	if fn == nil {
+		return fmt.Errorf("%w: nil function", ErrInvalid)
+	}
+	l, err := lk.TryAcquire(ctx, key, ttl)
+	if err != nil {
+		return err
+	}
+	return lk.hold(ctx, l, fn)
+}
+
 // hold keeps l alive while fn runs with a context that ends with the lease,
 // then releases l. However fn ends (a return, a panic, runtime.Goexit) the
 // keep-alive stops and the lease is released before hold returns or the

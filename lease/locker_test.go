@@ -422,3 +422,41 @@ func TestNextFence(t *testing.T) {
 		t.Fatalf("NextFence(2e6) = %d", got)
 	}
 }
+
+func TestTryDo(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := memstore.New(nil).Leases()
+		lk := leasetest.NewLocker(t, s, nil)
+		holder, err := lk.TryAcquire(t.Context(), "k", time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ran := false
+		start := time.Now()
+		err = lk.TryDo(t.Context(), "k", time.Second, func(context.Context, *lease.Lease) error { ran = true; return nil })
+		var held *lease.HeldError
+		if !errors.As(err, &held) || ran || time.Since(start) != 0 {
+			t.Fatalf("TryDo on a held key = %v after %v (ran %v), want a HeldError at once", err, time.Since(start), ran)
+		}
+		if err := holder.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		// Granted: kept alive past its TTL while fn runs, released after.
+		err = lk.TryDo(t.Context(), "k", time.Second, func(ctx context.Context, l *lease.Lease) error {
+			time.Sleep(3 * time.Second)
+			if info, err := s.Inspect(ctx, "k"); err != nil || !info.Held || info.Fence != l.Fence() {
+				t.Errorf("during fn the store shows %+v %v, want held with fence %d", info, err, l.Fence())
+			}
+			return ctx.Err()
+		})
+		if err != nil {
+			t.Fatalf("TryDo = %v", err)
+		}
+		if info, err := s.Inspect(t.Context(), "k"); err != nil || info.Held {
+			t.Fatalf("after TryDo the key is %+v %v, want released", info, err)
+		}
+		if err := lk.TryDo(t.Context(), "k", time.Second, nil); !errors.Is(err, lease.ErrInvalid) {
+			t.Fatalf("TryDo(nil fn) = %v, want ErrInvalid", err)
+		}
+	})
+}
