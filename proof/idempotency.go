@@ -1,0 +1,287 @@
+package proof
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/tenurekit/tenure/idempotency"
+	"github.com/tenurekit/tenure/internal/storeurl"
+	"github.com/tenurekit/tenure/ratelimit"
+	"github.com/tenurekit/tenure/schedule"
+	"github.com/tenurekit/tenure/session"
+)
+
+func init() {
+	register(&workload{
+		name:     "idempotency",
+		summary:  "workers retry requests with the same keys under dropped replies and paused executors; each key's effect happens once and every answer for a key is the same",
+		supports: notOnEtcd("idempotency records"),
+		setup:    ledgerSetup,
+		worker:   bothModes(idemLoop),
+		check:    idemCheck,
+	})
+}
+
+// notOnEtcd: the primitive is not offered on etcd.
+func notOnEtcd(what string) func(storeurl.Kind) string {
+	return func(k storeurl.Kind) string {
+		if k == storeurl.Etcd {
+			return "etcd keeps leases only; tenure does not offer " + what + " on it"
+		}
+		return ""
+	}
+}
+
+// bothModes runs loop for the guarded and the control mode side by side,
+// so that a pause or a kill hits both alike.
+func bothModes(loop func(ctx context.Context, w *workerEnv, mode string) error) func(context.Context, *workerEnv) error {
+	return func(ctx context.Context, w *workerEnv) error {
+		var wg sync.WaitGroup
+		errs := make([]error, 2)
+		for i, mode := range []string{Guarded, Control} {
+			wg.Go(func() { errs[i] = loop(ctx, w, mode) })
+		}
+		wg.Wait()
+		return errors.Join(errs...)
+	}
+}
+
+// views returns the store's primitive views (nil where it has none).
+func (w *workerEnv) idempotencyStore() idempotency.Store {
+	switch {
+	case w.env.Mem != nil:
+		return w.env.Mem.Idempotency()
+	case w.env.SQLite != nil:
+		return w.env.SQLite.Idempotency()
+	case w.env.PG != nil:
+		return w.env.PG.Idempotency()
+	case w.env.Redis != nil:
+		return w.env.Redis.Idempotency()
+	}
+	return nil
+}
+
+func (w *workerEnv) sessionStore() session.Store {
+	switch {
+	case w.env.Mem != nil:
+		return w.env.Mem.Sessions()
+	case w.env.SQLite != nil:
+		return w.env.SQLite.Sessions()
+	case w.env.PG != nil:
+		return w.env.PG.Sessions()
+	case w.env.Redis != nil:
+		return w.env.Redis.Sessions()
+	}
+	return nil
+}
+
+func (w *workerEnv) limitStore() ratelimit.Store {
+	switch {
+	case w.env.Mem != nil:
+		return w.env.Mem.Limits()
+	case w.env.SQLite != nil:
+		return w.env.SQLite.Limits()
+	case w.env.PG != nil:
+		return w.env.PG.Limits()
+	case w.env.Redis != nil:
+		return w.env.Redis.Limits()
+	}
+	return nil
+}
+
+func (w *workerEnv) scheduleStore() schedule.Store {
+	switch {
+	case w.env.Mem != nil:
+		return w.env.Mem.Schedules()
+	case w.env.SQLite != nil:
+		return w.env.SQLite.Schedules()
+	case w.env.PG != nil:
+		return w.env.PG.Schedules()
+	case w.env.Redis != nil:
+		return w.env.Redis.Schedules()
+	}
+	return nil
+}
+
+// The ledger's tables: the business side of the workloads.
+const ledgerSchema = `
+CREATE TABLE IF NOT EXISTS proof_effects (run TEXT NOT NULL, mode TEXT NOT NULL, key TEXT NOT NULL, proc TEXT NOT NULL, fence INTEGER NOT NULL, value TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS proof_effects_key ON proof_effects (run, mode, key);
+CREATE TABLE IF NOT EXISTS proof_records (run TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL, PRIMARY KEY (run, key));
+CREATE TABLE IF NOT EXISTS proof_sessions (run TEXT NOT NULL, id TEXT NOT NULL, user TEXT NOT NULL, data TEXT NOT NULL, PRIMARY KEY (run, id));
+CREATE TABLE IF NOT EXISTS proof_admissions (run TEXT NOT NULL, key TEXT NOT NULL, t INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS proof_admissions_key ON proof_admissions (run, key, t);
+`
+
+func ledgerSetup(ctx context.Context, w *workerEnv) error {
+	_, err := w.ledger.DB().ExecContext(ctx, ledgerSchema)
+	return err
+}
+
+// effects returns the effects recorded in the ledger for mode, by key.
+func (w *workerEnv) effects(ctx context.Context, mode string) (map[string][]string, error) {
+	rows, err := w.ledger.DB().QueryContext(ctx, `SELECT key, value FROM proof_effects WHERE run = ? AND mode = ?`, w.spec.Prefix, mode)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string][]string{}
+	for rows.Next() {
+		var k, v string
+		if err := rows.Scan(&k, &v); err != nil {
+			return nil, err
+		}
+		out[k] = append(out[k], v)
+	}
+	return out, rows.Err()
+}
+
+// addEffect records one effect in the ledger; with admit, only if fence
+// is newer than every fence admitted for key (in the same transaction).
+func (w *workerEnv) addEffect(ctx context.Context, mode, key string, fence uint64, value string, admit bool) error {
+	tx, err := w.ledger.DB().BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if admit {
+		if err := w.ledger.Admit(ctx, tx, w.spec.Prefix+key, fence); err != nil {
+			return err
+		}
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO proof_effects (run, mode, key, proc, fence, value) VALUES (?, ?, ?, ?, ?, ?)`,
+		w.spec.Prefix, mode, key, w.spec.Proc, fence, value); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// idemLoop sends requests for the key of the current time window (every
+// worker sends for the same key at the same time: retries and
+// duplicates), drops a quarter of the replies (the client then retries
+// the same key) and runs the effect with a think time in which a pause
+// can land.
+func idemLoop(ctx context.Context, w *workerEnv, mode string) error {
+	ttl := w.spec.TTL
+	k, err := idempotency.New(w.idempotencyStore(), &idempotency.Options{
+		ClaimTTL: ttl, RetryMin: time.Millisecond, RetryMax: 10 * time.Millisecond,
+	})
+	if err != nil {
+		return err
+	}
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(w.spec.Index)))
+	window := max(ttl, 200*time.Millisecond)
+	for ctx.Err() == nil {
+		w.gate.wait(ctx)
+		key := mode + "-" + strconv.FormatInt((time.Now().UnixNano()-w.spec.Start)/int64(window), 10)
+		p := w.rec.Invoke(mode, "do", key, "", 0)
+		octx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		var out string
+		if mode == Guarded {
+			var res idempotency.Result
+			res, err = k.Do(octx, idempotency.Request{Scope: "proof " + w.spec.Prefix, Key: key}, func(ctx context.Context, c *idempotency.Claim) ([]byte, error) {
+				w.sleep(ctx, w.spec.Think)
+				v := fmt.Sprintf("%s/%d", w.spec.Proc, c.Fence())
+				if err := w.addEffect(ctx, mode, key, c.Fence(), v, true); err != nil {
+					return nil, err
+				}
+				return []byte(v), nil
+			})
+			out = string(res.Value)
+		} else {
+			out, err = naiveDo(octx, w, key)
+		}
+		cancel()
+		if err == nil && rng.IntN(4) == 0 {
+			err = errDropped // the reply never reached the client, which retries
+		}
+		p.End(out, 0, err)
+		w.sleep(ctx, w.spec.Think/4+time.Duration(rng.Int64N(int64(5*time.Millisecond))))
+	}
+	return nil
+}
+
+// naiveDo is the control: look the key up, and if there is no answer yet,
+// run the effect and store the answer (check, then act).
+func naiveDo(ctx context.Context, w *workerEnv, key string) (string, error) {
+	db := w.ledger.DB()
+	var v string
+	err := db.QueryRowContext(ctx, `SELECT value FROM proof_records WHERE run = ? AND key = ?`, w.spec.Prefix, key).Scan(&v)
+	if err == nil {
+		return v, nil
+	}
+	if !errors.Is(err, sql.ErrNoRows) {
+		return "", err
+	}
+	w.sleep(ctx, w.spec.Think)
+	v = w.spec.Proc + "/0"
+	if err := w.addEffect(ctx, Control, key, 0, v, false); err != nil {
+		return "", err
+	}
+	_, err = db.ExecContext(ctx, `INSERT INTO proof_records (run, key, value) VALUES (?, ?, ?)
+		ON CONFLICT (run, key) DO UPDATE SET value = excluded.value`, w.spec.Prefix, key, v)
+	return v, err
+}
+
+func idemCheck(ctx context.Context, w *workerEnv, ri *runInfo, h *History, mode string) ModeResult {
+	var m ModeResult
+	ops := h.Select(mode, "do")
+	m.countOps(ops)
+	effects, err := w.effects(ctx, mode)
+	if err != nil {
+		m.violate("cannot read the effects: %v", err)
+		return m
+	}
+	answers := map[string]map[string]int{}
+	for _, op := range ops {
+		if op.Status != OK {
+			continue
+		}
+		if answers[op.Key] == nil {
+			answers[op.Key] = map[string]int{}
+		}
+		answers[op.Key][op.Out]++
+	}
+	keys := map[string]bool{}
+	for k := range answers {
+		keys[k] = true
+	}
+	for k := range effects {
+		keys[k] = true
+	}
+	sorted := make([]string, 0, len(keys))
+	for k := range keys {
+		sorted = append(sorted, k)
+	}
+	sort.Strings(sorted)
+	for _, k := range sorted {
+		eff, ans := effects[k], answers[k]
+		if len(eff) > 1 {
+			m.Duplicates += len(eff) - 1
+			m.violate("key %s: the effect happened %d times", k, len(eff))
+		}
+		if len(ans) > 1 {
+			m.Duplicates += len(ans) - 1
+			m.violate("key %s: %d different answers %v", k, len(ans), ans)
+		}
+		if len(ans) > 0 && len(eff) == 0 {
+			m.Lost++
+			m.violate("key %s: answered, but no effect happened", k)
+		}
+		if len(ans) == 1 && len(eff) == 1 {
+			for a := range ans {
+				if a != eff[0] {
+					m.violate("key %s: answered %q, but the effect was %q", k, a, eff[0])
+				}
+			}
+		}
+	}
+	return m
+}
