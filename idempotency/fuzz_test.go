@@ -39,6 +39,12 @@ func FuzzParseKey(f *testing.F) {
 		if err != nil || again != key {
 			t.Fatalf("round trip of %q: %q %v", key, again, err)
 		}
+		if strict, err := idempotency.ParseKeyStrict([]string{v}); err == nil && strict != key {
+			t.Fatalf("ParseKeyStrict(%q) = %q, ParseKey = %q", v, strict, key)
+		}
+		if bare := strings.Trim(v, " \t"); !strings.HasPrefix(bare, `"`) && bare != key {
+			t.Fatalf("bare key %q parsed as %q", bare, key)
+		}
 		if _, err := idempotency.ParseKey([]string{v, v}); !errors.Is(err, idempotency.ErrBadKey) {
 			t.Fatalf("two lines accepted: %v", err)
 		}

@@ -96,6 +96,19 @@ type HTTPOptions struct {
 	// ReplayHeaders are the response headers recorded and replayed (as
 	// the handler set them at WriteHeader). Default DefaultReplayHeaders.
 	ReplayHeaders []string
+	// Record reports whether a response with status is recorded and
+	// replayed to retries. A response that is not recorded releases the
+	// key: a retry with it runs the handler again. Default
+	// RecordDefault: every status except 5xx and the transient 408, 409,
+	// 425 and 429 (a 429 from a rate limiter inside the middleware must not
+	// be replayed for the whole retention). 5xx responses are never
+	// recorded, whatever Record says.
+	Record func(status int) bool
+	// StrictKey accepts only the IETF draft's form of the header, an
+	// RFC 8941 sf-string (Idempotency-Key: "abc"). Default false: a
+	// bare token as common client SDKs send it (Idempotency-Key: abc) is
+	// accepted as well and names the same key as its quoted form.
+	StrictKey bool
 	// Error writes a refusal (status 400, 409, 413, 422, 500 or 503).
 	// Default: an application/problem+json body with the status's title
 	// and a detail that never includes the scope (it holds the principal);
@@ -118,8 +131,21 @@ var (
 	ErrResponseNotRecorded = errors.New("idempotency: the request was processed, but its response was too large to record and cannot be replayed")
 )
 
-// errServerError makes Do release the claim of a 5xx response.
-var errServerError = errors.New("idempotency: the handler answered 5xx")
+// errNotRecorded makes Do release the claim of a response that is not
+// recorded (5xx, or a status HTTPOptions.Record refuses).
+var errNotRecorded = errors.New("idempotency: the handler's response is not recorded")
+
+// RecordDefault is the default HTTPOptions.Record: every status below 500
+// except 408 Request Timeout, 409 Conflict, 425 Too Early and 429 Too Many
+// Requests, which say "try again" and would otherwise be replayed to every
+// retry.
+func RecordDefault(status int) bool {
+	switch status {
+	case http.StatusRequestTimeout, http.StatusConflict, http.StatusTooEarly, http.StatusTooManyRequests:
+		return false
+	}
+	return status < 500
+}
 
 type claimKey struct{}
 
@@ -131,10 +157,36 @@ func ClaimFromContext(ctx context.Context) (*Claim, bool) {
 }
 
 // ParseKey parses the Idempotency-Key field lines of a request: exactly one
-// line holding one RFC 8941 sf-string (no parameters) of 1 to MaxKeyLen
-// bytes once unescaped. It returns ErrMissingKey without a line, and an
-// error wrapping ErrBadKey for anything else.
+// line holding either one RFC 8941 sf-string (no parameters) of 1 to
+// MaxKeyLen bytes once unescaped, or a bare token of 1 to MaxKeyLen visible
+// ASCII bytes without quotes, commas or semicolons, as client SDKs commonly
+// send it. `abc` and `"abc"` name the same key. It returns ErrMissingKey
+// without a line, and an error wrapping ErrBadKey for anything else.
 func ParseKey(lines []string) (string, error) {
+	if len(lines) == 1 {
+		if v := strings.Trim(lines[0], " \t"); v != "" && v[0] != '"' {
+			return parseBareKey(v)
+		}
+	}
+	return ParseKeyStrict(lines)
+}
+
+// parseBareKey checks an unquoted key.
+func parseBareKey(v string) (string, error) {
+	if len(v) > MaxKeyLen {
+		return "", fmt.Errorf("%w: key must be 1 to %d bytes, got %d", ErrBadKey, MaxKeyLen, len(v))
+	}
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c <= ' ' || c > '~' || c == '"' || c == ',' || c == ';' || c == '\\' {
+			return "", fmt.Errorf("%w: byte %#x is not allowed in an unquoted key", ErrBadKey, c)
+		}
+	}
+	return v, nil
+}
+
+// ParseKeyStrict is ParseKey that accepts only the sf-string form of the
+// IETF draft (HTTPOptions.StrictKey).
+func ParseKeyStrict(lines []string) (string, error) {
 	switch len(lines) {
 	case 0:
 		return "", ErrMissingKey
@@ -194,8 +246,9 @@ func ParseKey(lines []string) (string, error) {
 //   - the first response is passed through as the handler writes it and
 //     recorded: status, the ReplayHeaders and the body, byte for byte.
 //     Repeats get that recording with Idempotent-Replayed: true;
-//   - a 5xx response or a panic releases the claim: a retry runs the
-//     handler again;
+//   - a 5xx response, a status HTTPOptions.Record does not record (by
+//     default 408, 409, 425 and 429) or a panic releases the claim: a
+//     retry runs the handler again;
 //   - a response body over MaxRecordBytes goes out in full but only its
 //     status is recorded: repeats get 409 (ErrResponseNotRecorded);
 //   - the record's scope is the principal (HTTPOptions.Principal, or by
@@ -283,6 +336,9 @@ func newMiddleware(k *Keeper, o *HTTPOptions) (*middleware, error) {
 	if m.o.Error == nil {
 		m.o.Error = writeProblem
 	}
+	if m.o.Record == nil {
+		m.o.Record = RecordDefault
+	}
 	return m, nil
 }
 
@@ -352,7 +408,11 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		next.ServeHTTP(w, r)
 		return
 	}
-	key, err := ParseKey(lines)
+	parse := ParseKey
+	if m.o.StrictKey {
+		parse = ParseKeyStrict
+	}
+	key, err := parse(lines)
 	if err != nil {
 		m.o.Error(w, r, http.StatusBadRequest, err)
 		return
@@ -385,8 +445,8 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		rec := &recorder{w: w, replay: m.replay, limit: m.o.MaxRecordBytes}
 		next.ServeHTTP(rec, r.WithContext(context.WithValue(ctx, claimKey{}, c)))
 		rec.finish()
-		if rec.status >= 500 {
-			return nil, errServerError
+		if rec.status >= 500 || !m.o.Record(rec.status) {
+			return nil, errNotRecorded
 		}
 		if rec.overflow {
 			m.log.WarnContext(r.Context(), "idempotency: the response exceeds MaxRecordBytes; only its status is recorded",
@@ -406,7 +466,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			m.o.Error(w, r, http.StatusInternalServerError, err)
 		}
 		return
-	case err == nil, errors.Is(err, errServerError):
+	case err == nil, errors.Is(err, errNotRecorded):
 		return // the handler's response went out as it was written
 	case ran:
 		// The response went out, but its record did not land.

@@ -157,7 +157,9 @@ func TestMiddlewareKeySyntax(t *testing.T) {
 	f := newFixture(t, nil, nil)
 	bad := map[string][]string{
 		"missing":          nil,
-		"token not string": {`abc`},
+		"bare with a space": {`ab c`},
+		"bare with comma":   {`a,b`},
+		"bare too long":     {strings.Repeat("k", 256)},
 		"two lines":        {`"a"`, `"b"`},
 		"a list":           {`"a", "b"`},
 		"parameters":       {`"a";x=1`},
