@@ -156,19 +156,19 @@ func TestMiddlewareMismatch(t *testing.T) {
 func TestMiddlewareKeySyntax(t *testing.T) {
 	f := newFixture(t, nil, nil)
 	bad := map[string][]string{
-		"missing":          nil,
+		"missing":           nil,
 		"bare with a space": {`ab c`},
 		"bare with comma":   {`a,b`},
 		"bare too long":     {strings.Repeat("k", 256)},
-		"two lines":        {`"a"`, `"b"`},
-		"a list":           {`"a", "b"`},
-		"parameters":       {`"a";x=1`},
-		"empty string":     {`""`},
-		"256 bytes":        {`"` + strings.Repeat("k", 256) + `"`},
-		"bad escape":       {`"a\b"`},
-		"unterminated":     {`"abc`},
-		"control byte":     {"\"a\tb\""},
-		"non-ASCII":        {`"clé"`},
+		"two lines":         {`"a"`, `"b"`},
+		"a list":            {`"a", "b"`},
+		"parameters":        {`"a";x=1`},
+		"empty string":      {`""`},
+		"256 bytes":         {`"` + strings.Repeat("k", 256) + `"`},
+		"bad escape":        {`"a\b"`},
+		"unterminated":      {`"abc`},
+		"control byte":      {"\"a\tb\""},
+		"non-ASCII":         {`"clé"`},
 	}
 	for name, keys := range bad {
 		w := f.call("POST", "/payments", "alice", `{}`, keys...)

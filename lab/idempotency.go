@@ -14,9 +14,9 @@ import (
 
 func init() {
 	register(Experiment{
-		Name: "idempotent-receipt",
-			Shows: "A retried request with the same key replays the first answer, other input with the key is refused, the business change happens once, and a failed attempt leaves no record.",
-		Want: "sameInputReplays=true changedInputRejected=true businessApplied=1 failedReceiptRolledBack=true",
+		Name:  "idempotent-receipt",
+		Shows: "A retried request with the same key replays the first answer, other input with the key is refused, the business change happens once, and a failed attempt leaves no record.",
+		Want:  "sameInputReplays=true changedInputRejected=true businessApplied=1 failedReceiptRolledBack=true",
 		Supports: func(env *Env) bool {
 			return env.Mem != nil || env.SQLite != nil || env.PG != nil || env.Redis != nil
 		},
@@ -117,7 +117,7 @@ func newReceiptBook(ctx context.Context, env *Env, k *idempotency.Keeper) (*rece
 			},
 			run: func(ctx context.Context, req idempotency.Request, product string, fail bool) (res idempotency.Result, err error) {
 				err = pgx.BeginFunc(ctx, pr.pool, func(tx pgx.Tx) error {
-					res, err = k.DoTx(ctx, env.PG.IdempotencyTx(tx), req, receiptFn(func(ctx context.Context) (int, error) {
+					res, err = k.DoTx(ctx, env.PG.IdempotencyPgx(tx), req, receiptFn(func(ctx context.Context) (int, error) {
 						var rev int
 						err := tx.QueryRow(ctx, `INSERT INTO `+table+` (product, revision) VALUES ($1, 1)
 							ON CONFLICT (product) DO UPDATE SET revision = `+table+`.revision + 1 RETURNING revision`, product).Scan(&rev)

@@ -15,15 +15,15 @@ import (
 func init() {
 	register(
 		Experiment{
-			Name: "fixed-window-script",
-			Shows: "A fixed-window limit admits exactly its quota per window, judged by the store's clock.",
+			Name:     "fixed-window-script",
+			Shows:    "A fixed-window limit admits exactly its quota per window, judged by the store's clock.",
 			Want:     "allowed=1,1,1,0,0",
 			Supports: hasLimits,
 			Run:      fixedWindowScript,
 		},
 		Experiment{
-			Name: "fixed-window-concurrent",
-			Shows: "Concurrent callers never exceed a fixed-window quota, and the counter always carries an expiry.",
+			Name:     "fixed-window-concurrent",
+			Shows:    "Concurrent callers never exceed a fixed-window quota, and the counter always carries an expiry.",
 			Want:     "fixedWindowConcurrentCalls=20 accepted=5 rejected=15 ttlPresent=true",
 			Supports: hasLimits,
 			Run:      fixedWindowConcurrent,

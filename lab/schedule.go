@@ -21,15 +21,15 @@ func init() {
 	supports := func(env *Env) bool { return env.Mem != nil || env.SQLite != nil || env.PG != nil || env.Redis != nil }
 	register(
 		Experiment{
-			Name: "slot-once",
-			Shows: "Two workers race for one scheduled slot: the business change is applied once.",
+			Name:     "slot-once",
+			Shows:    "Two workers race for one scheduled slot: the business change is applied once.",
 			Want:     "workers=2 businessApplied=1",
 			Supports: supports,
 			Run:      slotOnce,
 		},
 		Experiment{
-			Name: "failed-slot-retries",
-			Shows: "A slot whose handler failed rolls its change back and runs again, applying it once.",
+			Name:     "failed-slot-retries",
+			Shows:    "A slot whose handler failed rolls its change back and runs again, applying it once.",
 			Want:     "rolledBack=true retryApplied=1",
 			Supports: supports,
 			Run:      failedSlotRetries,
@@ -139,7 +139,7 @@ func newSettlements(ctx context.Context, env *Env) (*settlements, error) {
 						ON CONFLICT (job) DO UPDATE SET value = t.value + 1`, slot.Job); err != nil {
 						return err
 					}
-					if err := env.PG.CompleteSlot(ctx, tx, slot); err != nil {
+					if err := env.PG.CompleteSlotPgx(ctx, tx, slot); err != nil {
 						return err
 					}
 					if fail {

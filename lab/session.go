@@ -17,22 +17,22 @@ import (
 func init() {
 	register(
 		Experiment{
-			Name: "session-late-save",
-			Shows: "A late save after logout cannot bring the session back: revoked stays revoked.",
+			Name:     "session-late-save",
+			Shows:    "A late save after logout cannot bring the session back: revoked stays revoked.",
 			Want:     "lateSaveRows=0 revoked=true",
 			Supports: hasSessions,
 			Run:      sessionLateSave,
 		},
 		Experiment{
-			Name: "session-absolute-deadline",
-			Shows: "Activity refreshes the idle deadline but never extends a session past its absolute deadline.",
+			Name:     "session-absolute-deadline",
+			Shows:    "Activity refreshes the idle deadline but never extends a session past its absolute deadline.",
 			Want:     "idleRefreshPastAbsolute=0",
 			Supports: hasSessions,
 			Run:      sessionAbsoluteDeadline,
 		},
 		Experiment{
-			Name: "session-expiry",
-			Shows: "Reads cannot extend the absolute expiry, a revoked session is gone, and the token never reaches the logs.",
+			Name:     "session-expiry",
+			Shows:    "Reads cannot extend the absolute expiry, a revoked session is gone, and the token never reaches the logs.",
 			Want:     "activeReadsCannotExtendAbsoluteExpiry=true revokedSession=absent tokenNotLogged=true",
 			Supports: hasSessions,
 			Run:      sessionExpiry,
