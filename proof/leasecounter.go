@@ -149,10 +149,10 @@ func counterWrite(ctx context.Context, w *workerEnv, mode string, l *lease.Lease
 	case storeurl.Postgres:
 		return pgx.BeginFunc(ctx, w.pg, func(tx pgx.Tx) error {
 			if guarded {
-				if err := w.env.PG.CheckHolder(ctx, tx, l); err != nil {
+				if err := w.pgCheckHolder(ctx, tx, l); err != nil {
 					return err
 				}
-				if err := w.env.PG.Admit(ctx, tx, res, l.Fence()); err != nil {
+				if err := w.pgAdmit(ctx, tx, res, l.Fence()); err != nil {
 					return err
 				}
 			}

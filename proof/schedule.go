@@ -1,0 +1,210 @@
+package proof
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tenurekit/tenure/internal/storeurl"
+	"github.com/tenurekit/tenure/schedule"
+	"github.com/tenurekit/tenure/store/memstore"
+	"github.com/tenurekit/tenure/store/redisstore"
+)
+
+func init() {
+	register(&workload{
+		name:    "schedule",
+		summary: "three scheduler nodes run a short-period job while nodes are paused, killed (SIGKILL) and restarted; each slot's effect happens exactly once and no slot in the window is lost",
+		supports: func(k storeurl.Kind) string {
+			switch k {
+			case storeurl.Etcd:
+				return "etcd keeps leases only; tenure does not offer schedules on it"
+			case storeurl.Memory:
+				return "the memory store lives in one process, so a scheduler node cannot be paused or killed apart from its keep-alive; run it on SQLite or a server"
+			}
+			return ""
+		},
+		setup:  schedSetup,
+		worker: schedWorker,
+		check:  schedCheck,
+		kills:  true,
+		settle: func(ttl time.Duration) time.Duration { return 4*ttl + 2*time.Second },
+	})
+}
+
+const pgSlotEffects = "tenure_lab.tenure_proof_slot_effects"
+
+func schedPeriod(ttl time.Duration) time.Duration {
+	return max(ttl, 100*time.Millisecond).Truncate(time.Millisecond)
+}
+
+func schedJob(w *workerEnv, mode string) string {
+	return strings.ReplaceAll(strings.Trim(w.spec.Prefix, "/"), "/", ".") + "." + mode
+}
+
+func schedSetup(ctx context.Context, w *workerEnv) error {
+	if err := ledgerSetup(ctx, w); err != nil {
+		return err
+	}
+	if w.kind == storeurl.Postgres {
+		_, err := w.pg.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+pgSlotEffects+` (job text NOT NULL, slot text NOT NULL, proc text NOT NULL, fence bigint NOT NULL)`)
+		return err
+	}
+	return nil
+}
+
+// schedWorker is one scheduler node with two jobs of the same period: the
+// guarded one completes each slot in the same step as its effect; the
+// control applies its effect with no completion check.
+func schedWorker(ctx context.Context, w *workerEnv) error {
+	ttl := w.spec.TTL
+	period := schedPeriod(ttl)
+	s, err := schedule.New(w.scheduleStore(), &schedule.Options{
+		Node: w.spec.Proc, PollInterval: period / 4, ClaimTTL: ttl, StopTimeout: time.Second,
+	})
+	if err != nil {
+		return err
+	}
+	for _, mode := range []string{Guarded, Control} {
+		err := s.Add(schedule.Job{
+			Name: schedJob(w, mode), Schedule: schedule.Every(period),
+			Misfire: schedule.MisfireCatchUp, CatchUpWindow: time.Hour, CatchUpConcurrency: 4,
+			Overlap: schedule.OverlapAllow,
+			Retry:   schedule.Retry{Attempts: 10, Backoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond},
+			Run: func(ctx context.Context, slot *schedule.Slot) error {
+				p := w.rec.Invoke(mode, "run", slot.ID, "", slot.Fence)
+				w.sleep(ctx, w.spec.TTL/2) // a pause here outlasts the claim
+				err := schedEffect(context.WithoutCancel(ctx), w, mode, slot)
+				p.End("", slot.Fence, err)
+				return err
+			},
+		})
+		if err != nil {
+			return err
+		}
+	}
+	err = s.Run(ctx)
+	if errors.Is(err, context.Canceled) {
+		err = nil
+	}
+	return err
+}
+
+func schedEffect(ctx context.Context, w *workerEnv, mode string, slot *schedule.Slot) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if mode == Control {
+		return w.addEffect(ctx, Control, slot.ID, slot.Fence, w.spec.Proc, false)
+	}
+	switch w.kind {
+	case storeurl.SQLite:
+		tx, err := w.env.SQLite.DB().BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback()
+		if err := w.env.SQLite.CompleteSlot(ctx, tx, slot); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO proof_effects (run, mode, key, proc, fence, value) VALUES (?, ?, ?, ?, ?, ?)`,
+			w.spec.Prefix, Guarded, slot.ID, w.spec.Proc, slot.Fence, w.spec.Proc); err != nil {
+			return err
+		}
+		return tx.Commit()
+	case storeurl.Postgres:
+		return pgx.BeginFunc(ctx, w.pg, func(tx pgx.Tx) error {
+			if err := w.pgCompleteSlot(ctx, tx, slot); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `INSERT INTO `+pgSlotEffects+` (job, slot, proc, fence) VALUES ($1, $2, $3, $4)`,
+				slot.Job, slot.ID, w.spec.Proc, int64(slot.Fence))
+			return err
+		})
+	case storeurl.Redis:
+		return w.env.Redis.CompleteSlot(ctx, slot, redisstore.AddSlotValue("n:"+slot.ID, 1))
+	}
+	return w.env.Mem.CompleteSlot(ctx, slot, memstore.AddSlotValue("n:"+slot.ID, 1))
+}
+
+// slotEffects returns how many times each slot's effect happened.
+func slotEffects(ctx context.Context, w *workerEnv, mode string, ids []string) (map[string]int, error) {
+	out := map[string]int{}
+	job := schedJob(w, mode)
+	switch {
+	case mode == Control || w.kind == storeurl.SQLite:
+		effs, err := w.effects(ctx, mode)
+		if err != nil {
+			return nil, err
+		}
+		for k, v := range effs {
+			out[k] = len(v)
+		}
+	case w.kind == storeurl.Postgres:
+		rows, err := w.pg.Query(ctx, `SELECT slot, count(*) FROM `+pgSlotEffects+` WHERE job = $1 GROUP BY slot`, job)
+		if err != nil {
+			return nil, err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var id string
+			var n int
+			if err := rows.Scan(&id, &n); err != nil {
+				return nil, err
+			}
+			out[id] = n
+		}
+		return out, rows.Err()
+	default:
+		for _, id := range ids {
+			var b []byte
+			var err error
+			if w.kind == storeurl.Redis {
+				b, err = w.env.Redis.SlotValue(ctx, job, "n:"+id)
+			} else {
+				b, err = w.env.Mem.SlotValue(ctx, job, "n:"+id)
+			}
+			if err != nil {
+				return nil, err
+			}
+			if len(b) > 0 {
+				n, _ := strconv.Atoi(string(b))
+				out[id] = n
+			}
+		}
+	}
+	return out, nil
+}
+
+// schedCheck: every slot from a little after the start to the end of the
+// faults must have had its effect exactly once.
+func schedCheck(ctx context.Context, w *workerEnv, ri *runInfo, h *History, mode string) ModeResult {
+	var m ModeResult
+	runs := h.Select(mode, "run")
+	m.countOps(runs)
+	period := schedPeriod(ri.ttl)
+	every := schedule.Every(period)
+	var ids []string
+	for t := every.Next(ri.start.Add(2 * period)); !t.After(ri.faultsEnd); t = every.Next(t) {
+		ids = append(ids, every.ID(t))
+	}
+	effects, err := slotEffects(ctx, w, mode, ids)
+	if err != nil {
+		m.violate("cannot read the slots' effects: %v", err)
+		return m
+	}
+	for _, id := range ids {
+		switch n := effects[id]; {
+		case n == 0:
+			m.Lost++
+			m.violate("slot %s: no effect (lost)", id)
+		case n > 1:
+			m.Duplicates += n - 1
+			m.violate("slot %s: the effect happened %d times", id, n)
+		}
+	}
+	return m
+}
