@@ -8,6 +8,7 @@ import (
 	"github.com/redis/rueidis"
 	"github.com/tenurekit/tenure/fence"
 	"github.com/tenurekit/tenure/lease"
+	"github.com/tenurekit/tenure/store/redisstore/internal/rclient"
 )
 
 // FencedSet writes value to resource if f is greater than every fence
@@ -58,7 +59,7 @@ func (s *Store) fencedSet(ctx context.Context, resource string, f uint64, value 
 
 // parseFence reads a fence from a bulk string reply (0 if it is missing or
 // malformed).
-func parseFence(m *rueidis.RedisMessage) uint64 {
+func parseFence(m *rclient.Message) uint64 {
 	str, err := m.ToString()
 	if err != nil {
 		return 0
@@ -74,7 +75,7 @@ func (s *Store) FencedGet(ctx context.Context, resource string) ([]byte, uint64,
 		return nil, 0, err
 	}
 	vk, fk := s.valueKeys(resource)
-	arr, err := s.c.Do(ctx, s.c.B().Mget().Key(vk, fk).Build()).ToArray()
+	arr, err := s.c.Do(ctx, rclient.Cmd{Name: "MGET", Keys: []string{vk, fk}, ReadOnly: true}).ToArray()
 	if err != nil {
 		return nil, 0, s.fail(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+	"github.com/tenurekit/tenure/store/redisstore/internal/rclient"
 
 	"github.com/tenurekit/tenure/idempotency"
 	"github.com/tenurekit/tenure/lease"
@@ -26,11 +27,11 @@ var (
 	//go:embed lua/idempotency_inspect.lua
 	idemInspectSrc string
 
-	idemBeginScript    = rueidis.NewLuaScript(idemBeginSrc)
-	idemRenewScript    = rueidis.NewLuaScript(idemRenewSrc)
-	idemCompleteScript = rueidis.NewLuaScript(idemCompleteSrc)
-	idemReleaseScript  = rueidis.NewLuaScript(idemReleaseSrc)
-	idemInspectScript  = rueidis.NewLuaScriptReadOnly(idemInspectSrc)
+	idemBeginScript    = rclient.NewScript(idemBeginSrc)
+	idemRenewScript    = rclient.NewScript(idemRenewSrc)
+	idemCompleteScript = rclient.NewScript(idemCompleteSrc)
+	idemReleaseScript  = rclient.NewScript(idemReleaseSrc)
+	idemInspectScript  = rclient.NewScriptReadOnly(idemInspectSrc)
 )
 
 // Idempotency returns the store's idempotency.Store view. A record is one
@@ -147,7 +148,7 @@ func (v idemView) Begin(ctx context.Context, b idempotency.Begin) (idempotency.B
 }
 
 // exec runs a write script that answers 1 (done) or 0 (claim lost).
-func (v idemView) exec(ctx context.Context, op string, script *rueidis.Lua, id idempotency.ID, args []string) error {
+func (v idemView) exec(ctx context.Context, op string, script *rclient.Script, id idempotency.ID, args []string) error {
 	if err := v.ready(ctx); err != nil {
 		return err
 	}

@@ -9,10 +9,40 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 	"github.com/tenurekit/tenure/internal/testenv"
 	"github.com/tenurekit/tenure/lease"
+	"github.com/tenurekit/tenure/store/redisstore/internal/rclient"
 )
+
+// forms are the two ways to make a Store on one server address: through a
+// rueidis client and through a go-redis client (both without retries).
+var forms = []struct {
+	name string
+	open func(t *testing.T, addr string, o *Options) *Store
+}{
+	{"rueidis", func(t *testing.T, addr string, o *Options) *Store {
+		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableRetry: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		return New(c, o)
+	}},
+	{"goredis", func(t *testing.T, addr string, o *Options) *Store {
+		c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, ContextTimeoutEnabled: true})
+		t.Cleanup(func() { c.Close() })
+		return NewGoRedis(c, o)
+	}},
+}
+
+// eachForm runs fn once per client form.
+func eachForm(t *testing.T, fn func(t *testing.T, open func(t *testing.T, addr string, o *Options) *Store)) {
+	for _, f := range forms {
+		t.Run(f.name, func(t *testing.T) { fn(t, f.open) })
+	}
+}
 
 // The scripts repeat lease's limits; they must agree.
 func TestScriptLimitsMatchLease(t *testing.T) {
@@ -60,15 +90,19 @@ func TestEscapeIsInjective(t *testing.T) {
 // The scripts validate their arguments before their first write, so a call
 // that bypasses the Go checks still writes nothing.
 func TestScriptsValidateBeforeWriting(t *testing.T) {
+	eachForm(t, testScriptsValidateBeforeWriting)
+}
+
+func testScriptsValidateBeforeWriting(t *testing.T, open func(t *testing.T, addr string, o *Options) *Store) {
 	ctx := context.Background()
 	srv := testenv.Redis(t, nil)
 	c := srv.Client(t)
-	s := New(c, nil)
+	s := open(t, srv.Addr(), nil)
 	lock, fk := s.leaseKeys("k")
 	vk, ak := s.valueKeys("r")
 	cases := []struct {
 		name string
-		lua  *rueidis.Lua
+		lua  *rclient.Script
 		keys []string
 		args []string
 	}{
@@ -89,8 +123,8 @@ func TestScriptsValidateBeforeWriting(t *testing.T) {
 		{"holder set empty token", holderSetScript, []string{lock, fk, vk, ak}, []string{"", "1", "v"}},
 	}
 	for _, tc := range cases {
-		err := tc.lua.Exec(ctx, c, tc.keys, tc.args).Error()
-		if _, ok := rueidis.IsRedisErr(err); !ok || !strings.Contains(err.Error(), "redisstore: invalid") {
+		err := tc.lua.Exec(ctx, s.c, tc.keys, tc.args).Error()
+		if _, ok := rclient.ServerError(err); !ok || !strings.Contains(err.Error(), "redisstore: invalid") {
 			t.Errorf("%s: %v, want the script's refusal", tc.name, err)
 		}
 		if !errors.Is(s.fail(err), lease.ErrInvalid) {
@@ -118,11 +152,13 @@ func TestScriptsValidateBeforeWriting(t *testing.T) {
 
 // A node without DELEX (as after a downgrade in a mixed cluster) makes the
 // release fall back to the script, without deleting anything by mistake.
-func TestDelexFallback(t *testing.T) {
+func TestDelexFallback(t *testing.T) { eachForm(t, testDelexFallback) }
+
+func testDelexFallback(t *testing.T, open func(t *testing.T, addr string, o *Options) *Store) {
 	ctx := context.Background()
 	srv := testenv.Redis(t, nil)
 	c := srv.Client(t)
-	s := New(c, nil)
+	s := open(t, srv.Addr(), nil)
 	if err := s.Check(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -160,16 +196,13 @@ func TestDelexFallback(t *testing.T) {
 // The lazy check runs once: later writes cost no extra round trip, and a
 // connection failure (not a caller's deadline) makes the next write check
 // again.
-func TestCheckIsCached(t *testing.T) {
+func TestCheckIsCached(t *testing.T) { eachForm(t, testCheckIsCached) }
+
+func testCheckIsCached(t *testing.T, open func(t *testing.T, addr string, o *Options) *Store) {
 	ctx := context.Background()
 	srv := testenv.Redis(t, nil)
 	p := testenv.NewProxy(t, srv.Addr())
-	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{p.Addr()}, DisableRetry: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	s := New(c, nil)
+	s := open(t, p.Addr(), nil)
 	if s.checked.Load() {
 		t.Fatal("checked before any write")
 	}
@@ -181,7 +214,7 @@ func TestCheckIsCached(t *testing.T) {
 	}
 	short, cancel := context.WithTimeout(ctx, time.Nanosecond)
 	<-short.Done()
-	_, err = s.Leases().Acquire(short, "k2", "t", time.Minute)
+	_, err := s.Leases().Acquire(short, "k2", "t", time.Minute)
 	cancel()
 	if !errors.Is(err, lease.ErrUnavailable) {
 		t.Fatalf("acquire with an expired context: %v", err)

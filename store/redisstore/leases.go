@@ -8,8 +8,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/rueidis"
 	"github.com/tenurekit/tenure/lease"
+	"github.com/tenurekit/tenure/store/redisstore/internal/rclient"
 )
 
 // Leases returns the store's lease.Store view.
@@ -114,12 +114,11 @@ func (v leases) Release(ctx context.Context, key, token string) error {
 	var n int64
 	var err error
 	if s.delex.Load() {
-		n, err = s.c.Do(ctx, s.c.B().Delex().Key(lock).Ifeq(token).Build()).AsInt64()
-		if re, ok := rueidis.IsRedisErr(err); ok {
-			msg := re.Error()
+		n, err = s.c.Do(ctx, rclient.Cmd{Name: "DELEX", Keys: []string{lock}, Args: []string{"IFEQ", token}}).AsInt64()
+		if msg, ok := rclient.ServerError(err); ok {
 			if !strings.Contains(strings.ToLower(msg), "unknown command") {
 				// Never pass on a reply that might echo the token.
-				return s.classify(errors.New(strings.ReplaceAll(msg, token, "<token>")), re)
+				return s.classify(errors.New(strings.ReplaceAll(msg, token, "<token>")), err)
 			}
 			// A node without DELEX (a mixed-version cluster): nothing
 			// was deleted; use the script from now on.

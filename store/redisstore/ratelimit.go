@@ -10,10 +10,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/rueidis"
-
 	"github.com/tenurekit/tenure/lease"
 	"github.com/tenurekit/tenure/ratelimit"
+	"github.com/tenurekit/tenure/store/redisstore/internal/rclient"
 )
 
 var (
@@ -26,11 +25,11 @@ var (
 	//go:embed lua/ratelimit_permit.lua
 	ratePermitSrc string
 
-	rateDecideScript = rueidis.NewLuaScript(rateDecideSrc)
+	rateDecideScript = rclient.NewScript(rateDecideSrc)
 	_                = registerScripts(rateDecideSrc, rateGCRASrc, rateFixedSrc, ratePermitSrc)
-	rateGCRAScript   = rueidis.NewLuaScript(rateGCRASrc)
-	rateFixedScript  = rueidis.NewLuaScript(rateFixedSrc)
-	ratePermitScript = rueidis.NewLuaScript(ratePermitSrc)
+	rateGCRAScript   = rclient.NewScript(rateGCRASrc)
+	rateFixedScript  = rclient.NewScript(rateFixedSrc)
+	ratePermitScript = rclient.NewScript(ratePermitSrc)
 )
 
 // registerScripts adds scripts to those the server check loads (SCRIPT
@@ -204,7 +203,7 @@ func (l *rateLimits) Decide(ctx context.Context, reqs []ratelimit.Request, commi
 // here with ratelimit.EvaluateOne, the same arithmetic. The other
 // algorithms go through the general script.
 func (l *rateLimits) DecideOne(ctx context.Context, r ratelimit.Request, commit bool) (ratelimit.Decision, error) {
-	var script *rueidis.Lua
+	var script *rclient.Script
 	switch r.Algorithm {
 	case ratelimit.GCRA:
 		script = rateGCRAScript
@@ -309,7 +308,7 @@ func (l *rateLimits) Reset(ctx context.Context, keys []ratelimit.StateKey) error
 		ks[i] = s.rateKey(k)
 	}
 	// One DEL: the keys of one Reset share a hash tag.
-	if err := s.c.Do(ctx, s.c.B().Del().Key(ks...).Build()).Error(); err != nil {
+	if err := s.c.Do(ctx, rclient.Cmd{Name: "DEL", Keys: ks}).Error(); err != nil {
 		return s.rateErr(err)
 	}
 	return nil
@@ -391,7 +390,7 @@ func (s *Store) LimitTTL(ctx context.Context, k ratelimit.StateKey) (time.Durati
 	if err := ratelimit.ValidateStateKeys([]ratelimit.StateKey{k}); err != nil {
 		return 0, false, err
 	}
-	ms, err := s.c.Do(ctx, s.c.B().Pttl().Key(s.rateKey(k)).Build()).AsInt64()
+	ms, err := s.c.Do(ctx, rclient.Cmd{Name: "PTTL", Keys: []string{s.rateKey(k)}, ReadOnly: true}).AsInt64()
 	switch {
 	case err != nil:
 		return 0, false, s.rateErr(err)

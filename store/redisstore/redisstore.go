@@ -11,8 +11,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 	"github.com/tenurekit/tenure/lease"
+	"github.com/tenurekit/tenure/store/redisstore/internal/rclient"
 )
 
 // DefaultPrefix is the key prefix used when Options.Prefix is empty.
@@ -72,10 +74,12 @@ type Options struct {
 }
 
 // Store keeps leases and fenced values in Redis or Redis Cluster through a
-// rueidis client. It is safe for concurrent use. Create it with [New].
+// rueidis client ([New]) or a go-redis v9 client ([NewGoRedis]). Both run
+// the same scripts on the same keys, so stores on either client share
+// data and give the same guarantees. It is safe for concurrent use.
 type Store struct {
 	views   // per-primitive state; see views.go
-	c       rueidis.Client
+	c       rclient.Client
 	prefix  string
 	evict   bool
 	keep    string // fence retention in ms, as sent to the scripts
@@ -104,6 +108,36 @@ type ttlString struct {
 // New does not contact the server. The server check ([Store.Check]) runs
 // before the first write and whenever a connection failed since.
 func New(c rueidis.Client, o *Options) *Store {
+	return newStore(rclient.Rueidis(c), o)
+}
+
+// NewGoRedis returns a Store on a go-redis v9 client: a *redis.Client (one
+// server, or the failover client of redis.NewFailoverClient) or a
+// *redis.ClusterClient, as redis.NewUniversalClient returns them. o may be
+// nil for the defaults. The store runs the same Lua scripts on the same
+// keys as a Store made by [New], so the two can share a server and its
+// data. The client is the caller's: it is neither configured nor closed by
+// the store. A *redis.Ring is refused (every write fails with an error
+// wrapping lease.ErrInvalid): it moves keys to another shard when one is
+// down, which would hand a held lease to a second holder.
+//
+// Recommended client options:
+//
+//   - MaxRetries: -1. go-redis sends a command again after a network error
+//     or a read timeout, even when the server already applied it. The
+//     store stays safe with retries on (no write is applied twice in a way
+//     that grants, admits or allows more), but a retried write can be
+//     reported wrongly; see the package documentation, "Client retries".
+//   - ContextTimeoutEnabled: true, so that a call ends when its context
+//     does rather than after the client's ReadTimeout.
+//
+// NewGoRedis does not contact the server. The server check ([Store.Check])
+// runs before the first write and whenever a connection failed since.
+func NewGoRedis(c redis.UniversalClient, o *Options) *Store {
+	return newStore(rclient.GoRedis(c), o)
+}
+
+func newStore(c rclient.Client, o *Options) *Store {
 	s := &Store{c: c, prefix: DefaultPrefix, checkMu: make(chan struct{}, 1)}
 	keep := DefaultFenceRetention
 	if o != nil {
@@ -116,7 +150,7 @@ func New(c rueidis.Client, o *Options) *Store {
 		}
 	}
 	s.keep = strconv.FormatInt(ceilMillis(keep), 10)
-	s.cluster = c.Mode() == rueidis.ClientModeCluster
+	s.cluster = c.Cluster()
 	return s
 }
 
@@ -199,12 +233,12 @@ var (
 
 	scriptSources = []string{acquireSrc, renewSrc, releaseSrc, inspectSrc, fencedSetSrc, holderSetSrc}
 
-	acquireScript   = rueidis.NewLuaScript(acquireSrc)
-	renewScript     = rueidis.NewLuaScript(renewSrc)
-	releaseScript   = rueidis.NewLuaScript(releaseSrc)
-	inspectScript   = rueidis.NewLuaScriptReadOnly(inspectSrc)
-	fencedSetScript = rueidis.NewLuaScript(fencedSetSrc)
-	holderSetScript = rueidis.NewLuaScript(holderSetSrc)
+	acquireScript   = rclient.NewScript(acquireSrc)
+	renewScript     = rclient.NewScript(renewSrc)
+	releaseScript   = rclient.NewScript(releaseSrc)
+	inspectScript   = rclient.NewScriptReadOnly(inspectSrc)
+	fencedSetScript = rclient.NewScript(fencedSetSrc)
+	holderSetScript = rclient.NewScript(holderSetSrc)
 )
 
 // ready runs the server check unless it passed already and no connection
@@ -265,23 +299,27 @@ type nodeCheck struct {
 // check runs the server check; the caller holds checkMu.
 func (s *Store) check(ctx context.Context) error {
 	s.checked.Store(false)
-	nodes := s.c.Nodes()
+	nodes, err := s.c.Nodes(ctx)
+	if errors.Is(err, rclient.ErrUnsupported) {
+		return fmt.Errorf("%w: %w", lease.ErrInvalid, err)
+	}
+	if err != nil {
+		return s.classify(fmt.Errorf("redisstore: list the nodes: %w", err), err)
+	}
 	if len(nodes) == 0 {
 		return fmt.Errorf("%w: redisstore: the client knows no node", lease.ErrUnavailable)
 	}
 	results := make([]nodeCheck, 0, len(nodes))
 	if len(nodes) == 1 {
-		for addr, n := range nodes {
-			results = append(results, s.checkNode(ctx, addr, n))
-		}
+		results = append(results, s.checkNode(ctx, nodes[0].Addr, nodes[0].Client))
 	} else {
 		var (
 			mu sync.Mutex
 			wg sync.WaitGroup
 		)
-		for addr, n := range nodes {
+		for _, n := range nodes {
 			wg.Go(func() {
-				r := s.checkNode(ctx, addr, n)
+				r := s.checkNode(ctx, n.Addr, n.Client)
 				mu.Lock()
 				results = append(results, r)
 				mu.Unlock()
@@ -306,20 +344,20 @@ func (s *Store) check(ctx context.Context) error {
 }
 
 // checkNode checks one node in one round trip.
-func (s *Store) checkNode(ctx context.Context, addr string, n rueidis.Client) nodeCheck {
+func (s *Store) checkNode(ctx context.Context, addr string, n rclient.Client) nodeCheck {
 	r := nodeCheck{addr: addr}
-	cmds := make(rueidis.Commands, 0, 3+len(scriptSources))
+	cmds := make([]rclient.Cmd, 0, 3+len(scriptSources))
 	cmds = append(cmds,
-		n.B().Info().Section("server").Build(),
-		n.B().Info().Section("memory").Build(),
-		n.B().CommandInfo().CommandName("DELEX").Build(),
+		rclient.Cmd{Name: "INFO", Args: []string{"server"}},
+		rclient.Cmd{Name: "INFO", Args: []string{"memory"}},
+		rclient.Cmd{Name: "COMMAND", Args: []string{"INFO", "DELEX"}},
 	)
 	// Load the scripts in the same round trip, so that EVALSHA finds them
 	// on a fresh or restarted server and every call stays one round trip
 	// (without it, the first call of each script sends EVALSHA, gets
 	// NOSCRIPT and sends EVAL). Failures are harmless: EVAL remains.
 	for _, src := range scriptSources {
-		cmds = append(cmds, n.B().ScriptLoad().Script(src).Build())
+		cmds = append(cmds, rclient.Cmd{Name: "SCRIPT", Args: []string{"LOAD", src}})
 	}
 	res := n.DoMulti(ctx, cmds...)
 	server, err := res[0].ToString()
@@ -330,7 +368,7 @@ func (s *Store) checkNode(ctx context.Context, addr string, n rueidis.Client) no
 		}
 	}
 	if err != nil {
-		if _, ok := rueidis.IsRedisErr(err); ok && s.evict {
+		if _, ok := rclient.ServerError(err); ok && s.evict {
 			// INFO refused (ACL): nothing to judge that the caller did not
 			// already accept.
 			err = nil
@@ -386,7 +424,7 @@ func (s *Store) fail(err error) error { return s.classify(err, err) }
 
 // classify classifies cause and returns wrapped, annotated accordingly.
 func (s *Store) classify(wrapped, cause error) error {
-	re, ok := rueidis.IsRedisErr(cause)
+	msg, ok := rclient.ServerError(cause)
 	if !ok {
 		if !errors.Is(cause, context.Canceled) && !errors.Is(cause, context.DeadlineExceeded) {
 			// The connection failed: the client may reconnect to a
@@ -395,13 +433,12 @@ func (s *Store) classify(wrapped, cause error) error {
 		}
 		return fmt.Errorf("%w: %w", lease.ErrUnavailable, wrapped)
 	}
-	msg := re.Error()
 	switch {
 	case strings.HasPrefix(msg, "OOM"):
 		return fmt.Errorf("%w: %w", ErrOutOfMemory, wrapped)
 	case strings.Contains(msg, "redisstore: invalid"):
 		return fmt.Errorf("%w: the server refused the arguments: %w", lease.ErrInvalid, wrapped)
-	case re.IsLoading(), re.IsClusterDown(), re.IsTryAgain(), strings.HasPrefix(msg, "BUSY"),
+	case strings.HasPrefix(msg, "LOADING"), strings.HasPrefix(msg, "CLUSTERDOWN"), strings.HasPrefix(msg, "TRYAGAIN"), strings.HasPrefix(msg, "BUSY"),
 		strings.HasPrefix(msg, "MASTERDOWN"), strings.HasPrefix(msg, "READONLY"), strings.HasPrefix(msg, "NOREPLICAS"):
 		// Not serving right now (loading, failing over, busy script): the
 		// request was refused, but callers should treat the store as

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+	"github.com/tenurekit/tenure/store/redisstore/internal/rclient"
 
 	"github.com/tenurekit/tenure/fence"
 	"github.com/tenurekit/tenure/lease"
@@ -27,10 +28,10 @@ var (
 	//go:embed lua/schedule_complete.lua
 	schedCompleteSrc string
 
-	schedBeginScript    = rueidis.NewLuaScript(schedBeginSrc)
-	schedFinishScript   = rueidis.NewLuaScript(schedFinishSrc)
-	schedMarkScript     = rueidis.NewLuaScript(schedMarkSrc)
-	schedCompleteScript = rueidis.NewLuaScript(schedCompleteSrc)
+	schedBeginScript    = rclient.NewScript(schedBeginSrc)
+	schedFinishScript   = rclient.NewScript(schedFinishSrc)
+	schedMarkScript     = rclient.NewScript(schedMarkSrc)
+	schedCompleteScript = rclient.NewScript(schedCompleteSrc)
 )
 
 // schedKeep is how long (ms) a claim's fence key outlives its claim. A
@@ -76,7 +77,7 @@ func (v schedules) Claims() lease.Store { return schedClaims(v) }
 
 func (v schedules) Now(ctx context.Context) (time.Time, error) {
 	s := v.s
-	arr, err := s.c.Do(ctx, s.c.B().Time().Build()).ToArray()
+	arr, err := s.c.Do(ctx, rclient.Cmd{Name: "TIME", ReadOnly: true}).ToArray()
 	if err != nil {
 		return time.Time{}, v.fail(err)
 	}
@@ -105,7 +106,7 @@ func (v schedules) fail(err error) error {
 func usStr(t time.Time) string { return strconv.FormatInt(t.UnixMicro(), 10) }
 
 // schedFlat turns a flat field/value reply of a script into a map.
-func schedFlat(flat []rueidis.RedisMessage) (map[string]string, error) {
+func schedFlat(flat []rclient.Message) (map[string]string, error) {
 	m := make(map[string]string, len(flat)/2)
 	for i := 0; i+1 < len(flat); i += 2 {
 		k, err1 := flat[i].ToString()
@@ -154,7 +155,7 @@ func schedRecord(job, id string, m map[string]string) schedule.Record {
 }
 
 // schedReply splits a script reply {status, number, record...}.
-func schedReply(job, id string, arr []rueidis.RedisMessage, what string) (string, int64, schedule.Record, error) {
+func schedReply(job, id string, arr []rclient.Message, what string) (string, int64, schedule.Record, error) {
 	if len(arr) < 2 {
 		return "", 0, schedule.Record{}, malformed(what)
 	}
@@ -279,9 +280,9 @@ func (v schedules) records(ctx context.Context, job string, ids []string) ([]sch
 		return nil, nil
 	}
 	s := v.s
-	cmds := make(rueidis.Commands, len(ids))
+	cmds := make([]rclient.Cmd, len(ids))
 	for i, id := range ids {
-		cmds[i] = s.c.B().Hgetall().Key(s.schedKeys(job, id).rec).Build()
+		cmds[i] = rclient.Cmd{Name: "HGETALL", Keys: []string{s.schedKeys(job, id).rec}, ReadOnly: true}
 	}
 	var out []schedule.Record
 	for i, res := range s.c.DoMulti(ctx, cmds...) {
@@ -303,12 +304,9 @@ func (v schedules) Slots(ctx context.Context, job string, from, to time.Time, li
 	}
 	s := v.s
 	k := s.schedKeys(job, "")
-	b := s.c.B().Zrange().Key(k.slots).Min(usStr(from)).Max("(" + usStr(to)).Byscore()
-	var cmd rueidis.Completed
+	cmd := rclient.Cmd{Name: "ZRANGE", Keys: []string{k.slots}, Args: []string{usStr(from), "(" + usStr(to), "BYSCORE"}, ReadOnly: true}
 	if limit > 0 {
-		cmd = b.Limit(0, int64(limit)).Build()
-	} else {
-		cmd = b.Build()
+		cmd.Args = append(cmd.Args, "LIMIT", "0", strconv.Itoa(limit))
 	}
 	ids, err := s.c.Do(ctx, cmd).AsStrSlice()
 	if err != nil {
@@ -322,7 +320,7 @@ func (v schedules) Unfinished(ctx context.Context, job string, limit int) ([]sch
 		return nil, err
 	}
 	s := v.s
-	ids, err := s.c.Do(ctx, s.c.B().Smembers().Key(s.schedKeys(job, "").open).Build()).AsStrSlice()
+	ids, err := s.c.Do(ctx, rclient.Cmd{Name: "SMEMBERS", Keys: []string{s.schedKeys(job, "").open}, ReadOnly: true}).AsStrSlice()
 	if err != nil {
 		return nil, v.fail(err)
 	}
@@ -343,8 +341,8 @@ func (v schedules) Last(ctx context.Context, job string) (time.Time, bool, error
 		return time.Time{}, false, err
 	}
 	s := v.s
-	arr, err := s.c.Do(ctx, s.c.B().Zrange().Key(s.schedKeys(job, "").slots).Min("+inf").Max("-inf").
-		Byscore().Rev().Limit(0, 1).Withscores().Build()).ToArray()
+	arr, err := s.c.Do(ctx, rclient.Cmd{Name: "ZRANGE", Keys: []string{s.schedKeys(job, "").slots},
+		Args: []string{"+inf", "-inf", "BYSCORE", "REV", "LIMIT", "0", "1", "WITHSCORES"}, ReadOnly: true}).ToArray()
 	if err != nil {
 		return time.Time{}, false, v.fail(err)
 	}
@@ -456,8 +454,8 @@ func (s *Store) SlotValue(ctx context.Context, job, name string) ([]byte, error)
 	if err := lease.ValidateKey(name); err != nil {
 		return nil, err
 	}
-	b, err := s.c.Do(ctx, s.c.B().Get().Key(s.schedValueKey(job, name)).Build()).AsBytes()
-	if rueidis.IsRedisNil(err) {
+	b, err := s.c.Do(ctx, rclient.Cmd{Name: "GET", Keys: []string{s.schedValueKey(job, name)}, ReadOnly: true}).AsBytes()
+	if rclient.IsNil(err) {
 		return nil, nil
 	}
 	if err != nil {

@@ -10,10 +10,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/rueidis"
-
 	"github.com/tenurekit/tenure/lease"
 	"github.com/tenurekit/tenure/session"
+	"github.com/tenurekit/tenure/store/redisstore/internal/rclient"
 )
 
 // Session scripts. Every key a script touches is in its KEYS and carries
@@ -37,14 +36,14 @@ var (
 	//go:embed lua/session_list.lua
 	sessionListSrc string
 
-	sessionCreateScript  = rueidis.NewLuaScript(sessionCreateSrc)
-	sessionLoadScript    = rueidis.NewLuaScript(sessionLoadSrc)
-	sessionSaveScript    = rueidis.NewLuaScript(sessionSaveSrc)
-	sessionRotateScript  = rueidis.NewLuaScript(sessionRotateSrc)
-	sessionDeleteScript  = rueidis.NewLuaScript(sessionDeleteSrc)
-	sessionDelUserScript = rueidis.NewLuaScript(sessionDelUserSrc)
-	sessionRevokeBegin   = rueidis.NewLuaScript(sessionRevokeBeginSrc)
-	sessionListScript    = rueidis.NewLuaScript(sessionListSrc)
+	sessionCreateScript  = rclient.NewScript(sessionCreateSrc)
+	sessionLoadScript    = rclient.NewScript(sessionLoadSrc)
+	sessionSaveScript    = rclient.NewScript(sessionSaveSrc)
+	sessionRotateScript  = rclient.NewScript(sessionRotateSrc)
+	sessionDeleteScript  = rclient.NewScript(sessionDeleteSrc)
+	sessionDelUserScript = rclient.NewScript(sessionDelUserSrc)
+	sessionRevokeBegin   = rclient.NewScript(sessionRevokeBeginSrc)
+	sessionListScript    = rclient.NewScript(sessionListSrc)
 )
 
 // Sessions returns the store's session.Store view. A session is a hash
@@ -104,7 +103,7 @@ func (s *Store) sessionReady(ctx context.Context, op string) error {
 }
 
 // record parses {user, data, version, created, idle, absolute} from arr.
-func record(id session.ID, arr []rueidis.RedisMessage) (session.Record, error) {
+func record(id session.ID, arr []rclient.Message) (session.Record, error) {
 	if len(arr) < 6 {
 		return session.Record{}, malformed("session script")
 	}
@@ -269,8 +268,8 @@ func (v sessions) Rotate(ctx context.Context, old, newID session.ID, version uin
 		return session.Record{}, err
 	}
 	oldKey := s.SessionKey(old)
-	user, err := s.c.Do(ctx, s.c.B().Hget().Key(oldKey).Field("u").Build()).ToString()
-	if rueidis.IsRedisNil(err) {
+	user, err := s.c.Do(ctx, rclient.Cmd{Name: "HGET", Keys: []string{oldKey}, Args: []string{"u"}, ReadOnly: true}).ToString()
+	if rclient.IsNil(err) {
 		return session.Record{}, session.ErrNotFound
 	}
 	if err != nil {
@@ -401,7 +400,7 @@ func (v sessions) List(ctx context.Context, userID string) ([]session.Record, er
 	if err := s.sessionReady(ctx, "list"); err != nil {
 		return nil, err
 	}
-	ids, err := s.c.Do(ctx, s.c.B().Zrange().Key(s.SessionIndexKey(userID)).Min("0").Max("-1").Build()).AsStrSlice()
+	ids, err := s.c.Do(ctx, rclient.Cmd{Name: "ZRANGE", Keys: []string{s.SessionIndexKey(userID)}, Args: []string{"0", "-1"}, ReadOnly: true}).AsStrSlice()
 	if err != nil {
 		return nil, s.sessionFail("list", err)
 	}
