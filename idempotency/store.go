@@ -2,8 +2,10 @@ package idempotency
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/tenurekit/tenure/internal/jsonx"
 	"math"
 	"strings"
 	"time"
@@ -423,4 +425,25 @@ func CleanMessage(msg string) string {
 		n--
 	}
 	return msg[:n]
+}
+
+// MarshalJSON writes the record with durations as strings and the
+// recorded value's size instead of the value (it may be private):
+// {"scope":…,"key":…,"exists":true,"completed":true,"fence":…,
+// "expires":"23h59m0s","failed":false,"value_bytes":17}.
+func (r Record) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		Scope       string `json:"scope"`
+		Key         string `json:"key"`
+		Exists      bool   `json:"exists"`
+		Completed   bool   `json:"completed"`
+		Fingerprint string `json:"fingerprint,omitempty"`
+		Fence       uint64 `json:"fence,omitempty"`
+		ClaimTTL    string `json:"claim_ttl,omitempty"`
+		Expires     string `json:"expires,omitempty"`
+		Failed      bool   `json:"failed,omitempty"`
+		Message     string `json:"message,omitempty"`
+		ValueBytes  int    `json:"value_bytes"`
+	}{r.Scope, r.Key, r.Exists, r.Completed, r.Fingerprint, r.Fence, jsonx.Duration(r.ClaimTTL),
+		jsonx.Duration(r.Expires), r.Outcome.Failed, r.Outcome.Message, len(r.Outcome.Value)})
 }

@@ -2,8 +2,10 @@ package lease
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/tenurekit/tenure/internal/jsonx"
 	"time"
 	"unicode/utf8"
 )
@@ -168,4 +170,23 @@ func ValidateKey(key string) error {
 func NextFence(last uint64, now time.Time) uint64 {
 	floor := uint64(max(now.UnixMicro(), 0))
 	return max(last+1, floor)
+}
+
+// MarshalJSON writes the grant as {"fence":…,"ttl":"30s"}.
+func (g Grant) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		Fence uint64 `json:"fence"`
+		TTL   string `json:"ttl,omitempty"`
+	}{g.Fence, jsonx.Duration(g.TTL)})
+}
+
+// MarshalJSON writes the state as {"key":…,"held":…,"fence":…,"ttl":"12.5s"},
+// the TTL as a duration string and left out when not held.
+func (i Info) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		Key   string `json:"key"`
+		Held  bool   `json:"held"`
+		Fence uint64 `json:"fence"`
+		TTL   string `json:"ttl,omitempty"`
+	}{i.Key, i.Held, i.Fence, jsonx.Duration(i.TTL)})
 }

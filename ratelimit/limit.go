@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/bits"
@@ -262,4 +263,61 @@ func NormalizeKey(key string) string {
 	}
 	sum := sha256.Sum256([]byte(key))
 	return HashedKeyPrefix + hex.EncodeToString(sum[:16])
+}
+
+// MarshalJSON writes the limit with its period as a duration string:
+// {"name":"api","rate":100,"period":"1m0s","burst":20}.
+func (l Limit) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		Name   string `json:"name"`
+		Rate   int    `json:"rate"`
+		Period string `json:"period"`
+		Burst  int    `json:"burst,omitempty"`
+	}{l.Name, l.Rate, l.Period.String(), l.Burst})
+}
+
+// MarshalText writes the algorithm's name ("gcra", "fixed-window", …).
+func (a Algorithm) MarshalText() ([]byte, error) { return []byte(a.String()), nil }
+
+// UnmarshalJSON reads the form MarshalJSON writes; the period may also be
+// a number of nanoseconds. The limit is not validated here: New does that.
+func (l *Limit) UnmarshalJSON(b []byte) error {
+	var v struct {
+		Name   string          `json:"name"`
+		Rate   int             `json:"rate"`
+		Period json.RawMessage `json:"period"`
+		Burst  int             `json:"burst"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	var p time.Duration
+	if len(v.Period) > 0 && v.Period[0] == '"' {
+		var s string
+		if err := json.Unmarshal(v.Period, &s); err != nil {
+			return err
+		}
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			return fmt.Errorf("%w: period %q: %v", ErrInvalid, s, err)
+		}
+		p = d
+	} else if len(v.Period) > 0 {
+		if err := json.Unmarshal(v.Period, &p); err != nil {
+			return fmt.Errorf("%w: period: %v", ErrInvalid, err)
+		}
+	}
+	*l = Limit{Name: v.Name, Rate: v.Rate, Period: p, Burst: v.Burst}
+	return nil
+}
+
+// UnmarshalText reads an algorithm's name as String writes it.
+func (a *Algorithm) UnmarshalText(b []byte) error {
+	for x := GCRA; x <= SlidingWindow; x++ {
+		if x.String() == string(b) {
+			*a = x
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: unknown algorithm %q", ErrInvalid, b)
 }

@@ -2,7 +2,9 @@ package ratelimit
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"github.com/tenurekit/tenure/internal/jsonx"
 	"time"
 )
 
@@ -273,4 +275,20 @@ func ValidatePermit(key StateKey, id string, permits int, ttl time.Duration) err
 		return fmt.Errorf("%w: permit ttl %v out of range [%v, %v] or not whole microseconds", ErrInvalid, ttl, MinPermitTTL, MaxPermitTTL)
 	}
 	return nil
+}
+
+// MarshalJSON writes the decision with durations as strings and the
+// store's time in RFC 3339: {"allowed":false,"remaining":0,
+// "retry_after":"1.5s","reset_after":"1m0s","limit":{…},"algorithm":"gcra",
+// "at":"2026-…Z"}.
+func (d Decision) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		Allowed    bool      `json:"allowed"`
+		Remaining  int       `json:"remaining"`
+		RetryAfter string    `json:"retry_after,omitempty"`
+		ResetAfter string    `json:"reset_after,omitempty"`
+		Limit      Limit     `json:"limit"`
+		Algorithm  Algorithm `json:"algorithm"`
+		At         *string   `json:"at,omitempty"`
+	}{d.Allowed, d.Remaining, jsonx.Duration(d.RetryAfter), jsonx.Duration(d.ResetAfter), d.Limit, d.Algorithm, jsonx.Time(d.At)})
 }

@@ -2,8 +2,10 @@ package schedule
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/tenurekit/tenure/internal/jsonx"
 	"time"
 
 	"github.com/tenurekit/tenure/fence"
@@ -364,4 +366,24 @@ func CutError(msg string) string {
 		cut--
 	}
 	return msg[:cut]
+}
+
+// MarshalJSON writes the record with times in RFC 3339 and zero times left
+// out: {"job":…,"slot_id":…,"slot_time":…,"state":"done","node":…,
+// "attempts":1,"fence":…,"started":…,"finished":…}.
+func (r Record) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		Job      string  `json:"job"`
+		SlotID   string  `json:"slot_id"`
+		SlotTime *string `json:"slot_time,omitempty"`
+		State    State   `json:"state"`
+		Node     string  `json:"node,omitempty"`
+		Attempts int     `json:"attempts"`
+		Fence    uint64  `json:"fence,omitempty"`
+		Started  *string `json:"started,omitempty"`
+		Finished *string `json:"finished,omitempty"`
+		Error    string  `json:"error,omitempty"`
+		RetryAt  *string `json:"retry_at,omitempty"`
+	}{r.Job, r.SlotID, jsonx.Time(r.SlotTime), r.State, r.Node, r.Attempts, r.Fence,
+		jsonx.Time(r.Started), jsonx.Time(r.Finished), r.Error, jsonx.Time(r.RetryAt)})
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/tenurekit/tenure/internal/jsonx"
 	"io"
 	"log/slog"
 	"maps"
@@ -190,6 +191,17 @@ func (s *Session) IdleUntil() time.Time { s.mu.Lock(); defer s.mu.Unlock(); retu
 
 // AbsoluteUntil returns the absolute deadline. Rotation keeps it.
 func (s *Session) AbsoluteUntil() time.Time { return s.absolute }
+
+// MarshalJSON writes a summary of the session: its ID (not a credential),
+// user, version, deadlines in RFC 3339 and how many values it holds, never
+// the values themselves (they may be private) and never a token.
+func (s *Session) MarshalJSON() ([]byte, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return json.Marshal(sessionSummary{ID: s.id, UserID: s.userID, Version: s.version,
+		Created: jsonx.Time(s.created), IdleUntil: jsonx.Time(s.idle), AbsoluteUntil: jsonx.Time(s.absolute),
+		Values: len(s.values)})
+}
 
 // Get returns the value of key.
 func (s *Session) Get(key string) (string, bool) {

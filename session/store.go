@@ -2,8 +2,10 @@ package session
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/tenurekit/tenure/internal/jsonx"
 	"time"
 	"unicode/utf8"
 )
@@ -182,4 +184,26 @@ func ValidateRecord(rec Record, idle, absolute time.Duration) error {
 // Live reports whether r is live at now: now is before both deadlines.
 func (r Record) Live(now time.Time) bool {
 	return now.Before(r.IdleUntil) && now.Before(r.AbsoluteUntil)
+}
+
+// sessionSummary is the JSON form of a session: no token (a Record never
+// holds one) and no values, which may be private; data_bytes says how much
+// is stored.
+type sessionSummary struct {
+	ID            ID      `json:"id"`
+	UserID        string  `json:"user_id"`
+	Version       uint64  `json:"version"`
+	Created       *string `json:"created,omitempty"`
+	IdleUntil     *string `json:"idle_until,omitempty"`
+	AbsoluteUntil *string `json:"absolute_until,omitempty"`
+	DataBytes     int     `json:"data_bytes,omitempty"`
+	Values        int     `json:"values,omitempty"`
+}
+
+// MarshalJSON writes a summary of the record: its ID (not a credential),
+// user, version and deadlines in RFC 3339, and the size of its data, never
+// the data itself.
+func (r Record) MarshalJSON() ([]byte, error) {
+	return json.Marshal(sessionSummary{r.ID, r.UserID, r.Version, jsonx.Time(r.Created),
+		jsonx.Time(r.IdleUntil), jsonx.Time(r.AbsoluteUntil), len(r.Data), 0})
 }
