@@ -13,6 +13,9 @@ import (
 func (c *CookieOptions) resolve() error {
 	if c.Name == "" {
 		c.Name = DefaultCookieName
+		if c.Insecure {
+			c.Name = InsecureCookieName // a __Host- cookie cannot work without Secure
+		}
 	}
 	if c.Path == "" {
 		c.Path = "/"
@@ -39,11 +42,14 @@ func (c *CookieOptions) resolve() error {
 	if err := (&http.Cookie{Name: c.Name, Value: "x", Path: c.Path, Domain: c.Domain}).Valid(); err != nil {
 		return bad(err.Error())
 	}
-	if strings.HasPrefix(c.Name, "__Host-") && (c.Path != "/" || c.Domain != "" || c.Insecure) {
-		return bad("a __Host- cookie needs Path \"/\", no Domain and Secure")
+	if strings.HasPrefix(c.Name, "__Host-") && c.Insecure {
+		return bad("a __Host- cookie needs Secure, which plain HTTP cannot carry: for plain-HTTP development set only Cookie.Insecure (the name becomes \"" + InsecureCookieName + "\"), or a Name without the __Host- prefix")
+	}
+	if strings.HasPrefix(c.Name, "__Host-") && (c.Path != "/" || c.Domain != "") {
+		return bad("a __Host- cookie needs Path \"/\" and no Domain")
 	}
 	if strings.HasPrefix(c.Name, "__Secure-") && c.Insecure {
-		return bad("a __Secure- cookie needs Secure")
+		return bad("a __Secure- cookie needs Secure: with Cookie.Insecure use a Name without the __Secure- prefix")
 	}
 	if c.SameSite == http.SameSiteNoneMode && c.Insecure {
 		return bad("SameSite=None needs Secure")

@@ -398,3 +398,41 @@ func TestDefaultErrorHandler(t *testing.T) {
 		}
 	}
 }
+
+// Plain-HTTP development needs one setting, Cookie.Insecure: the cookie is
+// then named "session" (a __Host- cookie cannot work without Secure), and
+// a __Host- name with Insecure is refused with an error that says what to
+// set.
+func TestPlainHTTPDevelopmentOneSetting(t *testing.T) {
+	ms := memstore.New(nil)
+	m, err := session.New(ms.Sessions(), &session.Options{Cookie: session.CookieOptions{Insecure: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/login" {
+			m.Login(w, r, "u", nil)
+			return
+		}
+		if s := session.FromContext(r.Context()); s != nil {
+			w.Write([]byte(s.UserID()))
+		}
+	}))
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest("POST", "http://localhost/login", nil))
+	raw := w.Header().Get("Set-Cookie")
+	if !strings.HasPrefix(raw, session.InsecureCookieName+"=") || strings.Contains(raw, "Secure") {
+		t.Fatalf("Set-Cookie %q, want a %q cookie without Secure", raw, session.InsecureCookieName)
+	}
+	r := httptest.NewRequest("GET", "http://localhost/me", nil)
+	r.Header.Set("Cookie", strings.SplitN(raw, ";", 2)[0])
+	w = httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	if w.Body.String() != "u" {
+		t.Fatalf("the plain-HTTP cookie did not load the session: %q", w.Body.String())
+	}
+	_, err = session.New(ms.Sessions(), &session.Options{Cookie: session.CookieOptions{Name: "__Host-sid", Insecure: true}})
+	if !errors.Is(err, session.ErrInvalid) || !strings.Contains(err.Error(), "set only Cookie.Insecure") {
+		t.Fatalf("__Host- with Insecure: %v, want an error naming the setting", err)
+	}
+}

@@ -27,6 +27,9 @@ const (
 	// makes browsers accept the cookie only with Secure, Path=/ and no
 	// Domain, so a sibling subdomain cannot plant or overwrite it.
 	DefaultCookieName = "__Host-session"
+	// InsecureCookieName is CookieOptions.Name when empty and Insecure is
+	// set (plain-HTTP development), where a __Host- cookie cannot work.
+	InsecureCookieName = "session"
 )
 
 // Options configure a Manager. Nil means the defaults; each field documents
@@ -60,23 +63,29 @@ type Options struct {
 // Max-Age or Expires (the cookie ends with the browser session; the store
 // enforces the deadlines).
 type CookieOptions struct {
-	// Name is the cookie name. Default "__Host-session".
+	// Name is the cookie name. Default "__Host-session" (DefaultCookieName),
+	// or "session" (InsecureCookieName) when Insecure is set.
 	Name string
 	// Path is the cookie path. Default "/". A __Host- cookie must use "/".
 	Path string
 	// Domain is the cookie domain. Default none (host-only). A __Host- cookie
 	// must have none.
 	Domain string
-	// Insecure drops the Secure attribute (plain-HTTP development only). A
-	// __Host- cookie must be Secure, so Insecure needs another Name.
+	// Insecure drops the Secure attribute, for development over plain HTTP
+	// (http://localhost): browsers drop a Secure cookie set over plain HTTP
+	// (Safari even on localhost). It is the one setting plain HTTP needs:
+	// with Name left empty the cookie is named "session", since a __Host-
+	// cookie must be Secure. Never set it in production.
 	Insecure bool
 	// SameSite is the SameSite attribute. Default http.SameSiteLaxMode.
 	SameSite http.SameSite
 	// ScriptReadable drops HttpOnly, so page scripts can read the token.
 	// Default false.
 	ScriptReadable bool
-	// Persistent gives the cookie a Max-Age equal to the absolute timeout,
-	// so it survives a browser restart. Default false (no Max-Age).
+	// Persistent gives the cookie a Max-Age equal to the time left until the
+	// session's absolute deadline (at least one second), so it survives a
+	// browser restart and ends with the session. Default false (no Max-Age:
+	// the cookie ends with the browser session).
 	Persistent bool
 }
 

@@ -43,7 +43,7 @@ func TestNewRefusesBadInput(t *testing.T) {
 		"name with space":         {Cookie: session.CookieOptions{Name: "a b"}},
 		"__Host- with path":       {Cookie: session.CookieOptions{Path: "/app"}},
 		"__Host- with domain":     {Cookie: session.CookieOptions{Domain: "example.com"}},
-		"__Host- insecure":        {Cookie: session.CookieOptions{Insecure: true}},
+		"__Host- insecure":        {Cookie: session.CookieOptions{Name: session.DefaultCookieName, Insecure: true}},
 		"__Secure- insecure":      {Cookie: session.CookieOptions{Name: "__Secure-s", Insecure: true}},
 		"SameSite=None insecure":  {Cookie: session.CookieOptions{Name: "s", Insecure: true, SameSite: http.SameSiteNoneMode}},
 		"unknown SameSite":        {Cookie: session.CookieOptions{SameSite: http.SameSite(9)}},
@@ -63,14 +63,15 @@ func TestNewRefusesBadInput(t *testing.T) {
 		}
 	}
 	ok := map[string]session.Options{
-		"defaults":              {},
-		"idle longer than abs":  {IdleTimeout: 2 * time.Hour, AbsoluteTimeout: time.Hour},
-		"bounds":                {IdleTimeout: session.MinTimeout, AbsoluteTimeout: session.MaxTimeout},
-		"custom cookie":         {Cookie: session.CookieOptions{Name: "sid", Path: "/app", Domain: "example.com", SameSite: http.SameSiteStrictMode}},
-		"leading dot domain":    {Cookie: session.CookieOptions{Name: "sid", Domain: ".example.com"}},
-		"plain-HTTP dev cookie": {Cookie: session.CookieOptions{Name: "sid", Insecure: true}},
-		"SameSite default mode": {Cookie: session.CookieOptions{SameSite: http.SameSiteDefaultMode}},
-		"SameSite=None secure":  {Cookie: session.CookieOptions{SameSite: http.SameSiteNoneMode}},
+		"defaults":               {},
+		"idle longer than abs":   {IdleTimeout: 2 * time.Hour, AbsoluteTimeout: time.Hour},
+		"bounds":                 {IdleTimeout: session.MinTimeout, AbsoluteTimeout: session.MaxTimeout},
+		"custom cookie":          {Cookie: session.CookieOptions{Name: "sid", Path: "/app", Domain: "example.com", SameSite: http.SameSiteStrictMode}},
+		"leading dot domain":     {Cookie: session.CookieOptions{Name: "sid", Domain: ".example.com"}},
+		"plain-HTTP dev cookie":  {Cookie: session.CookieOptions{Name: "sid", Insecure: true}},
+		"plain-HTTP, one switch": {Cookie: session.CookieOptions{Insecure: true}},
+		"SameSite default mode":  {Cookie: session.CookieOptions{SameSite: http.SameSiteDefaultMode}},
+		"SameSite=None secure":   {Cookie: session.CookieOptions{SameSite: http.SameSiteNoneMode}},
 	}
 	for name, o := range ok {
 		if m, err := session.New(good, &o); m == nil || err != nil {
