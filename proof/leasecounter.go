@@ -220,6 +220,29 @@ func counterCheck(ctx context.Context, w *workerEnv, ri *runInfo, h *History, mo
 		}
 		last = max(last, slices.Max(byValue[n]))
 	}
+	// Grants in real-time order: a grant requested after another one was
+	// granted must carry a greater fence, also across store restarts.
+	var grants []Op
+	for _, op := range h.Select(mode, "acquire") {
+		if op.Status == OK {
+			grants = append(grants, op)
+		}
+	}
+	sort.Slice(grants, func(i, j int) bool { return grants[i].Complete < grants[j].Complete })
+	var top uint64 // greatest fence of the grants completed so far
+	j := 0
+	byInvoke := slices.Clone(grants)
+	sort.Slice(byInvoke, func(i, j int) bool { return byInvoke[i].Invoke < byInvoke[j].Invoke })
+	for _, g := range byInvoke {
+		for j < len(grants) && grants[j].Complete < g.Invoke {
+			top = max(top, grants[j].Fence)
+			j++
+		}
+		if g.Fence <= top {
+			m.FenceRegressions++
+			m.violate("fence went back: a grant requested after fence %d had been granted got fence %d", top, g.Fence)
+		}
+	}
 	ok, cerr := checkRegister(ri, mode, reads, writes)
 	m.Linearizable = &ok
 	if !ok {

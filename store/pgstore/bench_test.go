@@ -39,7 +39,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	b.Run("raw", func(b *testing.B) {
 		for b.Loop() {
 			var f int64
-			if err := pool.QueryRow(ctx, s.q.acquire, "bench", tok, ttl).Scan(&f); err != nil {
+			if err := pool.QueryRow(ctx, s.q.acquire, "bench", tok, int64(ttl/time.Microsecond)).Scan(&f); err != nil {
 				b.Fatal(err)
 			}
 			tag, err := pool.Exec(ctx, s.q.release, "bench", tok)

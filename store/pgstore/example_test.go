@@ -39,7 +39,7 @@ func Example() {
 		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			// The resource has the last word: a stale fence rolls back the
 			// whole transaction.
-			if err := db.Admit(ctx, tx, "ledger:2026-11", l.Fence()); err != nil {
+			if err := db.AdmitPgx(ctx, tx, "ledger:2026-11", l.Fence()); err != nil {
 				return err
 			}
 			_, err := tx.Exec(ctx, `UPDATE ledger SET settled = true WHERE period = '2026-11'`)
@@ -78,7 +78,7 @@ func ExampleStore_CheckHolder() {
 	defer l.Release(ctx)
 
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if err := db.CheckHolder(ctx, tx, l); err != nil {
+		if err := db.CheckHolderPgx(ctx, tx, l); err != nil {
 			return err // lease.ErrNotHeld: expired, released or taken
 		}
 		_, err := tx.Exec(ctx, `INSERT INTO reports (day) VALUES (current_date)`)

@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"math"
@@ -14,10 +15,13 @@ import (
 
 // Admit admits fence f for resource inside the caller's transaction tx, in
 // strict mode: f must be greater than every fence admitted for resource
-// before (one write per tenure). It is one statement on the fences table
-// (an upsert that raises the stored fence only when f is greater); the
-// resource's row stays locked until tx ends, so concurrent admissions of
-// the same resource are serialized.
+// before (one write per tenure). tx may come from any PostgreSQL driver
+// for database/sql (pgx's stdlib driver, lib/pq) and from any database/sql
+// helper (sqlx, GORM's ConnPool); [Store.AdmitPgx] takes a pgx.Tx. It is
+// one statement on the fences table (an upsert that raises the stored
+// fence only when f is greater); the resource's row stays locked until tx
+// ends, so concurrent admissions of the same resource are serialized.
+// Admit never commits or rolls back tx.
 //
 // A refused fence returns a *fence.StaleError (errors.Is fence.ErrStale)
 // and changes nothing; the caller must then roll tx back, so that its own
@@ -28,17 +32,43 @@ import (
 // Admit is blind to time: if the holder of f has expired but no newer
 // fence has been admitted yet, f is still admitted. [Store.CheckHolder]
 // closes that window.
-func (s *Store) Admit(ctx context.Context, tx pgx.Tx, resource string, f uint64) error {
-	return s.admit(ctx, tx, resource, f, fence.Strict)
+func (s *Store) Admit(ctx context.Context, tx *sql.Tx, resource string, f uint64) error {
+	return s.admit(ctx, sqlTx(tx), resource, f, fence.Strict)
 }
 
 // AdmitAtLeast is [Store.Admit] that also admits a fence equal to the
 // greatest admitted one, for several writes within one tenure.
-func (s *Store) AdmitAtLeast(ctx context.Context, tx pgx.Tx, resource string, f uint64) error {
-	return s.admit(ctx, tx, resource, f, fence.AtLeast)
+func (s *Store) AdmitAtLeast(ctx context.Context, tx *sql.Tx, resource string, f uint64) error {
+	return s.admit(ctx, sqlTx(tx), resource, f, fence.AtLeast)
 }
 
-func (s *Store) admit(ctx context.Context, tx pgx.Tx, resource string, f uint64, mode fence.Mode) error {
+// AdmitPgx is [Store.Admit] in a pgx transaction.
+func (s *Store) AdmitPgx(ctx context.Context, tx pgx.Tx, resource string, f uint64) error {
+	return s.admit(ctx, pgxTx(tx), resource, f, fence.Strict)
+}
+
+// AdmitAtLeastPgx is [Store.AdmitAtLeast] in a pgx transaction.
+func (s *Store) AdmitAtLeastPgx(ctx context.Context, tx pgx.Tx, resource string, f uint64) error {
+	return s.admit(ctx, pgxTx(tx), resource, f, fence.AtLeast)
+}
+
+// sqlTx returns the querier of a caller's *sql.Tx, nil for a nil tx.
+func sqlTx(tx *sql.Tx) querier {
+	if tx == nil {
+		return nil
+	}
+	return sqlQ{tx}
+}
+
+// pgxTx returns the querier of a caller's pgx.Tx, nil for a nil tx.
+func pgxTx(tx pgx.Tx) querier {
+	if tx == nil {
+		return nil
+	}
+	return pgxQ{tx}
+}
+
+func (s *Store) admit(ctx context.Context, tx querier, resource string, f uint64, mode fence.Mode) error {
 	if err := lease.ValidateKey(resource); err != nil {
 		return fmt.Errorf("pgstore: resource: %w", err)
 	}
@@ -56,25 +86,26 @@ func (s *Store) admit(ctx context.Context, tx pgx.Tx, resource string, f uint64,
 		q = s.q.admitAtLeast
 	}
 	var got int64
-	err := tx.QueryRow(ctx, q, resource, int64(f)).Scan(&got)
+	err := tx.queryRow(ctx, q, []any{resource, int64(f)}, &got)
 	if err == nil {
 		return nil
 	}
-	if !errors.Is(err, pgx.ErrNoRows) {
+	if !errors.Is(err, sql.ErrNoRows) {
 		return s.wrap(ctx, fmt.Sprintf("admit fence %d for %q", f, resource), err)
 	}
 	stale := &fence.StaleError{Resource: resource, Fence: f}
 	// The refused upsert locked the row; read what it holds for the error.
 	// The refusal stands whether or not this read works.
 	var cur int64
-	if tx.QueryRow(ctx, s.q.admitted, resource).Scan(&cur) == nil && cur > 0 {
+	if tx.queryRow(ctx, s.q.admitted, []any{resource}, &cur) == nil && cur > 0 {
 		stale.Current = uint64(cur)
 	}
 	return stale
 }
 
-// CheckHolder checks, inside the caller's transaction tx, that l is the
-// current holder of its key: the lease row has l's token and fence and has
+// CheckHolder checks, inside the caller's transaction tx (from any
+// database/sql driver; [Store.CheckHolderPgx] takes a pgx.Tx), that l is
+// the current holder of its key: the lease row has l's token and fence and has
 // not expired on the database's clock (clock_timestamp()). It locks the row
 // (SELECT ... FOR UPDATE) until tx ends, so no other holder can acquire,
 // renew or release the key before tx commits or rolls back: writes made
@@ -90,8 +121,17 @@ func (s *Store) admit(ctx context.Context, tx pgx.Tx, resource string, f uint64,
 // to wait for the row re-checks the newest version. In REPEATABLE READ or
 // SERIALIZABLE, a lease row changed since the transaction's snapshot makes
 // PostgreSQL abort with a serialization failure (a plain error): retry the
-// transaction.
-func (s *Store) CheckHolder(ctx context.Context, tx pgx.Tx, l *lease.Lease) error {
+// transaction. CheckHolder never commits or rolls back tx.
+func (s *Store) CheckHolder(ctx context.Context, tx *sql.Tx, l *lease.Lease) error {
+	return s.checkHolder(ctx, sqlTx(tx), l)
+}
+
+// CheckHolderPgx is [Store.CheckHolder] in a pgx transaction.
+func (s *Store) CheckHolderPgx(ctx context.Context, tx pgx.Tx, l *lease.Lease) error {
+	return s.checkHolder(ctx, pgxTx(tx), l)
+}
+
+func (s *Store) checkHolder(ctx context.Context, tx querier, l *lease.Lease) error {
 	if l == nil {
 		return fmt.Errorf("%w: pgstore: nil lease", lease.ErrInvalid)
 	}
@@ -111,11 +151,11 @@ func (s *Store) CheckHolder(ctx context.Context, tx pgx.Tx, l *lease.Lease) erro
 		return s.err
 	}
 	var f int64
-	err := tx.QueryRow(ctx, s.q.checkHolder, l.Key(), l.Token(), int64(l.Fence())).Scan(&f)
+	err := tx.queryRow(ctx, s.q.checkHolder, []any{l.Key(), l.Token(), int64(l.Fence())}, &f)
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, pgx.ErrNoRows):
+	case errors.Is(err, sql.ErrNoRows):
 		return fmt.Errorf("pgstore: check holder of %q with fence %d: %w (%w)", l.Key(), l.Fence(), lease.ErrNotHeld, fence.ErrStale)
 	}
 	return s.wrap(ctx, fmt.Sprintf("check holder of %q", l.Key()), err)

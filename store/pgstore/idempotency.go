@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"time"
@@ -74,8 +75,8 @@ cur AS (
 ),
 ins AS (
 	INSERT INTO ` + t + ` AS r (scope, key, fingerprint, token, fence, state, claim_until, expires_at, failed, message, value)
-	SELECT $1, $2, $3, $4, greatest(` + us + `, 1), 1, c.now + $5::interval,
-		c.now + greatest($5::interval, $6::interval), false, NULL, NULL
+	SELECT $1, $2, $3, $4, greatest(` + us + `, 1), 1, c.now + ($5::bigint * interval '1 microsecond'),
+		c.now + greatest(($5::bigint * interval '1 microsecond'), ($6::bigint * interval '1 microsecond')), false, NULL, NULL
 	FROM c
 	WHERE NOT EXISTS (SELECT 1 FROM cur WHERE cur.live AND NOT (cur.state = 1 AND cur.fingerprint = $3
 		AND (cur.token = $4 OR ($7 AND cur.claim_until <= c.now))))
@@ -100,7 +101,7 @@ SELECT false, cur.fence, cur.fingerprint, cur.token, cur.state,
 FROM cur, c WHERE NOT EXISTS (SELECT 1 FROM ins)`,
 		// $1 scope, $2 key, $3 token, $4 fence, $5 ttl.
 		renew: clock + `UPDATE ` + t + ` AS r
-SET claim_until = c.now + $5::interval, expires_at = greatest(r.expires_at, c.now + $5::interval) FROM c
+SET claim_until = c.now + ($5::bigint * interval '1 microsecond'), expires_at = greatest(r.expires_at, c.now + ($5::bigint * interval '1 microsecond')) FROM c
 WHERE r.scope = $1 AND r.key = $2 AND r.token = $3 AND r.fence = $4 AND r.state = 1 AND r.claim_until > c.now`,
 		// $1 scope, $2 key, $3 token, $4 fence, $5 retention, $6 failed,
 		// $7 message, $8 value. A record this claim already completed is
@@ -108,7 +109,7 @@ WHERE r.scope = $1 AND r.key = $2 AND r.token = $3 AND r.fence = $4 AND r.state 
 		complete: clock + `UPDATE ` + t + ` AS r SET
 	state = 2,
 	claim_until = NULL,
-	expires_at = CASE WHEN r.state = 1 THEN c.now + $5::interval ELSE r.expires_at END,
+	expires_at = CASE WHEN r.state = 1 THEN c.now + ($5::bigint * interval '1 microsecond') ELSE r.expires_at END,
 	failed = CASE WHEN r.state = 1 THEN $6 ELSE r.failed END,
 	message = CASE WHEN r.state = 1 THEN $7 ELSE r.message END,
 	value = CASE WHEN r.state = 1 THEN $8 ELSE r.value END
@@ -145,12 +146,20 @@ func (s *Store) Idempotency() idempotency.Store { return idemView{s, s.idemQueri
 // transaction tx, for idempotency.Keeper.DoTx: the claim row is inserted in
 // tx, so the caller's rows and the result commit or roll back together,
 // and a concurrent duplicate's claim waits on the row until tx ends (then
-// replays the committed result, or claims after a rollback). Claim marks a
-// savepoint (SAVEPOINT tenure_idempotency, sent in the same round trip);
-// use READ COMMITTED, under which the waiting duplicate sees the committed
-// row.
-func (s *Store) IdempotencyTx(tx pgx.Tx) idempotency.Tx {
-	return idemTx{idemView{s, s.idemQueries()}, tx}
+// replays the committed result, or claims after a rollback). tx may come
+// from any PostgreSQL driver for database/sql (pgx's stdlib driver,
+// lib/pq); [Store.IdempotencyPgx] takes a pgx.Tx. Claim marks a savepoint
+// (SAVEPOINT tenure_idempotency) and Undo rolls back to it; nothing here
+// commits or rolls back tx itself. Use READ COMMITTED, under which the
+// waiting duplicate sees the committed row.
+func (s *Store) IdempotencyTx(tx *sql.Tx) idempotency.Tx {
+	return idemTx{idemView{s, s.idemQueries()}, sqlTx(tx)}
+}
+
+// IdempotencyPgx is [Store.IdempotencyTx] on a pgx transaction; Claim
+// sends the savepoint in the same round trip as the claim.
+func (s *Store) IdempotencyPgx(tx pgx.Tx) idempotency.Tx {
+	return idemTx{idemView{s, s.idemQueries()}, pgxTx(tx)}
 }
 
 // PurgeIdempotency deletes the records whose retention ended (server
@@ -160,11 +169,11 @@ func (s *Store) PurgeIdempotency(ctx context.Context) (int64, error) {
 	if s.err != nil {
 		return 0, fmt.Errorf("%w: %w", idempotency.ErrInvalid, s.err)
 	}
-	tag, err := s.pool.Exec(ctx, s.idemQueries().purge)
+	n, err := s.db.exec(ctx, s.idemQueries().purge)
 	if err != nil {
 		return 0, s.idemWrap(ctx, "purge", err)
 	}
-	return tag.RowsAffected(), nil
+	return n, nil
 }
 
 type idemView struct {
@@ -236,33 +245,19 @@ func (r beginRow) answer(b idempotency.Begin) (idempotency.Begun, bool) {
 	return idempotency.Begun{State: idempotency.Abandoned, Fence: uint64(r.fence)}, true
 }
 
-// runBegin runs the begin statement once on q (and, in a transaction,
-// the savepoint after it in the same round trip).
-func (v idemView) runBegin(ctx context.Context, q pgx.Tx, pool bool, b idempotency.Begin, savepoint bool) (beginRow, bool, error) {
+// runBegin runs the begin statement once on q (and, with savepoint, the
+// savepoint after it, in the same round trip where q can).
+func (v idemView) runBegin(ctx context.Context, q querier, b idempotency.Begin, savepoint bool) (beginRow, bool, error) {
 	args := []any{b.Scope, b.Key, b.Fingerprint, b.Token.Reveal(), b.ClaimTTL, b.Retention, b.Takeover}
 	var r beginRow
-	scan := func(row pgx.Row) error {
-		return row.Scan(&r.claimed, &r.fence, &r.fp, &r.token, &r.state, &r.claimUS, &r.live, &r.failed, &r.message, &r.value)
-	}
+	dest := []any{&r.claimed, &r.fence, &r.fp, &r.token, &r.state, &r.claimUS, &r.live, &r.failed, &r.message, &r.value}
 	var err error
-	switch {
-	case pool:
-		err = scan(v.s.pool.QueryRow(ctx, v.q.begin, args...))
-	case savepoint:
-		batch := &pgx.Batch{}
-		batch.Queue(v.q.begin, args...)
-		batch.Queue(`SAVEPOINT ` + idemSavepoint)
-		br := q.SendBatch(ctx, batch)
-		err = scan(br.QueryRow())
-		if cerr := br.Close(); err == nil || errors.Is(err, pgx.ErrNoRows) {
-			if cerr != nil {
-				err = cerr
-			}
-		}
-	default:
-		err = scan(q.QueryRow(ctx, v.q.begin, args...))
+	if savepoint {
+		err = q.pipeline(ctx, stmt{sql: v.q.begin, args: args, dest: dest}, stmt{sql: `SAVEPOINT ` + idemSavepoint})
+	} else {
+		err = q.queryRow(ctx, v.q.begin, args, dest...)
 	}
-	if errors.Is(err, pgx.ErrNoRows) {
+	if errors.Is(err, sql.ErrNoRows) {
 		return beginRow{}, false, nil
 	}
 	if err != nil {
@@ -273,7 +268,7 @@ func (v idemView) runBegin(ctx context.Context, q pgx.Tx, pool bool, b idempoten
 
 // begin runs the begin statement until it is conclusive. In a transaction
 // (tx != nil), the savepoint is marked after the claim.
-func (v idemView) begin(ctx context.Context, tx pgx.Tx, b idempotency.Begin) (idempotency.Begun, error) {
+func (v idemView) begin(ctx context.Context, tx querier, b idempotency.Begin) (idempotency.Begun, error) {
 	if err := idempotency.ValidateBegin(b); err != nil {
 		return idempotency.Begun{}, err
 	}
@@ -283,7 +278,11 @@ func (v idemView) begin(ctx context.Context, tx pgx.Tx, b idempotency.Begin) (id
 	for attempt := 1; attempt <= idemBeginAttempts; attempt++ {
 		// The first run in a transaction sends the savepoint along; it
 		// only counts if that run claimed.
-		r, found, err := v.runBegin(ctx, tx, tx == nil, b, tx != nil && attempt == 1)
+		q := tx
+		if q == nil {
+			q = v.s.db
+		}
+		r, found, err := v.runBegin(ctx, q, b, tx != nil && attempt == 1)
 		if err != nil {
 			return idempotency.Begun{}, v.s.idemWrap(ctx, "begin", err)
 		}
@@ -295,7 +294,7 @@ func (v idemView) begin(ctx context.Context, tx pgx.Tx, b idempotency.Begin) (id
 			continue
 		}
 		if tx != nil && got.State == idempotency.Claimed && attempt > 1 {
-			if _, err := tx.Exec(ctx, `SAVEPOINT `+idemSavepoint); err != nil {
+			if _, err := tx.exec(ctx, `SAVEPOINT `+idemSavepoint); err != nil {
 				return idempotency.Begun{}, v.s.idemWrap(ctx, "begin", err)
 			}
 		}
@@ -318,17 +317,17 @@ func (v idemView) Renew(ctx context.Context, id idempotency.ID, token string, fe
 	if err := v.check(); err != nil {
 		return err
 	}
-	tag, err := v.s.pool.Exec(ctx, v.q.renew, id.Scope, id.Key, token, int64(fence), grantTTL(ttl))
+	n, err := v.s.db.exec(ctx, v.q.renew, id.Scope, id.Key, token, int64(fence), grantTTL(ttl))
 	if err != nil {
 		return v.s.idemWrap(ctx, "renew", err)
 	}
-	if tag.RowsAffected() == 0 {
+	if n == 0 {
 		return fmt.Errorf("%w: pgstore: renew", idempotency.ErrClaimLost)
 	}
 	return nil
 }
 
-func (v idemView) complete(ctx context.Context, tx pgx.Tx, id idempotency.ID, token string, fence uint64, out idempotency.Outcome, retention time.Duration) error {
+func (v idemView) complete(ctx context.Context, tx querier, id idempotency.ID, token string, fence uint64, out idempotency.Outcome, retention time.Duration) error {
 	if err := idempotency.ValidateClaim(id, token, fence); err != nil {
 		return err
 	}
@@ -343,19 +342,13 @@ func (v idemView) complete(ctx context.Context, tx pgx.Tx, id idempotency.ID, to
 		value = []byte{}
 	}
 	args := []any{id.Scope, id.Key, token, int64(fence), grantTTL(retention), out.Failed, idempotency.CleanMessage(out.Message), value}
-	var n int64
-	if tx != nil {
-		tag, err := tx.Exec(ctx, v.q.complete, args...)
-		if err != nil {
-			return v.s.idemWrap(ctx, "complete", err)
-		}
-		n = tag.RowsAffected()
-	} else {
-		tag, err := v.s.pool.Exec(ctx, v.q.complete, args...)
-		if err != nil {
-			return v.s.idemWrap(ctx, "complete", err)
-		}
-		n = tag.RowsAffected()
+	q := tx
+	if q == nil {
+		q = v.s.db
+	}
+	n, err := q.exec(ctx, v.q.complete, args...)
+	if err != nil {
+		return v.s.idemWrap(ctx, "complete", err)
 	}
 	if n == 0 {
 		return fmt.Errorf("%w: pgstore: complete", idempotency.ErrClaimLost)
@@ -367,7 +360,7 @@ func (v idemView) Complete(ctx context.Context, id idempotency.ID, token string,
 	return v.complete(ctx, nil, id, token, fence, out, retention)
 }
 
-func (v idemView) release(ctx context.Context, tx pgx.Tx, id idempotency.ID, token string) error {
+func (v idemView) release(ctx context.Context, tx querier, id idempotency.ID, token string) error {
 	if err := idempotency.ValidateID(id); err != nil {
 		return err
 	}
@@ -377,19 +370,13 @@ func (v idemView) release(ctx context.Context, tx pgx.Tx, id idempotency.ID, tok
 	if err := v.check(); err != nil {
 		return err
 	}
-	var n int64
-	if tx != nil {
-		tag, err := tx.Exec(ctx, v.q.release, id.Scope, id.Key, token)
-		if err != nil {
-			return v.s.idemWrap(ctx, "release", err)
-		}
-		n = tag.RowsAffected()
-	} else {
-		tag, err := v.s.pool.Exec(ctx, v.q.release, id.Scope, id.Key, token)
-		if err != nil {
-			return v.s.idemWrap(ctx, "release", err)
-		}
-		n = tag.RowsAffected()
+	q := tx
+	if q == nil {
+		q = v.s.db
+	}
+	n, err := q.exec(ctx, v.q.release, id.Scope, id.Key, token)
+	if err != nil {
+		return v.s.idemWrap(ctx, "release", err)
 	}
 	if n == 0 {
 		return fmt.Errorf("%w: pgstore: release", idempotency.ErrClaimLost)
@@ -415,9 +402,9 @@ func (v idemView) Inspect(ctx context.Context, id idempotency.ID) (idempotency.R
 		claimUS, leftUS int64
 		message         *string
 	)
-	err := v.s.pool.QueryRow(ctx, v.q.inspect, id.Scope, id.Key).Scan(
+	err := v.s.db.queryRow(ctx, v.q.inspect, []any{id.Scope, id.Key},
 		&rec.Fingerprint, &fence, &state, &claimUS, &leftUS, &rec.Outcome.Failed, &message, &rec.Outcome.Value)
-	if errors.Is(err, pgx.ErrNoRows) {
+	if errors.Is(err, sql.ErrNoRows) {
 		return idempotency.Record{ID: id}, nil
 	}
 	if err != nil {
@@ -442,7 +429,7 @@ func (v idemView) Inspect(ctx context.Context, id idempotency.ID) (idempotency.R
 // idemTx is the transactional form on the caller's transaction.
 type idemTx struct {
 	v  idemView
-	tx pgx.Tx
+	tx querier // nil for a nil transaction
 }
 
 func (t idemTx) Claim(ctx context.Context, b idempotency.Begin) (idempotency.Begun, error) {
@@ -453,16 +440,25 @@ func (t idemTx) Claim(ctx context.Context, b idempotency.Begin) (idempotency.Beg
 }
 
 func (t idemTx) Undo(ctx context.Context) error {
-	if _, err := t.tx.Exec(ctx, `ROLLBACK TO SAVEPOINT `+idemSavepoint); err != nil {
+	if t.tx == nil {
+		return fmt.Errorf("%w: pgstore: nil transaction", idempotency.ErrInvalid)
+	}
+	if _, err := t.tx.exec(ctx, `ROLLBACK TO SAVEPOINT `+idemSavepoint); err != nil {
 		return t.v.s.idemWrap(ctx, "undo", err)
 	}
 	return nil
 }
 
 func (t idemTx) Complete(ctx context.Context, id idempotency.ID, token string, fence uint64, out idempotency.Outcome, retention time.Duration) error {
+	if t.tx == nil {
+		return fmt.Errorf("%w: pgstore: nil transaction", idempotency.ErrInvalid)
+	}
 	return t.v.complete(ctx, t.tx, id, token, fence, out, retention)
 }
 
 func (t idemTx) Release(ctx context.Context, id idempotency.ID, token string) error {
+	if t.tx == nil {
+		return fmt.Errorf("%w: pgstore: nil transaction", idempotency.ErrInvalid)
+	}
 	return t.v.release(ctx, t.tx, id, token)
 }

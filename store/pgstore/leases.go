@@ -2,13 +2,13 @@ package pgstore
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"time"
 	"unicode/utf8"
 
-	"github.com/jackc/pgx/v5"
-
+	
 	"github.com/tenurekit/tenure/lease"
 )
 
@@ -64,19 +64,19 @@ func (v leases) Acquire(ctx context.Context, key, token string, ttl time.Duratio
 	ttl = grantTTL(ttl)
 	for attempt := 1; ; attempt++ {
 		var f int64
-		err := s.pool.QueryRow(ctx, s.q.acquire, key, token, ttl).Scan(&f)
+		err := s.db.queryRow(ctx, s.q.acquire, []any{key, token, ttl}, &f)
 		if err == nil {
 			return lease.Grant{Fence: uint64(f), TTL: ttl}, nil
 		}
-		if !errors.Is(err, pgx.ErrNoRows) {
+		if !errors.Is(err, sql.ErrNoRows) {
 			return lease.Grant{}, s.wrap(ctx, fmt.Sprintf("acquire %q", key), err)
 		}
 		// Another token holds key. Its remaining time is read in a second
 		// statement; if the holder released or expired in between, try
 		// again.
 		var last, rem int64
-		err = s.pool.QueryRow(ctx, s.q.inspect, key).Scan(&last, &rem)
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		err = s.db.queryRow(ctx, s.q.inspect, []any{key}, &last, &rem)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return lease.Grant{}, s.wrap(ctx, fmt.Sprintf("acquire %q: read holder", key), err)
 		}
 		if rem > 0 {
@@ -97,11 +97,11 @@ func (v leases) Renew(ctx context.Context, key, token string, ttl time.Duration)
 	}
 	ttl = grantTTL(ttl)
 	var f int64
-	err := s.pool.QueryRow(ctx, s.q.renew, key, token, ttl).Scan(&f)
+	err := s.db.queryRow(ctx, s.q.renew, []any{key, token, ttl}, &f)
 	switch {
 	case err == nil:
 		return lease.Grant{Fence: uint64(f), TTL: ttl}, nil
-	case errors.Is(err, pgx.ErrNoRows):
+	case errors.Is(err, sql.ErrNoRows):
 		return lease.Grant{}, fmt.Errorf("pgstore: renew %q: %w", key, lease.ErrNotHeld)
 	}
 	return lease.Grant{}, s.wrap(ctx, fmt.Sprintf("renew %q", key), err)
@@ -118,11 +118,11 @@ func (v leases) Release(ctx context.Context, key, token string) error {
 	if s.err != nil {
 		return s.err
 	}
-	tag, err := s.pool.Exec(ctx, s.q.release, key, token)
+	n, err := s.db.exec(ctx, s.q.release, key, token)
 	if err != nil {
 		return s.wrap(ctx, fmt.Sprintf("release %q", key), err)
 	}
-	if tag.RowsAffected() == 0 {
+	if n == 0 {
 		return fmt.Errorf("pgstore: release %q: %w", key, lease.ErrNotHeld)
 	}
 	return nil
@@ -137,9 +137,9 @@ func (v leases) Inspect(ctx context.Context, key string) (lease.Info, error) {
 		return lease.Info{}, s.err
 	}
 	var f, rem int64
-	err := s.pool.QueryRow(ctx, s.q.inspect, key).Scan(&f, &rem)
+	err := s.db.queryRow(ctx, s.q.inspect, []any{key}, &f, &rem)
 	switch {
-	case errors.Is(err, pgx.ErrNoRows):
+	case errors.Is(err, sql.ErrNoRows):
 		return lease.Info{Key: key}, nil
 	case err != nil:
 		return lease.Info{}, s.wrap(ctx, fmt.Sprintf("inspect %q", key), err)

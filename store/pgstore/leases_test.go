@@ -183,7 +183,7 @@ func TestTimeoutInFlightIsUnavailable(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(ctx)
-	if err := db.CheckHolder(ctx, tx, a); err != nil {
+	if err := db.CheckHolderPgx(ctx, tx, a); err != nil {
 		t.Fatal(err)
 	}
 	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
@@ -196,7 +196,7 @@ func TestTimeoutInFlightIsUnavailable(t *testing.T) {
 	err = pgx.BeginFunc(ctx, pool, func(tx2 pgx.Tx) error {
 		short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 		defer cancel()
-		return db.CheckHolder(short, tx2, a)
+		return db.CheckHolderPgx(short, tx2, a)
 	})
 	if !errors.Is(err, lease.ErrUnavailable) {
 		t.Fatalf("CheckHolder blocked past its deadline: %v, want lease.ErrUnavailable", err)

@@ -54,7 +54,7 @@ func works(t *testing.T, pool *pgxpool.Pool, db *pgstore.Store) {
 	if err != nil {
 		t.Fatalf("Acquire: %v", err)
 	}
-	err = inTx(t, pool, func(ctx context.Context, tx pgx.Tx) error { return db.Admit(ctx, tx, "r", g.Fence) })
+	err = inTx(t, pool, func(ctx context.Context, tx pgx.Tx) error { return db.AdmitPgx(ctx, tx, "r", g.Fence) })
 	if err != nil {
 		t.Fatalf("Admit: %v", err)
 	}
@@ -173,8 +173,8 @@ func TestBadSchemaWritesNothing(t *testing.T) {
 		_, err = db.Leases().Inspect(ctx, "k")
 		wantBad("Inspect", err)
 		err = inTx(t, pool, func(ctx context.Context, tx pgx.Tx) error {
-			wantBad("Admit", db.Admit(ctx, tx, "r", 1))
-			wantBad("AdmitAtLeast", db.AdmitAtLeast(ctx, tx, "r", 1))
+			wantBad("Admit", db.AdmitPgx(ctx, tx, "r", 1))
+			wantBad("AdmitAtLeast", db.AdmitAtLeastPgx(ctx, tx, "r", 1))
 			return nil
 		})
 		if err != nil {

@@ -2,6 +2,8 @@ package pgstore
 
 import (
 	"context"
+	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -34,18 +36,20 @@ type Options struct {
 	Schema string
 }
 
-// Store keeps tenure's state in PostgreSQL through a pgx pool. It is safe
-// for concurrent use. Create its tables with [Store.Migrate].
+// Store keeps tenure's state in PostgreSQL, through a pgx pool ([New]) or
+// a database/sql database ([NewDB]); both behave the same. It is safe for
+// concurrent use. Create its tables with [Store.Migrate].
 type Store struct {
 	views  // per-primitive state; see views.go
-	pool   *pgxpool.Pool
+	db     conn
 	schema string
 	err    error // a bad Options.Schema, reported by every call
 	q      queries
 }
 
 // queries are the statements of a Store, built once for its schema. pgx
-// prepares each one per connection on first use and caches it.
+// (also through its database/sql driver) prepares each one per connection
+// on first use and caches it.
 type queries struct {
 	acquire, renew, release, inspect      string
 	admitStrict, admitAtLeast, admitted   string
@@ -57,7 +61,26 @@ type queries struct {
 // does not touch the database; call [Store.Migrate] once to create the
 // tables.
 func New(pool *pgxpool.Pool, o *Options) *Store {
-	s := &Store{pool: pool, schema: DefaultSchema}
+	if pool == nil {
+		return newStore(nil, o, "nil pool")
+	}
+	return newStore(pgxQ{pool}, o, "")
+}
+
+// NewDB returns a Store on db, a database/sql handle to PostgreSQL opened
+// with any driver (pgx's stdlib driver "pgx", lib/pq "postgres"), using the
+// schema in o (nil: defaults). It runs the same statements as a Store made
+// by [New] and behaves the same. It does not touch the database; call
+// [Store.Migrate] once to create the tables.
+func NewDB(db *sql.DB, o *Options) *Store {
+	if db == nil {
+		return newStore(nil, o, "nil database")
+	}
+	return newStore(sqlDBConn{sqlQ{db}, db}, o, "")
+}
+
+func newStore(c conn, o *Options, bad string) *Store {
+	s := &Store{db: c, schema: DefaultSchema}
 	if o != nil && o.Schema != "" {
 		s.schema = o.Schema
 	}
@@ -65,8 +88,8 @@ func New(pool *pgxpool.Pool, o *Options) *Store {
 		s.err = err
 		return s
 	}
-	if pool == nil {
-		s.err = fmt.Errorf("%w: pgstore: nil pool", lease.ErrInvalid)
+	if bad != "" {
+		s.err = fmt.Errorf("%w: pgstore: %s", lease.ErrInvalid, bad)
 		return s
 	}
 	s.q = buildQueries(pgx.Identifier{s.schema}.Sanitize())
@@ -119,7 +142,7 @@ func buildQueries(schema string) queries {
 		// every other takeover starts a new tenure whose fence is above
 		// both the last fence and the floor (lease.NextFence).
 		acquire: clock + `INSERT INTO ` + leases + ` AS l (key, token, fence, expires_at)
-SELECT $1, $2, greatest((extract(epoch FROM c.now) * 1000000)::bigint, 1), c.now + $3::interval FROM c
+SELECT $1, $2, greatest((extract(epoch FROM c.now) * 1000000)::bigint, 1), c.now + $3::bigint * interval '1 microsecond' FROM c
 ON CONFLICT (key) DO UPDATE SET
 	fence = CASE WHEN l.token = excluded.token AND l.expires_at > (SELECT now FROM c) THEN l.fence
 		ELSE greatest(l.fence + 1, excluded.fence) END,
@@ -127,7 +150,7 @@ ON CONFLICT (key) DO UPDATE SET
 	expires_at = excluded.expires_at
 WHERE l.token IS NULL OR l.expires_at <= (SELECT now FROM c) OR l.token = excluded.token
 RETURNING l.fence`,
-		renew: clock + `UPDATE ` + leases + ` AS l SET expires_at = c.now + $3::interval FROM c
+		renew: clock + `UPDATE ` + leases + ` AS l SET expires_at = c.now + $3::bigint * interval '1 microsecond' FROM c
 WHERE l.key = $1 AND l.token = $2 AND l.expires_at > c.now
 RETURNING l.fence`,
 		// Release keeps the row and its fence, so the next tenure's fence
@@ -200,30 +223,30 @@ func (s *Store) Migrate(ctx context.Context) error {
 	if s.err != nil {
 		return s.err
 	}
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, migrateLockKey(s.schema)); err != nil {
+	err := s.db.inTx(ctx, func(tx querier) error {
+		if _, err := tx.exec(ctx, `SELECT pg_advisory_xact_lock($1)`, migrateLockKey(s.schema)); err != nil {
 			return err
 		}
 		var hasSchema bool
-		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, s.schema).Scan(&hasSchema); err != nil {
+		if err := tx.queryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, []any{s.schema}, &hasSchema); err != nil {
 			return err
 		}
 		if !hasSchema {
-			if _, err := tx.Exec(ctx, s.q.createSchema); err != nil {
+			if _, err := tx.exec(ctx, s.q.createSchema); err != nil {
 				return err
 			}
 		}
 		quoted := pgx.Identifier{s.schema}.Sanitize()
 		for _, t := range s.tables() {
 			var exists bool
-			if err := tx.QueryRow(ctx, `SELECT to_regclass(format('%I.%I', $1::text, $2::text)) IS NOT NULL`, s.schema, t.name).Scan(&exists); err != nil {
+			if err := tx.queryRow(ctx, `SELECT to_regclass(format('%I.%I', $1::text, $2::text)) IS NOT NULL`, []any{s.schema, t.name}, &exists); err != nil {
 				return err
 			}
 			if exists {
 				continue
 			}
 			for _, stmt := range t.create {
-				if _, err := tx.Exec(ctx, strings.ReplaceAll(stmt, "$S", quoted)); err != nil {
+				if _, err := tx.exec(ctx, strings.ReplaceAll(stmt, "$S", quoted)); err != nil {
 					return err
 				}
 			}
@@ -243,8 +266,7 @@ func (s *Store) wrap(ctx context.Context, op string, err error) error {
 	if unavailable(ctx, err) {
 		return fmt.Errorf("pgstore: %s: %w: %w", op, lease.ErrUnavailable, err)
 	}
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) && (pe.Code == "42P01" || pe.Code == "3F000") {
+	if code := sqlState(err); code == "42P01" || code == "3F000" {
 		// undefined_table, invalid_schema_name
 		return fmt.Errorf("pgstore: %s: tables missing in schema %q (run Migrate): %w", op, s.schema, err)
 	}
@@ -260,18 +282,17 @@ func unavailable(ctx context.Context, err error) bool {
 	if pgconn.Timeout(err) {
 		return true
 	}
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
+	if code := sqlState(err); code != "" {
 		switch {
-		case strings.HasPrefix(pe.Code, "08"): // connection exception
+		case strings.HasPrefix(code, "08"): // connection exception
 			return true
-		case strings.HasPrefix(pe.Code, "57P"): // admin/crash shutdown, cannot connect now, ...
+		case strings.HasPrefix(code, "57P"): // admin/crash shutdown, cannot connect now, ...
 			return true
-		case pe.Code == "57014": // query_canceled (statement_timeout or a cancel request)
+		case code == "57014": // query_canceled (statement_timeout or a cancel request)
 			return true
-		case pe.Code == "53300": // too_many_connections
+		case code == "53300": // too_many_connections
 			return true
-		case pe.Code == "25P03": // idle_in_transaction_session_timeout
+		case code == "25P03": // idle_in_transaction_session_timeout
 			return true
 		}
 		return false
@@ -284,6 +305,18 @@ func unavailable(ctx context.Context, err error) bool {
 	if errors.As(err, &ne) {
 		return true
 	}
-	return errors.Is(err, pgconn.ErrConnClosed) || errors.Is(err, io.EOF) ||
+	return errors.Is(err, pgconn.ErrConnClosed) || errors.Is(err, driver.ErrBadConn) ||
+		errors.Is(err, sql.ErrConnDone) || errors.Is(err, io.EOF) ||
 		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed)
+}
+
+// sqlState returns the SQLSTATE code of an error the server reported,
+// whichever driver carried it (pgx's *pgconn.PgError, lib/pq's *pq.Error
+// and others with a SQLState method), or "".
+func sqlState(err error) string {
+	var se interface{ SQLState() string }
+	if errors.As(err, &se) {
+		return se.SQLState()
+	}
+	return ""
 }

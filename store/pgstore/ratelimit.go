@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"sync/atomic"
@@ -350,9 +351,11 @@ func (s *Store) Limits() ratelimit.Store {
 	return s.view("ratelimit", func() any {
 		sch := pgx.Identifier{s.schema}.Sanitize()
 		return &rateLimits{s: s, q: rateQueries{
-			decide: `SELECT ` + sch + `.ratelimit_decide($1::text[], $2::int[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[], $7, $8)`,
-			permit: `SELECT ` + sch + `.ratelimit_permit($1, $2, $3, $4, $5)`,
-			reset:  `DELETE FROM ` + sch + `.ratelimits WHERE key = ANY($1::text[])`,
+			// Arrays travel as text (see pgArray), so that every driver
+			// sends and reads them alike.
+			decide: `SELECT ` + sch + `.ratelimit_decide($1::text::text[], $2::text::int[], $3::text::bigint[], $4::text::bigint[], $5::text::bigint[], $6::text::bigint[], $7, $8)::text`,
+			permit: `SELECT ` + sch + `.ratelimit_permit($1, $2, $3, $4::int, $5::bigint)::text`,
+			reset:  `DELETE FROM ` + sch + `.ratelimits WHERE key = ANY($1::text::text[])`,
 			ttl: `SELECT expires_us - (extract(epoch FROM clock_timestamp()) * 1000000)::bigint FROM ` + sch + `.ratelimits
 WHERE key = $1`,
 		}}
@@ -368,11 +371,11 @@ func (s *Store) SweepLimits(ctx context.Context) (int64, error) {
 	sch := pgx.Identifier{s.schema}.Sanitize()
 	var n int64
 	for _, t := range []string{"ratelimits", "ratelimit_permits"} {
-		tag, err := s.pool.Exec(ctx, `DELETE FROM `+sch+`.`+t+` WHERE expires_us <= (extract(epoch FROM clock_timestamp()) * 1000000)::bigint`)
+		k, err := s.db.exec(ctx, `DELETE FROM `+sch+`.`+t+` WHERE expires_us <= (extract(epoch FROM clock_timestamp()) * 1000000)::bigint`)
 		if err != nil {
 			return n, rateErr(s.wrap(ctx, "sweep rate limits", err))
 		}
-		n += tag.RowsAffected()
+		n += k
 	}
 	return n, nil
 }
@@ -424,10 +427,15 @@ func (l *rateLimits) Decide(ctx context.Context, reqs []ratelimit.Request, commi
 		costs[i] = int64(r.N)
 	}
 	sweep := commit && l.calls.Add(1)%rateSweepEvery == 0
-	var out []int64
-	err := l.s.pool.QueryRow(ctx, l.q.decide, keys, algs, rates, periods, bursts, costs, commit, sweep).Scan(&out)
+	var text string
+	err := l.s.db.queryRow(ctx, l.q.decide, []any{pgArray(keys), pgArray(algs), pgArray(rates), pgArray(periods),
+		pgArray(bursts), pgArray(costs), commit, sweep}, &text)
 	if err != nil {
 		return nil, rateErr(l.s.wrap(ctx, fmt.Sprintf("rate limit %q", keys[0]), err))
+	}
+	out, err := parseInt64s(text)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: rate limit %q: %w", keys[0], err)
 	}
 	if len(out) != 1+4*n {
 		return nil, fmt.Errorf("pgstore: rate limit %q: unexpected reply of %d values", keys[0], len(out))
@@ -460,7 +468,7 @@ func (l *rateLimits) Reset(ctx context.Context, keys []ratelimit.StateKey) error
 	for i, k := range keys {
 		ks[i] = k.String()
 	}
-	if _, err := l.s.pool.Exec(ctx, l.q.reset, ks); err != nil {
+	if _, err := l.s.db.exec(ctx, l.q.reset, pgArray(ks)); err != nil {
 		return rateErr(l.s.wrap(ctx, fmt.Sprintf("reset rate limit %q", ks[0]), err))
 	}
 	return nil
@@ -470,10 +478,14 @@ func (l *rateLimits) permit(ctx context.Context, op string, key ratelimit.StateK
 	if err := l.check(); err != nil {
 		return ratelimit.PermitGrant{}, false, err
 	}
-	var v []int64
-	err := l.s.pool.QueryRow(ctx, l.q.permit, key.String(), op, id, int32(permits), int64(ttl/time.Microsecond)).Scan(&v)
+	var text string
+	err := l.s.db.queryRow(ctx, l.q.permit, []any{key.String(), op, id, int32(permits), int64(ttl / time.Microsecond)}, &text)
 	if err != nil {
 		return ratelimit.PermitGrant{}, false, rateErr(l.s.wrap(ctx, fmt.Sprintf("permit %q", key.String()), err))
+	}
+	v, err := parseInt64s(text)
+	if err != nil {
+		return ratelimit.PermitGrant{}, false, fmt.Errorf("pgstore: permit %q: %w", key.String(), err)
 	}
 	if len(v) != 5 {
 		return ratelimit.PermitGrant{}, false, fmt.Errorf("pgstore: permit %q: unexpected reply", key.String())
@@ -539,9 +551,9 @@ func (s *Store) LimitTTL(ctx context.Context, k ratelimit.StateKey) (time.Durati
 		return 0, false, err
 	}
 	var left int64
-	err := s.pool.QueryRow(ctx, l.q.ttl, k.String()).Scan(&left)
+	err := s.db.queryRow(ctx, l.q.ttl, []any{k.String()}, &left)
 	switch {
-	case errors.Is(err, pgx.ErrNoRows):
+	case errors.Is(err, sql.ErrNoRows):
 		return 0, false, nil
 	case err != nil:
 		return 0, false, rateErr(s.wrap(ctx, fmt.Sprintf("rate limit ttl %q", k.String()), err))

@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -10,8 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgtype"
+		"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/tenurekit/tenure/fence"
 	"github.com/tenurekit/tenure/lease"
@@ -135,7 +135,7 @@ func (v schedules) Now(ctx context.Context) (time.Time, error) {
 		return time.Time{}, v.s.err
 	}
 	var now time.Time
-	if err := v.s.pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&now); err != nil {
+	if err := v.s.db.queryRow(ctx, `SELECT clock_timestamp()`, nil, &now); err != nil {
 		return time.Time{}, v.fail(ctx, "read the clock", err)
 	}
 	return now, nil
@@ -167,14 +167,14 @@ func pgText(s string) string {
 	return strings.ReplaceAll(strings.ToValidUTF8(s, "?"), "\x00", "?")
 }
 
-func schedScan(row pgx.Row) (schedule.Record, error) {
+func schedScan(scan func(dest ...any) error) (schedule.Record, error) {
 	var (
 		r                   schedule.Record
 		state               string
 		fence               int64
 		started, fin, retry pgtype.Timestamptz
 	)
-	if err := row.Scan(&r.Job, &r.SlotID, &r.SlotTime, &state, &r.Node, &r.Attempts, &fence, &started, &fin, &r.Error, &retry); err != nil {
+	if err := scan(&r.Job, &r.SlotID, &r.SlotTime, &state, &r.Node, &r.Attempts, &fence, &started, &fin, &r.Error, &retry); err != nil {
 		return schedule.Record{}, err
 	}
 	r.State, r.Fence = schedule.State(state), uint64(fence)
@@ -185,20 +185,12 @@ func schedScan(row pgx.Row) (schedule.Record, error) {
 // slotTx runs fn in a transaction holding the slot's advisory lock, with
 // the slot's record (nil if none), whether the ledger has it, and the
 // server's clock, all read after the lock was taken.
-func (v schedules) slotTx(ctx context.Context, job, id string, fn func(tx pgx.Tx, cur *schedule.Record, completed bool, now time.Time) error) error {
+func (v schedules) slotTx(ctx context.Context, job, id string, fn func(tx querier, cur *schedule.Record, completed bool, now time.Time) error) error {
 	if v.s.err != nil {
 		return v.s.err
 	}
 	q := v.s.schedQ()
-	return pgx.BeginFunc(ctx, v.s.pool, func(tx pgx.Tx) error {
-		b := &pgx.Batch{}
-		b.Queue(q.lock, slotLock(job, id))
-		b.Queue(q.get, job, id)
-		res := tx.SendBatch(ctx, b)
-		if _, err := res.Exec(); err != nil {
-			res.Close()
-			return err
-		}
+	return v.s.db.inTx(ctx, func(tx querier) error {
 		var (
 			now       time.Time
 			jobCol    pgtype.Text
@@ -214,10 +206,8 @@ func (v schedules) slotTx(ctx context.Context, job, id string, fn func(tx pgx.Tx
 			retry     pgtype.Timestamptz
 			completed bool
 		)
-		err := res.QueryRow().Scan(&now, &jobCol, &idCol, &slotTime, &state, &node, &attempts, &fenceCol, &started, &fin, &errCol, &retry, &completed)
-		if cerr := res.Close(); err == nil {
-			err = cerr
-		}
+		err := tx.pipeline(ctx, stmt{sql: q.lock, args: []any{slotLock(job, id)}},
+			stmt{sql: q.get, args: []any{job, id}, dest: []any{&now, &jobCol, &idCol, &slotTime, &state, &node, &attempts, &fenceCol, &started, &fin, &errCol, &retry, &completed}})
 		if err != nil {
 			return err
 		}
@@ -231,8 +221,8 @@ func (v schedules) slotTx(ctx context.Context, job, id string, fn func(tx pgx.Tx
 	})
 }
 
-func (v schedules) put(ctx context.Context, tx pgx.Tx, r schedule.Record) error {
-	_, err := tx.Exec(ctx, v.s.schedQ().upsert, r.Job, r.SlotID, r.SlotTime, string(r.State), r.Node, r.Attempts,
+func (v schedules) put(ctx context.Context, tx querier, r schedule.Record) error {
+	_, err := tx.exec(ctx, v.s.schedQ().upsert, r.Job, r.SlotID, r.SlotTime, string(r.State), r.Node, r.Attempts,
 		int64(r.Fence), pgTS(r.Started), pgTS(r.Finished), pgText(r.Error), pgTS(r.RetryAt))
 	return err
 }
@@ -242,7 +232,7 @@ func (v schedules) Begin(ctx context.Context, req schedule.BeginRequest) (schedu
 		return schedule.Record{}, err
 	}
 	var out schedule.Record
-	err := v.slotTx(ctx, req.Job, req.SlotID, func(tx pgx.Tx, cur *schedule.Record, completed bool, now time.Time) error {
+	err := v.slotTx(ctx, req.Job, req.SlotID, func(tx querier, cur *schedule.Record, completed bool, now time.Time) error {
 		r, write, err := schedule.ApplyBegin(cur, completed, req, now)
 		if err != nil {
 			return err
@@ -264,7 +254,7 @@ func (v schedules) Finish(ctx context.Context, req schedule.FinishRequest) (sche
 		return schedule.Record{}, err
 	}
 	var out schedule.Record
-	err := v.slotTx(ctx, req.Job, req.SlotID, func(tx pgx.Tx, cur *schedule.Record, _ bool, now time.Time) error {
+	err := v.slotTx(ctx, req.Job, req.SlotID, func(tx querier, cur *schedule.Record, _ bool, now time.Time) error {
 		r, write, err := schedule.ApplyFinish(cur, req, now)
 		if err != nil {
 			return err
@@ -277,7 +267,7 @@ func (v schedules) Finish(ctx context.Context, req schedule.FinishRequest) (sche
 			return err
 		}
 		if r.State == schedule.Done {
-			_, err = tx.Exec(ctx, v.s.schedQ().addLedger, r.Job, r.SlotID, int64(r.Fence))
+			_, err = tx.exec(ctx, v.s.schedQ().addLedger, r.Job, r.SlotID, int64(r.Fence))
 		}
 		return err
 	})
@@ -295,7 +285,7 @@ func (v schedules) Mark(ctx context.Context, req schedule.MarkRequest) (schedule
 		out   schedule.Record
 		wrote bool
 	)
-	err := v.slotTx(ctx, req.Job, req.SlotID, func(tx pgx.Tx, cur *schedule.Record, _ bool, now time.Time) error {
+	err := v.slotTx(ctx, req.Job, req.SlotID, func(tx querier, cur *schedule.Record, _ bool, now time.Time) error {
 		if cur != nil {
 			out = *cur
 			return nil
@@ -335,20 +325,16 @@ func (v schedules) query(ctx context.Context, job, q string, args ...any) ([]sch
 	if v.s.err != nil {
 		return nil, v.s.err
 	}
-	rows, err := v.s.pool.Query(ctx, q, args...)
-	if err != nil {
-		return nil, v.fail(ctx, "query slots of "+job, err)
-	}
-	defer rows.Close()
 	var out []schedule.Record
-	for rows.Next() {
-		r, err := schedScan(rows)
+	err := v.s.db.query(ctx, q, args, func(scan func(dest ...any) error) error {
+		r, err := schedScan(scan)
 		if err != nil {
-			return nil, v.fail(ctx, "query slots of "+job, err)
+			return err
 		}
 		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return nil, v.fail(ctx, "query slots of "+job, err)
 	}
 	return out, nil
@@ -377,7 +363,7 @@ func (v schedules) Last(ctx context.Context, job string) (time.Time, bool, error
 		return time.Time{}, false, v.s.err
 	}
 	var t pgtype.Timestamptz
-	if err := v.s.pool.QueryRow(ctx, v.s.schedQ().last, job).Scan(&t); err != nil {
+	if err := v.s.db.queryRow(ctx, v.s.schedQ().last, []any{job}, &t); err != nil {
 		return time.Time{}, false, v.fail(ctx, "last slot of "+job, err)
 	}
 	return pgTime(t), t.Valid, nil
@@ -385,7 +371,9 @@ func (v schedules) Last(ctx context.Context, job string) (time.Time, bool, error
 
 // CompleteSlot completes slot inside the caller's transaction tx, so that
 // the completion commits or rolls back with the caller's own writes (the
-// slot's business effect). It is one statement that, on the server's
+// slot's business effect). tx may come from any PostgreSQL driver for
+// database/sql (pgx's stdlib driver, lib/pq); [Store.CompleteSlotPgx]
+// takes a pgx.Tx. It is one statement that, on the server's
 // clock_timestamp():
 //
 //   - locks the slot's claim lease row (SELECT ... FOR UPDATE) if it still
@@ -395,11 +383,21 @@ func (v schedules) Last(ctx context.Context, job string) (time.Time, bool, error
 //     ledger already has the slot, the error wraps schedule.ErrCompleted;
 //   - marks the slot's record done.
 //
-// On an error the caller must roll tx back. While tx is open, the claim
-// cannot be taken over (its row is locked), so the check holds until
-// commit. A slot completed here is done whatever the handler returns
-// afterwards, and no node runs it again.
-func (s *Store) CompleteSlot(ctx context.Context, tx pgx.Tx, slot *schedule.Slot) error {
+// On an error the caller must roll tx back; CompleteSlot never commits or
+// rolls back tx itself. While tx is open, the claim cannot be taken over
+// (its row is locked), so the check holds until commit. A slot completed
+// here is done whatever the handler returns afterwards, and no node runs
+// it again.
+func (s *Store) CompleteSlot(ctx context.Context, tx *sql.Tx, slot *schedule.Slot) error {
+	return s.completeSlot(ctx, sqlTx(tx), slot)
+}
+
+// CompleteSlotPgx is [Store.CompleteSlot] in a pgx transaction.
+func (s *Store) CompleteSlotPgx(ctx context.Context, tx pgx.Tx, slot *schedule.Slot) error {
+	return s.completeSlot(ctx, pgxTx(tx), slot)
+}
+
+func (s *Store) completeSlot(ctx context.Context, tx querier, slot *schedule.Slot) error {
 	if tx == nil {
 		return fmt.Errorf("%w: pgstore: nil transaction", schedule.ErrInvalid)
 	}
@@ -408,7 +406,7 @@ func (s *Store) CompleteSlot(ctx context.Context, tx pgx.Tx, slot *schedule.Slot
 		return err
 	}
 	var ok bool
-	err = tx.QueryRow(ctx, s.schedQ().complete, args...).Scan(&ok)
+	err = tx.queryRow(ctx, s.schedQ().complete, args, &ok)
 	return s.completeErr(ctx, slot, err)
 }
 
@@ -465,9 +463,8 @@ func (s *Store) completeErr(ctx context.Context, slot *schedule.Slot, err error)
 	if err == nil {
 		return nil
 	}
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
-		switch pe.Code {
+	if code := sqlState(err); code != "" {
+		switch code {
 		case "TS002":
 			return fmt.Errorf("pgstore: slot %s of %q: %w", slot.ID, slot.Job, schedule.ErrCompleted)
 		case "TS001":

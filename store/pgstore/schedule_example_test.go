@@ -44,7 +44,7 @@ func ExampleStore_CompleteSlot() {
 				}
 				// schedule.ErrCompleted or schedule.ErrStale: the
 				// transaction rolls back with the business change.
-				return db.CompleteSlot(ctx, tx, slot)
+				return db.CompleteSlotPgx(ctx, tx, slot)
 			})
 		},
 	})

@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"time"
@@ -55,18 +56,18 @@ func sessionSQL(schema string) *sessionQueries {
 u AS (INSERT INTO ` + u + ` AS su (user_id) VALUES ($2)
 	ON CONFLICT (user_id) DO UPDATE SET generation = su.generation RETURNING su.user_id)
 INSERT INTO ` + t + ` AS s (id, user_id, data, version, created_at, idle_until, absolute_until)
-SELECT $1, u.user_id, $3, 1, c.now, least(c.now + $4::interval, c.now + $5::interval), c.now + $5::interval FROM c, u
+SELECT $1, u.user_id, $3, 1, c.now, least(c.now + ($4::bigint * interval '1 microsecond'), c.now + ($5::bigint * interval '1 microsecond')), c.now + ($5::bigint * interval '1 microsecond') FROM c, u
 ON CONFLICT (id) DO NOTHING
 RETURNING ` + cols,
 		// $1 id, $2 idle.
-		load: clock + `UPDATE ` + t + ` AS s SET idle_until = least(c.now + $2::interval, s.absolute_until) FROM c
+		load: clock + `UPDATE ` + t + ` AS s SET idle_until = least(c.now + ($2::bigint * interval '1 microsecond'), s.absolute_until) FROM c
 WHERE s.id = $1 AND ` + live + ` RETURNING ` + cols,
 		// $1 id, $2 idle, $3 version.
-		touch: clock + `UPDATE ` + t + ` AS s SET idle_until = least(c.now + $2::interval, s.absolute_until) FROM c
+		touch: clock + `UPDATE ` + t + ` AS s SET idle_until = least(c.now + ($2::bigint * interval '1 microsecond'), s.absolute_until) FROM c
 WHERE s.id = $1 AND s.version = $3 AND ` + live + ` RETURNING s.idle_until`,
 		// $1 id, $2 idle, $3 version, $4 data.
 		save: clock + `UPDATE ` + t + ` AS s SET data = $4, version = s.version + 1,
-	idle_until = least(c.now + $2::interval, s.absolute_until) FROM c
+	idle_until = least(c.now + ($2::bigint * interval '1 microsecond'), s.absolute_until) FROM c
 WHERE s.id = $1 AND s.version = $3 AND ` + live + ` RETURNING ` + cols,
 		// $1 id.
 		get:         clock + `SELECT ` + cols + ` FROM ` + t + ` AS s, c WHERE s.id = $1 AND ` + live,
@@ -77,7 +78,7 @@ WHERE s.id = $1 AND s.version = $3 AND ` + live + ` RETURNING ` + cols,
 		moveRotated: `WITH c AS (SELECT clock_timestamp() AS now),
 o AS (DELETE FROM ` + t + ` WHERE id = $1 RETURNING *)
 INSERT INTO ` + t + ` AS s (id, user_id, data, version, created_at, idle_until, absolute_until)
-SELECT $2, o.user_id, $3, o.version + 1, o.created_at, least(c.now + $4::interval, o.absolute_until), o.absolute_until FROM o, c
+SELECT $2, o.user_id, $3, o.version + 1, o.created_at, least(c.now + ($4::bigint * interval '1 microsecond'), o.absolute_until), o.absolute_until FROM o, c
 ON CONFLICT (id) DO NOTHING
 RETURNING ` + cols,
 		// $1 id.
@@ -116,11 +117,11 @@ func (s *Store) SweepSessions(ctx context.Context) (int, error) {
 	if s.err != nil {
 		return 0, fmt.Errorf("%w: %w", session.ErrInvalid, s.err)
 	}
-	tag, err := s.pool.Exec(ctx, s.sessionQueries().sweep)
+	n, err := s.db.exec(ctx, s.sessionQueries().sweep)
 	if err != nil {
 		return 0, s.sessionErr(ctx, "sweep", err)
 	}
-	return int(tag.RowsAffected()), nil
+	return int(n), nil
 }
 
 type sessions struct {
@@ -144,7 +145,12 @@ func (v sessions) check() error {
 	return nil
 }
 
-func scanRecord(row pgx.Row, id session.ID, withID bool) (session.Record, error) {
+// rowOf returns the scan function of the first row of statement q on c.
+func rowOf(ctx context.Context, c querier, q string, args ...any) func(dest ...any) error {
+	return func(dest ...any) error { return c.queryRow(ctx, q, args, dest...) }
+}
+
+func scanRecord(scan func(dest ...any) error, id session.ID, withID bool) (session.Record, error) {
 	var (
 		r       session.Record
 		sid     string
@@ -154,7 +160,7 @@ func scanRecord(row pgx.Row, id session.ID, withID bool) (session.Record, error)
 	if withID {
 		dest = append([]any{&sid}, dest...)
 	}
-	if err := row.Scan(dest...); err != nil {
+	if err := scan(dest...); err != nil {
 		return session.Record{}, err
 	}
 	r.ID = id
@@ -191,9 +197,9 @@ func interval(d time.Duration) time.Duration { return grantTTL(d) }
 // miss tells ErrConflict (id is live at another version) from ErrNotFound
 // after a conditional write changed nothing.
 func (v sessions) miss(ctx context.Context, op string, id session.ID) error {
-	_, err := scanRecord(v.s.pool.QueryRow(ctx, v.q.get, string(id)), id, false)
+	_, err := scanRecord(rowOf(ctx, v.s.db, v.q.get, string(id)), id, false)
 	switch {
-	case errors.Is(err, pgx.ErrNoRows):
+	case errors.Is(err, sql.ErrNoRows):
 		return session.ErrNotFound
 	case err != nil:
 		return v.s.sessionErr(ctx, op, err)
@@ -208,9 +214,9 @@ func (v sessions) Create(ctx context.Context, rec session.Record, idle, absolute
 	if err := v.check(); err != nil {
 		return session.Record{}, err
 	}
-	r, err := scanRecord(v.s.pool.QueryRow(ctx, v.q.create, string(rec.ID), rec.UserID, data(rec.Data), interval(idle), interval(absolute)), rec.ID, false)
+	r, err := scanRecord(rowOf(ctx, v.s.db, v.q.create, string(rec.ID), rec.UserID, data(rec.Data), interval(idle), interval(absolute)), rec.ID, false)
 	switch {
-	case errors.Is(err, pgx.ErrNoRows):
+	case errors.Is(err, sql.ErrNoRows):
 		return session.Record{}, session.ErrConflict
 	case err != nil:
 		return session.Record{}, v.s.sessionErr(ctx, "create", err)
@@ -230,15 +236,15 @@ func (v sessions) Load(ctx context.Context, id session.ID, idle time.Duration) (
 	if err := v.check(); err != nil {
 		return session.Record{}, err
 	}
-	var row pgx.Row
+	var row func(dest ...any) error
 	if idle == 0 {
-		row = v.s.pool.QueryRow(ctx, v.q.get, string(id))
+		row = rowOf(ctx, v.s.db, v.q.get, string(id))
 	} else {
-		row = v.s.pool.QueryRow(ctx, v.q.load, string(id), interval(idle))
+		row = rowOf(ctx, v.s.db, v.q.load, string(id), interval(idle))
 	}
 	r, err := scanRecord(row, id, false)
 	switch {
-	case errors.Is(err, pgx.ErrNoRows):
+	case errors.Is(err, sql.ErrNoRows):
 		return session.Record{}, session.ErrNotFound
 	case err != nil:
 		return session.Record{}, v.s.sessionErr(ctx, "load", err)
@@ -254,9 +260,9 @@ func (v sessions) Touch(ctx context.Context, id session.ID, version uint64, idle
 		return time.Time{}, err
 	}
 	var until time.Time
-	err := v.s.pool.QueryRow(ctx, v.q.touch, string(id), interval(idle), int64(version)).Scan(&until)
+	err := rowOf(ctx, v.s.db, v.q.touch, string(id), interval(idle), int64(version))(&until)
 	switch {
-	case errors.Is(err, pgx.ErrNoRows):
+	case errors.Is(err, sql.ErrNoRows):
 		return time.Time{}, v.miss(ctx, "touch", id)
 	case err != nil:
 		return time.Time{}, v.s.sessionErr(ctx, "touch", err)
@@ -274,9 +280,9 @@ func (v sessions) Save(ctx context.Context, id session.ID, version uint64, b []b
 	if err := v.check(); err != nil {
 		return session.Record{}, err
 	}
-	r, err := scanRecord(v.s.pool.QueryRow(ctx, v.q.save, string(id), interval(idle), int64(version), data(b)), id, false)
+	r, err := scanRecord(rowOf(ctx, v.s.db, v.q.save, string(id), interval(idle), int64(version), data(b)), id, false)
 	switch {
-	case errors.Is(err, pgx.ErrNoRows):
+	case errors.Is(err, sql.ErrNoRows):
 		return session.Record{}, v.miss(ctx, "save", id)
 	case err != nil:
 		return session.Record{}, v.s.sessionErr(ctx, "save", err)
@@ -306,21 +312,21 @@ func (v sessions) Rotate(ctx context.Context, old, newID session.ID, version uin
 	// A session's user never changes, so it may be read outside the
 	// transaction.
 	var userID string
-	err := v.s.pool.QueryRow(ctx, v.q.userOf, string(old)).Scan(&userID)
+	err := rowOf(ctx, v.s.db, v.q.userOf, string(old))(&userID)
 	switch {
-	case errors.Is(err, pgx.ErrNoRows):
+	case errors.Is(err, sql.ErrNoRows):
 		return session.Record{}, session.ErrNotFound
 	case err != nil:
 		return session.Record{}, v.s.sessionErr(ctx, "rotate", err)
 	}
 	var out session.Record
-	errTx := pgx.BeginFunc(ctx, v.s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, v.q.lockUser, userID); err != nil {
+	errTx := v.s.db.inTx(ctx, func(tx querier) error {
+		if _, err := tx.exec(ctx, v.q.lockUser, userID); err != nil {
 			return v.s.sessionErr(ctx, "rotate", err)
 		}
-		cur, err := scanRecord(tx.QueryRow(ctx, v.q.lockSession, string(old)), old, false)
+		cur, err := scanRecord(rowOf(ctx, tx, v.q.lockSession, string(old)), old, false)
 		switch {
-		case errors.Is(err, pgx.ErrNoRows):
+		case errors.Is(err, sql.ErrNoRows):
 			return session.ErrNotFound
 		case err != nil:
 			return v.s.sessionErr(ctx, "rotate", err)
@@ -328,9 +334,9 @@ func (v sessions) Rotate(ctx context.Context, old, newID session.ID, version uin
 		if cur.Version != version {
 			return session.ErrConflict
 		}
-		out, err = scanRecord(tx.QueryRow(ctx, v.q.moveRotated, string(old), string(newID), data(b), interval(idle)), newID, false)
+		out, err = scanRecord(rowOf(ctx, tx, v.q.moveRotated, string(old), string(newID), data(b), interval(idle)), newID, false)
 		switch {
-		case errors.Is(err, pgx.ErrNoRows):
+		case errors.Is(err, sql.ErrNoRows):
 			return session.ErrConflict
 		case err != nil:
 			return v.s.sessionErr(ctx, "rotate", err)
@@ -355,9 +361,9 @@ func (v sessions) Delete(ctx context.Context, id session.ID) error {
 		return err
 	}
 	var live bool
-	err := v.s.pool.QueryRow(ctx, v.q.del, string(id)).Scan(&live)
+	err := rowOf(ctx, v.s.db, v.q.del, string(id))(&live)
 	switch {
-	case errors.Is(err, pgx.ErrNoRows):
+	case errors.Is(err, sql.ErrNoRows):
 		return session.ErrNotFound
 	case err != nil:
 		return v.s.sessionErr(ctx, "revoke", err)
@@ -379,11 +385,11 @@ func (v sessions) DeleteUser(ctx context.Context, userID string) (int, error) {
 		return 0, err
 	}
 	var n int64
-	err := pgx.BeginFunc(ctx, v.s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, v.q.bumpUser, userID); err != nil {
+	err := v.s.db.inTx(ctx, func(tx querier) error {
+		if _, err := tx.exec(ctx, v.q.bumpUser, userID); err != nil {
 			return err
 		}
-		return tx.QueryRow(ctx, v.q.delUser, userID).Scan(&n)
+		return tx.queryRow(ctx, v.q.delUser, []any{userID}, &n)
 	})
 	if err != nil {
 		return 0, v.s.sessionErr(ctx, "revoke user", err)
@@ -398,20 +404,16 @@ func (v sessions) List(ctx context.Context, userID string) ([]session.Record, er
 	if err := v.check(); err != nil {
 		return nil, err
 	}
-	rows, err := v.s.pool.Query(ctx, v.q.list, userID)
-	if err != nil {
-		return nil, v.s.sessionErr(ctx, "list", err)
-	}
-	defer rows.Close()
 	var out []session.Record
-	for rows.Next() {
-		r, err := scanRecord(rows, "", true)
+	err := v.s.db.query(ctx, v.q.list, []any{userID}, func(scan func(dest ...any) error) error {
+		r, err := scanRecord(scan, "", true)
 		if err != nil {
-			return nil, v.s.sessionErr(ctx, "list", err)
+			return err
 		}
 		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return nil, v.s.sessionErr(ctx, "list", err)
 	}
 	return out, nil
