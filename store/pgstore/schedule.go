@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-		"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/tenurekit/tenure/fence"
 	"github.com/tenurekit/tenure/lease"
