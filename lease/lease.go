@@ -102,7 +102,7 @@ func (l *Lease) Renew(ctx context.Context) error {
 		return err
 	}
 	sent := time.Now()
-	g, err := l.lk.store.Renew(ctx, l.key, l.token.Reveal(), l.ttl)
+	g, err := l.lk.st.Renew(ctx, l.key, l.token.Reveal(), l.ttl)
 	if errors.Is(err, ErrNotHeld) {
 		return l.end(fmt.Errorf("%w: %w", ErrLost, err))
 	}
@@ -157,13 +157,20 @@ func (l *Lease) checkValidity() {
 // lease's final error.
 func (l *Lease) end(err error) error {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.err == nil {
+	first := l.err == nil
+	if first {
 		l.err = err
 		l.timer.Stop()
 		close(l.done)
 	}
-	return l.err
+	err = l.err
+	l.mu.Unlock()
+	if first && errors.Is(err, ErrLost) {
+		// Outside the lock: a log handler may call back into the lease.
+		l.lk.log.Warn("lease: lost before its holder released it", "key", l.key, "fence", l.fence, "err", err)
+		l.lk.tel.lostLease()
+	}
+	return err
 }
 
 // String describes the lease without its token.

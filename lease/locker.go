@@ -10,6 +10,9 @@ import (
 	"math/rand/v2"
 	"sync"
 	"time"
+
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Options configure a Locker. The zero value (or nil) means the defaults
@@ -35,16 +38,33 @@ type Options struct {
 	// ended: Do's release, and the clean-up of an acquire whose outcome is
 	// unknown. Default 5s.
 	ReleaseTimeout time.Duration
-	// Logger receives debug and warning records. Tokens are never logged.
-	// Default: discard.
+	// Logger receives debug and warning records (a lost lease is a
+	// warning). Tokens are never logged. Default: discard.
 	Logger *slog.Logger
+	// MeterProvider supplies the Locker's instruments: tenure.lease.acquires,
+	// tenure.lease.lost and tenure.store.duration (see
+	// docs/observability.md). Default: the global provider
+	// (otel.GetMeterProvider), so a service that installed an OpenTelemetry
+	// SDK gets them without code. Instrumentation never changes a result.
+	MeterProvider metric.MeterProvider
+	// TracerProvider supplies the spans tenure.lease.acquire and
+	// tenure.lease.do, and a span per store call under a recording span.
+	// Default: the global provider (otel.GetTracerProvider). When both
+	// providers are the OpenTelemetry no-op providers, instrumentation is
+	// off entirely.
+	TracerProvider trace.TracerProvider
+	// TraceKeys adds the lease key to spans (never to metrics). Default
+	// false: keys stay out of telemetry.
+	TraceKeys bool
 }
 
 // Locker hands out fenced leases from a Store. It is safe for concurrent use.
 type Locker struct {
-	store Store
+	store Store // as given
+	st    Store // store, timed when instrumentation is on
 	o     Options
 	log   *slog.Logger
+	tel   *telemetry // nil when off
 }
 
 // New returns a Locker on s. o may be nil for the defaults. A nil store or
@@ -83,6 +103,8 @@ func New(s Store, o *Options) (*Locker, error) {
 	if l.log == nil {
 		l.log = slog.New(slog.DiscardHandler)
 	}
+	l.tel = newTelemetry(s, &l.o)
+	l.st = newTimedStore(s, l.tel)
 	return l, nil
 }
 
@@ -123,6 +145,14 @@ func NewToken() string { return crand.Text() }
 // (bounded by Options.ReleaseTimeout) so no lock is left behind for a whole
 // TTL, and returns the error.
 func (lk *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*Lease, error) {
+	ctx, sp := lk.tel.start(ctx, "tenure.lease.acquire", key)
+	l, err := lk.tryAcquire(ctx, key, ttl)
+	lk.tel.acquired(ctx, sp, err)
+	return l, err
+}
+
+// tryAcquire is TryAcquire without telemetry.
+func (lk *Locker) tryAcquire(ctx context.Context, key string, ttl time.Duration) (*Lease, error) {
 	if err := ValidateKey(key); err != nil {
 		return nil, err
 	}
@@ -132,7 +162,7 @@ func (lk *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration)
 	token := NewToken()
 	for attempt := 1; ; attempt++ {
 		sent := time.Now()
-		g, err := lk.store.Acquire(ctx, key, token, ttl)
+		g, err := lk.st.Acquire(ctx, key, token, ttl)
 		if err == nil {
 			return lk.newLease(key, token, ttl, g, sent), nil
 		}
@@ -158,8 +188,16 @@ func (lk *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration)
 // with jitter and never sleep past the holder's remaining TTL. When ctx ends
 // first, the error wraps both ctx.Err() and the last ErrHeld.
 func (lk *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (*Lease, error) {
+	ctx, sp := lk.tel.start(ctx, "tenure.lease.acquire", key)
+	l, err := lk.acquire(ctx, key, ttl)
+	lk.tel.acquired(ctx, sp, err)
+	return l, err
+}
+
+// acquire is Acquire without telemetry.
+func (lk *Locker) acquire(ctx context.Context, key string, ttl time.Duration) (*Lease, error) {
 	for attempt := 1; ; attempt++ {
-		l, err := lk.TryAcquire(ctx, key, ttl)
+		l, err := lk.tryAcquire(ctx, key, ttl)
 		var held *HeldError
 		if !errors.As(err, &held) {
 			return l, err
@@ -187,11 +225,10 @@ func (lk *Locker) Do(ctx context.Context, key string, ttl time.Duration, fn func
 	if fn == nil {
 		return fmt.Errorf("%w: nil function", ErrInvalid)
 	}
-	l, err := lk.Acquire(ctx, key, ttl)
-	if err != nil {
-		return err
-	}
-	return lk.hold(ctx, l, fn)
+	ctx, sp := lk.tel.start(ctx, "tenure.lease.do", key)
+	err := lk.doHold(ctx, lk.Acquire, key, ttl, fn)
+	sp.End(doOutcome(err), err != nil)
+	return err
 }
 
 // TryDo is Do without waiting: it tries once to take key (as TryAcquire
@@ -202,7 +239,16 @@ func (lk *Locker) TryDo(ctx context.Context, key string, ttl time.Duration, fn f
 	if fn == nil {
 		return fmt.Errorf("%w: nil function", ErrInvalid)
 	}
-	l, err := lk.TryAcquire(ctx, key, ttl)
+	ctx, sp := lk.tel.start(ctx, "tenure.lease.do", key)
+	err := lk.doHold(ctx, lk.TryAcquire, key, ttl, fn)
+	sp.End(doOutcome(err), err != nil)
+	return err
+}
+
+// doHold takes key with acquire and, if granted, holds it while fn runs.
+func (lk *Locker) doHold(ctx context.Context, acquire func(context.Context, string, time.Duration) (*Lease, error),
+	key string, ttl time.Duration, fn func(ctx context.Context, l *Lease) error) error {
+	l, err := acquire(ctx, key, ttl)
 	if err != nil {
 		return err
 	}
@@ -310,7 +356,7 @@ func (lk *Locker) cleanup(ctx context.Context, key, token string) {
 // its outcome is unknown and ctx allows.
 func (lk *Locker) releaseToken(ctx context.Context, key, token string) error {
 	for attempt := 1; ; attempt++ {
-		err := lk.store.Release(ctx, key, token)
+		err := lk.st.Release(ctx, key, token)
 		if err == nil || errors.Is(err, ErrNotHeld) || errors.Is(err, ErrInvalid) {
 			return err
 		}

@@ -1,0 +1,163 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/tenurekit/tenure/internal/obs"
+)
+
+// Acquisition outcomes (tenure.lease.acquires' outcome attribute).
+const (
+	acqGranted = iota
+	acqHeld
+	acqError
+)
+
+// telemetry is a Locker's instrumentation; nil when it is off.
+type telemetry struct {
+	in    *obs.Instruments
+	tr    *obs.Tracer
+	attrs []attribute.KeyValue // span attributes: store
+	acq   [3][]metric.AddOption
+	lost  []metric.AddOption
+	keys  bool
+}
+
+func newTelemetry(s Store, o *Options) *telemetry {
+	cfg := obs.Config{MeterProvider: o.MeterProvider, TracerProvider: o.TracerProvider}
+	if cfg.Off() {
+		return nil
+	}
+	name := obs.StoreName(s)
+	st := obs.KeyStore.String(name)
+	t := &telemetry{in: obs.For(o.MeterProvider), tr: obs.NewTracer(o.TracerProvider),
+		attrs: []attribute.KeyValue{st}, lost: obs.Opts(st), keys: o.TraceKeys}
+	for i, oc := range [...]string{"granted", "held", "error"} {
+		t.acq[i] = obs.Opts(st, obs.KeyOutcome.String(oc))
+	}
+	return t
+}
+
+// start begins the span of a primitive operation on key.
+func (t *telemetry) start(ctx context.Context, name, key string) (context.Context, obs.Span) {
+	if t == nil {
+		return ctx, obs.Span{}
+	}
+	ctx, sp := t.tr.Start(ctx, name, t.attrs)
+	if t.keys && sp.Recording() {
+		sp.SetAttributes(obs.KeyKey.String(key))
+	}
+	return ctx, sp
+}
+
+// acquired records one acquisition's outcome and ends its span.
+func (t *telemetry) acquired(ctx context.Context, sp obs.Span, err error) {
+	if t == nil {
+		return
+	}
+	oc := acqGranted
+	switch {
+	case err == nil:
+	case errors.Is(err, ErrHeld):
+		oc = acqHeld
+	default:
+		oc = acqError
+	}
+	obs.Add(ctx, t.in.LeaseAcquires, t.acq[oc])
+	sp.End([...]string{"granted", "held", "error"}[oc], oc == acqError)
+}
+
+// lostLease records a lease that ended before its holder released it.
+func (t *telemetry) lostLease() {
+	if t != nil {
+		obs.Add(context.Background(), t.in.LeaseLost, t.lost)
+	}
+}
+
+// Store-call ops and outcomes (tenure.store.duration).
+const (
+	opAcquire = iota
+	opRenew
+	opRelease
+	opInspect
+)
+
+var (
+	storeOps      = []string{"lease.acquire", "lease.renew", "lease.release", "lease.inspect"}
+	storeOutcomes = []string{obs.OutcomeOK, "held", "not_held", obs.OutcomeInvalid, obs.OutcomeUnavailable, obs.OutcomeError}
+)
+
+func storeOutcome(err error) int {
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, ErrHeld):
+		return 1
+	case errors.Is(err, ErrNotHeld):
+		return 2
+	case errors.Is(err, ErrInvalid):
+		return 3
+	case errors.Is(err, ErrUnavailable):
+		return 4
+	}
+	return 5
+}
+
+// timedStore times every call to a Store.
+type timedStore struct {
+	s Store
+	c *obs.Calls
+}
+
+func newTimedStore(s Store, t *telemetry) Store {
+	if t == nil {
+		return s
+	}
+	return timedStore{s: s, c: obs.NewCalls(t.in, t.tr, obs.StoreName(s), storeOps, storeOutcomes)}
+}
+
+func (ts timedStore) Acquire(ctx context.Context, key, token string, ttl time.Duration) (Grant, error) {
+	cctx, call := ts.c.Start(ctx, opAcquire)
+	g, err := ts.s.Acquire(cctx, key, token, ttl)
+	call.End(ctx, storeOutcome(err))
+	return g, err
+}
+
+func (ts timedStore) Renew(ctx context.Context, key, token string, ttl time.Duration) (Grant, error) {
+	cctx, call := ts.c.Start(ctx, opRenew)
+	g, err := ts.s.Renew(cctx, key, token, ttl)
+	call.End(ctx, storeOutcome(err))
+	return g, err
+}
+
+func (ts timedStore) Release(ctx context.Context, key, token string) error {
+	cctx, call := ts.c.Start(ctx, opRelease)
+	err := ts.s.Release(cctx, key, token)
+	call.End(ctx, storeOutcome(err))
+	return err
+}
+
+func (ts timedStore) Inspect(ctx context.Context, key string) (Info, error) {
+	cctx, call := ts.c.Start(ctx, opInspect)
+	info, err := ts.s.Inspect(cctx, key)
+	call.End(ctx, storeOutcome(err))
+	return info, err
+}
+
+// doOutcome names the outcome of Do or TryDo on its span.
+func doOutcome(err error) string {
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.Is(err, ErrLost):
+		return "lost"
+	case errors.Is(err, ErrHeld):
+		return "held"
+	}
+	return "error"
+}
