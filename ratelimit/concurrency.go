@@ -39,7 +39,8 @@ const DefaultPermitTTL = 30 * time.Second
 // strictly greater than the fences of the permits granted before it on the
 // key. It is safe for concurrent use.
 type Concurrency struct {
-	s   Store
+	s   Store // timed when instrumentation is on
+	tel *telemetry
 	lim ConcurrencyLimit
 	now func() time.Time // client clock: validity only, never decisions
 }
@@ -48,6 +49,14 @@ type Concurrency struct {
 // validated here; errors wrap ErrInvalid (a nil store, also a nil pointer
 // of a store type, is one).
 func NewConcurrency(s Store, l ConcurrencyLimit) (*Concurrency, error) {
+	return NewConcurrencyWithOptions(s, l, nil)
+}
+
+// NewConcurrencyWithOptions is NewConcurrency with instrumentation options
+// (nil: the defaults, the global OpenTelemetry providers). A permit
+// request counts in tenure.ratelimit.decisions: allowed when granted,
+// denied when every permit is held.
+func NewConcurrencyWithOptions(s Store, l ConcurrencyLimit, o *Options) (*Concurrency, error) {
 	if isNil(s) {
 		return nil, fmt.Errorf("%w: nil store", ErrInvalid)
 	}
@@ -66,7 +75,9 @@ func NewConcurrency(s Store, l ConcurrencyLimit) (*Concurrency, error) {
 	if err := validateName("limit name", l.Name); err != nil {
 		return nil, err
 	}
-	return &Concurrency{s: s, lim: l, now: time.Now}, nil
+	tel := newTelemetry(s, l.Name, o)
+	st, _ := timed(s, tel)
+	return &Concurrency{s: st, tel: tel, lim: l, now: time.Now}, nil
 }
 
 // Limit returns the limit, with its defaults filled in.
@@ -81,6 +92,13 @@ func newPermitID() string { return crand.Text() }
 // otherwise with a *LimitedError (errors.Is(err, ErrLimited)) that says when
 // the soonest held permit expires.
 func (c *Concurrency) TryAcquire(ctx context.Context, key string) (*Permit, error) {
+	ctx, sp := c.tel.start(ctx, "tenure.ratelimit.acquire", key)
+	p, err := c.tryAcquire(ctx, key)
+	c.tel.decided(ctx, sp, err == nil, err)
+	return p, err
+}
+
+func (c *Concurrency) tryAcquire(ctx context.Context, key string) (*Permit, error) {
 	if err := ValidateKey(key); err != nil {
 		return nil, err
 	}
@@ -107,6 +125,13 @@ func (c *Concurrency) try(ctx context.Context, key, id string) (*Permit, error) 
 // an attempt whose reply was lost is reconciled by the next one. When ctx
 // ends first, the error wraps ctx's error (and the last *LimitedError).
 func (c *Concurrency) Acquire(ctx context.Context, key string) (*Permit, error) {
+	ctx, sp := c.tel.start(ctx, "tenure.ratelimit.acquire", key)
+	p, err := c.acquire(ctx, key)
+	c.tel.decided(ctx, sp, err == nil, err)
+	return p, err
+}
+
+func (c *Concurrency) acquire(ctx context.Context, key string) (*Permit, error) {
 	if err := ValidateKey(key); err != nil {
 		return nil, err
 	}

@@ -13,12 +13,14 @@ import (
 // processes, enforce the same limit together when they share the store,
 // the algorithm and the limit's Name.
 type Limiter struct {
-	s    Store
-	one  OneDecider // s, when it has a single-request path
+	s    Store      // as given
+	st   Store      // s, timed when instrumentation is on
+	one  OneDecider // st, when s has a single-request path
 	alg  Algorithm
 	lim  Limit
 	code string
 	gcra *gcraParams // GCRA's constants, for in-process stores
+	tel  *telemetry  // nil when instrumentation is off
 }
 
 // New returns a Limiter for limit l with algorithm a on store s. The limit
@@ -26,6 +28,12 @@ type Limiter struct {
 // ErrInvalid and say what is wrong (a nil store, also a nil pointer of a
 // store type, is one).
 func New(s Store, a Algorithm, l Limit) (*Limiter, error) {
+	return NewWithOptions(s, a, l, nil)
+}
+
+// NewWithOptions is New with instrumentation options (nil: the defaults,
+// the global OpenTelemetry providers).
+func NewWithOptions(s Store, a Algorithm, l Limit, o *Options) (*Limiter, error) {
 	if isNil(s) {
 		return nil, fmt.Errorf("%w: nil store", ErrInvalid)
 	}
@@ -33,8 +41,9 @@ func New(s Store, a Algorithm, l Limit) (*Limiter, error) {
 	if err != nil {
 		return nil, err
 	}
-	one, _ := s.(OneDecider)
-	lim := &Limiter{s: s, one: one, alg: a, lim: nl, code: a.code()}
+	tel := newTelemetry(s, nl.Name, o)
+	st, one := timed(s, tel)
+	lim := &Limiter{s: s, st: st, one: one, alg: a, lim: nl, code: a.code(), tel: tel}
 	if a == GCRA {
 		g := newGCRA(nl)
 		lim.gcra = &g
@@ -75,7 +84,13 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {
 // consumes nothing. On ErrUnavailable the outcome is unknown: the units may
 // have been consumed.
 func (l *Limiter) AllowN(ctx context.Context, key string, n int) (Decision, error) {
-	return l.decide(ctx, key, n, true)
+	if l.tel == nil {
+		return l.decide(ctx, key, n, true)
+	}
+	ctx, sp := l.tel.start(ctx, "tenure.ratelimit.allow", key)
+	d, err := l.decide(ctx, key, n, true)
+	l.tel.decided(ctx, sp, d.Allowed, err)
+	return d, err
 }
 
 // Peek reports what AllowN(ctx, key, n) would decide now without consuming
@@ -92,7 +107,7 @@ func (l *Limiter) decide(ctx context.Context, key string, n int, commit bool) (D
 	if l.one != nil {
 		return l.one.DecideOne(ctx, r, commit)
 	}
-	ds, err := l.s.Decide(ctx, []Request{r}, commit)
+	ds, err := l.st.Decide(ctx, []Request{r}, commit)
 	if err != nil {
 		return Decision{}, err
 	}
@@ -118,7 +133,7 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 	if err := ValidateKey(key); err != nil {
 		return err
 	}
-	return l.s.Reset(ctx, []StateKey{stateKey("", l.lim.Name, l.code, key)})
+	return l.st.Reset(ctx, []StateKey{stateKey("", l.lim.Name, l.code, key)})
 }
 
 // Group checks several limits together, all or nothing, in one atomic
@@ -133,9 +148,10 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 // a Group.
 type Group struct {
 	name     string
-	s        Store
+	s        Store // the members' store, timed when instrumentation is on
 	members  []*Limiter
 	capacity int
+	tel      *telemetry // the first member's, under the group's name
 }
 
 // NewGroup returns a Group named name (the same rules as a limit's Name)
@@ -153,9 +169,9 @@ func NewGroup(name string, limiters ...*Limiter) (*Group, error) {
 			return nil, fmt.Errorf("%w: nil limiter in group %q", ErrInvalid, name)
 		}
 	}
-	g := &Group{name: name, s: limiters[0].s, capacity: limiters[0].lim.Capacity()}
+	g := &Group{name: name, s: limiters[0].st, capacity: limiters[0].lim.Capacity(), tel: limiters[0].tel.withName(name)}
 	for i, l := range limiters {
-		if !sameStore(l.s, g.s) {
+		if !sameStore(l.s, limiters[0].s) {
 			return nil, fmt.Errorf("%w: the limiters of group %q use different stores", ErrInvalid, name)
 		}
 		for _, o := range limiters[:i] {
@@ -215,8 +231,17 @@ func (g *Group) requests(keys []string, n int, commit bool) ([]Request, error) {
 // AllowN decides n units for keys[i] under limit i of the group, all or
 // nothing, in one atomic step. It returns the combined decision (see
 // Combine) and each limit's own, in order.
+//
+// Its decision is counted once in tenure.ratelimit.decisions, with the
+// group's name as the limit attribute.
 func (g *Group) AllowN(ctx context.Context, keys []string, n int) (Decision, []Decision, error) {
-	return g.decide(ctx, keys, n, true)
+	if g.tel == nil {
+		return g.decide(ctx, keys, n, true)
+	}
+	ctx, sp := g.tel.start(ctx, "tenure.ratelimit.allow", "")
+	d, ds, err := g.decide(ctx, keys, n, true)
+	g.tel.decided(ctx, sp, d.Allowed, err)
+	return d, ds, err
 }
 
 // Peek reports what AllowN would decide, consuming nothing.
