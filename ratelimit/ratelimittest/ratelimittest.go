@@ -1175,8 +1175,10 @@ func testPermitWaits(t *testing.T, tg Target) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Nobody releases: Acquire gives up when its context ends.
-	sctx, cancel := context.WithTimeout(ctx, 150*time.Millisecond)
+	// Nobody releases: Acquire gives up when its context ends. The deadline
+	// leaves a loaded store time to answer at least once (the error wraps
+	// the last ErrLimited it saw).
+	sctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 	_, err = c.Acquire(sctx, "job")
 	cancel()
 	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, ratelimit.ErrLimited) {

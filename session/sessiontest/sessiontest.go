@@ -323,7 +323,7 @@ func testInvalidInput(t *testing.T, tg Target) {
 	}
 	for _, o := range []session.Options{
 		{IdleTimeout: -time.Second}, {AbsoluteTimeout: session.MaxTimeout + 1},
-		{Cookie: session.CookieOptions{Path: "/app"}}, {Cookie: session.CookieOptions{Insecure: true}},
+		{Cookie: session.CookieOptions{Path: "/app"}}, {Cookie: session.CookieOptions{Name: session.DefaultCookieName, Insecure: true}},
 		{Cookie: session.CookieOptions{Name: "bad name"}},
 	} {
 		if _, err := session.New(s, &o); !errors.Is(err, session.ErrInvalid) {
