@@ -15,6 +15,9 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
+
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Defaults of Options.
@@ -56,6 +59,19 @@ type Options struct {
 	// store failures) with the session's short ID, never its token. Default:
 	// no logging.
 	Logger *slog.Logger
+	// MeterProvider supplies the instruments tenure.session.operations
+	// (attributes store, op, outcome: ok, not_found, conflict, invalid,
+	// unavailable, error) and tenure.store.duration (see
+	// docs/observability.md). Default: the global provider
+	// (otel.GetMeterProvider), so a service that installed an OpenTelemetry
+	// SDK gets them without code. Instrumentation never changes a result.
+	MeterProvider metric.MeterProvider
+	// TracerProvider supplies a span per store call under a recording span
+	// (an HTTP server span, for example). Session tokens, IDs and user IDs
+	// never become attribute values. Default: the global provider
+	// (otel.GetTracerProvider). When both providers are the OpenTelemetry
+	// no-op providers, instrumentation is off entirely.
+	TracerProvider trace.TracerProvider
 }
 
 // CookieOptions configure the session cookie. The zero value is the secure
@@ -118,7 +134,7 @@ func New(store Store, o *Options) (*Manager, error) {
 		o = &Options{}
 	}
 	m := &Manager{
-		store: store, idle: o.IdleTimeout, absolute: o.AbsoluteTimeout,
+		store: instrument(store, o), idle: o.IdleTimeout, absolute: o.AbsoluteTimeout,
 		cookie: o.Cookie, cop: o.CrossOrigin, onError: o.ErrorHandler, log: o.Logger,
 	}
 	if m.idle == 0 {
