@@ -15,6 +15,9 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/tenurekit/tenure/internal/secret"
 )
 
@@ -147,9 +150,26 @@ type Options struct {
 	// ReleaseTimeout bounds store calls made after the caller's context
 	// ended (releasing or completing a claim). Default 5s.
 	ReleaseTimeout time.Duration
-	// Logger receives debug and warning records. Tokens are never logged.
-	// Default: discard.
+	// Logger receives debug and warning records (a lost or abandoned claim
+	// is a warning). Tokens are never logged. Default: discard.
 	Logger *slog.Logger
+	// MeterProvider supplies the instruments tenure.idempotency.requests
+	// (attributes store, outcome: executed, replayed, mismatch,
+	// in_progress, unknown, claim_lost, failed, error) and
+	// tenure.store.duration (see docs/observability.md). Default: the
+	// global provider (otel.GetMeterProvider), so a service that installed
+	// an OpenTelemetry SDK gets them without code. Instrumentation never
+	// changes a result.
+	MeterProvider metric.MeterProvider
+	// TracerProvider supplies the span tenure.idempotency.do (Do, Recover,
+	// DoTx) and a span per store call under it. Default: the global
+	// provider (otel.GetTracerProvider). When both providers are the
+	// OpenTelemetry no-op providers, instrumentation is off entirely.
+	TracerProvider trace.TracerProvider
+	// TraceKeys adds the request's scope and key to spans (never to
+	// metrics). Default false: scopes, which name principals, and keys stay
+	// out of telemetry.
+	TraceKeys bool
 }
 
 // Defaults returns o (nil: the zero Options) with every default filled in,
@@ -224,8 +244,10 @@ func Defaults(o *Options) (Options, error) {
 // Keeper runs requests at most once per record on a Store. It is safe for
 // concurrent use.
 type Keeper struct {
-	s Store
-	o Options
+	s   Store // as given
+	st  Store // s, timed when instrumentation is on
+	o   Options
+	tel *telemetry // nil when off
 }
 
 // New returns a Keeper on s. o may be nil for the defaults. A nil s (or an
@@ -239,7 +261,8 @@ func New(s Store, o *Options) (*Keeper, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Keeper{s: s, o: opts}, nil
+	tel := newTelemetry(s, &opts)
+	return &Keeper{s: s, st: newTimedStore(s, tel), o: opts, tel: tel}, nil
 }
 
 // isNil reports whether v is nil or an interface holding a nil pointer,
@@ -312,7 +335,30 @@ func ValidateRequest(req Request) error {
 // and fn's own error, if any. A result returned after the validity ran out
 // is still recorded, and returned, when nobody took the claim over.
 func (k *Keeper) Do(ctx context.Context, req Request, fn Func) (Result, error) {
-	return k.do(ctx, req, fn, false)
+	return k.observe(ctx, req, fn, func(ctx context.Context, fn Func) (Result, error) { return k.do(ctx, req, fn, false) })
+}
+
+// observe runs one request through run with its span and its count in
+// tenure.idempotency.requests.
+func (k *Keeper) observe(ctx context.Context, req Request, fn Func, run func(context.Context, Func) (Result, error)) (Result, error) {
+	if k == nil || k.tel == nil {
+		return run(ctx, fn)
+	}
+	if ctx == nil {
+		return run(ctx, fn) // refused by check
+	}
+	ctx, sp := k.tel.start(ctx, "tenure.idempotency.do", req)
+	ran := false
+	counted := fn
+	if fn != nil {
+		counted = func(ctx context.Context, c *Claim) ([]byte, error) {
+			ran = true
+			return fn(ctx, c)
+		}
+	}
+	res, err := run(ctx, counted)
+	k.tel.done(ctx, sp, res, ran, err)
+	return res, err
 }
 
 // Recover is Do that takes over an abandoned claim (one that expired
@@ -321,7 +367,7 @@ func (k *Keeper) Do(ctx context.Context, req Request, fn Func) (Result, error) {
 // can redo the work, or return the result found by reconciliation so that
 // it is recorded and replayed from then on.
 func (k *Keeper) Recover(ctx context.Context, req Request, fn Func) (Result, error) {
-	return k.do(ctx, req, fn, true)
+	return k.observe(ctx, req, fn, func(ctx context.Context, fn Func) (Result, error) { return k.do(ctx, req, fn, true) })
 }
 
 func (k *Keeper) check(ctx context.Context, req Request, fn Func) error {
@@ -357,7 +403,7 @@ func (k *Keeper) do(ctx context.Context, req Request, fn Func, takeover bool) (R
 	var waited *InProgressError // the last answer while waiting
 	for attempt := 1; ; attempt++ {
 		sent := time.Now()
-		b, err := k.s.Begin(ctx, k.begin(req, token, takeover))
+		b, err := k.st.Begin(ctx, k.begin(req, token, takeover))
 		if err != nil {
 			if !errors.Is(err, ErrInvalid) {
 				// The claim may have been applied without its reply: drop
@@ -383,7 +429,16 @@ func (k *Keeper) do(ctx context.Context, req Request, fn Func, takeover bool) (R
 		if b.State == Claimed {
 			return k.run(ctx, req, token, b, sent, fn)
 		}
+		k.abandoned(ctx, req, b)
 		return k.answer(req, b)
+	}
+}
+
+// abandoned logs an abandoned claim that Do reports as unknown.
+func (k *Keeper) abandoned(ctx context.Context, req Request, b Begun) {
+	if b.State == Abandoned {
+		k.o.Logger.WarnContext(ctx, "idempotency: an earlier attempt's claim expired without a recorded result; its outcome is unknown until reconciled",
+			"scope", req.Scope, "key", req.Key, "fence", b.Fence)
 	}
 }
 
@@ -497,7 +552,7 @@ func (k *Keeper) complete(ctx context.Context, id ID, token Token, fence uint64,
 	per := max(k.o.ClaimTTL/3, 10*time.Millisecond)
 	for attempt := 1; ; attempt++ {
 		actx, acancel := context.WithTimeout(ctx, per)
-		err := k.s.Complete(actx, id, token.Reveal(), fence, out, k.o.Retention)
+		err := k.st.Complete(actx, id, token.Reveal(), fence, out, k.o.Retention)
 		acancel()
 		if err == nil || !errors.Is(err, ErrUnavailable) {
 			return err
@@ -527,7 +582,7 @@ func (k *Keeper) release(ctx context.Context, id ID, token Token) error {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), k.o.ReleaseTimeout)
 	defer cancel()
 	for attempt := 1; ; attempt++ {
-		err := k.s.Release(rctx, id, token.Reveal())
+		err := k.st.Release(rctx, id, token.Reveal())
 		if err == nil || errors.Is(err, ErrClaimLost) || errors.Is(err, ErrInvalid) {
 			return err
 		}
@@ -564,7 +619,7 @@ func (k *Keeper) keepAlive(ctx context.Context, c *Claim, stop <-chan struct{}, 
 		case <-next.C:
 			sent := time.Now()
 			rctx, rcancel := context.WithDeadline(context.WithoutCancel(ctx), c.ValidUntil())
-			err := k.s.Renew(rctx, c.id, c.token.Reveal(), c.fence, c.ttl)
+			err := k.st.Renew(rctx, c.id, c.token.Reveal(), c.fence, c.ttl)
 			rcancel()
 			switch {
 			case err == nil:

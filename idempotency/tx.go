@@ -31,6 +31,10 @@ import (
 // claim and lets the panic go on; roll the transaction back. Apart from a
 // recorded *FinalError, Result is empty whenever the error is not nil.
 func (k *Keeper) DoTx(ctx context.Context, tx Tx, req Request, fn Func) (Result, error) {
+	return k.observe(ctx, req, fn, func(ctx context.Context, fn Func) (Result, error) { return k.doTx(ctx, tx, req, fn) })
+}
+
+func (k *Keeper) doTx(ctx context.Context, tx Tx, req Request, fn Func) (Result, error) {
 	if err := k.check(ctx, req, fn); err != nil {
 		return Result{}, err
 	}
@@ -59,6 +63,7 @@ func (k *Keeper) DoTx(ctx context.Context, tx Tx, req Request, fn Func) (Result,
 			continue
 		}
 		if b.State != Claimed {
+			k.abandoned(ctx, req, b)
 			return k.answer(req, b)
 		}
 		return k.runTx(ctx, tx, req, token, b.Fence, fn)
