@@ -8,6 +8,7 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/tenurekit/tenure/internal/obs"
 	"github.com/tenurekit/tenure/lease"
 )
 
@@ -65,6 +66,15 @@ type slotRun struct {
 	rec             Record
 	handlerErr      error // the handler's error, also after runtime.Goexit
 	out             outcome
+	state           int // a slot state it recorded (slotDone, ...), or -1
+}
+
+// spanOutcome names what the attempt recorded, for its span.
+func (r *slotRun) spanOutcome() string {
+	if r.state < 0 {
+		return "none"
+	}
+	return slotStates[r.state]
 }
 
 // catchUp reports whether the slot runs as a catch-up of a late slot.
@@ -104,6 +114,9 @@ func (r *slotRun) close() {
 // goroutine with runtime.Goexit (then the deferred finish records it).
 func (r *slotRun) execute() {
 	r.out = later(r.s.storeNow(), r.s.o.PollInterval)
+	var sp obs.Span
+	r.ctx, sp = r.s.tel.start(r.ctx, r.j.Name)
+	defer func() { sp.End(r.spanOutcome(), r.state == slotFailed) }()
 	defer func() {
 		if r.begun && !r.finished {
 			r.out = r.finish(r.handlerErr)
@@ -260,6 +273,10 @@ func (r *slotRun) earlierRunning() (string, error) {
 func (r *slotRun) skip(running string) (outcome, bool) {
 	sent := r.s.storeNow()
 	_, err := r.s.begin(r.ctx, r.j, r.p, r.claim.l, "overlap: the run of slot "+running+" was still running")
+	if err == nil {
+		r.state = slotSkipped
+		r.s.tel.slot(r.ctx, r.j.Name, slotSkipped)
+	}
 	if err == nil || errors.Is(err, ErrFinal) {
 		return outcome{final: true}, false
 	}
@@ -381,15 +398,23 @@ func (r *slotRun) finish(runErr error) outcome {
 		r.log.Warn("schedule: cannot record the attempt's end; the slot will be looked at again", "err", err)
 		return later(r.s.storeNow(), r.s.o.PollInterval)
 	case frec.Final():
+		if frec.State == Done {
+			r.state = slotDone
+		} else {
+			r.state = slotFailed
+		}
+		r.s.tel.slot(ctx, r.j.Name, r.state)
 		return outcome{final: true}
 	}
+	r.state = slotRetried
+	r.s.tel.slot(ctx, r.j.Name, slotRetried)
 	return outcome{at: frec.RetryAt}
 }
 
 // attempt runs one attempt at a pending slot and leaves its outcome on
 // the slot, however the run ends.
 func (s *Scheduler) attempt(hctx, stop context.Context, js *jobState, p *pendingSlot) {
-	r := &slotRun{s: s, js: js, j: js.job, p: p, stop: stop, ctx: hctx,
+	r := &slotRun{s: s, js: js, j: js.job, p: p, stop: stop, ctx: hctx, state: -1,
 		log: s.log.With("job", js.job.Name, "slot", p.id)}
 	defer func() {
 		s.mu.Lock()

@@ -11,6 +11,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/tenurekit/tenure/lease"
 )
 
@@ -145,8 +148,22 @@ type Options struct {
 	// PollInterval is the longest the scheduler sleeps between looks at
 	// the store (it wakes earlier for a slot it knows is due). Default 1s.
 	PollInterval time.Duration
-	// Logger receives warnings and debug records. Default: discard.
+	// Logger receives warnings and debug records (a failed attempt and a
+	// missed slot are warnings). Default: discard.
 	Logger *slog.Logger
+	// MeterProvider supplies the instruments tenure.schedule.slots
+	// (attributes store, job, state: done, failed, retried, missed,
+	// skipped) and, for the slots' claims, tenure.lease.acquires,
+	// tenure.lease.lost and tenure.store.duration (see
+	// docs/observability.md). Default: the global provider
+	// (otel.GetMeterProvider). Instrumentation never changes a result.
+	MeterProvider metric.MeterProvider
+	// TracerProvider supplies the span tenure.schedule.slot around each
+	// attempt at a slot (the handler's context carries it) and the spans of
+	// the claims' leases. Default: the global provider
+	// (otel.GetTracerProvider). When both providers are the OpenTelemetry
+	// no-op providers, instrumentation is off entirely.
+	TracerProvider trace.TracerProvider
 	// Clock is this node's own clock. It is never used to judge whether a
 	// slot is due (the store's clock does): at every poll the scheduler
 	// reads the store's clock, measures its offset from Clock, and uses
@@ -185,6 +202,7 @@ type Scheduler struct {
 	o      Options
 	log    *slog.Logger
 	locker *lease.Locker
+	tel    *telemetry // nil when instrumentation is off
 
 	offset atomic.Int64 // store clock minus Options.Clock, ns, at the last poll
 	wake   chan struct{}
@@ -267,7 +285,8 @@ func New(store Store, o *Options) (*Scheduler, error) {
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
-	locker, err := lease.New(store.Claims(), &lease.Options{Logger: s.log})
+	s.tel = newTelemetry(store, s.o.MeterProvider, s.o.TracerProvider)
+	locker, err := lease.New(store.Claims(), &lease.Options{Logger: s.log, MeterProvider: s.o.MeterProvider, TracerProvider: s.o.TracerProvider})
 	if err != nil {
 		return nil, fmt.Errorf("%w: the store's claims: %w", ErrInvalid, err)
 	}
@@ -541,9 +560,12 @@ func (s *Scheduler) classify(ctx context.Context, js *jobState, due []time.Time,
 			return
 		}
 		id := j.Schedule.ID(m.at)
-		_, _, err := s.store.Mark(ctx, MarkRequest{Job: j.Name, SlotID: id, SlotTime: m.at, Node: s.o.Node, State: Missed, Reason: m.reason})
+		_, wrote, err := s.store.Mark(ctx, MarkRequest{Job: j.Name, SlotID: id, SlotTime: m.at, Node: s.o.Node, State: Missed, Reason: m.reason})
 		if err != nil {
 			s.log.Warn("schedule: cannot record a missed slot", "job", j.Name, "slot", id, "err", err)
+		} else if wrote {
+			s.log.Warn("schedule: slot missed", "job", j.Name, "slot", id, "reason", m.reason)
+			s.tel.slot(ctx, j.Name, slotMissed)
 		}
 	}
 	s.mu.Lock()
