@@ -62,7 +62,10 @@ func counterLoop(ctx context.Context, w *workerEnv, mode string) error {
 		return err
 	}
 	ttl := w.spec.TTL
-	key, res := w.env.Key("lc/lock/"+mode), w.env.Key("lc/value/"+mode)
+	// The resource is named like the lease key, so that on Redis Cluster
+	// the holder check and the write share a hash slot.
+	key := w.env.Key("lc/" + mode)
+	res := key
 	for ctx.Err() == nil {
 		w.gate.wait(ctx)
 		p := w.rec.Invoke(mode, "acquire", key, "", 0)
@@ -176,7 +179,7 @@ func counterCheck(ctx context.Context, w *workerEnv, ri *runInfo, h *History, mo
 			m.Errors["acquire:"+op.Err]++
 		}
 	}
-	res := w.env.Key("lc/value/" + mode)
+	res := w.env.Key("lc/" + mode)
 	v, err := counterRead(ctx, w, res)
 	if err != nil {
 		m.violate("cannot read the final counter: %v", err)

@@ -72,7 +72,7 @@ func (n *nemesis) run(ctx context.Context, until time.Time, tick func(time.Durat
 				delete(n.restartAt, i)
 			}
 		}
-		if n.o.Faults.Restart != nil && !restarted && now.Sub(start) > time.Until(until)/2 {
+		if n.o.Faults.Restart != nil && !restarted && now.Sub(start) > until.Sub(start)/2 {
 			restarted = true
 			n.faults["store-restart"]++
 			if err := n.o.Faults.Restart(ctx); err != nil {

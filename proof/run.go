@@ -125,6 +125,9 @@ type ModeResult struct {
 	Duplicates int `json:"duplicates"`
 	// Errors counts the operations that did not succeed, by kind.
 	Errors map[string]int `json:"errors"`
+	// FenceRegressions counts lease grants whose fence was not above the
+	// fence of a grant that completed before they were requested.
+	FenceRegressions int `json:"fence_regressions"`
 	// Linearizable is the porcupine check's answer where one applies.
 	Linearizable *bool `json:"linearizable,omitempty"`
 	// Violations describes the first few violations found.

@@ -1,0 +1,212 @@
+package proof_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tenurekit/tenure/internal/testenv"
+	"github.com/tenurekit/tenure/proof"
+)
+
+func TestMain(m *testing.M) {
+	if proof.IsWorker() {
+		os.Exit(proof.WorkerMain())
+	}
+	testenv.Main(m)
+}
+
+// options are short runs with workers that re-execute this test binary.
+func options(t *testing.T, store string, d time.Duration, workloads ...string) proof.Options {
+	return proof.Options{
+		Store: store, Workloads: workloads, Duration: d,
+		Args: []string{"-test.run=^$"}, Dir: t.TempDir(),
+	}
+}
+
+// prove runs o and requires every workload to pass: no violation in the
+// guarded run, at least one in the control. A workload whose control
+// showed none (the random faults missed) is run once more, twice as long.
+func prove(t *testing.T, o proof.Options) []proof.Result {
+	t.Helper()
+	rs, err := proof.Run(t.Context(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []proof.Result
+	for _, r := range rs {
+		if r.Verdict == proof.VerdictInconclusive {
+			o2 := o
+			o2.Workloads, o2.Duration = []string{r.Workload}, 2*o.Duration
+			again, err := proof.Run(t.Context(), o2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r = again[0]
+		}
+		out = append(out, r)
+		check(t, r)
+	}
+	return out
+}
+
+func check(t *testing.T, r proof.Result) {
+	t.Helper()
+	if r.Verdict == proof.VerdictSkipped {
+		t.Logf("%s on %s: skipped: %s", r.Workload, r.Store, r.Note)
+		return
+	}
+	t.Logf("%s on %s: %s; guarded acknowledged %d of %d, control acknowledged %d with %d violations; faults %v",
+		r.Workload, r.Store, r.Verdict, r.Guarded.Acknowledged, r.Guarded.Attempts, r.Control.Acknowledged, r.Control.Count, r.Faults)
+	if r.Guarded.Count != 0 {
+		t.Errorf("%s on %s: guarded run has %d violations: %v", r.Workload, r.Store, r.Guarded.Count, r.Guarded.Violations)
+	}
+	if r.Control.Count == 0 {
+		t.Errorf("%s on %s: the control showed no violation (%s)", r.Workload, r.Store, r.Verdict)
+	}
+	if r.Verdict != proof.VerdictPass {
+		t.Errorf("%s on %s: verdict %s (%s%s)", r.Workload, r.Store, r.Verdict, r.Error, r.Note)
+	}
+	if r.Guarded.Acknowledged == 0 {
+		t.Errorf("%s on %s: nothing acknowledged in the guarded run", r.Workload, r.Store)
+	}
+	if len(r.Faults) == 0 {
+		t.Errorf("%s on %s: no fault injected", r.Workload, r.Store)
+	}
+}
+
+func TestProofSQLite(t *testing.T) {
+	rs := prove(t, options(t, "sqlite:"+filepath.Join(t.TempDir(), "tenure.db"), 3*time.Second))
+	if len(rs) != len(proof.Workloads()) {
+		t.Fatalf("%d results, want one per workload", len(rs))
+	}
+	for _, r := range rs {
+		if r.Verdict == proof.VerdictSkipped {
+			t.Errorf("%s skipped on SQLite", r.Workload)
+		}
+	}
+}
+
+func TestProofMemory(t *testing.T) {
+	rs := prove(t, options(t, "memory", 3*time.Second))
+	for _, r := range rs {
+		if r.Workload == "schedule" {
+			if r.Verdict != proof.VerdictSkipped || r.Note == "" {
+				t.Errorf("schedule on memory: %s, want skipped with a reason", r.Verdict)
+			}
+		} else if !strings.Contains(r.Detail, "goroutines") {
+			t.Errorf("%s on memory: the report does not say the workers are goroutines: %q", r.Workload, r.Detail)
+		}
+	}
+}
+
+func TestProofPostgres(t *testing.T) {
+	dsn := testenv.SharedPostgres(t).NewDatabase(t)
+	prove(t, options(t, dsn, 3*time.Second))
+}
+
+func TestProofRedis(t *testing.T) {
+	prove(t, options(t, "redis://"+testenv.SharedRedis(t).Addr(), 3*time.Second))
+}
+
+func TestProofRedisCluster(t *testing.T) {
+	c := testenv.SharedRedisCluster(t)
+	prove(t, options(t, "redis://"+c.Addrs()[0], 3*time.Second, "lease-counter", "idempotency"))
+}
+
+func TestProofEtcd(t *testing.T) {
+	eps := testenv.SharedEtcd(t).Endpoints()
+	rs := prove(t, options(t, "etcd://"+strings.TrimPrefix(eps[0], "http://"), 8*time.Second))
+	for _, r := range rs {
+		if r.Workload != "lease-counter" && r.Verdict != proof.VerdictSkipped {
+			t.Errorf("%s on etcd: %s, want skipped", r.Workload, r.Verdict)
+		}
+	}
+}
+
+// A Redis server without persistence restarted during the lease workload
+// forgets its locks, fences and the counter: the counter can lose
+// acknowledged increments (the documented limit of a store that loses its
+// data), but fences must not go back: every grant requested after another
+// was granted has a greater fence.
+func TestProofRedisRestartWithoutPersistence(t *testing.T) {
+	srv := testenv.Redis(t, nil)
+	o := options(t, "redis://"+srv.Addr(), 4*time.Second, "lease-counter")
+	o.Faults.Restart = func(context.Context) error {
+		srv.Restart(t)
+		return nil
+	}
+	rs, err := proof.Run(t.Context(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rs[0]
+	if r.Faults["store-restart"] != 1 {
+		t.Fatalf("faults %v, want one store restart", r.Faults)
+	}
+	t.Logf("guarded: %+v", r.Guarded)
+	if r.Guarded.FenceRegressions != 0 {
+		t.Errorf("fences went back after the restart: %v", r.Guarded.Violations)
+	}
+	if r.Guarded.Acknowledged == 0 || r.Control.Count == 0 {
+		t.Errorf("guarded acknowledged %d, control violations %d: the run did not exercise the lease", r.Guarded.Acknowledged, r.Control.Count)
+	}
+}
+
+func TestOptionsInvalid(t *testing.T) {
+	for _, o := range []proof.Options{
+		{Workloads: []string{"nope"}},
+		{Duration: time.Millisecond},
+		{Workers: 1},
+		{TTL: time.Millisecond},
+		{Store: "ftp://x"},
+	} {
+		if _, err := proof.Run(t.Context(), o); err == nil || !strings.Contains(err.Error(), "invalid") {
+			t.Errorf("Run(%+v) = %v, want an invalid-argument error", o, err)
+		}
+	}
+}
+
+// TestProofLong is the long run documented in docs/proof.md. It runs only
+// when TENURE_PROOF_LONG is set to a duration per workload:
+//
+//	TENURE_PROOF_LONG=45s TENURE_TEST_REQUIRE=1 go test -run TestProofLong -v -timeout 60m ./proof
+func TestProofLong(t *testing.T) {
+	d, err := time.ParseDuration(os.Getenv("TENURE_PROOF_LONG"))
+	if err != nil {
+		t.Skip("set TENURE_PROOF_LONG to a duration per workload to run the long proof")
+	}
+	stores := map[string]func(t *testing.T) string{
+		"embedded": func(*testing.T) string { return "" },
+		"postgres": func(t *testing.T) string { return testenv.SharedPostgres(t).NewDatabase(t) },
+		"redis":    func(t *testing.T) string { return "redis://" + testenv.SharedRedis(t).Addr() },
+		"etcd": func(t *testing.T) string {
+			return "etcd://" + strings.TrimPrefix(testenv.SharedEtcd(t).Endpoints()[0], "http://")
+		},
+	}
+	for name, store := range stores {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			o := options(t, store(t), d)
+			o.Progress = os.Stderr
+			if name != "etcd" {
+				o.TTL = 100 * time.Millisecond
+			}
+			rs, err := proof.Run(t.Context(), o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var b strings.Builder
+			proof.WriteText(&b, rs)
+			t.Logf("tenure proof on %s, %v per workload:\n%s", name, d, b.String())
+			for _, r := range rs {
+				if r.Verdict != proof.VerdictSkipped && r.Guarded.Count != 0 {
+					t.Errorf("%s on %s: %d violations in the guarded run", r.Workload, r.Store, r.Guarded.Count)
+				}
+			}
+		})
+	}
+}
