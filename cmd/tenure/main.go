@@ -22,9 +22,22 @@ import (
 
 func main() {
 	if err := newRoot().Execute(); err != nil {
+		var e exitErr
+		if errors.As(err, &e) {
+			os.Exit(e.code)
+		}
 		os.Exit(1)
 	}
 }
+
+// exitErr is an error that sets the command's exit status.
+type exitErr struct {
+	code int
+	err  error
+}
+
+func (e exitErr) Error() string { return e.err.Error() }
+func (e exitErr) Unwrap() error { return e.err }
 
 func newRoot() *cobra.Command {
 	root := &cobra.Command{
@@ -35,6 +48,7 @@ func newRoot() *cobra.Command {
 	}
 	root.AddCommand(newLab())
 	root.AddCommand(newProof())
+	root.AddCommand(newDoctor())
 	return root
 }
 

@@ -1,0 +1,312 @@
+package doctor
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/redis/rueidis"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	_ "modernc.org/sqlite" // the SQLite driver
+
+	"github.com/tenurekit/tenure/store/sqlitestore"
+)
+
+// checkSQLite opens path as tenure's sqlitestore.Open does (or with the
+// DSN parameters given after a "?") without creating it, and checks what
+// concurrent writers need.
+func checkSQLite(ctx context.Context, path string, r *Report) error {
+	file, params, hasParams := strings.Cut(path, "?")
+	if _, err := os.Stat(file); err != nil {
+		return fmt.Errorf("doctor: sqlite: %w (doctor never creates a database)", err)
+	}
+	dsn := sqlitestore.DSN(file)
+	how := "as tenure's sqlitestore.Open opens it"
+	if hasParams {
+		dsn = "file:" + file + "?" + params
+		how = "with the given parameters"
+	}
+	db, err := sql.Open("sqlite", dsn+"&mode=rw")
+	if err != nil {
+		return fmt.Errorf("doctor: sqlite: %w", err)
+	}
+	defer db.Close()
+	var mode string
+	if err := db.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
+		return fmt.Errorf("doctor: sqlite %s: %w", file, err)
+	}
+	if strings.EqualFold(mode, "wal") {
+		r.add("journal mode", OK, "WAL, "+how, "")
+	} else {
+		r.add("journal mode", Warn, fmt.Sprintf("%s, %s: readers block the writer and the writer blocks readers", mode, how),
+			"open the file with sqlitestore.Open, or sqlitestore.DSN(path) for your own *sql.DB (journal_mode=WAL is kept by the file)")
+	}
+	var busy int
+	if err := db.QueryRowContext(ctx, "PRAGMA busy_timeout").Scan(&busy); err != nil {
+		return fmt.Errorf("doctor: sqlite %s: %w", file, err)
+	}
+	if busy <= 0 {
+		r.add("busy timeout", Unsafe, "0, "+how+": a writer that finds the file locked fails at once with SQLITE_BUSY instead of waiting",
+			"open the database with sqlitestore.DSN(path) (busy_timeout=5000) or add _pragma=busy_timeout(5000) to your DSN")
+	} else {
+		r.add("busy timeout", OK, fmt.Sprintf("%d ms, %s", busy, how), "")
+	}
+	var syncMode int
+	if err := db.QueryRowContext(ctx, "PRAGMA synchronous").Scan(&syncMode); err != nil {
+		return fmt.Errorf("doctor: sqlite %s: %w", file, err)
+	}
+	switch {
+	case syncMode == 0:
+		r.add("synchronous", Unsafe, "OFF: a power loss can lose committed transactions (fence admissions, completed slots)",
+			"use synchronous=NORMAL with WAL (sqlitestore.DSN) or FULL")
+	case syncMode == 1 && !strings.EqualFold(mode, "wal"):
+		r.add("synchronous", Warn, "NORMAL without WAL: a power loss can corrupt recent transactions", "use WAL (sqlitestore.DSN)")
+	default:
+		r.add("synchronous", OK, []string{"OFF", "NORMAL", "FULL", "EXTRA"}[min(syncMode, 3)], "")
+	}
+	var tables int
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name LIKE 'tenure\_%' ESCAPE '\'`).Scan(&tables); err != nil {
+		return fmt.Errorf("doctor: sqlite %s: %w", file, err)
+	}
+	if tables == 0 {
+		r.add("schema", Warn, "no tenure tables (prefix tenure_) in the file", "open the store once (sqlitestore.Open) or point --store at the file your service uses")
+	} else {
+		r.add("schema", OK, fmt.Sprintf("%d tenure tables", tables), "")
+	}
+	return nil
+}
+
+// checkRedis asks every node of a Redis or Redis Cluster deployment.
+func checkRedis(ctx context.Context, url string, o Options, r *Report) error {
+	opt, err := rueidis.ParseURL(url)
+	if err != nil {
+		return fmt.Errorf("doctor: redis: the URL does not parse")
+	}
+	opt.DisableCache = true
+	opt.DisableRetry = true
+	c, err := rueidis.NewClient(opt)
+	if err != nil {
+		return fmt.Errorf("doctor: redis %s: %w", r.Target, err)
+	}
+	defer c.Close()
+	nodes := c.Nodes()
+	for addr, n := range nodes {
+		prefix := ""
+		if len(nodes) > 1 {
+			prefix = addr + ": "
+		}
+		if err := checkRedisNode(ctx, n, prefix, o, r); err != nil {
+			return fmt.Errorf("doctor: redis %s: %w", addr, err)
+		}
+	}
+	return nil
+}
+
+func checkRedisNode(ctx context.Context, c rueidis.Client, prefix string, o Options, r *Report) error {
+	info, err := c.Do(ctx, c.B().Info().Section("server").Section("memory").Section("persistence").Section("cluster").Build()).ToString()
+	if err != nil {
+		return err
+	}
+	info = strings.TrimPrefix(info, "txt:") // a RESP3 verbatim string
+	field := func(name string) string {
+		for line := range strings.SplitSeq(info, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
+				return v
+			}
+		}
+		return ""
+	}
+	r.add(prefix+"version", Info, "Redis "+field("redis_version"), "")
+
+	policy := field("maxmemory_policy")
+	switch {
+	case policy == "noeviction":
+		r.add(prefix+"maxmemory-policy", OK, "noeviction: a full server refuses writes (tenure reports them as errors) instead of dropping keys", "")
+	case policy == "":
+		r.add(prefix+"maxmemory-policy", Warn, "the server does not report it", "check that the server runs with maxmemory-policy noeviction")
+	default:
+		r.add(prefix+"maxmemory-policy", Unsafe, policy+": the server may evict lock, fence and guarded keys like cache entries, so two holders can hold one key and fences can go back",
+			"CONFIG SET maxmemory-policy noeviction (and set it in redis.conf), or give tenure a server of its own")
+	}
+
+	aof := field("aof_enabled") == "1"
+	save, err := configGet(ctx, c, "save")
+	if err != nil {
+		return err
+	}
+	rdb := strings.TrimSpace(save) != ""
+	switch {
+	case aof:
+		fsync, err := configGet(ctx, c, "appendfsync")
+		if err != nil {
+			return err
+		}
+		switch fsync {
+		case "always":
+			r.add(prefix+"persistence", OK, "AOF with appendfsync always: every acknowledged write survives a crash", "")
+		case "everysec":
+			r.add(prefix+"persistence", Warn, "AOF with appendfsync everysec: a crash can lose the last second of writes (leases granted in it are forgotten; fences stay increasing, floored at the server's clock)",
+				"CONFIG SET appendfsync always if a lease granted just before a crash must not be granted again")
+		default:
+			r.add(prefix+"persistence", Warn, "AOF with appendfsync "+fsync+": the OS decides when writes reach disk, so a crash can lose many seconds of leases and records",
+				"CONFIG SET appendfsync always (or everysec)")
+		}
+	default:
+		detail := "no AOF: a restart loses every lease, idempotency record, session and limit state since the last snapshot (fences stay increasing: they are floored at the server's clock)"
+		if !rdb {
+			detail = "no persistence: a restart loses every lease, idempotency record, session and limit state (fences stay increasing: they are floored at the server's clock)"
+		}
+		r.add(prefix+"persistence", Warn, detail,
+			"CONFIG SET appendonly yes and appendfsync always (and in redis.conf) if state must survive a restart")
+	}
+
+	delex, err := c.Do(ctx, c.B().Arbitrary("COMMAND", "INFO", "DELEX").Build()).ToArray()
+	if err != nil {
+		return err
+	}
+	if len(delex) > 0 && !delex[0].IsNil() {
+		r.add(prefix+"release path", Info, "DELEX key IFEQ token: a release compares and deletes in one command", "")
+	} else {
+		r.add(prefix+"release path", Info, "no DELEX (it needs Redis 8.4+): releases run a compare-and-delete script, equally safe", "")
+	}
+
+	if field("cluster_enabled") == "1" {
+		ci, err := c.Do(ctx, c.B().ClusterInfo().Build()).ToString()
+		if err != nil {
+			return err
+		}
+		ci = strings.TrimPrefix(ci, "txt:")
+		state := ""
+		for line := range strings.SplitSeq(ci, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "cluster_state:"); ok {
+				state = v
+			}
+		}
+		if state == "ok" {
+			r.add(prefix+"cluster state", OK, "ok: every hash slot is served", "")
+		} else {
+			r.add(prefix+"cluster state", Unsafe, "cluster_state:"+state+": some hash slots are not served, so keys there cannot be locked or released",
+				"repair the cluster (redis-cli --cluster check / fix) until CLUSTER INFO says cluster_state:ok")
+		}
+	}
+
+	sent := time.Now()
+	t, err := c.Do(ctx, c.B().Time().Build()).AsStrSlice()
+	if err != nil {
+		return err
+	}
+	received := time.Now()
+	if len(t) == 2 {
+		sec, _ := strconv.ParseInt(t[0], 10, 64)
+		usec, _ := strconv.ParseInt(t[1], 10, 64)
+		clockFinding(r, sent, received, time.Unix(sec, usec*1000), o.MaxClockOffset)
+	}
+	return nil
+}
+
+func configGet(ctx context.Context, c rueidis.Client, name string) (string, error) {
+	kv, err := c.Do(ctx, c.B().ConfigGet().Parameter(name).Build()).AsStrMap()
+	if err != nil {
+		return "", err
+	}
+	return kv[name], nil
+}
+
+// checkPostgres asks the server what durability and clock tenure gets.
+func checkPostgres(ctx context.Context, url string, o Options, r *Report) error {
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		return errors.New("doctor: postgres: the URL does not parse")
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("doctor: postgres %s: %w", r.Target, err)
+	}
+	defer conn.Close(ctx)
+	var version, versionNum, tz, syncCommit, fsync string
+	if err := conn.QueryRow(ctx, `SELECT current_setting('server_version'), current_setting('server_version_num'),
+		current_setting('TimeZone'), current_setting('synchronous_commit'), current_setting('fsync')`).Scan(&version, &versionNum, &tz, &syncCommit, &fsync); err != nil {
+		return fmt.Errorf("doctor: postgres %s: %w", r.Target, err)
+	}
+	if n, _ := strconv.Atoi(versionNum); n < 130000 {
+		r.add("version", Warn, "PostgreSQL "+version+": tenure is tested on 13 and later", "upgrade to a supported PostgreSQL release")
+	} else {
+		r.add("version", OK, "PostgreSQL "+version, "")
+	}
+	r.add("time zone", Info, tz+": tenure stores timestamptz and judges expiry with clock_timestamp(), so the zone changes nothing it decides", "")
+	switch syncCommit {
+	case "off":
+		r.add("synchronous_commit", Unsafe, "off: a crash can lose commits already acknowledged, so a fence admission, an idempotency record or a completed slot can vanish after the caller was told it happened",
+			"ALTER SYSTEM SET synchronous_commit = on (or set it for tenure's role: ALTER ROLE … SET synchronous_commit = on)")
+	case "local":
+		r.add("synchronous_commit", Warn, "local: a failover to a replica can lose acknowledged commits", "set synchronous_commit to on or remote_apply if you fail over to replicas")
+	default:
+		r.add("synchronous_commit", OK, syncCommit, "")
+	}
+	if fsync == "off" {
+		r.add("fsync", Unsafe, "off: a crash can corrupt the database", "ALTER SYSTEM SET fsync = on")
+	}
+	var tables int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM information_schema.tables WHERE table_schema = $1`, o.Schema).Scan(&tables); err != nil {
+		return fmt.Errorf("doctor: postgres %s: %w", r.Target, err)
+	}
+	if tables == 0 {
+		r.add("schema", Warn, fmt.Sprintf("no tables in schema %q", o.Schema), "run the store's Migrate once (it is idempotent), or point --schema at the schema your service uses")
+	} else {
+		r.add("schema", OK, fmt.Sprintf("%d tables in schema %q", tables, o.Schema), "")
+	}
+	sent := time.Now()
+	var now time.Time
+	if err := conn.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&now); err != nil {
+		return fmt.Errorf("doctor: postgres %s: %w", r.Target, err)
+	}
+	clockFinding(r, sent, time.Now(), now, o.MaxClockOffset)
+	return nil
+}
+
+// checkEtcd asks etcd for its health and the shortest lease it grants.
+func checkEtcd(ctx context.Context, endpoints []string, r *Report) error {
+	c, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Context: ctx})
+	if err != nil {
+		return fmt.Errorf("doctor: etcd: %w", err)
+	}
+	defer c.Close()
+	var leader uint64
+	for _, ep := range endpoints {
+		ep = strings.TrimPrefix(ep, "http://")
+		st, err := c.Status(ctx, ep)
+		if err != nil {
+			r.add(ep+": status", Unsafe, "does not answer: "+err.Error(), "bring the member back or remove it from the cluster")
+			continue
+		}
+		r.add(ep+": version", Info, "etcd "+st.Version, "")
+		if len(st.Errors) > 0 {
+			r.add(ep+": alarms", Unsafe, strings.Join(st.Errors, "; "), "clear the alarm (etcdctl alarm list / disarm) after fixing its cause, e.g. free space and defragment")
+		}
+		if st.Leader != 0 {
+			leader = st.Leader
+		}
+	}
+	if leader == 0 {
+		r.add("leader", Unsafe, "no member knows a leader: writes (acquires, renewals) cannot commit", "restore a quorum of members")
+		return nil
+	}
+	r.add("leader", OK, fmt.Sprintf("member %x", leader), "")
+	g, err := c.Grant(ctx, 1)
+	if err != nil {
+		return fmt.Errorf("doctor: etcd: grant a test lease: %w", err)
+	}
+	c.Revoke(context.WithoutCancel(ctx), g.ID)
+	if g.TTL > 1 {
+		r.add("minimum lease TTL", Info, fmt.Sprintf("%ds: etcd raises shorter TTLs to this; tenure's leases report the TTL really granted, and short TTLs last this long", g.TTL), "")
+	} else {
+		r.add("minimum lease TTL", OK, "1s", "")
+	}
+	return nil
+}
