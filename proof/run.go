@@ -193,7 +193,15 @@ type runInfo struct {
 
 var workloads []*workload
 
-func register(w *workload) { workloads = append(workloads, w) }
+// order is the order in which workloads run and are listed.
+var order = []string{"lease-counter", "idempotency", "schedule", "session", "ratelimit"}
+
+func register(w *workload) {
+	workloads = append(workloads, w)
+	slices.SortStableFunc(workloads, func(a, b *workload) int {
+		return slices.Index(order, a.name) - slices.Index(order, b.name)
+	})
+}
 
 func lookup(name string) *workload {
 	for _, w := range workloads {
