@@ -2,8 +2,12 @@ package redisstore
 
 import (
 	"context"
+	"crypto/sha1"
+	"encoding/hex"
 	"errors"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -262,3 +266,33 @@ func TestFenceRetentionBounds(t *testing.T) {
 type stubClient struct{ rueidis.Client }
 
 func (stubClient) Mode() rueidis.ClientMode { return rueidis.ClientModeStandalone }
+
+// The server check loads every script of every view, on either client, so
+// that a view's first call after a restart is one EVALSHA (and a first call
+// whose reply is lost still applied: an unanswered NOSCRIPT would have
+// left the request unsent).
+func TestCheckLoadsEveryScript(t *testing.T) { eachForm(t, testCheckLoadsEveryScript) }
+
+func testCheckLoadsEveryScript(t *testing.T, open func(t *testing.T, addr string, o *Options) *Store) {
+	ctx := context.Background()
+	srv := testenv.Redis(t, nil)
+	c := srv.Client(t)
+	if err := open(t, srv.Addr(), nil).Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	files, err := os.ReadDir("lua")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("lua/: %v", err)
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(filepath.Join("lua", f.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum := sha1.Sum(b)
+		ok, err := c.Do(ctx, c.B().ScriptExists().Sha1(hex.EncodeToString(sum[:])).Build()).AsIntSlice()
+		if err != nil || len(ok) != 1 || ok[0] != 1 {
+			t.Errorf("%s not loaded by Check: %v, %v", f.Name(), ok, err)
+		}
+	}
+}

@@ -231,7 +231,13 @@ var (
 	//go:embed lua/holderset.lua
 	holderSetSrc string
 
-	scriptSources = []string{acquireSrc, renewSrc, releaseSrc, inspectSrc, fencedSetSrc, holderSetSrc}
+	// scriptSources are the scripts the server check loads on every node:
+	// every script of every view.
+	scriptSources = []string{acquireSrc, renewSrc, releaseSrc, inspectSrc, fencedSetSrc, holderSetSrc,
+		idemBeginSrc, idemRenewSrc, idemCompleteSrc, idemReleaseSrc, idemInspectSrc,
+		sessionCreateSrc, sessionLoadSrc, sessionSaveSrc, sessionRotateSrc, sessionDeleteSrc,
+		sessionRevokeBeginSrc, sessionDelUserSrc, sessionListSrc,
+		schedBeginSrc, schedFinishSrc, schedMarkSrc, schedCompleteSrc}
 
 	acquireScript   = rclient.NewScript(acquireSrc)
 	renewScript     = rclient.NewScript(renewSrc)

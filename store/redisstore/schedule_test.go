@@ -17,12 +17,23 @@ import (
 // business counter is a slot value added to in the fenced completion; other
 // nodes get clients of their own.
 func schedTarget(t *testing.T, newClient func(t *testing.T) rueidis.Client) scheduletest.Target {
+	return schedTargetOn(t, func(t *testing.T, o *redisstore.Options) *redisstore.Store {
+		return redisstore.New(newClient(t), o)
+	})
+}
+
+// schedTargetOn is schedTarget on stores made by open, each on a client of
+// its own.
+func schedTargetOn(t *testing.T, open func(t *testing.T, o *redisstore.Options) *redisstore.Store) scheduletest.Target {
 	prefix := "sched:" + uniq(t, "") + ":"
 	o := &redisstore.Options{Prefix: prefix}
-	s := checked(t, newClient(t), o)
+	s := open(t, o)
+	if err := s.Check(ctxT(t)); err != nil {
+		t.Fatalf("Check: %v", err)
+	}
 	return scheduletest.Target{
 		Store: s.Schedules(),
-		Node:  func(t *testing.T) schedule.Store { return redisstore.New(newClient(t), o).Schedules() },
+		Node:  func(t *testing.T) schedule.Store { return open(t, o).Schedules() },
 		Complete: func(ctx context.Context, slot *schedule.Slot) error {
 			return s.CompleteSlot(ctx, slot, redisstore.AddSlotValue("count", 1))
 		},
