@@ -152,3 +152,38 @@ func TestTelemetryOffWithNoopProviders(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// BenchmarkLeaseCycle measures TryAcquire and Release on memstore with
+// instrumentation off (no-op providers), with the global providers and no
+// SDK installed (the default for a service without OpenTelemetry), and
+// with the SDK collecting metrics (and spans).
+func BenchmarkLeaseCycle(b *testing.B) {
+	tl := obstest.New()
+	for _, c := range []struct {
+		name string
+		o    *lease.Options
+	}{
+		{"off", &lease.Options{MeterProvider: metricnoop.NewMeterProvider(), TracerProvider: tracenoop.NewTracerProvider()}},
+		{"global-noop", nil},
+		{"sdk-metrics-only", &lease.Options{MeterProvider: tl.Meter, TracerProvider: tracenoop.NewTracerProvider()}},
+		{"sdk", &lease.Options{MeterProvider: tl.Meter, TracerProvider: tl.Tracer}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			lk, err := lease.New(memstore.New(nil).Leases(), c.o)
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				l, err := lk.TryAcquire(ctx, "k", time.Minute)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := l.Release(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
