@@ -8,6 +8,7 @@ import (
 	"math"
 
 	"github.com/tenurekit/tenure/fence"
+	"github.com/tenurekit/tenure/internal/obs"
 	"github.com/tenurekit/tenure/lease"
 )
 
@@ -63,6 +64,7 @@ func (s *Store) admit(ctx context.Context, tx *sql.Tx, resource string, f uint64
 	if err := tx.QueryRowContext(ctx, s.q.fenceOf, resource).Scan(&cur); err != nil {
 		return txError("admit", resource, err)
 	}
+	obs.GuardRefused(ctx, "sqlitestore", obs.GuardAdmit)
 	return &fence.StaleError{Resource: resource, Fence: f, Current: uint64(cur)}
 }
 
@@ -90,6 +92,7 @@ func (s *Store) CheckHolder(ctx context.Context, tx *sql.Tx, l *lease.Lease) err
 	}
 	key := l.Key()
 	if l.Fence() == 0 || l.Fence() > math.MaxInt64 {
+		obs.GuardRefused(ctx, "sqlitestore", obs.GuardCheckHolder)
 		return fmt.Errorf("%w: sqlitestore: %q: the lease's fence %d was never granted here", lease.ErrNotHeld, key, l.Fence())
 	}
 	if _, err := tx.ExecContext(ctx, s.q.lock); err != nil {
@@ -98,6 +101,7 @@ func (s *Store) CheckHolder(ctx context.Context, tx *sql.Tx, l *lease.Lease) err
 	var one int
 	err := tx.QueryRowContext(ctx, s.q.holder, key, l.Token(), int64(l.Fence()), s.nowUS()).Scan(&one)
 	if errors.Is(err, sql.ErrNoRows) {
+		obs.GuardRefused(ctx, "sqlitestore", obs.GuardCheckHolder)
 		return fmt.Errorf("%w: sqlitestore: %q is not held by the lease with fence %d", lease.ErrNotHeld, key, l.Fence())
 	}
 	if err != nil {
