@@ -41,7 +41,9 @@ func TestTelemetryCountsRequests(t *testing.T) {
 	}
 	// A final error is recorded: executed, then replayed.
 	final := idempotency.Request{Scope: "s", Key: "k3"}
-	fnFinal := func(context.Context, *idempotency.Claim) ([]byte, error) { return nil, idempotency.Final(errors.New("declined")) }
+	fnFinal := func(context.Context, *idempotency.Claim) ([]byte, error) {
+		return nil, idempotency.Final(errors.New("declined"))
+	}
 	for range 2 {
 		if _, err := k.Do(ctx, final, fnFinal); !idempotency.Recorded(err) {
 			t.Fatalf("final: %v", err)
