@@ -1,0 +1,402 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tenurekit/tenure/idempotency"
+	"github.com/tenurekit/tenure/internal/storeopen"
+	"github.com/tenurekit/tenure/internal/storeurl"
+	"github.com/tenurekit/tenure/lease"
+	"github.com/tenurekit/tenure/ratelimit"
+	"github.com/tenurekit/tenure/session"
+)
+
+// storeHelp is the --store part of every operator command's help.
+const storeHelp = `--store selects the store (the same URLs as tenure lab):
+  (none)                the embedded default: tenure.db in --data-dir
+  sqlite:PATH           a SQLite file
+  redis://HOST:PORT     Redis or Redis Cluster (--prefix, default "tenure:")
+  postgres://…          PostgreSQL (--schema, default "tenure")
+  etcd://HOST:PORT[,…]  etcd (leases only; --prefix, default "tenure/")
+  memory                an empty in-process store (for trying the commands)
+The commands never create a database, a schema or a file.
+
+Exit status: 0 on success, 1 when what was asked for does not exist, 2 on bad
+input or a store that cannot be reached.`
+
+// opsFlags are the flags every operator command shares.
+type opsFlags struct {
+	store, dataDir, schema, prefix string
+	json                           bool
+	timeout                        time.Duration
+}
+
+func (f *opsFlags) add(cmd *cobra.Command) {
+	p := cmd.PersistentFlags()
+	p.StringVar(&f.store, "store", "", "store URL (default: the embedded SQLite file in --data-dir)")
+	p.StringVar(&f.dataDir, "data-dir", storeopen.DefaultDataDir(), "directory of the embedded default's tenure.db")
+	p.StringVar(&f.schema, "schema", "tenure", "PostgreSQL schema of tenure's tables")
+	p.StringVar(&f.prefix, "prefix", "", "Redis or etcd key prefix (default: the store's own)")
+	p.BoolVar(&f.json, "json", false, "print JSON instead of a table")
+	p.DurationVar(&f.timeout, "timeout", 30*time.Second, "give up after this long")
+}
+
+// with opens the store, runs fn with it, and maps errors to exit statuses.
+func (f *opsFlags) with(cmd *cobra.Command, fn func(ctx context.Context, s *storeopen.Stores) error) error {
+	spec, err := storeurl.Parse(f.store)
+	if err != nil {
+		return exitErr{code: 2, err: err}
+	}
+	if f.timeout <= 0 {
+		return exitErr{code: 2, err: fmt.Errorf("--timeout must be positive, got %v", f.timeout)}
+	}
+	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, f.timeout)
+	defer cancel()
+	s, err := storeopen.Open(ctx, spec, &storeopen.Options{DataDir: f.dataDir, Schema: f.schema, Prefix: f.prefix})
+	if err != nil {
+		return exitErr{code: 2, err: err}
+	}
+	defer s.Close()
+	if err := fn(ctx, s); err != nil {
+		var e exitErr
+		if errors.As(err, &e) {
+			return err
+		}
+		return exitErr{code: 2, err: err}
+	}
+	return nil
+}
+
+// emit prints v as indented JSON or, without --json, calls table.
+func (f *opsFlags) emit(w io.Writer, v any, table func(tw *tabwriter.Writer)) error {
+	if f.json {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(v)
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	table(tw)
+	return tw.Flush()
+}
+
+// notFound is exit status 1: what was asked for does not exist.
+func notFound(format string, a ...any) error {
+	return exitErr{code: 1, err: fmt.Errorf(format, a...)}
+}
+
+func ago(now, t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339) + " (" + now.Sub(t).Round(time.Second).String() + " ago)"
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func newLeaseCmd() *cobra.Command {
+	var f opsFlags
+	cmd := &cobra.Command{
+		Use:   "lease",
+		Short: "Inspect leases: who holds a key, with which fence, for how long",
+		Long:  "Inspect leases on a store.\n\n" + storeHelp,
+	}
+	f.add(cmd)
+	cmd.AddCommand(&cobra.Command{
+		Use:   "inspect KEY",
+		Short: "Show whether KEY is held, its fence and the holder's remaining time",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := lease.ValidateKey(args[0]); err != nil {
+				return exitErr{code: 2, err: err}
+			}
+			return f.with(cmd, func(ctx context.Context, s *storeopen.Stores) error {
+				info, err := s.Leases.Inspect(ctx, args[0])
+				if err != nil {
+					return err
+				}
+				return f.emit(cmd.OutOrStdout(), info, func(tw *tabwriter.Writer) {
+					fmt.Fprintf(tw, "KEY\tHELD\tFENCE\tTTL\n")
+					ttl := "-"
+					if info.Held {
+						ttl = info.TTL.Round(time.Millisecond).String()
+					}
+					fmt.Fprintf(tw, "%s\t%v\t%d\t%s\n", info.Key, info.Held, info.Fence, ttl)
+				})
+			})
+		},
+	})
+	return cmd
+}
+
+func newSessionCmd() *cobra.Command {
+	var f opsFlags
+	cmd := &cobra.Command{
+		Use:   "session",
+		Short: "List a user's sessions and end them all",
+		Long:  "Inspect and revoke sessions on a store. Tokens are never shown: a session is named by its ID, the SHA-256 of its token.\n\n" + storeHelp,
+	}
+	f.add(cmd)
+	cmd.AddCommand(&cobra.Command{
+		Use:   "list USER",
+		Short: "List USER's live sessions (IDs, versions, deadlines; never tokens or values)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := session.ValidateUserID(args[0]); err != nil {
+				return exitErr{code: 2, err: err}
+			}
+			return f.with(cmd, func(ctx context.Context, s *storeopen.Stores) error {
+				st, err := storeopen.Need(s, s.Sessions, "sessions")
+				if err != nil {
+					return err
+				}
+				recs, err := st.List(ctx, args[0])
+				if err != nil {
+					return err
+				}
+				if recs == nil {
+					recs = []session.Record{}
+				}
+				now := time.Now()
+				return f.emit(cmd.OutOrStdout(), recs, func(tw *tabwriter.Writer) {
+					fmt.Fprintf(tw, "ID\tVERSION\tCREATED\tIDLE UNTIL\tABSOLUTE UNTIL\n")
+					for _, r := range recs {
+						fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", r.ID.Short(), r.Version, ago(now, r.Created),
+							r.IdleUntil.UTC().Format(time.RFC3339), r.AbsoluteUntil.UTC().Format(time.RFC3339))
+					}
+					fmt.Fprintf(tw, "%d live sessions of %s\n", len(recs), args[0])
+				})
+			})
+		},
+	})
+	cmd.AddCommand(&cobra.Command{
+		Use:   "revoke-user USER",
+		Short: "End every session of USER at once (sessions created concurrently included)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := session.ValidateUserID(args[0]); err != nil {
+				return exitErr{code: 2, err: err}
+			}
+			return f.with(cmd, func(ctx context.Context, s *storeopen.Stores) error {
+				st, err := storeopen.Need(s, s.Sessions, "sessions")
+				if err != nil {
+					return err
+				}
+				n, err := st.DeleteUser(ctx, args[0])
+				if err != nil {
+					return err
+				}
+				out := struct {
+					User    string `json:"user"`
+					Revoked int    `json:"revoked"`
+				}{args[0], n}
+				return f.emit(cmd.OutOrStdout(), out, func(tw *tabwriter.Writer) {
+					fmt.Fprintf(tw, "revoked %d sessions of %s\n", n, args[0])
+				})
+			})
+		},
+	})
+	return cmd
+}
+
+func newScheduleCmd() *cobra.Command {
+	var (
+		f     opsFlags
+		since time.Duration
+		limit int
+	)
+	cmd := &cobra.Command{
+		Use:   "schedule",
+		Short: "Show what happened to a job's slots",
+		Long:  "Inspect scheduled jobs on a store.\n\n" + storeHelp,
+	}
+	f.add(cmd)
+	history := &cobra.Command{
+		Use:   "history JOB",
+		Short: "List JOB's slots since --since: state, node, attempts, fence, times, error",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if since <= 0 {
+				return exitErr{code: 2, err: fmt.Errorf("--since must be positive, got %v", since)}
+			}
+			if limit <= 0 {
+				return exitErr{code: 2, err: fmt.Errorf("--limit must be positive, got %d", limit)}
+			}
+			return f.with(cmd, func(ctx context.Context, s *storeopen.Stores) error {
+				st, err := storeopen.Need(s, s.Schedules, "scheduled jobs")
+				if err != nil {
+					return err
+				}
+				now, err := st.Now(ctx)
+				if err != nil {
+					return err
+				}
+				recs, err := st.Slots(ctx, args[0], now.Add(-since), now.Add(time.Minute), limit)
+				if err != nil {
+					return err
+				}
+				if f.json {
+					return f.emit(cmd.OutOrStdout(), recs, nil)
+				}
+				return f.emit(cmd.OutOrStdout(), recs, func(tw *tabwriter.Writer) {
+					fmt.Fprintf(tw, "SLOT\tSTATE\tNODE\tATTEMPTS\tFENCE\tSTARTED\tFINISHED\tERROR\n")
+					for _, r := range recs {
+						fin := "-"
+						if !r.Finished.IsZero() {
+							fin = r.Finished.Sub(r.Started).Round(time.Millisecond).String() + " later"
+						}
+						fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", r.SlotTime.UTC().Format(time.RFC3339), r.State,
+							orDash(r.Node), r.Attempts, r.Fence, ago(now, r.Started), fin, orDash(r.Error))
+					}
+					fmt.Fprintf(tw, "%d slots of %s in the last %v\n", len(recs), args[0], since)
+				})
+			})
+		},
+	}
+	history.Flags().DurationVar(&since, "since", 24*time.Hour, "how far back to look")
+	history.Flags().IntVar(&limit, "limit", 500, "at most this many slots")
+	cmd.AddCommand(history)
+	return cmd
+}
+
+func newLimitCmd() *cobra.Command {
+	var (
+		f         opsFlags
+		algorithm string
+		rate      int
+		period    time.Duration
+		burst     int
+	)
+	cmd := &cobra.Command{
+		Use:   "limit",
+		Short: "Show a rate limit's current state for a key",
+		Long:  "Inspect rate limits on a store.\n\n" + storeHelp,
+	}
+	f.add(cmd)
+	show := &cobra.Command{
+		Use:   "show NAME KEY",
+		Short: "Show what limit NAME would decide for KEY now, without using any of it",
+		Long: `Shows what the limit named NAME (with the algorithm, rate, period and burst
+your service configures it with: a limit's state is kept per name, algorithm
+and key) would decide for one more request from KEY right now: allowed or not,
+what remains, when it is fully available again. Nothing is consumed.`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var alg ratelimit.Algorithm
+			if err := alg.UnmarshalText([]byte(algorithm)); err != nil {
+				return exitErr{code: 2, err: err}
+			}
+			return f.with(cmd, func(ctx context.Context, s *storeopen.Stores) error {
+				st, err := storeopen.Need(s, s.Limits, "rate limits")
+				if err != nil {
+					return err
+				}
+				l, err := ratelimit.New(st, alg, ratelimit.Limit{Name: args[0], Rate: rate, Period: period, Burst: burst})
+				if err != nil {
+					return exitErr{code: 2, err: err}
+				}
+				d, err := l.Peek(ctx, args[1], 1)
+				if err != nil {
+					return err
+				}
+				return f.emit(cmd.OutOrStdout(), d, func(tw *tabwriter.Writer) {
+					fmt.Fprintf(tw, "LIMIT\tKEY\tNEXT REQUEST\tREMAINING\tRETRY AFTER\tFULL AGAIN IN\n")
+					next := "allowed"
+					if !d.Allowed {
+						next = "denied"
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%d of %d\t%s\t%s\n", d.Limit.Name, args[1], next, d.Remaining,
+						max(d.Limit.Burst, d.Limit.Rate), orDash(durOrEmpty(d.RetryAfter)), orDash(durOrEmpty(d.ResetAfter)))
+				})
+			})
+		},
+	}
+	show.Flags().StringVar(&algorithm, "algorithm", "gcra", "gcra, fixed-window, sliding-log or sliding-window")
+	show.Flags().IntVar(&rate, "rate", 0, "requests per period, as the service configures the limit (required)")
+	show.Flags().DurationVar(&period, "period", 0, "the limit's period, e.g. 1m (required)")
+	show.Flags().IntVar(&burst, "burst", 0, "GCRA burst (default: the rate)")
+	show.MarkFlagRequired("rate")
+	show.MarkFlagRequired("period")
+	cmd.AddCommand(show)
+	return cmd
+}
+
+func durOrEmpty(d time.Duration) string {
+	if d == 0 {
+		return ""
+	}
+	return d.Round(time.Millisecond).String()
+}
+
+func newIdempotencyCmd() *cobra.Command {
+	var f opsFlags
+	cmd := &cobra.Command{
+		Use:   "idempotency",
+		Short: "Inspect idempotency records",
+		Long:  "Inspect idempotency records on a store.\n\n" + storeHelp,
+	}
+	f.add(cmd)
+	cmd.AddCommand(&cobra.Command{
+		Use:   "show SCOPE KEY",
+		Short: "Show the record of KEY in SCOPE: claimed, completed or unknown; fence; what remains of its retention",
+		Long: `Shows the record of KEY in SCOPE. The HTTP middleware's scopes look like
+"5:alice POST /orders" (the principal's length, the principal, the route);
+the recorded value is shown by size only.`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id := idempotency.ID{Scope: args[0], Key: args[1]}
+			if err := idempotency.ValidateID(id); err != nil {
+				return exitErr{code: 2, err: err}
+			}
+			return f.with(cmd, func(ctx context.Context, s *storeopen.Stores) error {
+				st, err := storeopen.Need(s, s.Idempotency, "idempotency records")
+				if err != nil {
+					return err
+				}
+				r, err := st.Inspect(ctx, id)
+				if err != nil {
+					return err
+				}
+				if !r.Exists {
+					if f.json {
+						f.emit(cmd.OutOrStdout(), r, nil)
+					}
+					return notFound("no record of key %q in scope %q (never written, released, or past its retention)", id.Key, id.Scope)
+				}
+				return f.emit(cmd.OutOrStdout(), r, func(tw *tabwriter.Writer) {
+					state := "in progress"
+					switch {
+					case r.Completed && r.Outcome.Failed:
+						state = "completed with a final error: " + r.Outcome.Message
+					case r.Completed:
+						state = "completed (" + strconv.Itoa(len(r.Outcome.Value)) + " bytes recorded)"
+					case r.ClaimTTL == 0:
+						state = "outcome unknown: the claim ended without a result"
+					}
+					fmt.Fprintf(tw, "SCOPE\tKEY\tSTATE\tFENCE\tCLAIM TTL\tRETAINED FOR\n")
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", strings.ReplaceAll(r.Scope, "\t", " "), r.Key, state, r.Fence,
+						orDash(durOrEmpty(r.ClaimTTL)), orDash(durOrEmpty(r.Expires)))
+				})
+			})
+		},
+	})
+	return cmd
+}

@@ -1,0 +1,189 @@
+// Package storeopen opens the store a --store value names with the
+// defaults a service uses (PostgreSQL schema "tenure", Redis prefix
+// "tenure:", etcd prefix "tenure/", the embedded SQLite file in the data
+// directory), for tenure's operator commands. It never creates a database
+// or a schema: a command that only reads must not change what it reads.
+package storeopen
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/rueidis"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/tenurekit/tenure/idempotency"
+	"github.com/tenurekit/tenure/internal/storeurl"
+	"github.com/tenurekit/tenure/lease"
+	"github.com/tenurekit/tenure/ratelimit"
+	"github.com/tenurekit/tenure/schedule"
+	"github.com/tenurekit/tenure/session"
+	"github.com/tenurekit/tenure/store/etcdstore"
+	"github.com/tenurekit/tenure/store/memstore"
+	"github.com/tenurekit/tenure/store/pgstore"
+	"github.com/tenurekit/tenure/store/redisstore"
+	"github.com/tenurekit/tenure/store/sqlitestore"
+)
+
+// ErrNotSupported reports a primitive the store does not keep.
+var ErrNotSupported = errors.New("the store does not keep this primitive")
+
+// ErrNoData reports an embedded or SQLite store whose file does not exist.
+var ErrNoData = errors.New("no tenure data")
+
+// Options say where a service keeps its state. Nil means the defaults.
+type Options struct {
+	// DataDir holds the embedded default's SQLite file, tenure.db.
+	// Default DefaultDataDir().
+	DataDir string
+	// Schema is the PostgreSQL schema. Default "tenure".
+	Schema string
+	// Prefix is the Redis or etcd key prefix. Default the store's own
+	// ("tenure:" on Redis, "tenure/" on etcd).
+	Prefix string
+}
+
+// DefaultDataDir is where the embedded default keeps its file:
+// $XDG_DATA_HOME/tenure, else ~/.local/share/tenure, else ./tenure-data.
+func DefaultDataDir() string {
+	if d := os.Getenv("XDG_DATA_HOME"); d != "" {
+		return filepath.Join(d, "tenure")
+	}
+	if h, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(h, ".local", "share", "tenure")
+	}
+	return "tenure-data"
+}
+
+// EmbeddedFile is the embedded default's SQLite file in dir.
+func EmbeddedFile(dir string) string { return filepath.Join(dir, "tenure.db") }
+
+// Stores are the views of one opened store; a nil view is a primitive the
+// store does not keep.
+type Stores struct {
+	Kind   storeurl.Kind
+	Target string
+
+	Leases      lease.Store
+	Idempotency idempotency.Store
+	Sessions    session.Store
+	Limits      ratelimit.Store
+	Schedules   schedule.Store
+
+	// The store itself, for what only it offers: exactly one is set.
+	Mem    *memstore.Store
+	SQLite *sqlitestore.Store
+	PG     *pgstore.Store
+	Redis  *redisstore.Store
+	Etcd   *etcdstore.Store
+
+	closers []func()
+}
+
+// Close releases the connections.
+func (s *Stores) Close() {
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		s.closers[i]()
+	}
+	s.closers = nil
+}
+
+// Open opens the store spec names.
+func Open(ctx context.Context, spec storeurl.Spec, o *Options) (*Stores, error) {
+	var opt Options
+	if o != nil {
+		opt = *o
+	}
+	if opt.DataDir == "" {
+		opt.DataDir = DefaultDataDir()
+	}
+	if opt.Schema == "" {
+		opt.Schema = "tenure"
+	}
+	s := &Stores{Kind: spec.Kind, Target: spec.Redacted()}
+	switch spec.Kind {
+	case storeurl.Memory:
+		m := memstore.New(nil)
+		s.Mem = m
+		s.Leases, s.Idempotency, s.Sessions, s.Limits, s.Schedules = m.Leases(), m.Idempotency(), m.Sessions(), m.Limits(), m.Schedules()
+	case storeurl.Embedded, storeurl.SQLite:
+		path := spec.Path
+		if spec.Kind == storeurl.Embedded {
+			path = EmbeddedFile(opt.DataDir)
+			s.Target = "sqlite:" + path
+		}
+		if _, err := os.Stat(path); err != nil {
+			return nil, fmt.Errorf("%w at %s: %v", ErrNoData, path, err)
+		}
+		db, err := sqlitestore.Open(ctx, path, nil)
+		if err != nil {
+			return nil, err
+		}
+		s.SQLite = db
+		s.closers = append(s.closers, func() { db.Close() })
+		s.Leases, s.Idempotency, s.Sessions, s.Limits, s.Schedules = db.Leases(), db.Idempotency(), db.Sessions(), db.Limits(), db.Schedules()
+	case storeurl.Postgres:
+		pool, err := pgxpool.New(ctx, spec.URL)
+		if err != nil {
+			return nil, fmt.Errorf("postgres %s: %w", spec.Redacted(), err)
+		}
+		if err := pool.Ping(ctx); err != nil {
+			pool.Close()
+			return nil, fmt.Errorf("postgres %s: %w", spec.Redacted(), err)
+		}
+		var exists bool
+		if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM information_schema.schemata WHERE schema_name = $1)`, opt.Schema).Scan(&exists); err != nil {
+			pool.Close()
+			return nil, fmt.Errorf("postgres %s: %w", spec.Redacted(), err)
+		}
+		if !exists {
+			pool.Close()
+			return nil, fmt.Errorf("%w: postgres %s has no schema %q (migrate it first, or name the schema your service uses)", ErrNoData, spec.Redacted(), opt.Schema)
+		}
+		db := pgstore.New(pool, &pgstore.Options{Schema: opt.Schema})
+		s.PG = db
+		s.closers = append(s.closers, pool.Close)
+		s.Leases, s.Idempotency, s.Sessions, s.Limits, s.Schedules = db.Leases(), db.Idempotency(), db.Sessions(), db.Limits(), db.Schedules()
+	case storeurl.Redis:
+		ro, err := rueidis.ParseURL(spec.URL)
+		if err != nil {
+			return nil, fmt.Errorf("redis %s: the URL does not parse", spec.Redacted())
+		}
+		ro.DisableRetry = true
+		c, err := rueidis.NewClient(ro)
+		if err != nil {
+			return nil, fmt.Errorf("redis %s: %w", spec.Redacted(), err)
+		}
+		db := redisstore.New(c, &redisstore.Options{Prefix: opt.Prefix, AllowEviction: true})
+		s.Redis = db
+		s.closers = append(s.closers, c.Close)
+		s.Leases, s.Idempotency, s.Sessions, s.Limits, s.Schedules = db.Leases(), db.Idempotency(), db.Sessions(), db.Limits(), db.Schedules()
+	case storeurl.Etcd:
+		c, err := clientv3.New(clientv3.Config{Endpoints: spec.Endpoints, DialTimeout: 5 * time.Second, Context: ctx})
+		if err != nil {
+			return nil, fmt.Errorf("etcd %s: %w", spec.Redacted(), err)
+		}
+		db := etcdstore.New(c, &etcdstore.Options{Prefix: opt.Prefix})
+		s.Etcd = db
+		s.closers = append(s.closers, func() { c.Close() })
+		s.Leases = db.Leases()
+	default:
+		return nil, fmt.Errorf("%w: %s", storeurl.ErrInvalid, spec.Kind)
+	}
+	return s, nil
+}
+
+// Need returns view, or an error naming the primitive when the store does
+// not keep it.
+func Need[T comparable](s *Stores, view T, primitive string) (T, error) {
+	var zero T
+	if view == zero {
+		return zero, fmt.Errorf("%w: %s on %s", ErrNotSupported, primitive, s.Kind)
+	}
+	return view, nil
+}
