@@ -2,9 +2,9 @@ package redisstore_test
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
-	"crypto/rand"
 	"net"
 	"testing"
 	"time"
@@ -247,4 +247,3 @@ func TestGoRedisRingRefused(t *testing.T) {
 		t.Fatalf("Acquire on a Ring: %v, want ErrInvalid", err)
 	}
 }
-
