@@ -3,7 +3,11 @@ package memstore
 import (
 	"container/heap"
 	"context"
+	"hash/maphash"
+	"math"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tenurekit/tenure/ratelimit"
@@ -14,48 +18,89 @@ import (
 // map, judged on the store's clock. Expired state counts as absent; it is
 // reused by its key's next decision, or deleted once it expired more than
 // a second ago: every write also looks at up to four of the entries that
-// expire soonest, so expired state is released at least as fast as new
+// expire soonest in the key's part of the map and four in another part
+// (taken in turn), so expired state is released at least as fast as new
 // keys create it.
+//
+// The map is split into parts (up to 64, each with its own lock, chosen
+// by a hash of the caller's key), so that decisions on different keys
+// rarely wait for each other; a decision that checks several limits
+// together locks every part its keys fall in, so it is still one atomic
+// step.
 //
 // The view holds at most Options.LimitKeys entries (one per key and limit;
 // default DefaultLimitKeys). When it is full, a decision that would create
-// an entry first deletes the entry that expires soonest if that one has
-// expired; if none has, the decision is refused as if the limit were used
-// up: Allowed false, Remaining 0, and RetryAfter until the soonest entry
-// expires (a permit is not granted, with the same RetryAfter). Keys that
-// already hold state are never refused for want of room, so a full store
-// never admits more than a limit allows.
+// an entry first deletes entries that have expired, the soonest first; if
+// none has, the decision is refused as if the limit were used up: Allowed
+// false, Remaining 0, and RetryAfter until the soonest entry expires (a
+// permit is not granted, with the same RetryAfter). Keys that already hold
+// state are never refused for want of room, so a full store never admits
+// more than a limit allows.
 func (s *Store) Limits() ratelimit.Store {
-	return s.view("ratelimit", func() any {
-		return &limits{s: s, m: map[string]*slot{}, max: s.limitKeys}
-	}).(*limits)
+	return s.view("ratelimit", func() any { return newLimits(s) }).(*limits)
 }
 
 // DefaultLimitKeys is the default of Options.LimitKeys.
 const DefaultLimitKeys = 1 << 20
 
-// sweepOps is how many of the soonest-expiring entries a write looks at;
-// state is deleted once it expired sweepGrace ago; roomOps bounds how many
-// entries a decision that needs room looks at.
+// sweepOps is how many of the soonest-expiring entries a write looks at
+// (in its own part and in one other); state is deleted once it expired
+// sweepGrace ago; roomOps bounds how many entries of one part a decision
+// that needs room looks at.
 const (
 	sweepOps   = 4
 	sweepGrace = int64(time.Second / time.Microsecond)
 	roomOps    = 16
 )
 
+// maxShards is the most parts the map is split into; a part is made for
+// every shardKeys entries of Options.LimitKeys (so small stores have one).
+const (
+	maxShards = 64
+	shardKeys = 4096
+)
+
 type limits struct {
-	s   *Store
-	mu  sync.Mutex
-	m   map[string]*slot // by the caller's key: the limits holding state for it
-	h   expiryHeap       // every slot, soonest expiry first
-	max int
+	s      *Store
+	max    int64
+	n      atomic.Int64 // entries held (and reserved) in all shards
+	seed   maphash.Seed
+	mask   uint64
+	shards []shard
+	turn   atomic.Uint32 // the next shard a write sweeps besides its own
 }
 
-// slot is the state of one limit for one caller's key; the slots of a key
+// shard is one part of the map, under its own lock.
+type shard struct {
+	mu sync.Mutex
+	m  map[uint64]*slot // by the hash of the caller's key: the limits holding state for keys with that hash
+	h  expiryHeap       // the shard's slots, soonest expiry first
+	// top is h[0].at (math.MaxInt64 when h is empty) as of the shard's
+	// last write: a hint that lets other shards' writes skip sweeping it
+	// without taking its lock.
+	top atomic.Int64
+	_   [64]byte // keeps shards' locks on their own cache lines
+}
+
+func newLimits(s *Store) *limits {
+	n := 1
+	for n < maxShards && n*shardKeys*2 <= s.limitKeys {
+		n *= 2
+	}
+	l := &limits{s: s, max: int64(s.limitKeys), seed: maphash.MakeSeed(), mask: uint64(n - 1), shards: make([]shard, n)}
+	for i := range l.shards {
+		l.shards[i].m = map[uint64]*slot{}
+		l.shards[i].top.Store(math.MaxInt64)
+	}
+	return l
+}
+
+// slot is the state of one limit for one caller's key; the slots of a hash
 // form a list (a key is usually under one or two limits), so a lookup
-// hashes only the key.
+// hashes only the key, once.
 type slot struct {
 	key, group, name, kind string
+	hash                   uint64
 	st                     *ratelimit.State
 	next                   *slot
 	// at is the slot's place in h: at most st.Expires (it is brought up to
@@ -86,10 +131,16 @@ func (h *expiryHeap) Pop() any {
 	return sl
 }
 
-// find returns k's slot (nil if none).
-func (l *limits) find(k ratelimit.StateKey) *slot {
-	for sl := l.m[k.Key]; sl != nil; sl = sl.next {
-		if sl.name == k.Name && sl.kind == k.Kind && sl.group == k.Group {
+// hash returns the hash of the caller's key.
+func (l *limits) hash(key string) uint64 { return maphash.String(l.seed, key) }
+
+// shardOf returns the shard of a key's hash.
+func (l *limits) shardOf(h uint64) *shard { return &l.shards[h&l.mask] }
+
+// find returns k's slot (nil if none); h is the hash of k.Key.
+func (sh *shard) find(k *ratelimit.StateKey, h uint64) *slot {
+	for sl := sh.m[h]; sl != nil; sl = sl.next {
+		if sl.key == k.Key && sl.name == k.Name && sl.kind == k.Kind && sl.group == k.Group {
 			return sl
 		}
 	}
@@ -97,8 +148,8 @@ func (l *limits) find(k ratelimit.StateKey) *slot {
 }
 
 // get returns the live state of k (nil if none).
-func (l *limits) get(k ratelimit.StateKey, now int64) *ratelimit.State {
-	if sl := l.find(k); sl != nil && sl.st.Expires > now {
+func (sh *shard) get(k *ratelimit.StateKey, h uint64, now int64) *ratelimit.State {
+	if sl := sh.find(k, h); sl != nil && sl.st.Expires > now {
 		return sl.st
 	}
 	return nil
@@ -106,39 +157,41 @@ func (l *limits) get(k ratelimit.StateKey, now int64) *ratelimit.State {
 
 // stored keeps sl's place in the heap at most its state's expiry, after
 // its state changed.
-func (l *limits) stored(sl *slot) {
+func (sh *shard) stored(sl *slot) {
 	if sl.st.Expires < sl.at {
 		sl.at = sl.st.Expires
-		heap.Fix(&l.h, sl.idx)
+		heap.Fix(&sh.h, sl.idx)
 	}
 }
 
-// set stores st under k (deletes k's slot when st is nil).
-func (l *limits) set(k ratelimit.StateKey, st *ratelimit.State) {
-	if sl := l.find(k); sl != nil {
+// set stores st under k (deletes k's slot when st is nil). A new slot
+// takes one entry that the caller reserved (see reserve); l.n counts it
+// already.
+func (l *limits) set(sh *shard, k *ratelimit.StateKey, h uint64, st *ratelimit.State) {
+	if sl := sh.find(k, h); sl != nil {
 		if st == nil {
-			l.remove(sl)
+			l.remove(sh, sl)
 		} else {
 			sl.st = st
-			l.stored(sl)
+			sh.stored(sl)
 		}
 		return
 	}
 	if st != nil {
-		sl := &slot{key: k.Key, group: k.Group, name: k.Name, kind: k.Kind, st: st, next: l.m[k.Key], at: st.Expires}
-		l.m[k.Key] = sl
-		heap.Push(&l.h, sl)
+		sl := &slot{key: k.Key, group: k.Group, name: k.Name, kind: k.Kind, hash: h, st: st, next: sh.m[h], at: st.Expires}
+		sh.m[h] = sl
+		heap.Push(&sh.h, sl)
 	}
 }
 
-// remove deletes sl from its key's list and from the heap.
-func (l *limits) remove(sl *slot) {
-	head := l.m[sl.key]
+// remove deletes sl from its hash's list and from the heap.
+func (l *limits) remove(sh *shard, sl *slot) {
+	head := sh.m[sl.hash]
 	if head == sl {
 		if sl.next == nil {
-			delete(l.m, sl.key)
+			delete(sh.m, sl.hash)
 		} else {
-			l.m[sl.key] = sl.next
+			sh.m[sl.hash] = sl.next
 		}
 	} else {
 		for p := head; p != nil; p = p.next {
@@ -148,63 +201,130 @@ func (l *limits) remove(sl *slot) {
 			}
 		}
 	}
-	heap.Remove(&l.h, sl.idx)
+	heap.Remove(&sh.h, sl.idx)
 	sl.next = nil
+	l.n.Add(-1)
 }
 
-// put stores st under k (deletes it when nil or expired) and counts the
-// write.
-func (l *limits) put(k ratelimit.StateKey, st *ratelimit.State, now int64) {
+// reserve takes n entries of room if they fit within max.
+func (l *limits) reserve(n int64) bool {
+	for {
+		c := l.n.Load()
+		if c+n > l.max {
+			return false
+		}
+		if l.n.CompareAndSwap(c, c+n) {
+			return true
+		}
+	}
+}
+
+// put stores st under k (deletes it when nil or expired), counts the write
+// and sweeps. reserved tells whether the caller reserved an entry for k;
+// one that a new slot does not take is given back.
+func (l *limits) put(sh *shard, k *ratelimit.StateKey, h uint64, st *ratelimit.State, now int64, reserved bool) {
 	if st != nil && st.Expires <= now {
 		st = nil
 	}
-	l.set(k, st)
-	l.wrote(now)
+	if reserved && (st == nil || sh.find(k, h) != nil) {
+		l.n.Add(-1)
+	}
+	l.set(sh, k, h, st)
+	l.wrote(sh, now)
 }
 
-// wrote runs after every write: it looks at up to sweepOps of the entries
-// that expire soonest, deleting those that expired sweepGrace ago (state
-// that expired only just now is left for reuse by its key's next
-// decision) and moving the others to their current expiry.
-func (l *limits) wrote(now int64) {
+// wrote runs after every write to sh (locked): it looks at up to sweepOps
+// of the entries of sh that expire soonest, then at as many of another
+// shard (in turn, if its lock is free), deleting those that expired
+// sweepGrace ago (state that expired only just now is left for reuse by
+// its key's next decision) and moving the others to their current expiry.
+func (l *limits) wrote(sh *shard, now int64) {
+	l.sweep(sh, now)
+	if len(l.shards) == 1 {
+		return
+	}
+	o := &l.shards[uint64(l.turn.Add(1))&l.mask]
+	if o != sh && o.top.Load() <= now-sweepGrace && o.mu.TryLock() {
+		l.sweep(o, now)
+		o.mu.Unlock()
+	}
+}
+
+func (l *limits) sweep(sh *shard, now int64) {
+	defer sh.setTop()
 	old := now - sweepGrace
 	for range sweepOps {
-		if len(l.h) == 0 || l.h[0].at > old {
+		if len(sh.h) == 0 || sh.h[0].at > old {
 			return
 		}
-		sl := l.h[0]
+		sl := sh.h[0]
 		if sl.st.Expires > old {
 			sl.at = sl.st.Expires
-			heap.Fix(&l.h, 0)
+			heap.Fix(&sh.h, 0)
 			continue
 		}
-		l.remove(sl)
+		l.remove(sh, sl)
 	}
 }
 
-// room reports whether n more entries fit, deleting expired ones (the
-// soonest first) to make room; when they do not, it also returns how long
-// until the soonest entry expires.
-func (l *limits) room(n int, now int64) (bool, time.Duration) {
+// setTop records the shard's soonest place in its heap (sh locked).
+func (sh *shard) setTop() {
+	t := int64(math.MaxInt64)
+	if len(sh.h) > 0 {
+		t = sh.h[0].at
+	}
+	if sh.top.Load() != t {
+		sh.top.Store(t)
+	}
+}
+
+// evict deletes up to roomOps expired entries of sh (locked), the soonest
+// first, and returns the expiry of its soonest live entry (0 if none).
+func (l *limits) evict(sh *shard, now int64) int64 {
 	for range roomOps {
-		if len(l.h)+n <= l.max {
-			return true, 0
+		if len(sh.h) == 0 {
+			return 0
 		}
-		sl := l.h[0]
+		sl := sh.h[0]
 		switch {
 		case sl.st.Expires <= now:
-			l.remove(sl)
+			l.remove(sh, sl)
 		case sl.at < sl.st.Expires:
 			sl.at = sl.st.Expires
-			heap.Fix(&l.h, 0)
+			heap.Fix(&sh.h, 0)
 		default:
-			return false, time.Duration(sl.st.Expires-now) * time.Microsecond
+			return sl.st.Expires
 		}
 	}
-	if len(l.h)+n <= l.max {
+	if len(sh.h) == 0 {
+		return 0
+	}
+	return max(sh.h[0].at, now+1)
+}
+
+// makeRoom is called with no shard locked, after a reservation of n
+// entries failed: it deletes expired entries of every shard (one at a
+// time) and reserves n entries. When they still do not fit, it returns how
+// long until the soonest entry expires.
+func (l *limits) makeRoom(n int64, now int64) (bool, time.Duration) {
+	soonest := int64(0)
+	for i := range l.shards {
+		sh := &l.shards[i]
+		sh.mu.Lock()
+		e := l.evict(sh, now)
+		sh.setTop()
+		sh.mu.Unlock()
+		if l.reserve(n) {
+			return true, 0
+		}
+		if e != 0 && (soonest == 0 || e < soonest) {
+			soonest = e
+		}
+	}
+	if l.reserve(n) {
 		return true, 0
 	}
-	return false, time.Duration(max(l.h[0].at-now, 1)) * time.Microsecond
+	return false, time.Duration(max(soonest-now, 1)) * time.Microsecond
 }
 
 // full turns decisions into refusals for want of room: none is allowed,
@@ -217,6 +337,29 @@ func full(ds []ratelimit.Decision, wait time.Duration) {
 	}
 }
 
+// lockAll locks the shards of hs in index order (each once) and returns
+// their indices, sorted.
+func (l *limits) lockAll(hs []uint64) []int {
+	idx := make([]int, 0, len(hs))
+	for _, h := range hs {
+		i := int(h & l.mask)
+		if !slices.Contains(idx, i) {
+			idx = append(idx, i)
+		}
+	}
+	slices.Sort(idx)
+	for _, i := range idx {
+		l.shards[i].mu.Lock()
+	}
+	return idx
+}
+
+func (l *limits) unlockAll(idx []int) {
+	for _, i := range idx {
+		l.shards[i].mu.Unlock()
+	}
+}
+
 func (l *limits) Decide(ctx context.Context, reqs []ratelimit.Request, commit bool) ([]ratelimit.Decision, error) {
 	if err := ratelimit.ValidateRequests(reqs, commit); err != nil {
 		return nil, err
@@ -224,32 +367,59 @@ func (l *limits) Decide(ctx context.Context, reqs []ratelimit.Request, commit bo
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	hs := make([]uint64, len(reqs))
+	for i := range reqs {
+		hs[i] = l.hash(reqs[i].Key.Key)
+	}
 	now := l.s.now()
 	us := now.UnixMicro()
 	states := make([]*ratelimit.State, len(reqs))
-	fresh := 0 // keys without a slot
-	for i, r := range reqs {
-		sl := l.find(r.Key)
-		if sl == nil {
-			fresh++
-		} else if sl.st.Expires > us {
-			states[i] = sl.st
+	reserved := int64(0)
+	for try := 0; ; try++ {
+		idx := l.lockAll(hs)
+		fresh := int64(0) // keys without a slot
+		for i := range reqs {
+			sl := l.shardOf(hs[i]).find(&reqs[i].Key, hs[i])
+			states[i] = nil
+			if sl == nil {
+				fresh++
+			} else if sl.st.Expires > us {
+				states[i] = sl.st
+			}
 		}
-	}
-	if commit && fresh > 0 {
-		if ok, wait := l.room(fresh, us); !ok {
-			ds, _ := ratelimit.Evaluate(now, reqs, states, false)
-			full(ds, wait)
-			return ds, nil
+		if commit && fresh > reserved {
+			if !l.reserve(fresh - reserved) {
+				l.unlockAll(idx)
+				ok, wait := l.makeRoom(fresh-reserved, us)
+				if ok {
+					reserved = fresh
+					continue
+				}
+				l.n.Add(-reserved)
+				idx = l.lockAll(hs)
+				for i := range reqs {
+					states[i] = l.shardOf(hs[i]).get(&reqs[i].Key, hs[i], us)
+				}
+				ds, _ := ratelimit.Evaluate(now, reqs, states, false)
+				l.unlockAll(idx)
+				full(ds, wait)
+				return ds, nil
+			}
+			reserved = fresh
 		}
+		ds, next := ratelimit.Evaluate(now, reqs, states, commit)
+		for i, st := range next {
+			sh := l.shardOf(hs[i])
+			isNew := sh.find(&reqs[i].Key, hs[i]) == nil
+			l.put(sh, &reqs[i].Key, hs[i], st, us, isNew && reserved > 0)
+			if isNew && reserved > 0 {
+				reserved--
+			}
+		}
+		l.n.Add(-reserved) // reservations not taken (denied, or keys that found a slot)
+		l.unlockAll(idx)
+		return ds, nil
 	}
-	ds, next := ratelimit.Evaluate(now, reqs, states, commit)
-	for i, st := range next {
-		l.put(reqs[i].Key, st, us)
-	}
-	return ds, nil
 }
 
 // DecideOne is Decide for one request, without allocating when the key
@@ -261,34 +431,53 @@ func (l *limits) DecideOne(ctx context.Context, r ratelimit.Request, commit bool
 	if err := ctx.Err(); err != nil {
 		return ratelimit.Decision{}, err
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	h := l.hash(r.Key.Key)
+	sh := l.shardOf(h)
 	now := l.s.now()
 	us := now.UnixMicro()
+	reserved := false
+	sh.mu.Lock()
 	// An expired state is passed on too: the engine treats it as absent and
 	// reuses it for the next state.
-	sl := l.find(r.Key)
+	sl := sh.find(&r.Key, h)
+	if sl == nil && commit {
+		if !l.reserve(1) {
+			sh.mu.Unlock()
+			ok, wait := l.makeRoom(1, us)
+			sh.mu.Lock()
+			if !ok {
+				d, _ := ratelimit.EvaluateOne(now, &r, sh.get(&r.Key, h, us), false)
+				sh.mu.Unlock()
+				ds := []ratelimit.Decision{d}
+				full(ds, wait)
+				return ds[0], nil
+			}
+			sl = sh.find(&r.Key, h) // another decision may have made it meanwhile
+		}
+		reserved = true
+	}
 	var st *ratelimit.State
 	if sl != nil {
 		st = sl.st
-	} else if commit {
-		if ok, wait := l.room(1, us); !ok {
-			d, _ := ratelimit.EvaluateOne(now, &r, nil, false)
-			ds := []ratelimit.Decision{d}
-			full(ds, wait)
-			return ds[0], nil
-		}
 	}
 	d, next := ratelimit.EvaluateOne(now, &r, st, commit)
-	if next != nil {
-		if sl == nil {
-			l.set(r.Key, next)
-		} else {
-			sl.st = next
-			l.stored(sl)
+	switch {
+	case next == nil:
+		if reserved {
+			l.n.Add(-1)
 		}
-		l.wrote(us)
+	case sl == nil:
+		l.set(sh, &r.Key, h, next)
+		l.wrote(sh, us)
+	default:
+		if reserved {
+			l.n.Add(-1)
+		}
+		sl.st = next
+		sh.stored(sl)
+		l.wrote(sh, us)
 	}
+	sh.mu.Unlock()
 	return d, nil
 }
 
@@ -299,10 +488,14 @@ func (l *limits) Reset(ctx context.Context, keys []ratelimit.StateKey) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, k := range keys {
-		l.set(k, nil)
+	hs := make([]uint64, len(keys))
+	for i := range keys {
+		hs[i] = l.hash(keys[i].Key)
+	}
+	idx := l.lockAll(hs)
+	defer l.unlockAll(idx)
+	for i := range keys {
+		l.set(l.shardOf(hs[i]), &keys[i], hs[i], nil)
 	}
 	return nil
 }
@@ -314,17 +507,26 @@ func (l *limits) AcquirePermit(ctx context.Context, key ratelimit.StateKey, id s
 	if err := ctx.Err(); err != nil {
 		return ratelimit.PermitGrant{}, err
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	h := l.hash(key.Key)
+	sh := l.shardOf(h)
 	now := l.s.now()
 	us := now.UnixMicro()
-	if l.find(key) == nil {
-		if ok, wait := l.room(1, us); !ok {
-			return ratelimit.PermitGrant{RetryAfter: wait, At: time.UnixMicro(us)}, nil
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	reserved := false
+	if sh.find(&key, h) == nil {
+		if !l.reserve(1) {
+			sh.mu.Unlock()
+			ok, wait := l.makeRoom(1, us)
+			sh.mu.Lock()
+			if !ok {
+				return ratelimit.PermitGrant{RetryAfter: wait, At: time.UnixMicro(us)}, nil
+			}
 		}
+		reserved = true
 	}
-	g, st := ratelimit.EvaluateAcquire(now, l.get(key, us), id, permits, ttl)
-	l.put(key, st, us)
+	g, st := ratelimit.EvaluateAcquire(now, sh.get(&key, h, us), id, permits, ttl)
+	l.put(sh, &key, h, st, us, reserved)
 	return g, nil
 }
 
@@ -335,15 +537,17 @@ func (l *limits) RenewPermit(ctx context.Context, key ratelimit.StateKey, id str
 	if err := ctx.Err(); err != nil {
 		return ratelimit.PermitGrant{}, err
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	h := l.hash(key.Key)
+	sh := l.shardOf(h)
 	now := l.s.now()
 	us := now.UnixMicro()
-	g, st, err := ratelimit.EvaluateRenew(now, l.get(key, us), id, ttl)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	g, st, err := ratelimit.EvaluateRenew(now, sh.get(&key, h, us), id, ttl)
 	if err != nil {
 		return g, err
 	}
-	l.put(key, st, us)
+	l.put(sh, &key, h, st, us, false)
 	return g, nil
 }
 
@@ -354,14 +558,16 @@ func (l *limits) ReleasePermit(ctx context.Context, key ratelimit.StateKey, id s
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	h := l.hash(key.Key)
+	sh := l.shardOf(h)
 	us := l.s.now().UnixMicro()
-	st, err := ratelimit.EvaluateRelease(time.UnixMicro(us), l.get(key, us), id)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	st, err := ratelimit.EvaluateRelease(time.UnixMicro(us), sh.get(&key, h, us), id)
 	if err != nil {
 		return err
 	}
-	l.put(key, st, us)
+	l.put(sh, &key, h, st, us, false)
 	return nil
 }
 
@@ -373,10 +579,12 @@ func (s *Store) LimitTTL(ctx context.Context, k ratelimit.StateKey) (time.Durati
 		return 0, false, err
 	}
 	l := s.Limits().(*limits)
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	h := l.hash(k.Key)
+	sh := l.shardOf(h)
 	now := s.now().UnixMicro()
-	st := l.get(k, now)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	st := sh.get(&k, h, now)
 	if st == nil {
 		return 0, false, nil
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -113,5 +114,62 @@ func TestRateLimitKeysFull(t *testing.T) {
 	}
 	if n, _ := ms.RateLimitEntries(); n != 4 {
 		t.Fatalf("%d entries, want 4", n)
+	}
+}
+
+// TestRateLimitKeysFullShards: a store large enough to split its map into
+// parts still counts entries across all of them: when full, a new key is
+// refused until the soonest entry of any part expires, and concurrent
+// decisions on new keys never hold more than LimitKeys entries.
+func TestRateLimitKeysFullShards(t *testing.T) {
+	ctx := context.Background()
+	clock := ratelimittest.NewClock(time.Date(2041, 3, 4, 5, 6, 7, 0, time.UTC))
+	const max = 4 * 4096
+	ms := memstore.New(&memstore.Options{Clock: clock.Now, LimitKeys: max})
+	l, _ := ratelimit.New(ms.Limits(), ratelimit.FixedWindow, ratelimit.Limit{Name: "a", Rate: 2, Period: time.Minute})
+	if d, err := l.Allow(ctx, "first"); err != nil || !d.Allowed {
+		t.Fatalf("first: %+v %v", d, err)
+	}
+	clock.Advance(time.Second)
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			for i := range max / 4 {
+				if _, err := l.Allow(ctx, "k"+strconv.Itoa(w)+"-"+strconv.Itoa(i)); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if n, err := ms.RateLimitEntries(); err != nil || n != max {
+		t.Fatalf("%d entries (%v), want %d", n, err, max)
+	}
+	d, err := l.Allow(ctx, "new")
+	if err != nil || d.Allowed || d.RetryAfter != 59*time.Second {
+		t.Fatalf("a new key in a full store: %+v %v, want refused until the soonest expiry (59s)", d, err)
+	}
+	clock.Advance(59 * time.Second) // "first" expires, whichever part holds it
+	if d, err := l.Allow(ctx, "new"); err != nil || !d.Allowed {
+		t.Fatalf("after the soonest expiry: %+v %v", d, err)
+	}
+	if n, err := ms.RateLimitEntries(); err != nil || n != max {
+		t.Fatalf("%d entries (%v), want %d", n, err, max)
+	}
+	// A group whose keys fall in different parts is still all or nothing.
+	g, _ := ratelimit.NewGroup("g", l)
+	clock.Advance(time.Minute) // everything expired
+	for i := range 64 {
+		k := "g" + strconv.Itoa(i)
+		if d, _, err := g.AllowN(ctx, []string{k}, 2); err != nil || !d.Allowed {
+			t.Fatalf("group %s: %+v %v", k, d, err)
+		}
+		if d, _, err := g.AllowN(ctx, []string{k}, 1); err != nil || d.Allowed {
+			t.Fatalf("group %s past its limit: %+v %v", k, d, err)
+		}
+	}
+	if _, err := ms.RateLimitEntries(); err != nil {
+		t.Fatal(err)
 	}
 }
