@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/tenurekit/tenure/fence"
+	"github.com/tenurekit/tenure/internal/obs"
 	"github.com/tenurekit/tenure/lease"
 )
 
@@ -142,6 +143,7 @@ func (s *Store) FencedPut(ctx context.Context, resource, value string, f uint64)
 		return err
 	}
 	if f == 0 {
+		obs.GuardRefused(ctx, "etcdstore", obs.GuardFencedSet)
 		return &fence.StaleError{Resource: resource, Fence: f}
 	}
 	adm, enc := s.admittedKey(resource), encodeFence(f)
@@ -171,6 +173,7 @@ func (s *Store) FencedPut(ctx context.Context, resource, value string, f uint64)
 		}
 		stale.Current = cur
 	}
+	obs.GuardRefused(ctx, "etcdstore", obs.GuardFencedSet)
 	return stale
 }
 

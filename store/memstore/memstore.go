@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/tenurekit/tenure/fence"
+	"github.com/tenurekit/tenure/internal/obs"
 	"github.com/tenurekit/tenure/lease"
 )
 
@@ -185,6 +186,7 @@ func (s *Store) fencedSet(ctx context.Context, resource string, f uint64, value 
 	defer s.mu.Unlock()
 	cur := s.fenced[resource]
 	if !mode.Admits(cur.fence, f) {
+		obs.GuardRefused(ctx, "memstore", obs.GuardFencedSet)
 		return &fence.StaleError{Resource: resource, Fence: f, Current: cur.fence}
 	}
 	s.fenced[resource] = fencedRec{fence: f, value: append([]byte(nil), value...)}
@@ -223,10 +225,12 @@ func (s *Store) HolderSet(ctx context.Context, l *lease.Lease, resource string, 
 	defer s.mu.Unlock()
 	r := s.leases[l.Key()]
 	if r == nil || r.token != l.Token() || r.fence != l.Fence() || !r.expires.After(s.now()) {
+		obs.GuardRefused(ctx, "memstore", obs.GuardCheckHolder)
 		return lease.ErrNotHeld
 	}
 	cur := s.fenced[resource]
 	if !fence.AtLeast.Admits(cur.fence, l.Fence()) {
+		obs.GuardRefused(ctx, "memstore", obs.GuardFencedSet)
 		return &fence.StaleError{Resource: resource, Fence: l.Fence(), Current: cur.fence}
 	}
 	s.fenced[resource] = fencedRec{fence: l.Fence(), value: append([]byte(nil), value...)}
