@@ -1,9 +1,71 @@
 // Package redisstore keeps tenure's leases and fenced values in Redis or
-// Redis Cluster (7.0 or later), through a rueidis client:
+// Redis Cluster (7.0 or later), through a rueidis client or a go-redis v9
+// client:
 //
 //	c, _ := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{"127.0.0.1:6379"}, DisableRetry: true})
 //	db := redisstore.New(c, nil)
 //	locker, err := lease.New(db.Leases(), nil)
+//
+//	rdb := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: []string{"127.0.0.1:6379"}, MaxRetries: -1, ContextTimeoutEnabled: true})
+//	db := redisstore.NewGoRedis(rdb, nil)
+//
+// # Clients
+//
+// Both constructors return the same *Store: every view (Leases,
+// Idempotency, Limits, Sessions, Schedules), the guards (FencedSet,
+// FencedSetAtLeast, HolderSet, FencedGet) and the server check behave the
+// same and run the same Lua scripts on the same keys, so a service may move
+// from one client to the other, or run both against one server. [New]
+// takes a rueidis.Client (single node, Cluster, Sentinel). [NewGoRedis]
+// takes a redis.UniversalClient: a *redis.Client (one server, or
+// redis.NewFailoverClient) or a *redis.ClusterClient
+// (redis.NewFailoverClusterClient too); a *redis.Ring is refused, because
+// it moves keys to another shard when one is down and would let a second
+// holder in. On a cluster, every script and command is routed by its first
+// key, and all the keys of one call share its hash tag. Scripts run with
+// EVALSHA and fall back to EVAL on NOSCRIPT on both clients (go-redis'
+// Script.Run does the same).
+//
+// Two client settings matter and are the caller's to make, since the store
+// never reconfigures a client it was given:
+//
+//   - Retries. Disable them (rueidis: DisableRetry; go-redis: MaxRetries:
+//     -1). See "Client retries" below for what a retry can do otherwise.
+//   - Deadlines. rueidis ends a call when its context ends. go-redis does
+//     so only with ContextTimeoutEnabled: true; without it a call whose
+//     reply is lost waits for the client's ReadTimeout (3 seconds by
+//     default) whatever the context says.
+//
+// # Client retries
+//
+// A client that retries by itself sends a write again after a network
+// error or a read timeout, when the server may already have applied it
+// (go-redis does this up to MaxRetries times, 3 by default; its cluster
+// client also tries another node). No retry can make the store grant,
+// admit or allow more than once: every write is judged again by its
+// script. The writes are idempotent per token where that is possible:
+// Acquire and Renew (the same token gets the same grant, also for the
+// schedule's claims), HolderSet (the same holder writes the same value), a
+// concurrency permit (keyed by its ID), and plain deletes. A retried write
+// of the others is applied once and may be reported wrongly, always on the
+// refusing side, for example:
+//
+//   - Release: lease.ErrNotHeld for a release that happened.
+//   - FencedSet: a *fence.StaleError for a write that landed (its fence is
+//     then the admitted one).
+//   - A rate limit decision: counted twice, so fewer requests are allowed.
+//   - Session Create and Save: session.ErrConflict (or an error) for a
+//     session that was created or saved; an unused new session expires on
+//     its idle deadline.
+//   - The idempotency claim (Begin): idempotency.ErrInProgress for the
+//     caller's own claim, which expires after its claim TTL; Complete: a
+//     lost claim for a result that was stored.
+//   - CompleteSlot: an error for a completion that committed; its effects
+//     were applied once.
+//
+// With retries disabled, each of these is reported as lease.ErrUnavailable
+// (or the primitive's ErrUnavailable): the outcome is unknown, and the
+// caller decides whether to send it again.
 //
 // # Keys
 //
@@ -85,7 +147,8 @@
 // # Errors
 //
 // Transport failures and context errors during a request wrap
-// lease.ErrUnavailable: a write that was sent may have been applied, and
+// lease.ErrUnavailable (on either client; a nil reply is never taken for
+// an error, nor a failure for a missing key): a write that was sent may have been applied, and
 // retrying it with the same token reconciles. A server that is not serving
 // (LOADING, CLUSTERDOWN, TRYAGAIN, BUSY, MASTERDOWN, READONLY) is reported
 // the same way. Other server replies are plain errors. Errors never contain
@@ -95,6 +158,7 @@
 //
 // Every call is one round trip (Acquire, Renew, Release, Inspect,
 // FencedSet, FencedGet); rueidis pipelines concurrent calls on shared
-// connections. The server check costs one round trip per node on the first
-// write and an atomic load afterwards.
+// connections, go-redis takes one pooled connection per call. The server
+// check costs one round trip per node on the first write and an atomic
+// load afterwards.
 package redisstore
