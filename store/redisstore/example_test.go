@@ -7,6 +7,7 @@ import (
 	"log"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 	"github.com/tenurekit/tenure/fence"
 	"github.com/tenurekit/tenure/lease"
@@ -49,6 +50,32 @@ func Example() {
 	case errors.Is(err, redisstore.ErrOutOfMemory):
 		fmt.Println("Redis is full: nothing was written")
 	case err != nil:
+		log.Fatal(err)
+	}
+}
+
+// The same store on the go-redis client a service already has: same
+// scripts, same keys, same guarantees.
+func ExampleNewGoRedis() {
+	ctx := context.Background()
+	rdb := redis.NewUniversalClient(&redis.UniversalOptions{
+		Addrs:                 []string{"127.0.0.1:6379"}, // several addresses: a cluster client
+		MaxRetries:            -1,                         // the Locker decides when to send again
+		ContextTimeoutEnabled: true,                       // calls end with their context
+	})
+	defer rdb.Close()
+
+	db := redisstore.NewGoRedis(rdb, nil)
+	locker, err := lease.New(db.Leases(), nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	l, err := locker.TryAcquire(ctx, "report:tenant-42", 10*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Release(ctx)
+	if err := db.HolderSet(ctx, l, "report:tenant-42", []byte("report body")); err != nil {
 		log.Fatal(err)
 	}
 }
