@@ -24,7 +24,8 @@ import (
 //
 //   - ratelimit-gcra, on one Redis: tenure's GCRA (redisstore through
 //     rueidis, Limiter.Allow: one EVALSHA that reads TIME, GETs the state,
-//     SETs it with PXAT) against go-redis/redis_rate v10 (GCRA script through
+//     SETs it with PXAT), the same through go-redis (tenure-goredis, on the
+//     client redis_rate uses), against go-redis/redis_rate v10 (GCRA script through
 //     go-redis: EVALSHA, TIME, GET, SET EX).
 //   - ratelimit-fixed, on one Redis: tenure's fixed window against
 //     ulule/limiter v3 with its go-redis store (INCRBY, PEXPIRE on the first
@@ -37,7 +38,7 @@ import (
 // The limits are high (a million per second), so that every decision is an
 // admission that writes; the peers get the same limits.
 var (
-	RateGCRAContenders  = []string{"tenure", "redis_rate"}
+	RateGCRAContenders  = []string{"tenure", "tenure-goredis", "redis_rate"}
 	RateFixedContenders = []string{"tenure", "ulule"}
 	RateMemContenders   = []string{"tenure", "x-time-rate", "x-time-rate-single"}
 )
@@ -118,6 +119,21 @@ func (e *Env) buildRateContenders() (map[string]cycleFunc, error) {
 	}
 	if _, err := tf.Allow(ctx, "warm"); err != nil {
 		return nil, err
+	}
+	gst := redisstore.NewGoRedis(r.goredis, &redisstore.Options{Prefix: "bench:tenure-rl-go:"})
+	if err := gst.Check(ctx); err != nil {
+		return nil, fmt.Errorf("redisstore (go-redis) check: %w", err)
+	}
+	tgg, err := ratelimit.New(gst.Limits(), ratelimit.GCRA, ratelimit.Limit{Name: "gcra", Rate: benchRate, Period: time.Second})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := tgg.Allow(ctx, "warm"); err != nil {
+		return nil, err
+	}
+	cs["ratelimit-gcra/tenure-goredis"] = func(ctx context.Context, key string) error {
+		_, err := tgg.Allow(ctx, key)
+		return err
 	}
 	cs["ratelimit-gcra/tenure"] = func(ctx context.Context, key string) error {
 		_, err := tg.Allow(ctx, key)

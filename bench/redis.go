@@ -20,7 +20,10 @@ import (
 //     token per cycle (one Lua script call each: the acquire script sets
 //     the lock and the fence key; the release script compares the token
 //     and deletes, or DELEX IFEQ on Redis 8.4+), through rueidis.
-//   - tenure-locker: the same store through lease.Locker: TryAcquire +
+//   - tenure-goredis: the same store and cycle through the go-redis client
+//     the peers use (redisstore.NewGoRedis): the same scripts, keys and
+//     round trips on the other client.
+//   - tenure-locker: the rueidis store through lease.Locker: TryAcquire +
 //     Lease.Release (adds the Lease's validity timer and bookkeeping).
 //   - redislock: bsm/redislock Obtain + Release (Lua SET NX PX script,
 //     Lua compare-and-delete) through go-redis.
@@ -34,11 +37,12 @@ import (
 //   - raw-rueidis: the same two commands through tenure's rueidis client,
 //     which separates the cost of the client from the cost of tenure's
 //     scripts.
-var RedisContenders = []string{"tenure", "tenure-locker", "redislock", "redsync", "raw", "raw-rueidis"}
+var RedisContenders = []string{"tenure", "tenure-goredis", "tenure-locker", "redislock", "redsync", "raw", "raw-rueidis"}
 
 // redisContenders builds the per-worker cycles of every contender.
 type redisContenders struct {
 	store  lease.Store
+	gstore lease.Store // on go-redis
 	locker *lease.Locker
 	rlock  *redislock.Client
 	rsync  *redsync.Redsync
@@ -51,6 +55,10 @@ func (r *redisClients) contenders(ctx context.Context) (*redisContenders, error)
 	if err := st.Check(ctx); err != nil {
 		return nil, fmt.Errorf("redisstore check: %w", err)
 	}
+	gst := redisstore.NewGoRedis(r.goredis, nil)
+	if err := gst.Check(ctx); err != nil {
+		return nil, fmt.Errorf("redisstore (go-redis) check: %w", err)
+	}
 	ls := st.Leases()
 	lk, err := lease.New(ls, nil)
 	if err != nil {
@@ -58,6 +66,7 @@ func (r *redisClients) contenders(ctx context.Context) (*redisContenders, error)
 	}
 	return &redisContenders{
 		store:  ls,
+		gstore: gst.Leases(),
 		locker: lk,
 		rlock:  redislock.New(r.goredis),
 		rsync:  redsync.New(redsyncgoredis.NewPool(r.goredis)),
@@ -88,6 +97,16 @@ func (e *Env) redisCycle(name string) (newWorker, error) {
 					return err
 				}
 				return c.store.Release(ctx, key, tok)
+			}
+		}, nil
+	case "tenure-goredis":
+		return func(int) cycleFunc {
+			return func(ctx context.Context, key string) error {
+				tok := lease.NewToken()
+				if _, err := c.gstore.Acquire(ctx, key, tok, TTL); err != nil {
+					return err
+				}
+				return c.gstore.Release(ctx, key, tok)
 			}
 		}, nil
 	case "tenure-locker":

@@ -151,6 +151,8 @@ func run(rounds int, benchtime string, suites []string) int {
 	fmt.Fprintln(out)
 	printTable(out, groups)
 	fmt.Fprintln(out)
+	printClients(out, groups)
+	fmt.Fprintln(out)
 	printTargets(out, groups)
 	return 0
 }
@@ -235,6 +237,30 @@ func cpuCell(xs []float64) string {
 	return fmt.Sprintf("%.1f", median(xs))
 }
 
+// clientPeers are the comparisons of tenure on each Redis client: per
+// suite, the peer library the cycle is divided by.
+var clientPeers = []struct{ suite, peer string }{
+	{"redis", "redislock"},
+	{"ratelimit-gcra", "redis_rate"},
+}
+
+// printClients prints tenure on rueidis and on go-redis against the same
+// peer, and the two clients against each other.
+func printClients(out io.Writer, groups []*group) {
+	fmt.Fprintln(out, "clients (tenure on rueidis and on go-redis, same scripts):")
+	for _, cp := range clientPeers {
+		for _, g := range groups {
+			if g.suite != cp.suite || len(g.samples["tenure-goredis"]) == 0 {
+				continue
+			}
+			peer := median(g.samples[cp.peer])
+			ru, gr := median(g.samples["tenure"]), median(g.samples["tenure-goredis"])
+			fmt.Fprintf(out, "  %-15s %-11s rueidis ÷ %s %5.2fx   go-redis ÷ %s %5.2fx   go-redis ÷ rueidis %5.2fx\n",
+				g.suite, workersLabel(g.workers)+",", cp.peer, ru/peer, cp.peer, gr/peer, gr/ru)
+		}
+	}
+}
+
 // printTargets checks the goals.
 func printTargets(out io.Writer, groups []*group) {
 	fmt.Fprintln(out, "targets:")
@@ -245,7 +271,7 @@ func printTargets(out io.Writer, groups []*group) {
 		}
 		g := groups[i]
 		peer := median(g.samples[t.peer])
-		for _, c := range []string{"tenure", "tenure-locker"} {
+		for _, c := range []string{"tenure", "tenure-goredis", "tenure-locker"} {
 			if len(g.samples[c]) == 0 {
 				continue
 			}
