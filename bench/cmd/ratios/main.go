@@ -46,6 +46,9 @@ var targets = []target{
 	{"ratelimit-fixed", 1, "ulule", 1.0},
 	{"ratelimit-fixed", bench.MaxWorkers, "ulule", 1.0},
 	{"ratelimit-mem", 1, "x-time-rate", 0.5},
+	{"ratelimit-mem", bench.MaxWorkers, "x-time-rate", 0.5},
+	{"etcd", 1, "mutex", 1.0},
+	{"etcd", bench.MaxWorkers, "mutex", 1.0},
 }
 
 // group is one comparison: every contender of a suite at one worker count.
