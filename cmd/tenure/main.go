@@ -49,6 +49,7 @@ func newRoot() *cobra.Command {
 	root.AddCommand(newLab())
 	root.AddCommand(newProof())
 	root.AddCommand(newDoctor())
+	root.AddCommand(newServe())
 	root.AddCommand(newLeaseCmd(), newSessionCmd(), newScheduleCmd(), newLimitCmd(), newIdempotencyCmd())
 	return root
 }

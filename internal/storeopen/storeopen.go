@@ -46,6 +46,11 @@ type Options struct {
 	// Prefix is the Redis or etcd key prefix. Default the store's own
 	// ("tenure:" on Redis, "tenure/" on etcd).
 	Prefix string
+	// CreateEmbedded creates the embedded default's file (and the data
+	// directory, mode 0700) when it does not exist, for a service that
+	// keeps its state there (tenure serve). Default false: the operator
+	// commands only read, and a missing file is ErrNoData.
+	CreateEmbedded bool
 }
 
 // DefaultDataDir is where the embedded default keeps its file:
@@ -81,6 +86,9 @@ type Stores struct {
 	PG     *pgstore.Store
 	Redis  *redisstore.Store
 	Etcd   *etcdstore.Store
+	// PGPool is the PostgreSQL pool (with PG), for the service's own
+	// tables next to the store's.
+	PGPool *pgxpool.Pool
 
 	closers []func()
 }
@@ -118,7 +126,12 @@ func Open(ctx context.Context, spec storeurl.Spec, o *Options) (*Stores, error) 
 			s.Target = "sqlite:" + path
 		}
 		if _, err := os.Stat(path); err != nil {
-			return nil, fmt.Errorf("%w at %s: %v", ErrNoData, path, err)
+			if !opt.CreateEmbedded || spec.Kind != storeurl.Embedded || !errors.Is(err, os.ErrNotExist) {
+				return nil, fmt.Errorf("%w at %s: %v", ErrNoData, path, err)
+			}
+			if err := os.MkdirAll(opt.DataDir, 0o700); err != nil {
+				return nil, fmt.Errorf("data directory %s: %w", opt.DataDir, err)
+			}
 		}
 		db, err := sqlitestore.Open(ctx, path, nil)
 		if err != nil {
@@ -147,6 +160,7 @@ func Open(ctx context.Context, spec storeurl.Spec, o *Options) (*Stores, error) 
 		}
 		db := pgstore.New(pool, &pgstore.Options{Schema: opt.Schema})
 		s.PG = db
+		s.PGPool = pool
 		s.closers = append(s.closers, pool.Close)
 		s.Leases, s.Idempotency, s.Sessions, s.Limits, s.Schedules = db.Leases(), db.Idempotency(), db.Sessions(), db.Limits(), db.Schedules()
 	case storeurl.Redis:

@@ -14,6 +14,8 @@ package memstore
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -235,4 +237,37 @@ func (s *Store) HolderSet(ctx context.Context, l *lease.Lease, resource string, 
 	}
 	s.fenced[resource] = fencedRec{fence: l.Fence(), value: append([]byte(nil), value...)}
 	return nil
+}
+
+// List returns the keys the store remembers that start with prefix and
+// sort after after, in key order, at most limit of them (lease.Lister).
+func (v leases) List(ctx context.Context, prefix, after string, limit int) ([]lease.Info, error) {
+	if err := lease.ValidateList(prefix, after, limit); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s := v.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	keys := make([]string, 0, len(s.leases))
+	for k := range s.leases {
+		if strings.HasPrefix(k, prefix) && k > after {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	keys = keys[:min(len(keys), limit)]
+	out := make([]lease.Info, 0, len(keys))
+	for _, k := range keys {
+		r := s.leases[k]
+		info := lease.Info{Key: k, Fence: r.fence}
+		if r.expires.After(now) {
+			info.Held, info.TTL = true, r.expires.Sub(now)
+		}
+		out = append(out, info)
+	}
+	return out, nil
 }

@@ -162,3 +162,39 @@ func (v leases) Inspect(ctx context.Context, key string) (lease.Info, error) {
 	}
 	return info, nil
 }
+
+// List returns the keys the store remembers that start with prefix and
+// sort after after, in key order, at most limit of them (lease.Lister).
+func (v leases) List(ctx context.Context, prefix, after string, limit int) ([]lease.Info, error) {
+	if err := lease.ValidateList(prefix, after, limit); err != nil {
+		return nil, err
+	}
+	s := v.s
+	now := s.nowUS()
+	rows, err := s.db.QueryContext(ctx, `SELECT "key", fence, expires_us FROM "`+s.q.prefix+`leases"
+		WHERE substr("key", 1, length(?1)) = ?1 AND "key" > ?2 ORDER BY "key" LIMIT ?3`, prefix, after, limit)
+	if err != nil {
+		return nil, unavailable("list", prefix, err)
+	}
+	defer rows.Close()
+	var out []lease.Info
+	for rows.Next() {
+		var (
+			k   string
+			f   int64
+			exp sql.NullInt64
+		)
+		if err := rows.Scan(&k, &f, &exp); err != nil {
+			return nil, unavailable("list", prefix, err)
+		}
+		info := lease.Info{Key: k, Fence: uint64(f)}
+		if exp.Valid && exp.Int64 > now {
+			info.Held, info.TTL = true, time.Duration(exp.Int64-now)*time.Microsecond
+		}
+		out = append(out, info)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, unavailable("list", prefix, err)
+	}
+	return out, nil
+}

@@ -1,0 +1,162 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/tenurekit/tenure/internal/secret"
+	"github.com/tenurekit/tenure/internal/serveapi"
+)
+
+// ErrInvalid reports a bad base URL or option given to New.
+var ErrInvalid = errors.New("client: invalid argument")
+
+// Options configure a Client. Nil means the defaults.
+type Options struct {
+	// Token is the bearer token the server's configuration gives this
+	// client. It is sent on every request and never printed.
+	Token string
+	// HTTPClient sends the requests. Default: a client of its own on a
+	// clone of http.DefaultTransport, without an overall timeout (each
+	// call's context bounds it).
+	HTTPClient *http.Client
+	// MaxResponseBytes bounds a response body. Default 8 MiB.
+	MaxResponseBytes int64
+}
+
+// Client talks to tenure serve. Its views implement the primitives' store
+// contracts over the API, so a Locker, Keeper, Limiter or Manager runs on
+// it as on any other store. It is safe for concurrent use.
+type Client struct {
+	base    *url.URL
+	token   secret.Text
+	hc      *http.Client
+	maxResp int64
+}
+
+// New returns a client of the server at baseURL (for example
+// "http://127.0.0.1:7070"; the API's /v1 paths are added to it).
+func New(baseURL string, o *Options) (*Client, error) {
+	var opt Options
+	if o != nil {
+		opt = *o
+	}
+	u, err := url.Parse(strings.TrimRight(baseURL, "/"))
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("%w: base URL %q is not an http or https URL", ErrInvalid, baseURL)
+	}
+	if u.User != nil {
+		return nil, fmt.Errorf("%w: base URL carries credentials; give the token in Options.Token", ErrInvalid)
+	}
+	if opt.HTTPClient == nil {
+		opt.HTTPClient = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+	}
+	if opt.MaxResponseBytes <= 0 {
+		opt.MaxResponseBytes = 8 << 20
+	}
+	return &Client{base: u, token: secret.New(opt.Token), hc: opt.HTTPClient, maxResp: opt.MaxResponseBytes}, nil
+}
+
+// Error is a problem the server answered with (RFC 9457). It unwraps to
+// the primitive's error the problem type stands for (lease.ErrNotHeld,
+// session.ErrConflict, ...); problems the primitive has no error for
+// (unauthorized, forbidden, rate_limited, too_large, not_supported,
+// internal) unwrap to its ErrUnavailable, so that callers fail closed.
+type Error struct {
+	// Type is the problem type URI (serveapi's Type constants, documented
+	// in docs/serve.md).
+	Type   string
+	Status int
+	Title  string
+	Detail string
+	err    error
+}
+
+// Error describes the problem.
+func (e *Error) Error() string {
+	if e.Detail != "" {
+		return fmt.Sprintf("tenure serve: %d %s: %s", e.Status, e.Title, e.Detail)
+	}
+	return fmt.Sprintf("tenure serve: %d %s", e.Status, e.Title)
+}
+
+// Unwrap returns the primitive's error.
+func (e *Error) Unwrap() error { return e.err }
+
+// mapping turns problems into one primitive's errors.
+type mapping struct {
+	unavailable error
+	// of maps a problem to the primitive's error (nil: unavailable).
+	of func(p serveapi.Problem) error
+}
+
+// transportError is a request that got no answer from the server.
+type transportError struct{ err error }
+
+func (e *transportError) Error() string { return "tenure serve unreachable: " + e.err.Error() }
+func (e *transportError) Unwrap() error { return e.err }
+
+// call sends one request and decodes the answer into out (nil: none). On
+// failure the error wraps the primitive's error as m says.
+func (c *Client) call(ctx context.Context, m mapping, method, path string, query url.Values, in, out any) error {
+	u := *c.base
+	u.Path += path
+	u.RawQuery = query.Encode()
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return errors.Join(m.unavailable, err)
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), body)
+	if err != nil {
+		return errors.Join(m.unavailable, err)
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json, application/problem+json")
+	if !c.token.IsZero() {
+		req.Header.Set("Authorization", "Bearer "+c.token.Reveal())
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("%w: %w", m.unavailable, &transportError{err})
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, c.maxResp))
+	if err != nil {
+		return fmt.Errorf("%w: %w", m.unavailable, &transportError{err})
+	}
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		if out == nil || resp.StatusCode == http.StatusNoContent {
+			return nil
+		}
+		if err := json.Unmarshal(b, out); err != nil {
+			return fmt.Errorf("%w: tenure serve: malformed answer to %s %s: %v", m.unavailable, method, path, err)
+		}
+		return nil
+	}
+	var p serveapi.Problem
+	if !strings.HasPrefix(resp.Header.Get("Content-Type"), serveapi.ProblemContentType) || json.Unmarshal(b, &p) != nil || p.Type == "" {
+		p = serveapi.NewProblem(serveapi.TypeUnavailable, fmt.Sprintf("answer %d without a problem body", resp.StatusCode))
+		p.Status = resp.StatusCode
+	}
+	e := &Error{Type: p.Type, Status: p.Status, Title: p.Title, Detail: p.Detail}
+	if p.Type != serveapi.TypeUnavailable {
+		e.err = m.of(p)
+	}
+	if e.err == nil {
+		e.err = m.unavailable
+	}
+	return e
+}

@@ -1,0 +1,41 @@
+package client_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/tenurekit/tenure/lease"
+	"github.com/tenurekit/tenure/lease/leasetest"
+)
+
+// unit is the suites' short TTL over serve on SQLite: an HTTP round trip
+// and the race detector stand between the caller and the store.
+const unit = 400 * time.Millisecond
+
+// TestLeaseConformanceSQLite runs the lease suite against tenure serve on
+// a SQLite file through the client's Leases view; faults break the HTTP
+// path, and Restart stops the server and the store and serves the same
+// file again.
+func TestLeaseConformanceSQLite(t *testing.T) {
+	leasetest.Run(t, func(t *testing.T) leasetest.Target {
+		s := startSQLite(t, "", nil)
+		f := &faults{}
+		c := newClient(t, s.url, f)
+		direct := newClient(t, s.url, nil)
+		return leasetest.Target{
+			Store:  c.Leases(),
+			Direct: direct.Leases(),
+			Faults: f,
+			Restart: func(t *testing.T) lease.Store {
+				s.stop()
+				if err := s.store.Close(); err != nil {
+					t.Fatal(err)
+				}
+				s2 := startSQLite(t, s.path, nil)
+				return newClient(t, s2.url, nil).Leases()
+			},
+			Resource: resource{c: direct, plain: s.kv.PlainWrite},
+			Unit:     unit,
+		}
+	})
+}

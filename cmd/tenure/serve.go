@@ -1,0 +1,198 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/otlptranslator"
+	"github.com/spf13/cobra"
+	"go.opentelemetry.io/otel"
+	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+
+	"github.com/tenurekit/tenure/internal/servestore"
+	"github.com/tenurekit/tenure/internal/storeopen"
+	"github.com/tenurekit/tenure/internal/storeurl"
+	"github.com/tenurekit/tenure/server"
+	"github.com/tenurekit/tenure/store/memstore"
+)
+
+// serveFlags are tenure serve's flags.
+type serveFlags struct {
+	addr, store, dataDir, schema, prefix, config, tlsCert, tlsKey string
+	drain                                                         time.Duration
+	// listening, when set, is called with the address once the server
+	// listens (tests use it).
+	listening func(addr string)
+}
+
+// tokenFile is where the default configuration keeps its token.
+const tokenFile = "serve-token"
+
+func newServe() *cobra.Command {
+	var f serveFlags
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Serve tenure's primitives over an HTTP API (JSON under /v1)",
+		Long: `Serves leases, fenced values, idempotency records, rate limits, sessions and
+slot history over a JSON API under /v1, described at /v1/openapi.json.
+/healthz answers while the process is up, /readyz while the store answers,
+/metrics gives tenure's metrics in the Prometheus format.
+
+Without --store it keeps its state in the embedded default, tenure.db in
+--data-dir, created if missing. ` + "`--store`" + ` takes the same URLs as the other
+commands; a PostgreSQL schema must exist (migrated) beforehand.
+
+Without --config, one token allowed everything is made on first start,
+stored in --data-dir/serve-token (mode 0600) and printed once. --config FILE
+(JSON) sets the tokens, their namespaces and operations, the request limits
+and timeouts; see docs/serve.md.
+
+SIGTERM or SIGINT drains: no new connections, waiting acquires answer at
+once, requests in flight finish (up to --drain).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return runServe(ctx, &f, cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	p := cmd.Flags()
+	p.StringVar(&f.addr, "addr", "127.0.0.1:7070", "address to listen on")
+	p.StringVar(&f.store, "store", "", "store URL (default: the embedded SQLite file in --data-dir, created if missing)")
+	p.StringVar(&f.dataDir, "data-dir", storeopen.DefaultDataDir(), "directory of the embedded default's tenure.db and the default token")
+	p.StringVar(&f.schema, "schema", "tenure", "PostgreSQL schema of tenure's tables")
+	p.StringVar(&f.prefix, "prefix", "", "Redis or etcd key prefix (default: the store's own)")
+	p.StringVar(&f.config, "config", "", "configuration file (JSON): tokens, limits, timeouts")
+	p.StringVar(&f.tlsCert, "tls-cert", "", "TLS certificate file (PEM); with --tls-key, serve HTTPS")
+	p.StringVar(&f.tlsKey, "tls-key", "", "TLS private key file (PEM)")
+	p.DurationVar(&f.drain, "drain", 30*time.Second, "how long requests in flight may take to finish on shutdown")
+	return cmd
+}
+
+// runServe runs the server until ctx ends, then drains it.
+func runServe(ctx context.Context, f *serveFlags, stdout, stderr io.Writer) error {
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+	if (f.tlsCert == "") != (f.tlsKey == "") {
+		return exitErr{code: 2, err: errors.New("--tls-cert and --tls-key go together")}
+	}
+	spec, err := storeurl.Parse(f.store)
+	if err != nil {
+		return exitErr{code: 2, err: err}
+	}
+	var cfg *server.Config
+	if f.config != "" {
+		if cfg, err = server.LoadConfig(f.config); err != nil {
+			return exitErr{code: 2, err: err}
+		}
+	} else {
+		path := filepath.Join(f.dataDir, tokenFile)
+		tok, created, err := server.LoadOrCreateToken(path)
+		if err != nil {
+			return exitErr{code: 2, err: err}
+		}
+		if created {
+			fmt.Fprintf(stdout, "API token (shown once; kept in %s):\n  %s\n", path, tok.Reveal())
+		} else {
+			fmt.Fprintf(stdout, "API token: the one kept in %s\n", path)
+		}
+		cfg = server.AdminConfig(tok)
+	}
+
+	metrics, shutdownMetrics, err := installMetrics()
+	if err != nil {
+		return err
+	}
+	defer shutdownMetrics(context.Background())
+
+	openCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	st, err := storeopen.Open(openCtx, spec, &storeopen.Options{DataDir: f.dataDir, Schema: f.schema, Prefix: f.prefix, CreateEmbedded: true})
+	if err != nil {
+		return exitErr{code: 2, err: err}
+	}
+	defer st.Close()
+	views, release, err := servestore.Stores(openCtx, st)
+	if err != nil {
+		return exitErr{code: 2, err: err}
+	}
+	defer release()
+	srv, err := server.New(views, &server.Options{
+		Config: cfg, Logger: log, Metrics: metrics,
+		// The API's own per-token limit is kept in this process: it costs
+		// no store round trip.
+		APILimits: memstore.New(nil).Limits(),
+	})
+	if err != nil {
+		return exitErr{code: 2, err: err}
+	}
+	hs := srv.HTTPServer(f.addr)
+	ln, err := net.Listen("tcp", f.addr)
+	if err != nil {
+		return exitErr{code: 2, err: err}
+	}
+	scheme := "http"
+	if f.tlsCert != "" {
+		scheme = "https"
+	}
+	base := scheme + "://" + ln.Addr().String()
+	log.Info("serving", "store", st.Target, "api", base+"/v1", "openapi", base+"/v1/openapi.json", "dashboard", base+"/")
+	if f.listening != nil {
+		f.listening(ln.Addr().String())
+	}
+	errc := make(chan error, 1)
+	go func() {
+		if f.tlsCert != "" {
+			errc <- hs.ServeTLS(ln, f.tlsCert, f.tlsKey)
+		} else {
+			errc <- hs.Serve(ln)
+		}
+	}()
+	select {
+	case err := <-errc:
+		if errors.Is(err, http.ErrServerClosed) {
+			return nil
+		}
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("draining")
+	srv.Drain()
+	dctx, dcancel := context.WithTimeout(context.Background(), f.drain)
+	defer dcancel()
+	if err := hs.Shutdown(dctx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// installMetrics makes an OpenTelemetry SDK MeterProvider read by the
+// Prometheus exporter, installs it globally (tenure's components record on
+// the global provider), and returns the /metrics handler. The name
+// translation is set explicitly so the exposed names do not move.
+func installMetrics() (http.Handler, func(context.Context) error, error) {
+	reg := prometheus.NewRegistry()
+	exp, err := otelprom.New(
+		otelprom.WithRegisterer(reg),
+		otelprom.WithTranslationStrategy(otlptranslator.UnderscoreEscapingWithSuffixes),
+	)
+	if err != nil {
+		return nil, nil, err
+	}
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp))
+	otel.SetMeterProvider(mp)
+	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), mp.Shutdown, nil
+}

@@ -1,0 +1,136 @@
+// Package fencedkv keeps fenced values on a SQL store: a value table next
+// to the store's fence table, written in one transaction with the store's
+// Admit, so that a value is replaced only by a write whose fence the guard
+// admits. tenure serve uses it for its fencedWrite and fencedRead
+// operations on SQLite and PostgreSQL.
+package fencedkv
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/tenurekit/tenure/lease"
+)
+
+// Admit is a store's guard inside a transaction (sqlitestore's and
+// pgstore's Admit): it fails with an error wrapping fence.ErrStale, and the
+// transaction rolls back, unless f is greater than every fence admitted for
+// resource before.
+type Admit func(ctx context.Context, tx *sql.Tx, resource string, f uint64) error
+
+// Dialect is the SQL flavour of the database.
+type Dialect int
+
+const (
+	// SQLite numbers parameters ?1, ?2 and keeps values as BLOB.
+	SQLite Dialect = iota
+	// Postgres numbers parameters $1, $2 and keeps values as bytea.
+	Postgres
+)
+
+// KV is a fenced key-value table. It is safe for concurrent use.
+type KV struct {
+	db    *sql.DB
+	admit Admit
+	table string
+	d     Dialect
+}
+
+// New returns the table table (a quoted, possibly schema-qualified name)
+// on db, guarded by admit, and creates it if missing.
+func New(ctx context.Context, db *sql.DB, d Dialect, table string, admit Admit) (*KV, error) {
+	blob := "BLOB"
+	if d == Postgres {
+		blob = "bytea"
+	}
+	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+table+` (
+		name TEXT PRIMARY KEY,
+		value `+blob+` NOT NULL,
+		fence TEXT NOT NULL
+	)`); err != nil {
+		return nil, fmt.Errorf("fencedkv: create %s: %w", table, err)
+	}
+	return &KV{db: db, admit: admit, table: table, d: d}, nil
+}
+
+func (kv *KV) q(s string) string {
+	if kv.d == Postgres {
+		return strings.NewReplacer("?1", "$1", "?2", "$2", "?3", "$3").Replace(s)
+	}
+	return s
+}
+
+func unavailable(op, name string, err error) error {
+	return fmt.Errorf("%w: fenced %s %q: %w", lease.ErrUnavailable, op, name, err)
+}
+
+// FencedWrite sets name to value if f is admitted by the store's guard;
+// otherwise it returns the guard's error (wrapping fence.ErrStale) and
+// changes nothing.
+func (kv *KV) FencedWrite(ctx context.Context, name string, f uint64, value []byte) error {
+	if err := lease.ValidateKey(name); err != nil {
+		return err
+	}
+	if value == nil {
+		value = []byte{}
+	}
+	tx, err := kv.db.BeginTx(ctx, nil)
+	if err != nil {
+		return unavailable("write", name, err)
+	}
+	defer tx.Rollback()
+	if err := kv.admit(ctx, tx, name, f); err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, kv.q(`INSERT INTO `+kv.table+` (name, value, fence) VALUES (?1, ?2, ?3)
+		ON CONFLICT (name) DO UPDATE SET value = excluded.value, fence = excluded.fence`),
+		name, value, strconv.FormatUint(f, 10)); err != nil {
+		return unavailable("write", name, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return unavailable("write", name, err)
+	}
+	return nil
+}
+
+// FencedRead returns name's value and the fence that wrote it (nil, 0 if
+// never written).
+func (kv *KV) FencedRead(ctx context.Context, name string) ([]byte, uint64, error) {
+	if err := lease.ValidateKey(name); err != nil {
+		return nil, 0, err
+	}
+	var (
+		v []byte
+		f string
+	)
+	err := kv.db.QueryRowContext(ctx, kv.q(`SELECT value, fence FROM `+kv.table+` WHERE name = ?1`), name).Scan(&v, &f)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, unavailable("read", name, err)
+	}
+	n, err := strconv.ParseUint(f, 10, 64)
+	if err != nil {
+		return nil, 0, unavailable("read", name, err)
+	}
+	return v, n, nil
+}
+
+// PlainWrite sets name to value without the guard. It exists for tests
+// that need an unguarded writer beside the guarded one.
+func (kv *KV) PlainWrite(ctx context.Context, name string, value []byte) error {
+	if value == nil {
+		value = []byte{}
+	}
+	_, err := kv.db.ExecContext(ctx, kv.q(`INSERT INTO `+kv.table+` (name, value, fence) VALUES (?1, ?2, '0')
+		ON CONFLICT (name) DO UPDATE SET value = excluded.value`), name, value)
+	if err != nil {
+		return unavailable("write", name, err)
+	}
+	return nil
+}

@@ -1,0 +1,87 @@
+// Package servestore gives tenure serve the views of an opened store,
+// together with the fenced values it keeps for resources that have no guard
+// of their own: on memory and Redis the store's FencedSet and FencedGet, on
+// etcd its FencedPut and FencedGet, on SQLite and PostgreSQL a value table
+// written in one transaction with the store's Admit.
+package servestore
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/tenurekit/tenure/internal/fencedkv"
+	"github.com/tenurekit/tenure/internal/storeopen"
+	"github.com/tenurekit/tenure/server"
+	"github.com/tenurekit/tenure/store/etcdstore"
+)
+
+// ValueTable is the name of the fenced value table on SQL stores (with the
+// store's schema on PostgreSQL).
+const ValueTable = "tenure_serve_values"
+
+// Stores returns the views of st and its fenced values, and a function
+// that releases what it opened.
+func Stores(ctx context.Context, st *storeopen.Stores) (server.Stores, func(), error) {
+	out := server.Stores{Leases: st.Leases, Idempotency: st.Idempotency, Limits: st.Limits, Sessions: st.Sessions, Schedules: st.Schedules}
+	done := func() {}
+	switch {
+	case st.Mem != nil:
+		out.Fenced = memKV{st.Mem}
+	case st.Redis != nil:
+		out.Fenced = memKV{st.Redis}
+	case st.Etcd != nil:
+		out.Fenced = etcdKV{st.Etcd}
+	case st.SQLite != nil:
+		kv, err := fencedkv.New(ctx, st.SQLite.DB(), fencedkv.SQLite, `"`+ValueTable+`"`, st.SQLite.Admit)
+		if err != nil {
+			return server.Stores{}, nil, err
+		}
+		out.Fenced = kv
+	case st.PG != nil:
+		db := stdlib.OpenDBFromPool(st.PGPool)
+		kv, err := fencedkv.New(ctx, db, fencedkv.Postgres, `"`+st.PG.Schema()+`"."`+ValueTable+`"`, st.PG.Admit)
+		if err != nil {
+			db.Close()
+			return server.Stores{}, nil, err
+		}
+		out.Fenced = kv
+		done = func() { db.Close() }
+	default:
+		return server.Stores{}, nil, fmt.Errorf("servestore: no store opened")
+	}
+	return out, done, nil
+}
+
+// memKV adapts the FencedSet and FencedGet of memstore and redisstore.
+type memKV struct {
+	s interface {
+		FencedSet(ctx context.Context, resource string, f uint64, value []byte) error
+		FencedGet(ctx context.Context, resource string) ([]byte, uint64, error)
+	}
+}
+
+func (m memKV) FencedWrite(ctx context.Context, name string, f uint64, value []byte) error {
+	return m.s.FencedSet(ctx, name, f, value)
+}
+
+func (m memKV) FencedRead(ctx context.Context, name string) ([]byte, uint64, error) {
+	return m.s.FencedGet(ctx, name)
+}
+
+// etcdKV adapts etcdstore's fenced values.
+type etcdKV struct{ s *etcdstore.Store }
+
+func (e etcdKV) FencedWrite(ctx context.Context, name string, f uint64, value []byte) error {
+	return e.s.FencedPut(ctx, name, string(value), f)
+}
+
+func (e etcdKV) FencedRead(ctx context.Context, name string) ([]byte, uint64, error) {
+	v, f, err := e.s.FencedGet(ctx, name)
+	if err != nil || f == 0 {
+		return nil, f, err
+	}
+	return []byte(v), f, nil
+}
+

@@ -1,0 +1,414 @@
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/tenurekit/tenure/idempotency"
+	"github.com/tenurekit/tenure/internal/serveapi"
+	"github.com/tenurekit/tenure/lease"
+	"github.com/tenurekit/tenure/ratelimit"
+	"github.com/tenurekit/tenure/schedule"
+	"github.com/tenurekit/tenure/session"
+)
+
+// FencedKV is a value guarded by fences, kept by the server for resources
+// that have no guard of their own (fencedWrite, fencedRead). tenure serve
+// builds it from the store it opened.
+type FencedKV interface {
+	// FencedWrite sets name to value if fence is greater than every fence
+	// admitted for name before; otherwise it returns an error wrapping
+	// fence.ErrStale and changes nothing.
+	FencedWrite(ctx context.Context, name string, fence uint64, value []byte) error
+	// FencedRead returns name's value and the greatest fence admitted for
+	// it (nil, 0 if never written).
+	FencedRead(ctx context.Context, name string) ([]byte, uint64, error)
+}
+
+// Stores are the primitives' store views the server serves. A nil view
+// answers its routes with a not_supported problem.
+type Stores struct {
+	Leases      lease.Store
+	Idempotency idempotency.Store
+	Limits      ratelimit.Store
+	Sessions    session.Store
+	Schedules   schedule.Store
+	Fenced      FencedKV
+}
+
+// Options configure a Server. Nil means the defaults.
+type Options struct {
+	// Config holds the tokens and limits. Default: no tokens (every API
+	// request is refused) and Config's defaults.
+	Config *Config
+	// Logger receives one line per API request (operation, status, token
+	// name, duration; never a token or a body). Default slog.Default().
+	Logger *slog.Logger
+	// Metrics serves /metrics (tenure serve passes the OpenTelemetry
+	// Prometheus exporter's handler). Default: /metrics is not served.
+	Metrics http.Handler
+	// Ready reports whether the store is reachable, for /readyz. Default:
+	// an Inspect of a lease key on Stores.Leases.
+	Ready func(ctx context.Context) error
+	// APILimits keeps the API's own per-token rate limit state. Default
+	// Stores.Limits. tenure serve passes an in-process store, so that the
+	// limit costs no store round trip (each instance then limits on its
+	// own).
+	APILimits ratelimit.Store
+	// MeterProvider supplies tenure.serve.requests. Default the global
+	// provider.
+	MeterProvider metric.MeterProvider
+	// UIPath is the path the dashboard placeholder is served on. Default
+	// "/ui/".
+	UIPath string
+}
+
+// Server is tenure's HTTP API. It is an http.Handler.
+type Server struct {
+	st       Stores
+	cfg      Config
+	log      *slog.Logger
+	mux      *http.ServeMux
+	tokens   []authToken
+	limiter  *ratelimit.Limiter
+	ready    func(ctx context.Context) error
+	requests metric.Int64Counter
+
+	drainOnce sync.Once
+	draining  chan struct{}
+}
+
+type authToken struct {
+	name     string
+	sum      [32]byte
+	prefixes []string
+	ops      map[string]bool
+	all      bool
+}
+
+// principal is the token a request authenticated with.
+type principal struct{ t *authToken }
+
+// New returns a server over st.
+func New(st Stores, o *Options) (*Server, error) {
+	var opt Options
+	if o != nil {
+		opt = *o
+	}
+	var cfg Config
+	if opt.Config != nil {
+		cfg = *opt.Config
+		cfg.Tokens = slices.Clone(cfg.Tokens)
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if opt.Logger == nil {
+		opt.Logger = slog.Default()
+	}
+	if opt.MeterProvider == nil {
+		opt.MeterProvider = otel.GetMeterProvider()
+	}
+	s := &Server{st: st, cfg: cfg, log: opt.Logger, mux: http.NewServeMux(), ready: opt.Ready, draining: make(chan struct{})}
+	for _, t := range cfg.Tokens {
+		at := authToken{name: t.Name, sum: sha256.Sum256([]byte(t.Secret.Reveal())), prefixes: t.Prefixes, ops: map[string]bool{}}
+		for _, op := range t.Operations {
+			switch op {
+			case "*":
+				at.all = true
+			case "read":
+				for _, r := range ReadOps {
+					at.ops[r] = true
+				}
+			default:
+				at.ops[op] = true
+			}
+		}
+		s.tokens = append(s.tokens, at)
+	}
+	lim := opt.APILimits
+	if lim == nil {
+		lim = st.Limits
+	}
+	if lim != nil && cfg.Rate > 0 {
+		l, err := ratelimit.New(lim, ratelimit.GCRA, ratelimit.Limit{Name: "tenure-serve-api", Rate: cfg.Rate, Period: cfg.Period, Burst: cfg.Burst})
+		if err != nil {
+			return nil, fmt.Errorf("%w: rate_limit: %v", ErrConfig, err)
+		}
+		s.limiter = l
+	}
+	if s.ready == nil {
+		s.ready = func(ctx context.Context) error {
+			if st.Leases == nil {
+				return nil
+			}
+			_, err := st.Leases.Inspect(ctx, "tenure/serve/readyz")
+			return err
+		}
+	}
+	c, err := opt.MeterProvider.Meter("github.com/tenurekit/tenure/server").Int64Counter("tenure.serve.requests",
+		metric.WithDescription("API requests served, by operation and status code"), metric.WithUnit("{request}"))
+	if err != nil {
+		return nil, err
+	}
+	s.requests = c
+	s.routes()
+	ui := opt.UIPath
+	if ui == "" {
+		ui = "/ui/"
+	}
+	s.mux.HandleFunc("GET /{$}", s.placeholder)
+	s.mux.HandleFunc("GET "+ui, s.placeholder)
+	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		io.WriteString(w, "ok\n")
+	})
+	s.mux.HandleFunc("GET /readyz", s.readyz)
+	s.mux.HandleFunc("GET /v1/openapi.json", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(OpenAPI())
+	})
+	if opt.Metrics != nil {
+		s.mux.Handle("GET /metrics", opt.Metrics)
+	}
+	return s, nil
+}
+
+// ServeHTTP serves the API.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	s.mux.ServeHTTP(w, r)
+}
+
+// Mux returns the server's mux, to mount more routes (the dashboard, other
+// APIs). Routes mounted on it directly are not authenticated; wrap them
+// with Protect.
+func (s *Server) Mux() *http.ServeMux { return s.mux }
+
+// Protect wraps h with the API's bearer-token authentication, operation
+// check, per-token rate limit and body size limit, as operation op (a
+// name for logs, metrics and the tokens' operation lists).
+func (s *Server) Protect(op string, h http.Handler) http.Handler {
+	return s.api(op, func(w http.ResponseWriter, r *http.Request, _ principal) { h.ServeHTTP(w, r) })
+}
+
+// Drain makes waiting requests (long polls) answer now with what they
+// have, for a graceful shutdown: call it before http.Server.Shutdown.
+func (s *Server) Drain() { s.drainOnce.Do(func() { close(s.draining) }) }
+
+// HTTPServer returns an http.Server for s on addr with the configured
+// timeouts on every phase.
+func (s *Server) HTTPServer(addr string) *http.Server {
+	return &http.Server{
+		Addr:              addr,
+		Handler:           s,
+		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
+		ReadTimeout:       s.cfg.ReadTimeout,
+		WriteTimeout:      s.cfg.WriteTimeout,
+		IdleTimeout:       s.cfg.IdleTimeout,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+}
+
+const placeholderPage = `<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>tenure</title></head>
+<body><h1>tenure</h1>
+<p>The dashboard is not part of this build. The API is at <code>/v1</code>;
+its description is <a href="/v1/openapi.json">/v1/openapi.json</a>.</p>
+<p>Health: <a href="/healthz">/healthz</a>, <a href="/readyz">/readyz</a>.</p>
+</body></html>
+`
+
+func (s *Server) placeholder(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	io.WriteString(w, placeholderPage)
+}
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
+	defer cancel()
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if err := s.ready(ctx); err != nil {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		io.WriteString(w, "store unreachable\n")
+		return
+	}
+	io.WriteString(w, "ok\n")
+}
+
+// handler is an API handler: it runs after authentication.
+type handler func(w http.ResponseWriter, r *http.Request, p principal)
+
+// statusWriter records the status written.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// api wraps h: authentication, operation check, rate limit, body limit,
+// logging and metrics.
+func (s *Server) api(op string, h handler) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w}
+		name := "-"
+		defer func() {
+			s.requests.Add(r.Context(), 1, metric.WithAttributes(attribute.String("operation", op), attribute.Int("status", sw.status)))
+			s.log.LogAttrs(r.Context(), slog.LevelInfo, "request", slog.String("operation", op),
+				slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Int("status", sw.status),
+				slog.String("token", name), slog.Duration("duration", time.Since(start)))
+		}()
+		t := s.authenticate(r)
+		if t == nil {
+			sw.Header().Set("WWW-Authenticate", `Bearer realm="tenure"`)
+			writeProblem(sw, serveapi.NewProblem(serveapi.TypeUnauthorized, "send Authorization: Bearer <token> with a token from the configuration"))
+			return
+		}
+		name = t.name
+		if !t.all && !t.ops[op] {
+			writeProblem(sw, serveapi.NewProblem(serveapi.TypeForbidden, fmt.Sprintf("token %q may not call %s", t.name, op)))
+			return
+		}
+		if s.limiter != nil {
+			d, err := s.limiter.Allow(r.Context(), t.name)
+			if err != nil {
+				writeProblem(sw, serveapi.NewProblem(serveapi.TypeUnavailable, "the API's rate limit could not be checked"))
+				return
+			}
+			if !d.Allowed {
+				sw.Header().Set("Retry-After", strconv.Itoa(int((d.RetryAfter+time.Second-1)/time.Second)))
+				writeProblem(sw, serveapi.NewProblem(serveapi.TypeRateLimited, fmt.Sprintf("token %q is over %d requests per %v", t.name, s.cfg.Rate, s.cfg.Period)))
+				return
+			}
+		}
+		r.Body = http.MaxBytesReader(sw, r.Body, s.cfg.MaxBodyBytes)
+		h(sw, r, principal{t})
+	}
+}
+
+// authenticate finds the request's bearer token. Every configured token is
+// compared (in constant time, on SHA-256 digests), whichever matches.
+func (s *Server) authenticate(r *http.Request) *authToken {
+	h := r.Header.Get("Authorization")
+	scheme, tok, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return nil
+	}
+	sum := sha256.Sum256([]byte(strings.TrimSpace(tok)))
+	var found *authToken
+	for i := range s.tokens {
+		if subtle.ConstantTimeCompare(sum[:], s.tokens[i].sum[:]) == 1 {
+			found = &s.tokens[i]
+		}
+	}
+	return found
+}
+
+// allows reports whether key lies in one of the token's namespaces.
+func (p principal) allows(key string) bool {
+	for _, pre := range p.t.prefixes {
+		if strings.HasPrefix(key, pre) {
+			return true
+		}
+	}
+	return false
+}
+
+// guard writes a forbidden problem and returns false when key is outside
+// the token's namespaces.
+func guard(w http.ResponseWriter, p principal, what, key string) bool {
+	if p.allows(key) {
+		return true
+	}
+	writeProblem(w, serveapi.NewProblem(serveapi.TypeForbidden, fmt.Sprintf("token %q may not touch %s %q", p.t.name, what, key)))
+	return false
+}
+
+// decode reads a JSON body into v, refusing unknown fields and trailing
+// data. It writes the problem and returns false on failure.
+func decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	if err == nil && dec.More() {
+		err = errors.New("data after the JSON value")
+	}
+	if err == nil {
+		return true
+	}
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		writeProblem(w, serveapi.NewProblem(serveapi.TypeTooLarge, fmt.Sprintf("the body is larger than %d bytes", tooLarge.Limit)))
+		return false
+	}
+	if errors.Is(err, io.EOF) {
+		err = errors.New("empty body")
+	}
+	writeProblem(w, serveapi.NewProblem(serveapi.TypeInvalid, "the body is not valid: "+err.Error()))
+	return false
+}
+
+// invalid writes a bad-input problem.
+func invalid(w http.ResponseWriter, format string, args ...any) {
+	writeProblem(w, serveapi.NewProblem(serveapi.TypeInvalid, fmt.Sprintf(format, args...)))
+}
+
+// fail writes the problem of a store error.
+func fail(w http.ResponseWriter, err error) {
+	p := serveapi.ProblemOf(err)
+	if p.Type == serveapi.TypeInProgress || p.Type == serveapi.TypeHeld {
+		if p.TTL > 0 {
+			w.Header().Set("Retry-After", strconv.Itoa(int((p.TTL.D()+time.Second-1)/time.Second)))
+		}
+	}
+	writeProblem(w, p)
+}
+
+func notSupported(w http.ResponseWriter, what string) {
+	writeProblem(w, serveapi.NewProblem(serveapi.TypeNotSupported, "the store does not keep "+what))
+}
+
+func writeProblem(w http.ResponseWriter, p serveapi.Problem) {
+	w.Header().Set("Content-Type", serveapi.ProblemContentType)
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(p.Status)
+	json.NewEncoder(w).Encode(p)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,378 @@
+package server_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tenurekit/tenure/internal/secret"
+	"github.com/tenurekit/tenure/internal/serveapi"
+	"github.com/tenurekit/tenure/lease"
+	"github.com/tenurekit/tenure/server"
+	"github.com/tenurekit/tenure/store/memstore"
+)
+
+const (
+	adminTok  = "admin-token-0123456789"
+	billTok   = "billing-token-0123456789"
+	readerTok = "reader-token-0123456789"
+)
+
+// syncBuf is a log sink safe for concurrent writes.
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
+func (s *syncBuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+type fencedMem struct{ s *memstore.Store }
+
+func (f fencedMem) FencedWrite(ctx context.Context, name string, fence uint64, v []byte) error {
+	return f.s.FencedSet(ctx, name, fence, v)
+}
+func (f fencedMem) FencedRead(ctx context.Context, name string) ([]byte, uint64, error) {
+	return f.s.FencedGet(ctx, name)
+}
+
+type env struct {
+	mem  *memstore.Store
+	srv  *server.Server
+	url  string
+	logs *syncBuf
+}
+
+func testConfig() *server.Config {
+	return &server.Config{
+		Rate: -1,
+		Tokens: []server.Token{
+			{Name: "admin", Secret: secret.New(adminTok), Prefixes: []string{""}, Operations: []string{"*"}},
+			{Name: "billing", Secret: secret.New(billTok), Prefixes: []string{"billing/"}, Operations: []string{"*"}},
+			{Name: "reader", Secret: secret.New(readerTok), Prefixes: []string{""}, Operations: []string{"read"}},
+		},
+	}
+}
+
+func newEnv(t *testing.T, cfg *server.Config) *env {
+	t.Helper()
+	if cfg == nil {
+		cfg = testConfig()
+	}
+	m := memstore.New(nil)
+	logs := &syncBuf{}
+	srv, err := server.New(server.Stores{Leases: m.Leases(), Idempotency: m.Idempotency(), Limits: m.Limits(),
+		Sessions: m.Sessions(), Schedules: m.Schedules(), Fenced: fencedMem{m}},
+		&server.Options{Config: cfg, Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv)
+	t.Cleanup(hs.Close)
+	return &env{mem: m, srv: srv, url: hs.URL, logs: logs}
+}
+
+// do sends a request and returns the status and body.
+func (e *env) do(t *testing.T, tok, method, path string, body any) (int, []byte, http.Header) {
+	t.Helper()
+	var r io.Reader
+	if s, ok := body.(string); ok {
+		r = strings.NewReader(s)
+	} else if body != nil {
+		b, _ := json.Marshal(body)
+		r = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequestWithContext(t.Context(), method, e.url+path, r)
+	if tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b, resp.Header
+}
+
+func problem(t *testing.T, status int, b []byte, h http.Header, wantStatus int, wantType string) serveapi.Problem {
+	t.Helper()
+	var p serveapi.Problem
+	if status != wantStatus {
+		t.Fatalf("status %d, want %d: %s", status, wantStatus, b)
+	}
+	if ct := h.Get("Content-Type"); ct != serveapi.ProblemContentType {
+		t.Fatalf("content type %q, want %s", ct, serveapi.ProblemContentType)
+	}
+	if err := json.Unmarshal(b, &p); err != nil {
+		t.Fatal(err)
+	}
+	if p.Type != wantType || p.Status != wantStatus {
+		t.Fatalf("problem %+v, want type %s", p, wantType)
+	}
+	return p
+}
+
+func TestAuth(t *testing.T) {
+	e := newEnv(t, nil)
+	acq := serveapi.AcquireLease{Key: "billing/k", TTL: serveapi.Duration(time.Minute)}
+	st, b, h := e.do(t, "", "POST", "/v1/leases/acquire", acq)
+	problem(t, st, b, h, 401, serveapi.TypeUnauthorized)
+	if h.Get("WWW-Authenticate") == "" {
+		t.Error("401 without WWW-Authenticate")
+	}
+	st, b, h = e.do(t, adminTok+"x", "POST", "/v1/leases/acquire", acq)
+	problem(t, st, b, h, 401, serveapi.TypeUnauthorized)
+	// Outside the namespace: 403, and nothing written.
+	st, b, h = e.do(t, billTok, "POST", "/v1/leases/acquire", serveapi.AcquireLease{Key: "orders/k", TTL: serveapi.Duration(time.Minute)})
+	problem(t, st, b, h, 403, serveapi.TypeForbidden)
+	if info, _ := e.mem.Leases().Inspect(t.Context(), "orders/k"); info.Fence != 0 {
+		t.Errorf("forbidden acquire wrote %+v", info)
+	}
+	// An operation the token does not have: 403.
+	st, b, h = e.do(t, readerTok, "POST", "/v1/leases/acquire", acq)
+	problem(t, st, b, h, 403, serveapi.TypeForbidden)
+	st, _, _ = e.do(t, readerTok, "GET", "/v1/leases/inspect?key=billing/k", nil)
+	if st != 200 {
+		t.Errorf("reader inspect: %d", st)
+	}
+	// Inside the namespace: granted.
+	st, b, _ = e.do(t, billTok, "POST", "/v1/leases/acquire", acq)
+	if st != 200 {
+		t.Fatalf("acquire: %d %s", st, b)
+	}
+	var g serveapi.LeaseGrant
+	json.Unmarshal(b, &g)
+	if g.Token == "" || g.Fence == 0 {
+		t.Fatalf("grant %+v", g)
+	}
+	// Neither bearer tokens nor the lease token are logged.
+	logs := e.logs.String()
+	for _, s := range []string{adminTok, billTok, readerTok, g.Token} {
+		if strings.Contains(logs, s) {
+			t.Fatalf("a token appears in the logs:\n%s", logs)
+		}
+	}
+	if !strings.Contains(logs, "token=billing") {
+		t.Errorf("logs do not name the token:\n%s", logs)
+	}
+}
+
+func TestUnauthenticatedEndpoints(t *testing.T) {
+	e := newEnv(t, nil)
+	for _, p := range []string{"/healthz", "/readyz", "/", "/ui/", "/v1/openapi.json"} {
+		if st, b, _ := e.do(t, "", "GET", p, nil); st != 200 {
+			t.Errorf("GET %s: %d %s", p, st, b)
+		}
+	}
+	_, b, _ := e.do(t, "", "GET", "/", nil)
+	if !strings.Contains(string(b), "/v1/openapi.json") {
+		t.Errorf("placeholder page does not link the API description: %s", b)
+	}
+	st, b, h := e.do(t, adminTok, "GET", "/v1/nothing", nil)
+	problem(t, st, b, h, 404, serveapi.TypeNotFound)
+}
+
+func TestBadInputWritesNothing(t *testing.T) {
+	e := newEnv(t, nil)
+	cases := []struct {
+		name, path string
+		body       any
+	}{
+		{"no body", "/v1/leases/acquire", ""},
+		{"not JSON", "/v1/leases/acquire", "{"},
+		{"unknown field", "/v1/leases/acquire", `{"key":"a","ttl":"1s","bogus":1}`},
+		{"trailing data", "/v1/leases/acquire", `{"key":"a","ttl":"1s"} {}`},
+		{"bad duration", "/v1/leases/acquire", `{"key":"a","ttl":"soon"}`},
+		{"zero ttl", "/v1/leases/acquire", `{"key":"a"}`},
+		{"ttl too long", "/v1/leases/acquire", `{"key":"a","ttl":"100h"}`},
+		{"empty key", "/v1/leases/acquire", `{"key":"","ttl":"1s"}`},
+		{"wait too long", "/v1/leases/acquire", `{"key":"a","ttl":"1s","wait":"1h"}`},
+		{"bad token", "/v1/leases/acquire", `{"key":"a","ttl":"1s","token":"has space"}`},
+		{"fenced zero fence", "/v1/fenced/write", `{"name":"a","fence":0,"value":"x"}`},
+		{"fenced two values", "/v1/fenced/write", `{"name":"a","fence":1,"value":"x","value_base64":"eA=="}`},
+		{"rate no requests", "/v1/rate/allow", `{"requests":[]}`},
+		{"rate bad algorithm", "/v1/rate/allow", `{"requests":[{"key":"a","algorithm":"leaky","limit":{"rate":1,"period":"1s"}}]}`},
+		{"rate zero rate", "/v1/rate/allow", `{"requests":[{"key":"a","limit":{"rate":0,"period":"1s"}}]}`},
+		{"rate cost over", "/v1/rate/allow", `{"requests":[{"key":"a","limit":{"rate":1,"period":"1s"},"n":2}]}`},
+		{"session bad user", "/v1/sessions", `{"user_id":"","idle":"1m","absolute":"1h"}`},
+		{"session bad idle", "/v1/sessions", `{"user_id":"u","idle":"0s","absolute":"1h"}`},
+		{"idem bad key", "/v1/idempotency/begin", `{"scope":"s","key":"","fingerprint":"f","token":"t","claim_ttl":"1s","retention":"1h"}`},
+	}
+	for _, c := range cases {
+		st, b, h := e.do(t, adminTok, "POST", c.path, c.body)
+		p := problem(t, st, b, h, 400, serveapi.TypeInvalid)
+		if p.Detail == "" {
+			t.Errorf("%s: no reason given", c.name)
+		}
+	}
+	if info, _ := e.mem.Leases().Inspect(t.Context(), "a"); info.Fence != 0 {
+		t.Errorf("bad input wrote a lease: %+v", info)
+	}
+	if _, f, _ := e.mem.FencedGet(t.Context(), "a"); f != 0 {
+		t.Errorf("bad input wrote a fenced value at %d", f)
+	}
+	if recs, _ := e.mem.Sessions().List(t.Context(), "u"); len(recs) != 0 {
+		t.Errorf("bad input created sessions: %v", recs)
+	}
+}
+
+func TestBodyLimit(t *testing.T) {
+	cfg := testConfig()
+	cfg.MaxBodyBytes = 1024
+	e := newEnv(t, cfg)
+	big := `{"name":"a","fence":1,"value":"` + strings.Repeat("x", 2048) + `"}`
+	st, b, h := e.do(t, adminTok, "POST", "/v1/fenced/write", big)
+	problem(t, st, b, h, 413, serveapi.TypeTooLarge)
+	if _, f, _ := e.mem.FencedGet(t.Context(), "a"); f != 0 {
+		t.Error("an oversized body was written")
+	}
+}
+
+func TestAPIRateLimitPerToken(t *testing.T) {
+	cfg := testConfig()
+	cfg.Rate, cfg.Period = 2, time.Hour
+	e := newEnv(t, cfg)
+	for i := range 2 {
+		if st, b, _ := e.do(t, adminTok, "GET", "/v1/leases/inspect?key=a", nil); st != 200 {
+			t.Fatalf("request %d: %d %s", i, st, b)
+		}
+	}
+	st, b, h := e.do(t, adminTok, "GET", "/v1/leases/inspect?key=a", nil)
+	problem(t, st, b, h, 429, serveapi.TypeRateLimited)
+	if h.Get("Retry-After") == "" {
+		t.Error("429 without Retry-After")
+	}
+	// Another token has its own budget.
+	if st, _, _ := e.do(t, readerTok, "GET", "/v1/leases/inspect?key=a", nil); st != 200 {
+		t.Errorf("another token limited too: %d", st)
+	}
+}
+
+func TestProblemTypes(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := t.Context()
+	if _, err := e.mem.Leases().Acquire(ctx, "k", "holder-token", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	st, b, h := e.do(t, adminTok, "POST", "/v1/leases/acquire", serveapi.AcquireLease{Key: "k", TTL: serveapi.Duration(time.Second)})
+	p := problem(t, st, b, h, 409, serveapi.TypeHeld)
+	if p.TTL <= 0 || h.Get("Retry-After") == "" {
+		t.Errorf("held without the holder's TTL: %+v", p)
+	}
+	st, b, h = e.do(t, adminTok, "POST", "/v1/leases/renew", serveapi.LeaseToken{Key: "k", Token: "other-token", TTL: serveapi.Duration(time.Second)})
+	problem(t, st, b, h, 409, serveapi.TypeNotHeld)
+	st, b, h = e.do(t, adminTok, "POST", "/v1/leases/release", serveapi.LeaseToken{Key: "k", Token: "other-token"})
+	problem(t, st, b, h, 409, serveapi.TypeNotHeld)
+	if st, b, _ = e.do(t, adminTok, "POST", "/v1/fenced/write", serveapi.FencedWrite{Name: "r", Fence: 5, Value: "a"}); st != 204 {
+		t.Fatalf("fenced write: %d %s", st, b)
+	}
+	st, b, h = e.do(t, adminTok, "POST", "/v1/fenced/write", serveapi.FencedWrite{Name: "r", Fence: 4, Value: "b"})
+	p = problem(t, st, b, h, 409, serveapi.TypeStale)
+	if p.Fence != 4 || p.Current != 5 {
+		t.Errorf("stale problem %+v", p)
+	}
+	st, b, _ = e.do(t, adminTok, "GET", "/v1/fenced/read?name=r", nil)
+	var v serveapi.FencedValue
+	json.Unmarshal(b, &v)
+	if st != 200 || v.Value != "a" || v.Fence != 5 {
+		t.Errorf("fenced read %d %+v", st, v)
+	}
+	st, b, h = e.do(t, adminTok, "POST", "/v1/sessions/load", serveapi.SessionRef{ID: strings.Repeat("ab", 34)})
+	problem(t, st, b, h, 404, serveapi.TypeNotFound)
+}
+
+func TestAcquireLongPoll(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := t.Context()
+	if _, err := e.mem.Leases().Acquire(ctx, "k", "holder-token", 150*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	st, b, _ := e.do(t, adminTok, "POST", "/v1/leases/acquire", serveapi.AcquireLease{Key: "k", TTL: serveapi.Duration(time.Minute), Wait: serveapi.Duration(10 * time.Second)})
+	if st != 200 {
+		t.Fatalf("long poll: %d %s", st, b)
+	}
+	var g serveapi.LeaseGrant
+	json.Unmarshal(b, &g)
+	info, _ := e.mem.Leases().Inspect(ctx, "k")
+	if !info.Held || info.Fence != g.Fence {
+		t.Fatalf("store %+v after grant %+v", info, g)
+	}
+	// Drain ends a waiting acquire at once with the held answer.
+	done := make(chan int, 1)
+	go func() {
+		st, _, _ := e.do(t, adminTok, "POST", "/v1/leases/acquire", serveapi.AcquireLease{Key: "k", TTL: serveapi.Duration(time.Minute), Wait: serveapi.Duration(25 * time.Second)})
+		done <- st
+	}()
+	time.Sleep(50 * time.Millisecond)
+	e.srv.Drain()
+	select {
+	case st := <-done:
+		if st != 409 {
+			t.Errorf("drained long poll: %d, want 409", st)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Drain did not end the long poll")
+	}
+}
+
+func TestListLeases(t *testing.T) {
+	e := newEnv(t, nil)
+	for _, k := range []string{"billing/a", "billing/b", "billing/c", "orders/x"} {
+		if _, err := e.mem.Leases().Acquire(t.Context(), k, lease.NewToken(), time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, b, _ := e.do(t, billTok, "GET", "/v1/leases?prefix=billing/&limit=2", nil)
+	var l serveapi.LeaseList
+	json.Unmarshal(b, &l)
+	if st != 200 || len(l.Leases) != 2 || l.Leases[0].Key != "billing/a" || l.Next != "billing/b" || !l.Leases[0].Held {
+		t.Fatalf("page 1: %d %s", st, b)
+	}
+	st, b, _ = e.do(t, billTok, "GET", "/v1/leases?prefix=billing/&limit=2&after="+l.Next, nil)
+	l = serveapi.LeaseList{}
+	json.Unmarshal(b, &l)
+	if st != 200 || len(l.Leases) != 1 || l.Leases[0].Key != "billing/c" || l.Next != "" {
+		t.Fatalf("page 2: %d %s", st, b)
+	}
+	st, b, h := e.do(t, billTok, "GET", "/v1/leases", nil)
+	problem(t, st, b, h, 403, serveapi.TypeForbidden)
+}
+
+func TestConfig(t *testing.T) {
+	good := `{"tokens":[{"name":"a","token":"0123456789abcdef0","prefixes":[""],"operations":["*"]}],"max_wait":"5s","rate_limit":{"rate":10,"period":"1s"}}`
+	c, err := server.ParseConfig([]byte(good), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.MaxWait != 5*time.Second || c.Rate != 10 || len(c.Tokens) != 1 {
+		t.Fatalf("config %+v", c)
+	}
+	bad := []string{
+		`{"tokens":[{"name":"a","token":"short","prefixes":[""],"operations":["*"]}]}`,
+		`{"tokens":[{"name":"a","token":"0123456789abcdef0","operations":["*"]}]}`,
+		`{"tokens":[{"name":"a","token":"0123456789abcdef0","prefixes":[""]}]}`,
+		`{"tokens":[{"name":"a","token":"0123456789abcdef0","prefixes":[""],"operations":["nope"]}]}`,
+		`{"tokens":[{"name":"a","token":"0123456789abcdef0","prefixes":[""],"operations":["*"]},{"name":"b","token":"0123456789abcdef0","prefixes":[""],"operations":["*"]}]}`,
+		`{"max_wait":"1m","timeouts":{"write":"30s"}}`,
+		`{"unknown":1}`,
+	}
+	for _, b := range bad {
+		_, err := server.ParseConfig([]byte(b), t.TempDir())
+		if err == nil {
+			t.Errorf("accepted %s", b)
+			continue
+		}
+		if strings.Contains(err.Error(), "0123456789abcdef0") {
+			t.Errorf("error shows a token: %v", err)
+		}
+	}
+}
