@@ -38,25 +38,39 @@
 // # Expiry
 //
 // Expiry is judged by etcd alone: each lock key is attached to an etcd lease,
-// and the key disappears when the leader revokes the expired lease. etcd
-// grants TTLs in whole seconds and raises short ones to its minimum (about
-// 2 s with the default election settings: 1.5 election timeouts, rounded up),
-// so Acquire asks for ceil(ttl) seconds and reports the TTL etcd really
-// granted in Grant.TTL; the Locker computes its validity from that. A leader
-// change restarts the remaining TTL of every lease on the new leader, which
-// only ever makes expiry later than the granted TTL, never earlier. Renew
-// refreshes the etcd lease to the TTL granted at acquisition; asking Renew
-// for a longer TTL than that moves the lock onto a new lease of the longer
-// TTL (keeping its fence). Remaining times (Info.TTL, HeldError.TTL) come
-// from etcd in whole seconds, rounded down.
+// and the key disappears when the leader revokes the expired lease. The
+// store never keeps an etcd lease alive, so every lock expires on its own
+// schedule whatever happens to the other locks.
 //
-// Acquire grants an etcd lease and then runs one transaction that creates
-// the lock on it (or, for the token that already holds the key, moves the
-// lock onto the new lease, keeping its fence). It sends the transaction as
-// soon as the grant's reply arrives or briefly after sending the grant
-// without waiting longer for its reply, so that an acquire whose replies are
-// lost still takes effect and can be reconciled by retrying with the same
-// token, like an acquire on the stores that need one request.
+// The locks of one TTL class share etcd leases: the store asks for a lease
+// of ceil(ttl + 250ms) whole seconds and puts every lock acquired or renewed
+// with a TTL of that class on it for as long as the lease still lives at
+// least ttl past the call (judged from when the lease's grant was sent: etcd
+// applies a grant after it was sent, so the lease cannot end sooner). Each
+// call thus puts its lock on a lease that ends at least ttl and at most
+// ceil(ttl + 250ms) seconds after the call, which is also the longest a
+// holder that stops renewing keeps its key; etcd raises short TTLs to its
+// minimum (about 2 s with the default election settings: 1.5 election
+// timeouts, rounded up). Grant.TTL is the least time the lock has from the
+// start of the call (at least ttl); the Locker computes its validity from
+// that. A leader change restarts the remaining TTL of every lease on the
+// new leader, which only ever makes expiry later, never earlier. Remaining
+// times (Info.TTL, HeldError.TTL) come from etcd in whole seconds, rounded
+// down.
+//
+// Acquire is one transaction that creates the lock on its class's current
+// lease (or, for the token that already holds the key, moves the lock onto
+// it, keeping its fence); a new lease is granted about once per second per
+// class, with an ID chosen by the store, and the transaction is sent as soon
+// as the grant's reply arrives or briefly after sending the grant without
+// waiting longer, so that an acquire whose replies are lost still takes
+// effect and can be reconciled by retrying with the same token, like an
+// acquire on the stores that need one request. Renew is one transaction that
+// moves the lock onto a lease that lives at least the new TTL, keeping its
+// fence; it fails with lease.ErrNotHeld once etcd deleted the key. Release
+// is one transaction that deletes the lock; its lease is left to expire. A
+// cycle of acquire and release is two Raft writes, the same as with
+// clientv3's concurrency.Mutex on a session.
 //
 // # Guards
 //

@@ -45,11 +45,9 @@ type Options struct {
 	// panics otherwise. Stores whose prefixes differ, neither being a prefix
 	// of the other, share nothing.
 	Prefix string
-	// RevokeTimeout bounds each background revocation of an etcd lease the
-	// store no longer needs: the lease granted for an acquire that found the
-	// key busy, the lease of a released lock, and the old lease of a lock
-	// moved onto a new one. Revocation is best effort: a lease whose
-	// revocation fails holds no keys and expires on its own. Default 2s.
+	// RevokeTimeout bounds the best-effort clean-up calls the store makes
+	// in the background (deleting a lock put on a lease whose ID turned
+	// out to belong to another lease). Default 2s.
 	RevokeTimeout time.Duration
 }
 
@@ -62,6 +60,7 @@ type Store struct {
 	rpc           rpc
 	prefix        string
 	revokeTimeout time.Duration
+	grants        grants // the current etcd lease of each TTL class
 }
 
 // New returns a Store on c. o may be nil for the defaults. It panics if
@@ -113,11 +112,13 @@ func ttlSeconds(ttl time.Duration) int64 {
 
 // Leases returns the store's lease.Store view.
 //
-// Acquire grants an etcd lease of ceil(ttl) whole seconds; etcd raises it to
-// its minimum TTL where that is longer, and Grant.TTL reports what etcd
-// really granted. Renew refreshes the lease to the TTL granted at
-// acquisition, or moves the lock onto a new lease when a longer TTL is
-// asked. Info.TTL and HeldError.TTL are whole seconds, rounded down.
+// The locks of one TTL class share etcd leases of ceil(ttl + 250ms) whole
+// seconds (or etcd's minimum TTL), which nothing keeps alive: each lock ends
+// at least ttl and at most that many seconds after the Acquire or Renew that
+// put it there (see the package documentation). Grant.TTL is the least time
+// the lock has from the start of the call. Renew moves the lock onto a lease
+// that lives at least ttl from now. Info.TTL and HeldError.TTL are whole
+// seconds, rounded down.
 func (s *Store) Leases() lease.Store { return leases{s} }
 
 // Compare returns a comparison for the caller's own etcd transaction that
@@ -196,16 +197,4 @@ func (s *Store) FencedGet(ctx context.Context, resource string) (value string, f
 		value = string(kv.Value)
 	}
 	return value, f, nil
-}
-
-// revokeLater revokes an etcd lease in the background, best effort.
-func (s *Store) revokeLater(id int64) {
-	if id == 0 {
-		return
-	}
-	go func() {
-		ctx, cancel := context.WithTimeout(s.c.Ctx(), s.revokeTimeout)
-		defer cancel()
-		s.rpc.revoke(ctx, id)
-	}()
 }

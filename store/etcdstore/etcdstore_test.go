@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -55,6 +56,12 @@ func grantedTTL(t *testing.T, c *clientv3.Client, id int64) time.Duration {
 	return time.Duration(resp.GrantedTTL) * time.Second
 }
 
+// classTTL is the etcd lease TTL the store asks for ttl: ceil(ttl+250ms)
+// seconds, or etcd's minimum.
+func classTTL(ttl, unit time.Duration) time.Duration {
+	return max((ttl+250*time.Millisecond+time.Second-1)/time.Second*time.Second, unit)
+}
+
 func TestTTLRoundedUpToWhatEtcdGrants(t *testing.T) {
 	t.Parallel()
 	c, es, prefix, unit := shared(t)
@@ -62,31 +69,28 @@ func TestTTLRoundedUpToWhatEtcdGrants(t *testing.T) {
 	if unit < time.Second {
 		t.Fatalf("etcd granted %v for 1s", unit)
 	}
-	g, err := es.Leases().Acquire(ctx, "k", lease.NewToken(), 100*time.Millisecond)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if g.TTL != unit {
-		t.Fatalf("Grant.TTL = %v for 100ms, want etcd's minimum %v", g.TTL, unit)
-	}
-	_, id, ok := lockKV(t, c, prefix, "k")
-	if !ok {
-		t.Fatal("no lock key")
-	}
-	if got := grantedTTL(t, c, id); got != g.TTL {
-		t.Fatalf("etcd reports granted TTL %v, Grant.TTL says %v", got, g.TTL)
-	}
-
-	// 1.2s is asked as 2s (when etcd's minimum is below that).
-	g2, err := es.Leases().Acquire(ctx, "k2", lease.NewToken(), 1200*time.Millisecond)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := max(2*time.Second, unit); g2.TTL != want {
-		t.Fatalf("Grant.TTL = %v for 1.2s, want %v", g2.TTL, want)
+	for i, ttl := range []time.Duration{100 * time.Millisecond, 1200 * time.Millisecond, 3 * time.Second} {
+		k := "k" + strconv.Itoa(i)
+		start := time.Now()
+		g, err := es.Leases().Acquire(ctx, k, lease.NewToken(), ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		class := classTTL(ttl, unit)
+		// The lock has at least ttl, and its lease at most the class's TTL.
+		if g.TTL < ttl || g.TTL > class+time.Since(start) {
+			t.Fatalf("Grant.TTL = %v for %v, want %v to %v", g.TTL, ttl, ttl, class)
+		}
+		_, id, ok := lockKV(t, c, prefix, k)
+		if !ok {
+			t.Fatal("no lock key")
+		}
+		if got := grantedTTL(t, c, id); got != class {
+			t.Fatalf("lock of a %v lease on an etcd lease of %v, want %v", ttl, got, class)
+		}
 	}
 
-	// The Locker's validity follows the TTL really granted.
+	// The Locker's validity follows the TTL the store reports.
 	lk := leasetest.NewLocker(t, es.Leases(), nil)
 	before := time.Now()
 	l, err := lk.TryAcquire(ctx, "k3", 100*time.Millisecond)
@@ -95,9 +99,65 @@ func TestTTLRoundedUpToWhatEtcdGrants(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Release(ctx)
-	margin := time.Duration(float64(unit)*0.01) + 2*time.Millisecond // lease.Options defaults
-	if vu := l.ValidUntil(); vu.Before(before.Add(unit-margin)) || vu.After(after.Add(unit-margin)) {
-		t.Fatalf("ValidUntil %v after the request, want the granted %v minus %v", vu.Sub(before), unit, margin)
+	class := classTTL(100*time.Millisecond, unit)
+	margin := time.Duration(float64(class)*0.01) + 2*time.Millisecond // lease.Options defaults, at most
+	if vu := l.ValidUntil(); vu.Before(before.Add(100*time.Millisecond-margin)) || vu.After(after.Add(class)) {
+		t.Fatalf("ValidUntil %v after the request, want 100ms to %v", vu.Sub(before), class)
+	}
+}
+
+// TestLocksShareLeasesNotLifetimes: locks of one TTL class share an etcd
+// lease, and a renewal moves only its own lock onto a later lease, so a
+// lock whose holder stops renewing still expires on time.
+func TestLocksShareLeasesNotLifetimes(t *testing.T) {
+	t.Parallel()
+	c, es, prefix, unit := shared(t)
+	ctx := ctxT(t)
+	s := es.Leases()
+	ta, tb := lease.NewToken(), lease.NewToken()
+	ga, err := s.Acquire(ctx, "a", ta, unit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Acquire(ctx, "b", tb, unit); err != nil {
+		t.Fatal(err)
+	}
+	_, ida, _ := lockKV(t, c, prefix, "a")
+	_, idb, _ := lockKV(t, c, prefix, "b")
+	if ida != idb {
+		t.Logf("a and b on leases %x and %x (a new lease was due)", ida, idb)
+	}
+	// b keeps renewing; a does not.
+	stop := make(chan struct{})
+	renewed := make(chan error, 1)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				renewed <- nil
+				return
+			case <-time.After(unit / 4):
+			}
+			if _, err := s.Renew(ctx, "b", tb, unit); err != nil {
+				renewed <- err
+				return
+			}
+		}
+	}()
+	waitFree(t, s, "a", 10*unit+5*time.Second)
+	close(stop)
+	if err := <-renewed; err != nil {
+		t.Fatalf("renewing b: %v", err)
+	}
+	if info, err := s.Inspect(ctx, "b"); err != nil || !info.Held {
+		t.Fatalf("b after a expired: %+v (%v), want held", info, err)
+	}
+	if _, err := s.Renew(ctx, "a", ta, unit); !errors.Is(err, lease.ErrNotHeld) {
+		t.Fatalf("renewing a after it expired: %v, want ErrNotHeld", err)
+	}
+	g, err := s.Acquire(ctx, "a", lease.NewToken(), unit)
+	if err != nil || g.Fence <= ga.Fence {
+		t.Fatalf("a after expiry: %+v (%v), want a fence above %d", g, err, ga.Fence)
 	}
 }
 
@@ -317,35 +377,27 @@ func TestReacquireMovesOntoNewLease(t *testing.T) {
 	switch {
 	case g2.Fence != g1.Fence || uint64(rev) != g1.Fence || !ok:
 		t.Fatalf("re-acquire: fence %d, create revision %d, want %d", g2.Fence, rev, g1.Fence)
-	case g2.TTL != 30*time.Second || id2 == id1 || grantedTTL(t, c, id2) != 30*time.Second:
-		t.Fatalf("re-acquire: TTL %v on lease %x (was %x), want 30s on a new lease", g2.TTL, id2, id1)
+	case g2.TTL < 30*time.Second || g2.TTL > 31*time.Second || id2 == id1 || grantedTTL(t, c, id2) != 31*time.Second:
+		t.Fatalf("re-acquire: TTL %v on lease %x (was %x), want 30s on a new lease of 31s", g2.TTL, id2, id1)
 	}
-	// The old lease is revoked in the background (or expires).
+	// The old lease expires on its own ...
 	for deadline := time.Now().Add(10*unit + 5*time.Second); grantedTTL(t, c, id1) >= 0; {
 		if time.Now().After(deadline) {
 			t.Fatal("old lease never went away")
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	// The lock outlives the first lease.
+	// ... and the lock outlives it.
 	if info, err := s.Inspect(ctx, "k"); err != nil || !info.Held || info.Fence != g1.Fence || info.TTL < 20*time.Second {
 		t.Fatalf("after the old lease ended: %+v (%v)", info, err)
 	}
 
-	// Renew with the granted TTL refreshes the lease in place ...
-	g3, err := s.Renew(ctx, "k", tok, unit)
-	if err != nil || g3.Fence != g1.Fence || g3.TTL != 30*time.Second {
-		t.Fatalf("renew: %+v (%v), want fence %d and the granted 30s", g3, err, g1.Fence)
-	}
-	if _, id3, _ := lockKV(t, c, prefix, "k"); id3 != id2 {
-		t.Fatalf("renew within the granted TTL moved the lock to lease %x", id3)
-	}
-	// ... and a longer TTL moves the lock onto a longer lease.
+	// Renew moves the lock onto a lease that lives at least the TTL asked.
 	g4, err := s.Renew(ctx, "k", tok, time.Minute)
-	if err != nil || g4.Fence != g1.Fence || g4.TTL != time.Minute {
+	if err != nil || g4.Fence != g1.Fence || g4.TTL < time.Minute || g4.TTL > 61*time.Second {
 		t.Fatalf("longer renew: %+v (%v), want fence %d and 1m", g4, err, g1.Fence)
 	}
-	if rev, id4, _ := lockKV(t, c, prefix, "k"); id4 == id2 || uint64(rev) != g1.Fence || grantedTTL(t, c, id4) != time.Minute {
+	if rev, id4, _ := lockKV(t, c, prefix, "k"); id4 == id2 || uint64(rev) != g1.Fence || grantedTTL(t, c, id4) != 61*time.Second {
 		t.Fatalf("longer renew: lock on lease %x with revision %d", id4, rev)
 	}
 	if err := s.Release(ctx, "k", tok); err != nil {

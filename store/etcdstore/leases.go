@@ -3,9 +3,10 @@ package etcdstore
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/mvccpb"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
 	"github.com/tenurekit/tenure/lease"
@@ -24,68 +25,174 @@ type grantResult struct {
 	err error
 }
 
-// pendingGrant is a lease grant in flight.
-type pendingGrant struct {
-	s        *Store
-	id       int64
-	ch       chan grantResult
-	res      grantResult
-	answered bool
+// shareWindow is the least time during which acquisitions and renewals of
+// one TTL class join the same etcd lease: a class's lease is asked for
+// ceil(ttl + shareWindow) seconds.
+const shareWindow = 250 * time.Millisecond
+
+// grantTimeout bounds a shared lease grant (it is not tied to the context
+// of the call that started it, since other calls wait for it too).
+const grantTimeout = 10 * time.Second
+
+// sharedGrant is an etcd lease that the locks of one TTL class are put on
+// while it lives long enough for them. It is never kept alive: each lock
+// on it expires with it, at least ttl and less than ttl + shareWindow +
+// 1s (or etcd's minimum TTL) after the call that put the lock there was
+// made.
+type sharedGrant struct {
+	id   int64
+	secs int64     // asked of etcd (etcd may grant more, never less)
+	sent time.Time // when the grant was sent (monotonic clock)
+	done chan struct{}
+	res  grantResult // once done is closed
 }
 
-// startGrant asks etcd for lease id of secs seconds in the background.
-func (s *Store) startGrant(ctx context.Context, id, secs int64) *pendingGrant {
-	g := &pendingGrant{s: s, id: id, ch: make(chan grantResult, 1)}
-	go func() {
-		_, ttl, err := s.rpc.grant(ctx, id, secs)
-		g.ch <- grantResult{ttl: ttl, err: err}
-	}()
-	return g
+// grants holds the current shared lease of each TTL class.
+type grants struct {
+	mu  sync.Mutex
+	cur map[int64]*sharedGrant // by secs
 }
 
-// wait waits for the grant's answer, at most d if d > 0; it reports whether
-// the answer is in.
-func (g *pendingGrant) wait(d time.Duration) bool {
-	if g.answered {
+// expiresAfter reports whether the lease lives at least ttl after start:
+// etcd applies the grant after it was sent, so the lease ends no earlier
+// than sent + secs.
+func (g *sharedGrant) expiresAfter(start time.Time, ttl time.Duration) bool {
+	return !g.sent.Add(ttlOf(g.secs)).Before(start.Add(ttl))
+}
+
+// answered reports whether the grant has answered, with an error or not.
+func (g *sharedGrant) answered() bool {
+	select {
+	case <-g.done:
 		return true
+	default:
+		return false
 	}
-	if d <= 0 {
-		g.res, g.answered = <-g.ch, true
+}
+
+// wait waits for the grant's answer, at most d; it reports whether the
+// answer is in.
+func (g *sharedGrant) wait(d time.Duration) bool {
+	if g.answered() {
 		return true
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
-	case g.res = <-g.ch:
-		g.answered = true
+	case <-g.done:
+		return true
 	case <-t.C:
+		return false
 	}
-	return g.answered
 }
 
-// result waits for the grant's answer.
-func (g *pendingGrant) result() grantResult {
-	g.wait(0)
-	return g.res
+// result waits for the grant's answer or the end of ctx.
+func (g *sharedGrant) result(ctx context.Context) grantResult {
+	select {
+	case <-g.done:
+		return g.res
+	case <-ctx.Done():
+		return grantResult{err: ctx.Err()}
+	}
 }
 
-// discard revokes the lease once its grant has answered, in the background
-// and best effort.
-func (g *pendingGrant) discard() {
-	if g.answered {
-		if g.res.err == nil {
-			g.s.revokeLater(g.id)
-		}
-		return
+// leaseFor returns an etcd lease that lives at least ttl after start: the
+// current lease of ttl's class, or a new one whose grant it sends (with an
+// ID chosen here, so that a transaction can be sent on it before the
+// grant's reply is in). A lease whose grant failed is replaced.
+func (s *Store) leaseFor(ttl time.Duration, start time.Time) *sharedGrant {
+	secs := ttlSeconds(ttl + shareWindow)
+	s.grants.mu.Lock()
+	defer s.grants.mu.Unlock()
+	if g := s.grants.cur[secs]; g != nil && g.expiresAfter(start, ttl) && (!g.answered() || g.res.err == nil) {
+		return g
 	}
+	g := &sharedGrant{id: newLeaseID(), secs: secs, sent: time.Now(), done: make(chan struct{})}
+	if s.grants.cur == nil {
+		s.grants.cur = map[int64]*sharedGrant{}
+	}
+	s.grants.cur[secs] = g
 	go func() {
-		if r := <-g.ch; r.err == nil || unavailable(r.err) {
-			g.s.revokeLater(g.id)
-		}
+		ctx, cancel := context.WithTimeout(s.c.Ctx(), grantTimeout)
+		defer cancel()
+		_, ttl, err := s.rpc.grant(ctx, g.id, secs)
+		g.res = grantResult{ttl: ttl, err: err}
+		close(g.done)
 	}()
+	return g
 }
 
-// Acquire grants an etcd lease of ceil(ttl) seconds and runs one txn:
+// dropGrant forgets g as its class's lease (after its grant failed).
+func (s *Store) dropGrant(g *sharedGrant) {
+	s.grants.mu.Lock()
+	defer s.grants.mu.Unlock()
+	if s.grants.cur[g.secs] == g {
+		delete(s.grants.cur, g.secs)
+	}
+}
+
+// putOnLease runs the transaction built by txn on the lease for ttl (see
+// leaseFor), sent once the grant answered or after pipelineDelay, and
+// retries on a new lease when the transaction overtook the grant or the
+// grant failed. It returns the transaction's reply, the lease and the
+// grant's result, which the caller must check when the transaction put a
+// key on the lease.
+func (s *Store) putOnLease(ctx context.Context, ttl time.Duration, start time.Time,
+	txn func(id int64) (*pb.TxnResponse, error)) (*pb.TxnResponse, *sharedGrant, error) {
+	for attempt := 1; ; attempt++ {
+		g := s.leaseFor(ttl, start)
+		if g.wait(pipelineDelay) && g.res.err != nil {
+			s.dropGrant(g)
+			if attempt < attempts && !unavailable(g.res.err) {
+				continue
+			}
+			return nil, nil, wrapErr("grant lease", g.res.err)
+		}
+		resp, err := txn(g.id)
+		if isEtcdErr(err, rpctypes.ErrGRPCLeaseNotFound) && attempt < attempts {
+			// The txn overtook the grant, the grant failed, or the lease
+			// ended (revoked from outside).
+			if r := g.result(ctx); r.err != nil {
+				s.dropGrant(g)
+				if unavailable(r.err) {
+					return nil, nil, wrapErr("grant lease", r.err)
+				}
+			} else if attempt > 1 {
+				s.dropGrant(g)
+			}
+			continue
+		}
+		return resp, g, err
+	}
+}
+
+// checkGrant waits for the grant of the lease a transaction put lock on
+// and reports its failure. A lease ID that belonged to another lease
+// already (about one chance in 2^63 per live lease) must not carry the
+// lock: it is deleted again.
+func (s *Store) checkGrant(ctx context.Context, g *sharedGrant, lock, token, op string) error {
+	r := g.result(ctx)
+	if r.err == nil {
+		return nil
+	}
+	s.dropGrant(g)
+	if isEtcdErr(r.err, rpctypes.ErrGRPCLeaseExist) {
+		s.dropLock(lock, token, g.id)
+		return fmt.Errorf("etcdstore: %s: lease ID collision, try again", op)
+	}
+	// The txn applied on a lease whose grant reply was lost.
+	return wrapErr("grant lease", r.err)
+}
+
+// grantTTL is the time a lock put on g by a call made at start has at
+// least: g ends no earlier than g.sent + g.secs.
+func grantTTL(g *sharedGrant, start time.Time) time.Duration {
+	return g.sent.Add(ttlOf(g.secs)).Sub(start).Truncate(time.Millisecond)
+}
+
+// Acquire puts the lock on an etcd lease that lives at least ttl (see
+// leaseFor: the locks of one TTL class share one lease at a time, which
+// nothing keeps alive) in one txn:
 //
 //	If(CreateRevision(lock) == 0)
 //	Then(Put(lock, token, lease), Put(fence key, ""), Get(lock))
@@ -94,47 +201,40 @@ func (g *pendingGrant) discard() {
 //	         Else(Get(lock))))                          // busy
 //
 // A Put on an existing key keeps its create revision, so a re-acquire keeps
-// the fence and is renewed to the new lease's TTL; the old lease is revoked.
+// the fence and is renewed to at least ttl.
 //
-// The lease ID is chosen here, so the txn can be sent before the grant's
-// reply arrives (after pipelineDelay): an acquire whose replies are lost
-// still takes effect, and a retry with the same token reconciles it.
+// A new lease's ID is chosen here, so the txn can be sent before the
+// grant's reply arrives (after pipelineDelay): an acquire whose replies are
+// lost still takes effect, and a retry with the same token reconciles it.
 func (v leases) Acquire(ctx context.Context, key, token string, ttl time.Duration) (lease.Grant, error) {
 	if err := lease.Validate(key, token, ttl); err != nil {
 		return lease.Grant{}, err
 	}
 	s := v.s
-	id := newLeaseID()
-	pg := s.startGrant(ctx, id, ttlSeconds(ttl))
-	if pg.wait(pipelineDelay) && pg.res.err != nil {
-		return lease.Grant{}, wrapErr("grant lease", pg.res.err)
-	}
-
+	start := time.Now()
 	lock, fk := s.lockKey(key), s.fenceKey(key)
 	for attempt := 1; ; attempt++ {
-		resp, err := s.rpc.txn(ctx,
-			cmps(cmpCreateRev(lock, cmpEqual, 0)),
-			ops(opPut(lock, token, id), opPut(fk, "", 0), opGet(lock)),
-			ops(opTxn(
-				cmps(cmpValue(lock, cmpEqual, token)),
-				ops(opGet(lock), opPut(lock, token, id)),
-				ops(opGet(lock)),
-			)),
-		)
-		if isEtcdErr(err, rpctypes.ErrGRPCLeaseNotFound) && attempt < attempts {
-			// The txn overtook the grant, or the grant failed.
-			if r := pg.result(); r.err != nil {
-				return lease.Grant{}, wrapErr("grant lease", r.err)
-			}
-			continue
-		}
+		resp, g, err := s.putOnLease(ctx, ttl, start, func(id int64) (*pb.TxnResponse, error) {
+			return s.rpc.txn(ctx,
+				cmps(cmpCreateRev(lock, cmpEqual, 0)),
+				ops(opPut(lock, token, id), opPut(fk, "", 0), opGet(lock)),
+				ops(opTxn(
+					cmps(cmpValue(lock, cmpEqual, token)),
+					ops(opGet(lock), opPut(lock, token, id)),
+					ops(opGet(lock)),
+				)),
+			)
+		})
 		if err != nil {
-			// The lock may be on the new lease now: a retry with the same
+			// The lock may be on the lease now: a retry with the same
 			// token reconciles, a release removes it, or it expires.
+			if g == nil {
+				return lease.Grant{}, err
+			}
 			return lease.Grant{}, wrapErr("acquire", err)
 		}
 
-		var fenceRev, oldLease int64
+		var fenceRev int64
 		if resp.Succeeded {
 			kv := firstKV(resp.Responses[2])
 			if kv == nil {
@@ -151,34 +251,19 @@ func (v leases) Acquire(ctx context.Context, key, token string, ttl time.Duratio
 				// Busy.
 				left, err := s.rpc.timeToLive(ctx, kv.Lease)
 				if err != nil {
-					pg.discard()
 					return lease.Grant{}, wrapErr("acquire: holder's ttl", err)
 				}
 				if left < 0 && attempt < attempts {
 					continue // the holder's lease ended meanwhile
 				}
-				pg.discard()
 				return lease.Grant{}, &lease.HeldError{Key: key, TTL: ttlOf(max(left, 0))}
 			}
-			fenceRev, oldLease = kv.CreateRevision, kv.Lease
+			fenceRev = kv.CreateRevision
 		}
-
-		r := pg.result()
-		if r.err != nil {
-			if isEtcdErr(r.err, rpctypes.ErrGRPCLeaseExist) {
-				// The random lease ID belonged to another lease already
-				// (about one chance in 2^63 per live lease): the lock must
-				// not live on a foreign lease.
-				s.dropLock(lock, token, id)
-				return lease.Grant{}, fmt.Errorf("etcdstore: acquire %q: lease ID collision, try again", key)
-			}
-			// The txn applied on a lease whose grant reply was lost.
-			return lease.Grant{}, wrapErr("grant lease", r.err)
+		if err := s.checkGrant(ctx, g, lock, token, fmt.Sprintf("acquire %q", key)); err != nil {
+			return lease.Grant{}, err
 		}
-		if oldLease != id {
-			s.revokeLater(oldLease)
-		}
-		return lease.Grant{Fence: uint64(fenceRev), TTL: ttlOf(r.ttl)}, nil
+		return lease.Grant{Fence: uint64(fenceRev), TTL: grantTTL(g, start)}, nil
 	}
 }
 
@@ -192,67 +277,51 @@ func (s *Store) dropLock(lock, token string, id int64) {
 	), ops(opDelete(lock)), nil)
 }
 
-// Renew checks that token holds key and refreshes the lock's etcd lease
-// once (a keep-alive), which renews it to the TTL granted at acquisition. If
-// ttl needs more seconds than that, the lock moves onto a new lease of
-// ceil(ttl) seconds (keeping its fence). An expired lease is never brought
-// back: etcd refuses to refresh it.
+// Renew moves the lock held by token onto an etcd lease that lives at
+// least ttl from now (the current lease of ttl's class), keeping its create
+// revision and so its fence, in one txn:
+//
+//	If(Value(lock) == token) Then(Put(lock, token, lease), Get(lock))
+//
+// No etcd lease is ever kept alive, so a renewal extends only its own
+// lock. A lock whose key etcd has deleted (its lease expired) is never
+// brought back: the compare fails.
 func (v leases) Renew(ctx context.Context, key, token string, ttl time.Duration) (lease.Grant, error) {
 	if err := lease.Validate(key, token, ttl); err != nil {
 		return lease.Grant{}, err
 	}
 	s := v.s
+	start := time.Now()
 	lock := s.lockKey(key)
-	for attempt := 1; ; attempt++ {
-		kv, err := s.rpc.get(ctx, lock)
-		if err != nil {
-			return lease.Grant{}, wrapErr("renew", err)
-		}
-		if kv == nil || string(kv.Value) != token || kv.Lease == 0 {
-			return lease.Grant{}, lease.ErrNotHeld
-		}
-		granted, err := s.rpc.keepAliveOnce(ctx, kv.Lease)
-		if isEtcdErr(err, rpctypes.ErrGRPCLeaseNotFound) {
-			if attempt < attempts {
-				continue // expired, or moved onto another lease by the same token
-			}
-			return lease.Grant{}, lease.ErrNotHeld
-		}
-		if err != nil {
-			return lease.Grant{}, wrapErr("renew", err)
-		}
-		if secs := ttlSeconds(ttl); granted < secs {
-			return s.moveLock(ctx, lock, token, kv, secs)
-		}
-		return lease.Grant{Fence: uint64(kv.CreateRevision), TTL: ttlOf(granted)}, nil
-	}
-}
-
-// moveLock puts the lock held by token (as read in kv) onto a new lease of
-// secs seconds, keeping its create revision, and revokes the old lease.
-func (s *Store) moveLock(ctx context.Context, lock, token string, kv *mvccpb.KeyValue, secs int64) (lease.Grant, error) {
-	id, granted, err := s.rpc.grant(ctx, 0, secs)
+	resp, g, err := s.putOnLease(ctx, ttl, start, func(id int64) (*pb.TxnResponse, error) {
+		return s.rpc.txn(ctx,
+			cmps(cmpValue(lock, cmpEqual, token)),
+			ops(opPut(lock, token, id), opGet(lock)),
+			nil,
+		)
+	})
 	if err != nil {
-		return lease.Grant{}, wrapErr("renew: grant lease", err)
-	}
-	resp, err := s.rpc.txn(ctx, cmps(
-		cmpValue(lock, cmpEqual, token),
-		cmpCreateRev(lock, cmpEqual, kv.CreateRevision),
-	), ops(opPut(lock, token, id)), nil)
-	if err != nil {
+		if g == nil {
+			return lease.Grant{}, err
+		}
 		return lease.Grant{}, wrapErr("renew", err)
 	}
 	if !resp.Succeeded {
-		s.revokeLater(id)
 		return lease.Grant{}, lease.ErrNotHeld
 	}
-	s.revokeLater(kv.Lease)
-	return lease.Grant{Fence: uint64(kv.CreateRevision), TTL: ttlOf(granted)}, nil
+	kv := firstKV(resp.Responses[1])
+	if kv == nil {
+		return lease.Grant{}, fmt.Errorf("etcdstore: renew %q: lock missing in its own txn", key)
+	}
+	if err := s.checkGrant(ctx, g, lock, token, fmt.Sprintf("renew %q", key)); err != nil {
+		return lease.Grant{}, err
+	}
+	return lease.Grant{Fence: uint64(kv.CreateRevision), TTL: grantTTL(g, start)}, nil
 }
 
-// Release deletes the lock if its value is token, in one txn, and revokes
-// its etcd lease in the background. The fence key stays, so Inspect still
-// reports the last fence.
+// Release deletes the lock if its value is token, in one txn. Its etcd
+// lease is left to expire (other locks may be on it). The fence key stays,
+// so Inspect still reports the last fence.
 func (v leases) Release(ctx context.Context, key, token string) error {
 	if err := lease.ValidateKey(key); err != nil {
 		return err
@@ -264,7 +333,7 @@ func (v leases) Release(ctx context.Context, key, token string) error {
 	lock := s.lockKey(key)
 	resp, err := s.rpc.txn(ctx,
 		cmps(cmpValue(lock, cmpEqual, token)),
-		ops(opGet(lock), opDelete(lock)),
+		ops(opDelete(lock)),
 		nil,
 	)
 	if err != nil {
@@ -272,9 +341,6 @@ func (v leases) Release(ctx context.Context, key, token string) error {
 	}
 	if !resp.Succeeded {
 		return lease.ErrNotHeld
-	}
-	if kv := firstKV(resp.Responses[0]); kv != nil {
-		s.revokeLater(kv.Lease)
 	}
 	return nil
 }
