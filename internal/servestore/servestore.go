@@ -84,4 +84,3 @@ func (e etcdKV) FencedRead(ctx context.Context, name string) ([]byte, uint64, er
 	}
 	return []byte(v), f, nil
 }
-
