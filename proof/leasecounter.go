@@ -6,6 +6,7 @@ import (
 	"errors"
 	"slices"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 
@@ -43,11 +44,26 @@ func counterSetup(ctx context.Context, w *workerEnv) error {
 	return nil
 }
 
+// counterKeys is the number of counters per mode: spec.Keys, at least 1.
+func counterKeys(spec workerSpec) int { return max(spec.Keys, 1) }
+
+// counterKey names counter i of mode (and its lease). The first counter
+// keeps the name it had when there was only one.
+func counterKey(w *workerEnv, mode string, i int) string {
+	if i == 0 {
+		return w.env.Key("lc/" + mode)
+	}
+	return w.env.Key("lc/" + mode + "/" + strconv.Itoa(i))
+}
+
 func counterWorker(ctx context.Context, w *workerEnv) error {
 	var wg sync.WaitGroup
-	errs := make([]error, 2)
+	n := counterKeys(w.spec)
+	errs := make([]error, 2*n)
 	for i, mode := range []string{Guarded, Control} {
-		wg.Go(func() { errs[i] = counterLoop(ctx, w, mode) })
+		for k := range n {
+			wg.Go(func() { errs[i*n+k] = counterLoop(ctx, w, mode, counterKey(w, mode, k)) })
+		}
 	}
 	wg.Wait()
 	return errors.Join(errs...)
@@ -56,7 +72,11 @@ func counterWorker(ctx context.Context, w *workerEnv) error {
 // counterLoop: acquire the lease, read the counter, think, write the
 // counter plus one (through the guard, or plainly in the control),
 // release.
-func counterLoop(ctx context.Context, w *workerEnv, mode string) error {
+//
+// The acquire's completion carries the lease's validity end (Unix
+// nanoseconds, before which the store cannot have let it expire) and the
+// release is recorded, for the lease's own linearizability check.
+func counterLoop(ctx context.Context, w *workerEnv, mode, key string) error {
 	lk, err := lease.New(w.env.Leases, &lease.Options{RetryMin: 2 * time.Millisecond, RetryMax: 20 * time.Millisecond, Attempts: 1})
 	if err != nil {
 		return err
@@ -64,7 +84,6 @@ func counterLoop(ctx context.Context, w *workerEnv, mode string) error {
 	ttl := w.spec.TTL
 	// The resource is named like the lease key, so that on Redis Cluster
 	// the holder check and the write share a hash slot.
-	key := w.env.Key("lc/" + mode)
 	res := key
 	for ctx.Err() == nil {
 		w.gate.wait(ctx)
@@ -80,7 +99,7 @@ func counterLoop(ctx context.Context, w *workerEnv, mode string) error {
 			p.End("", 0, err)
 			continue
 		}
-		p.OK("", l.Fence())
+		p.OK(strconv.FormatInt(l.ValidUntil().UnixNano(), 10), l.Fence())
 		w.gate.wait(ctx)
 		// Steps after the acquire finish even when the worker is told to
 		// stop, so that a stop leaves no write unknown.
@@ -96,7 +115,8 @@ func counterLoop(ctx context.Context, w *workerEnv, mode string) error {
 			err = counterWrite(octx, w, mode, l, res, nv)
 			wp.End(nv, l.Fence(), err)
 		}
-		l.Release(octx)
+		relp := w.rec.Invoke(mode, "release", key, "", l.Fence())
+		relp.End("", l.Fence(), l.Release(octx))
 		ocancel()
 	}
 	return nil
@@ -172,34 +192,67 @@ func counterWrite(ctx context.Context, w *workerEnv, mode string, l *lease.Lease
 
 func counterCheck(ctx context.Context, w *workerEnv, ri *runInfo, h *History, mode string) ModeResult {
 	var m ModeResult
-	writes, reads := h.Select(mode, "write"), h.Select(mode, "read")
-	m.countOps(writes)
+	m.countOps(h.Select(mode, "write"))
 	for _, op := range h.Select(mode, "acquire") {
 		if op.Status != OK && op.Invoke < ri.faultsEnd.UnixNano() {
 			m.Errors["acquire:"+op.Err]++
 		}
 	}
-	res := w.env.Key("lc/" + mode)
+	lin := true
+	for k := range counterKeys(w.spec) {
+		key := counterKey(w, mode, k)
+		if !counterCheckKey(ctx, w, ri, h, mode, key, k, &m) {
+			lin = false
+		}
+	}
+	m.Linearizable = &lin
+	return m
+}
+
+// byKey returns the operations of mode with function f on key.
+func byKey(h *History, mode, f, key string) []Op {
+	var out []Op
+	for _, op := range h.Select(mode, f) {
+		if op.Key == key {
+			out = append(out, op)
+		}
+	}
+	return out
+}
+
+// counterCheckKey checks counter number k (named key) of mode into m and
+// reports whether its histories (the counter's and the lease's) are
+// linearizable.
+func counterCheckKey(ctx context.Context, w *workerEnv, ri *runInfo, h *History, mode, key string, k int, m *ModeResult) bool {
+	res := key
+	writes, reads := byKey(h, mode, "write", res), byKey(h, mode, "read", res)
+	acks, unknown := 0, 0
+	for _, op := range writes {
+		switch op.Status {
+		case OK:
+			acks++
+		case Unknown:
+			unknown++
+		}
+	}
 	v, err := counterRead(ctx, w, res)
 	if err != nil {
 		m.violate("cannot read the final counter: %v", err)
-		return m
+		return false
 	}
 	final, _ := parseCount(v)
-	if final < m.Acknowledged {
-		m.Lost = m.Acknowledged - final
-		m.violate("final counter %d, but %d increments were acknowledged: %d lost", final, m.Acknowledged, m.Lost)
+	if final < acks {
+		m.Lost += acks - final
+		m.violate("final counter %d, but %d increments were acknowledged: %d lost", final, acks, acks-final)
 	}
-	if final > m.Acknowledged+m.Indeterminate {
-		m.violate("final counter %d is above the %d acknowledged and %d indeterminate increments", final, m.Acknowledged, m.Indeterminate)
+	if final > acks+unknown {
+		m.violate("final counter %d is above the %d acknowledged and %d indeterminate increments", final, acks, unknown)
 	}
 	// Each acknowledged write must have written a value nobody else
 	// wrote, and fences must increase with the values (commit order).
-	var acked []Op
 	byValue := map[int][]uint64{}
 	for _, op := range writes {
 		if op.Status == OK {
-			acked = append(acked, op)
 			n, f := parseCount(op.In)
 			byValue[n] = append(byValue[n], f)
 		}
@@ -225,8 +278,9 @@ func counterCheck(ctx context.Context, w *workerEnv, ri *runInfo, h *History, mo
 	}
 	// Grants in real-time order: a grant requested after another one was
 	// granted must carry a greater fence, also across store restarts.
+	acquires := byKey(h, mode, "acquire", key)
 	var grants []Op
-	for _, op := range h.Select(mode, "acquire") {
+	for _, op := range acquires {
 		if op.Status == OK {
 			grants = append(grants, op)
 		}
@@ -246,12 +300,21 @@ func counterCheck(ctx context.Context, w *workerEnv, ri *runInfo, h *History, mo
 			m.violate("fence went back: a grant requested after fence %d had been granted got fence %d", top, g.Fence)
 		}
 	}
-	ok, cerr := checkRegister(ri, mode, reads, writes)
-	m.Linearizable = &ok
+	name := ri.name + "-" + mode
+	if k > 0 {
+		name += "-" + strconv.Itoa(k)
+	}
+	ok, cerr := checkRegister(ri, name, reads, writes)
 	if !ok {
 		m.violate("the counter's history is not linearizable (visualization in %s)", ri.dir)
 	} else if cerr != nil {
 		m.Errors["check:"+cerr.Error()]++
 	}
-	return m
+	lok, lerr := checkLease(ri, name+"-lease", acquires, byKey(h, mode, "release", key))
+	if !lok {
+		m.violate("the lease's history is not linearizable: two holders at once or a fence that went back (visualization in %s)", ri.dir)
+	} else if lerr != nil {
+		m.Errors["check:"+lerr.Error()]++
+	}
+	return ok && lok
 }

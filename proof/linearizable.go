@@ -54,7 +54,7 @@ var registerModel = porcupine.Model{
 // checkRegister checks the reads and writes of one counter for
 // linearizability. A failing history is visualized into ri.dir; the
 // file's path is added to ri.files.
-func checkRegister(ri *runInfo, mode string, reads, writes []Op) (ok bool, err error) {
+func checkRegister(ri *runInfo, name string, reads, writes []Op) (ok bool, err error) {
 	clients := map[string]int{}
 	client := func(p string) int {
 		if id, ok := clients[p]; ok {
@@ -83,7 +83,14 @@ func checkRegister(ri *runInfo, mode string, reads, writes []Op) (ok bool, err e
 		}
 		ops = append(ops, porcupine.Operation{ClientId: client(w.Proc), Input: in, Output: 0, Call: w.Invoke, Return: ret})
 	}
-	res, info := porcupine.CheckOperationsVerbose(registerModel, ops, time.Minute)
+	return porcupineCheck(ri, name, registerModel, ops)
+}
+
+// porcupineCheck checks ops against model. A failing history is
+// visualized into ri.dir as NAME.html, whose path is added to ri.files. A
+// check that times out counts as passed, with an error saying so.
+func porcupineCheck(ri *runInfo, name string, model porcupine.Model, ops []porcupine.Operation) (bool, error) {
+	res, info := porcupine.CheckOperationsVerbose(model, ops, time.Minute)
 	switch res {
 	case porcupine.Ok:
 		return true, nil
@@ -91,12 +98,133 @@ func checkRegister(ri *runInfo, mode string, reads, writes []Op) (ok bool, err e
 		return true, fmt.Errorf("the linearizability check timed out")
 	}
 	if err := os.MkdirAll(ri.dir, 0o755); err == nil {
-		path := filepath.Join(ri.dir, ri.name+"-"+mode+".html")
-		if err := porcupine.VisualizePath(registerModel, info, path); err == nil {
+		path := filepath.Join(ri.dir, name+".html")
+		if err := porcupine.VisualizePath(model, info, path); err == nil {
 			ri.files = append(ri.files, path)
 		}
 	}
 	return false, nil
+}
+
+// leaseInput is an operation on one lease: an acquire that was granted
+// Fence (valid until ValidUntil, Unix nanoseconds: the store cannot have
+// let it expire before), or a release of the tenure with Fence. Return is
+// the operation's completion time, the latest it can have taken effect;
+// Unknown marks an operation whose outcome is unknown.
+type leaseInput struct {
+	Release    bool
+	Fence      uint64
+	ValidUntil int64
+	Return     int64
+	Unknown    bool
+}
+
+// leaseState is the lease as the store must keep it: the fence of its
+// holder (0: free, unknownHolder: taken by an acquire whose fence is not
+// known), until when that holder's tenure cannot have expired, and the
+// greatest fence granted.
+type leaseState struct {
+	Holder     uint64
+	ValidUntil int64
+	Last       uint64
+}
+
+const unknownHolder = ^uint64(0)
+
+// leaseModel is a lease with fencing tokens. Acquire succeeds only when
+// the lease is free, released, or its holder's tenure may have expired
+// (expiry is not an operation of its own: a tenure may end at any time
+// after its validity, so an acquire that completes after it may take the
+// lease), and it grants a fence greater than every fence before. Release
+// ends the tenure it names and leaves a later holder alone.
+var leaseModel = porcupine.Model{
+	Init: func() any { return leaseState{} },
+	Step: func(state, input, output any) (bool, any) {
+		st, in := state.(leaseState), input.(leaseInput)
+		if in.Release {
+			if st.Holder == in.Fence {
+				st.Holder, st.ValidUntil = 0, 0
+			}
+			return true, st // releasing a tenure that already ended does nothing
+		}
+		free := st.Holder == 0 || in.Return >= st.ValidUntil
+		if in.Unknown {
+			// If it took effect, someone holds the lease until its
+			// validity, with a fence nobody saw.
+			if !free {
+				return false, st
+			}
+			return true, leaseState{Holder: unknownHolder, ValidUntil: in.ValidUntil, Last: st.Last}
+		}
+		if !free || in.Fence <= st.Last {
+			return false, st
+		}
+		return true, leaseState{Holder: in.Fence, ValidUntil: in.ValidUntil, Last: in.Fence}
+	},
+	DescribeOperation: func(input, output any) string {
+		in := input.(leaseInput)
+		s := fmt.Sprintf("acquire → fence %d, valid until %s", in.Fence, time.Unix(0, in.ValidUntil).Format("15:04:05.000"))
+		if in.Release {
+			s = fmt.Sprintf("release fence %d", in.Fence)
+		} else if in.Unknown {
+			s = "acquire ?"
+		}
+		if in.Unknown {
+			s += " ?"
+		}
+		return s
+	},
+	DescribeState: func(state any) string {
+		st := state.(leaseState)
+		switch st.Holder {
+		case 0:
+			return fmt.Sprintf("free (last fence %d)", st.Last)
+		case unknownHolder:
+			return fmt.Sprintf("held (fence unknown) until %s", time.Unix(0, st.ValidUntil).Format("15:04:05.000"))
+		}
+		return fmt.Sprintf("held by fence %d until %s", st.Holder, time.Unix(0, st.ValidUntil).Format("15:04:05.000"))
+	},
+}
+
+// checkLease checks the acquires and releases of one lease for
+// linearizability against leaseModel. Refused operations took no effect
+// and are left out; an acquire or release whose outcome is unknown may
+// take effect at any time after its invocation, or never. An acquire
+// whose outcome is unknown is held at most from its invocation for ttl.
+func checkLease(ri *runInfo, name string, acquires, releases []Op) (bool, error) {
+	clients := map[string]int{}
+	client := func(p string) int {
+		if id, ok := clients[p]; ok {
+			return id
+		}
+		clients[p] = len(clients)
+		return clients[p]
+	}
+	var ops []porcupine.Operation
+	for _, a := range acquires {
+		in := leaseInput{Fence: a.Fence, Return: a.Complete}
+		switch a.Status {
+		case Fail:
+			continue
+		case OK:
+			in.ValidUntil, _ = strconv.ParseInt(a.Out, 10, 64)
+		case Unknown:
+			in.Unknown, in.Return = true, math.MaxInt64
+			in.ValidUntil = a.Invoke + ri.ttl.Nanoseconds()
+		}
+		ops = append(ops, porcupine.Operation{ClientId: client(a.Proc), Input: in, Call: a.Invoke, Return: in.Return})
+	}
+	for _, r := range releases {
+		in := leaseInput{Release: true, Fence: r.Fence, Return: r.Complete}
+		switch r.Status {
+		case Fail:
+			continue
+		case Unknown:
+			in.Unknown, in.Return = true, math.MaxInt64
+		}
+		ops = append(ops, porcupine.Operation{ClientId: client(r.Proc), Input: in, Call: r.Invoke, Return: in.Return})
+	}
+	return porcupineCheck(ri, name, leaseModel, ops)
 }
 
 // parseCount reads "N/FENCE" (or "") as N and FENCE.

@@ -87,6 +87,42 @@ func TestProofSQLite(t *testing.T) {
 		if r.Verdict == proof.VerdictSkipped {
 			t.Errorf("%s skipped on SQLite", r.Workload)
 		}
+		if r.Workload == "lease-counter" {
+			checkVisualized(t, r)
+		}
+	}
+}
+
+// checkVisualized requires lease-counter's control, whose counter is not
+// linearizable, to have its history visualized in a file, and the guarded
+// run none.
+func checkVisualized(t *testing.T, r proof.Result) {
+	t.Helper()
+	if r.Control.Linearizable == nil || *r.Control.Linearizable {
+		t.Fatalf("%s on %s: control linearizable = %v, want false", r.Workload, r.Store, r.Control.Linearizable)
+	}
+	if r.Guarded.Linearizable == nil || !*r.Guarded.Linearizable {
+		t.Errorf("%s on %s: guarded linearizable = %v, want true", r.Workload, r.Store, r.Guarded.Linearizable)
+	}
+	found := false
+	for _, f := range r.Files {
+		if strings.Contains(filepath.Base(f), "-guarded") {
+			t.Errorf("a visualization was written for the guarded run: %s", f)
+		}
+		if !strings.Contains(filepath.Base(f), "-control") || filepath.Ext(f) != ".html" {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(b), "write") {
+			t.Errorf("%s does not show the writes (%d bytes)", f, len(b))
+		}
+		found = true
+	}
+	if !found {
+		t.Errorf("no visualization of the control's history among %v", r.Files)
 	}
 }
 
@@ -99,6 +135,9 @@ func TestProofMemory(t *testing.T) {
 			}
 		} else if !strings.Contains(r.Detail, "goroutines") {
 			t.Errorf("%s on memory: the report does not say the workers are goroutines: %q", r.Workload, r.Detail)
+		}
+		if r.Workload == "lease-counter" {
+			checkVisualized(t, r)
 		}
 	}
 }

@@ -51,6 +51,11 @@ type Options struct {
 	Dir string
 	// Seed makes the nemesis's choices repeatable; 0 picks one at random.
 	Seed uint64
+	// Keys is the number of counters per mode in lease-counter, each
+	// under a lease of its own that every worker contends for. Default 1,
+	// and 16 on etcd, whose minimum TTL of about 2s makes one counter
+	// slow; 1 to 64.
+	Keys int
 	// Faults enables store-level faults on top of the worker pauses and
 	// kills; each is destructive and opt-in.
 	Faults Faults
@@ -273,6 +278,9 @@ func defaults(o Options) (Options, error) {
 	if o.TTL != 0 && (o.TTL < 50*time.Millisecond || o.TTL > time.Minute) {
 		return o, fmt.Errorf("%w: TTL %v is not between 50ms and 1m", ErrInvalid, o.TTL)
 	}
+	if o.Keys < 0 || o.Keys > 64 {
+		return o, fmt.Errorf("%w: %d keys is not between 1 and 64", ErrInvalid, o.Keys)
+	}
 	for _, n := range o.Workloads {
 		if lookup(n) == nil {
 			names := make([]string, len(workloads))
@@ -372,7 +380,14 @@ func runOne(ctx context.Context, o Options, wl *workload, t target, tmp string) 
 	if t.kind == storeurl.SQLite {
 		ledger = strings.TrimPrefix(strings.TrimPrefix(t.url, "sqlite:"), "//")
 	}
-	spec := workerSpec{Workload: wl.name, Store: t.url, Prefix: prefix, Ledger: ledger, TTL: ttl, Think: ttl / 5}
+	keys := o.Keys
+	if keys == 0 {
+		keys = 1
+		if t.kind == storeurl.Etcd {
+			keys = 16
+		}
+	}
+	spec := workerSpec{Workload: wl.name, Store: t.url, Prefix: prefix, Ledger: ledger, TTL: ttl, Think: ttl / 5, Keys: keys}
 	// The coordinator's own connection: setup, final reads, and for
 	// memory the store the worker goroutines share.
 	var base *workerEnv

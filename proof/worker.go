@@ -74,7 +74,8 @@ type workerSpec struct {
 	Index    int           `json:"index"`
 	TTL      time.Duration `json:"ttl"`
 	Think    time.Duration `json:"think"`
-	Start    int64         `json:"start"` // the run's start, Unix nanoseconds
+	Keys     int           `json:"keys,omitempty"` // counters per mode (lease-counter)
+	Start    int64         `json:"start"`          // the run's start, Unix nanoseconds
 }
 
 // workerEnv is what a workload's loops get: the store, the shared ledger
