@@ -132,8 +132,8 @@ func (r *resource) Read(ctx context.Context, name string) (string, error) {
 	return v, err
 }
 
-// TestLeaseConformance runs the lease suite with the Store behind a real
-// TCP proxy. The suite restarts the server, which a shared server must not
+// TestLeaseConformance runs the lease suite with the Store (on a pgx pool)
+// behind a real TCP proxy, its guard in *sql.Tx transactions of lib/pq. The suite restarts the server, which a shared server must not
 // be, so it runs on a private one with a fresh database per subtest.
 func TestLeaseConformance(t *testing.T) {
 	srv := testenv.Postgres(t)
@@ -153,7 +153,7 @@ func TestLeaseConformance(t *testing.T) {
 				srv.Restart(t)
 				return pgstore.New(poolVia(t, dsn, proxy.Addr(), db, false), nil).Leases()
 			},
-			Resource: newResource(t, direct, db),
+			Resource: newSQLResource(t, openSQL(t, driverPQ, dsn, nil), db),
 		}
 	})
 }

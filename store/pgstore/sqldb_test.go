@@ -1,0 +1,383 @@
+package pgstore_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+	_ "github.com/lib/pq" // database/sql driver "postgres"
+
+	"github.com/tenurekit/tenure/idempotency"
+	"github.com/tenurekit/tenure/idempotency/idempotencytest"
+	"github.com/tenurekit/tenure/internal/testenv"
+	"github.com/tenurekit/tenure/lease"
+	"github.com/tenurekit/tenure/lease/leasetest"
+	"github.com/tenurekit/tenure/ratelimit"
+	"github.com/tenurekit/tenure/ratelimit/ratelimittest"
+	"github.com/tenurekit/tenure/schedule"
+	"github.com/tenurekit/tenure/schedule/scheduletest"
+	"github.com/tenurekit/tenure/session"
+	"github.com/tenurekit/tenure/session/sessiontest"
+	"github.com/tenurekit/tenure/store/pgstore"
+)
+
+// The database/sql drivers the *sql.DB form and the *sql.Tx entry points
+// are tested with.
+const (
+	driverPgx = "pgx"      // github.com/jackc/pgx/v5/stdlib
+	driverPQ  = "postgres" // github.com/lib/pq
+)
+
+// sqlConns is how many connections a test's *sql.DB keeps open.
+const sqlConns = 4
+
+// openSQL opens dsn with driver as a *sql.DB of sqlConns connections,
+// closed when the test ends. With warm (a Store whose statements to
+// prepare; pgx only), every connection is opened now, before any fault,
+// and a request made while a proxy drops replies really reaches the
+// server: the connections have the Store's statements prepared (named by
+// their SQL, so pgx uses them) and skip the liveness ping before reuse.
+//
+// lib/pq is used where no fault is injected: a call whose reply is lost
+// waits for it past its context's end (lib/pq asks the server to cancel
+// the statement but keeps reading), so the fault cases of the suites
+// cannot run on it. It sends a statement with its arguments in one round
+// trip (binary_parameters).
+func openSQL(t *testing.T, driver, dsn string, warm *pgstore.Store) *sql.DB {
+	t.Helper()
+	var db *sql.DB
+	switch driver {
+	case driverPQ:
+		if warm != nil {
+			t.Fatal("openSQL: lib/pq is not for fault cases")
+		}
+		var err error
+		if db, err = sql.Open(driverPQ, dsn+"&binary_parameters=yes"); err != nil {
+			t.Fatal(err)
+		}
+	case driverPgx:
+		cfg, err := pgx.ParseConfig(dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var opts []stdlib.OptionOpenDB
+		if warm != nil {
+			stmts := allStatements(warm)
+			opts = append(opts,
+				stdlib.OptionShouldPing(func(context.Context, stdlib.ShouldPingParams) bool { return false }),
+				stdlib.OptionAfterConnect(func(ctx context.Context, c *pgx.Conn) error {
+					for _, s := range stmts {
+						if _, err := c.Prepare(ctx, s, s); err != nil {
+							return err
+						}
+					}
+					return nil
+				}))
+		}
+		db = stdlib.OpenDB(*cfg, opts...)
+	default:
+		t.Fatalf("unknown driver %q", driver)
+	}
+	t.Cleanup(func() { db.Close() })
+	db.SetMaxOpenConns(sqlConns)
+	db.SetMaxIdleConns(sqlConns)
+	if warm != nil {
+		ctx := ctxT(t)
+		var conns []*sql.Conn
+		for range sqlConns {
+			c, err := db.Conn(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			conns = append(conns, c)
+		}
+		for _, c := range conns {
+			c.Close()
+		}
+	}
+	return db
+}
+
+func allStatements(db *pgstore.Store) []string {
+	var out []string
+	out = append(out, pgstore.Statements(db)...)
+	out = append(out, pgstore.IdempotencyStatements(db)...)
+	return append(out, pgstore.RateStatements(db)...)
+}
+
+// via returns dsn with the server's address replaced by addr (a proxy).
+func via(dsn, server, addr string) string { return strings.Replace(dsn, server, addr, 1) }
+
+// freshSQL returns a *sql.DB on a new database of the shared server,
+// opened with driver, and a migrated Store on it made by NewDB.
+func freshSQL(t *testing.T, driver string) (*sql.DB, *pgstore.Store) {
+	t.Helper()
+	srv := testenv.SharedPostgres(t)
+	sqlDB := openSQL(t, driver, srv.NewDatabase(t), nil)
+	db := pgstore.NewDB(sqlDB, nil)
+	if err := db.Migrate(ctxT(t)); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	return sqlDB, db
+}
+
+// inSQLTx runs fn in a transaction of db, committed when fn returns nil.
+func inSQLTx(ctx context.Context, db *sql.DB, fn func(tx *sql.Tx) error) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		return errors.Join(err, tx.Rollback())
+	}
+	return tx.Commit()
+}
+
+// sqlResource is the business table of the lease suite, written in
+// *sql.Tx transactions.
+type sqlResource struct {
+	db    *sql.DB
+	store *pgstore.Store
+}
+
+func newSQLResource(t *testing.T, db *sql.DB, store *pgstore.Store) *sqlResource {
+	t.Helper()
+	if _, err := db.ExecContext(ctxT(t), `CREATE TABLE IF NOT EXISTS items (name text PRIMARY KEY, value text NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	return &sqlResource{db, store}
+}
+
+func (r *sqlResource) FencedWrite(ctx context.Context, name string, f uint64, v string) error {
+	return inSQLTx(ctx, r.db, func(tx *sql.Tx) error {
+		if err := r.store.Admit(ctx, tx, name, f); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, upsertItem, name, v)
+		return err
+	})
+}
+
+func (r *sqlResource) PlainWrite(ctx context.Context, name, v string) error {
+	_, err := r.db.ExecContext(ctx, upsertItem, name, v)
+	return err
+}
+
+func (r *sqlResource) Read(ctx context.Context, name string) (string, error) {
+	var v string
+	err := r.db.QueryRowContext(ctx, `SELECT value FROM items WHERE name = $1`, name).Scan(&v)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", nil
+	}
+	return v, err
+}
+
+// TestLeaseConformanceSQLDB runs the lease suite on a Store made by NewDB
+// on pgx's stdlib driver, behind a TCP proxy, the guard in *sql.Tx
+// transactions of the same driver. Like TestLeaseConformance, on a
+// private server.
+func TestLeaseConformanceSQLDB(t *testing.T) {
+	srv := testenv.Postgres(t)
+	leasetest.Run(t, func(t *testing.T) leasetest.Target {
+		dsn := srv.NewDatabase(t)
+		direct := openSQL(t, driverPgx, dsn, nil)
+		db := pgstore.NewDB(direct, nil)
+		if err := db.Migrate(ctxT(t)); err != nil {
+			t.Fatalf("Migrate: %v", err)
+		}
+		proxy := testenv.NewProxy(t, srv.Addr())
+		proxied := via(dsn, srv.Addr(), proxy.Addr())
+		return leasetest.Target{
+			Store:  pgstore.NewDB(openSQL(t, driverPgx, proxied, db), nil).Leases(),
+			Direct: db.Leases(),
+			Faults: proxy,
+			Restart: func(t *testing.T) lease.Store {
+				srv.Restart(t)
+				return pgstore.NewDB(openSQL(t, driverPgx, proxied, nil), nil).Leases()
+			},
+			Resource: newSQLResource(t, direct, db),
+		}
+	})
+}
+
+// sqlBiz is the caller's own table, written in the caller's *sql.Tx.
+type sqlBiz struct{ tx *sql.Tx }
+
+func (b sqlBiz) Add(ctx context.Context, name string) error {
+	_, err := b.tx.ExecContext(ctx, `INSERT INTO idem_business (name) VALUES ($1)`, name)
+	return err
+}
+
+// idemSQLTxTarget is the transactional idempotency form on *sql.Tx
+// transactions of db, for store.
+func idemSQLTxTarget(t *testing.T, db *sql.DB, store *pgstore.Store) *idempotencytest.TxTarget {
+	t.Helper()
+	if _, err := db.ExecContext(ctxT(t), `CREATE TABLE IF NOT EXISTS idem_business (id bigserial PRIMARY KEY, name text NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	return &idempotencytest.TxTarget{
+		Run: func(ctx context.Context, body func(tx idempotency.Tx, biz idempotencytest.Business) error) error {
+			return inSQLTx(ctx, db, func(tx *sql.Tx) error { return body(store.IdempotencyTx(tx), sqlBiz{tx}) })
+		},
+		Count: func(ctx context.Context, name string) (int, error) {
+			var n int
+			err := db.QueryRowContext(ctx, `SELECT count(*) FROM idem_business WHERE name = $1`, name).Scan(&n)
+			return n, err
+		},
+	}
+}
+
+// TestIdempotencyConformanceSQLDB runs the idempotency suite on a Store
+// made by NewDB on pgx's stdlib driver; its transactional cases run in
+// *sql.Tx transactions of lib/pq.
+func TestIdempotencyConformanceSQLDB(t *testing.T) {
+	srv := testenv.SharedPostgres(t)
+	idempotencytest.Run(t, func(t *testing.T) idempotencytest.Target {
+		dsn := srv.NewDatabase(t)
+		direct := openSQL(t, driverPgx, dsn, nil)
+		db := pgstore.NewDB(direct, nil)
+		if err := db.Migrate(ctxT(t)); err != nil {
+			t.Fatalf("Migrate: %v", err)
+		}
+		proxy := testenv.NewProxy(t, srv.Addr())
+		return idempotencytest.Target{
+			Store:  pgstore.NewDB(openSQL(t, driverPgx, via(dsn, srv.Addr(), proxy.Addr()), db), nil).Idempotency(),
+			Direct: db.Idempotency(),
+			NewClient: func(t *testing.T) idempotency.Store {
+				c := openSQL(t, driverPgx, dsn, nil)
+				c.SetMaxOpenConns(1)
+				return pgstore.NewDB(c, nil).Idempotency()
+			},
+			Faults: proxy,
+			Tx:     idemSQLTxTarget(t, openSQL(t, driverPQ, dsn, nil), db),
+		}
+	})
+}
+
+// TestRateLimitConformanceSQLDB runs the rate limit suite on a Store made
+// by NewDB on pgx's stdlib driver: one database, a schema per case.
+func TestRateLimitConformanceSQLDB(t *testing.T) {
+	srv := testenv.SharedPostgres(t)
+	dsn := srv.NewDatabase(t)
+	direct := openSQL(t, driverPgx, dsn, nil)
+	seq := 0
+	ratelimittest.Run(t, func(t *testing.T) ratelimittest.Target {
+		seq++
+		schema := fmt.Sprintf("rl_%d", seq)
+		o := &pgstore.Options{Schema: schema}
+		db := pgstore.NewDB(direct, o)
+		if err := db.Migrate(ctxT(t)); err != nil {
+			t.Fatalf("Migrate: %v", err)
+		}
+		proxy := testenv.NewProxy(t, srv.Addr())
+		s := pgstore.NewDB(openSQL(t, driverPgx, via(dsn, srv.Addr(), proxy.Addr()), db), o)
+		return ratelimittest.Target{
+			Store:  s.Limits(),
+			Faults: proxy,
+			Keys: func(ctx context.Context) ([]ratelimittest.KeyTTL, error) {
+				rows, err := direct.QueryContext(ctx, `WITH c AS (SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS now)
+					SELECT key, expires_us - c.now FROM `+schema+`.ratelimits, c WHERE expires_us > c.now
+					UNION ALL SELECT key, expires_us - c.now FROM `+schema+`.ratelimit_permits, c WHERE expires_us > c.now`)
+				if err != nil {
+					return nil, err
+				}
+				defer rows.Close()
+				var ks []ratelimittest.KeyTTL
+				for rows.Next() {
+					var k string
+					var left int64
+					if err := rows.Scan(&k, &left); err != nil {
+						return nil, err
+					}
+					ks = append(ks, ratelimittest.KeyTTL{Key: k, TTL: time.Duration(left) * time.Microsecond})
+				}
+				return ks, rows.Err()
+			},
+			Poison: func(ctx context.Context, key ratelimit.StateKey) error {
+				_, err := direct.ExecContext(ctx, `INSERT INTO `+schema+`.ratelimits (key, alg, a, b, c, expires_us)
+					VALUES ($1, 9, 0, 0, 0, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint + 60000000)`, key.String())
+				return err
+			},
+		}
+	})
+}
+
+// TestSessionConformanceSQLDB runs the session suite on a Store made by
+// NewDB on pgx's stdlib driver, behind a TCP proxy per case.
+func TestSessionConformanceSQLDB(t *testing.T) {
+	srv := testenv.SharedPostgres(t)
+	dsn := srv.NewDatabase(t)
+	direct := openSQL(t, driverPgx, dsn, nil)
+	db := pgstore.NewDB(direct, nil)
+	if err := db.Migrate(ctxT(t)); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	sessiontest.Run(t, func(t *testing.T) sessiontest.Target {
+		proxy := testenv.NewProxy(t, srv.Addr())
+		return sessiontest.Target{
+			Store:  pgstore.NewDB(openSQL(t, driverPgx, via(dsn, srv.Addr(), proxy.Addr()), nil), nil).Sessions(),
+			Direct: db.Sessions(),
+			Faults: proxy,
+			Unit:   200 * time.Millisecond,
+			Present: func(t *testing.T, id session.ID) bool {
+				var n int
+				if err := direct.QueryRowContext(ctxT(t), `SELECT count(*) FROM tenure.sessions WHERE id = $1`, string(id)).Scan(&n); err != nil {
+					t.Fatal(err)
+				}
+				return n > 0
+			},
+		}
+	})
+}
+
+// TestScheduleConformanceSQLDB runs the schedule suite on Stores made by
+// NewDB on lib/pq, completing slots with CompleteSlot in *sql.Tx
+// transactions of lib/pq; on a faked server clock and on the server's own.
+func TestScheduleConformanceSQLDB(t *testing.T) {
+	target := func(t *testing.T, clock *scheduletest.Clock) scheduletest.Target {
+		srv := testenv.SharedPostgres(t)
+		dsn := srv.NewDatabase(t)
+		if clock != nil {
+			dsn = fakeServerClock(t, srv, dsn, clock)
+		}
+		sqlDB := openSQL(t, driverPQ, dsn, nil)
+		db := pgstore.NewDB(sqlDB, nil)
+		if err := db.Migrate(ctxT(t)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := sqlDB.ExecContext(ctxT(t), `CREATE TABLE counters (job text PRIMARY KEY, n bigint NOT NULL)`); err != nil {
+			t.Fatal(err)
+		}
+		return scheduletest.Target{
+			Store: db.Schedules(),
+			Node: func(t *testing.T) schedule.Store {
+				return pgstore.NewDB(openSQL(t, driverPQ, dsn, nil), nil).Schedules()
+			},
+			Complete: func(ctx context.Context, slot *schedule.Slot) error {
+				return inSQLTx(ctx, sqlDB, func(tx *sql.Tx) error {
+					if _, err := tx.ExecContext(ctx, `INSERT INTO counters (job, n) VALUES ($1, 1)
+						ON CONFLICT (job) DO UPDATE SET n = counters.n + 1`, slot.Job); err != nil {
+						return err
+					}
+					return db.CompleteSlot(ctx, tx, slot)
+				})
+			},
+			Count: func(ctx context.Context, job string) (int64, error) {
+				var n int64
+				err := sqlDB.QueryRowContext(ctx, `SELECT n FROM counters WHERE job = $1`, job).Scan(&n)
+				if errors.Is(err, sql.ErrNoRows) {
+					return 0, nil
+				}
+				return n, err
+			},
+			Clock: clock,
+		}
+	}
+	scheduletest.RunClocks(t, target)
+}
