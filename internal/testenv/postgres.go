@@ -33,6 +33,7 @@ type PostgresServer struct {
 	logPath     string
 	cred        *syscall.Credential // run as this user (set when root)
 	env         []string
+	durable     bool
 
 	mu   sync.Mutex
 	port int
@@ -42,13 +43,30 @@ type PostgresServer struct {
 // dbSeq numbers the databases made by NewDatabase in this process.
 var dbSeq atomic.Int64
 
+// PostgresOptions configures a server started by [PostgresWith]. The zero
+// value (and a nil pointer) is the fast server [Postgres] starts.
+type PostgresOptions struct {
+	// Durable runs the server with fsync, synchronous_commit and
+	// full_page_writes on, so that every acknowledged commit survives
+	// [PostgresServer.StopImmediate] (and a crash). Without it they are
+	// off: faster, and a commit acknowledged just before an immediate stop
+	// may be lost.
+	Durable bool
+}
+
 // Postgres initializes and starts a fresh PostgreSQL cluster and stops it,
 // removing its data, when the test ends. It skips or fails the test as
 // [RequireBinary] does when initdb or postgres is not installed.
 func Postgres(t testing.TB) *PostgresServer {
 	t.Helper()
+	return PostgresWith(t, nil)
+}
+
+// PostgresWith is [Postgres] with options; o may be nil.
+func PostgresWith(t testing.TB, o *PostgresOptions) *PostgresServer {
+	t.Helper()
 	initdb, pg := requirePostgres(t)
-	s, err := newPostgres(initdb, pg)
+	s, err := newPostgres(initdb, pg, o != nil && o.Durable)
 	if err != nil {
 		defer s.destroy()
 		failStart(t, err, s.logFiles()...)
@@ -80,7 +98,7 @@ func SharedPostgres(t testing.TB) *PostgresServer {
 	sharedPostgres.Lock()
 	defer sharedPostgres.Unlock()
 	if sharedPostgres.server == nil {
-		s, err := newPostgres(initdb, pg)
+		s, err := newPostgres(initdb, pg, false)
 		if err != nil {
 			defer s.destroy()
 			failStart(t, err, s.logFiles()...)
@@ -119,8 +137,8 @@ func requirePostgres(t testing.TB) (initdb, postgres string) {
 // newPostgres creates a private directory, runs initdb in it and starts
 // the server on a free port. On failure the returned server (never nil)
 // still names its log file.
-func newPostgres(initdbBin, postgresBin string) (*PostgresServer, error) {
-	s := &PostgresServer{postgresBin: postgresBin, env: postgresEnv()}
+func newPostgres(initdbBin, postgresBin string, durable bool) (*PostgresServer, error) {
+	s := &PostgresServer{postgresBin: postgresBin, env: postgresEnv(), durable: durable}
 	cred, err := postgresCredential()
 	if err != nil {
 		return s, err
@@ -262,6 +280,10 @@ func (s *PostgresServer) logFiles() []string {
 // connection. On failure the process is killed and returned (when it was
 // started at all) so the caller can tell a port clash from other failures.
 func (s *PostgresServer) startLocked() (*process, error) {
+	sync := "off"
+	if s.durable {
+		sync = "on"
+	}
 	p, err := startProcess(procSpec{
 		name: "postgres on " + s.addrLocked(),
 		bin:  s.postgresBin,
@@ -270,9 +292,9 @@ func (s *PostgresServer) startLocked() (*process, error) {
 			"-p", strconv.Itoa(s.port),
 			"-c", "listen_addresses=127.0.0.1",
 			"-c", "unix_socket_directories=" + s.base,
-			"-c", "fsync=off",
-			"-c", "synchronous_commit=off",
-			"-c", "full_page_writes=off",
+			"-c", "fsync=" + sync,
+			"-c", "synchronous_commit=" + sync,
+			"-c", "full_page_writes=" + sync,
 			"-c", "logging_collector=off",
 			"-c", "max_connections=200",
 		},
@@ -437,6 +459,27 @@ func (s *PostgresServer) Start(t testing.TB) {
 	if _, err := s.startLocked(); err != nil {
 		logTails(t, "postgres", s.logPath)
 		t.Fatalf("testenv: restart postgres: %v", err)
+	}
+}
+
+// StopImmediate shuts the server down in immediate mode, as `pg_ctl stop
+// -m immediate` does (SIGQUIT to the postmaster): every backend quits at
+// once without a checkpoint, and the next Start runs crash recovery from
+// the write-ahead log. Only a [PostgresOptions.Durable] server is sure to
+// keep every acknowledged commit across it. Stopping a stopped server does
+// nothing.
+func (s *PostgresServer) StopImmediate(t testing.TB) {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc == nil {
+		return
+	}
+	p := s.proc
+	s.proc = nil
+	if err := p.stop(syscall.SIGQUIT); err != nil {
+		logTails(t, "postgres", s.logPath)
+		t.Fatalf("%v", err)
 	}
 }
 

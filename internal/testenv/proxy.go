@@ -21,14 +21,14 @@ const (
 // switch between its modes at any time. All methods are safe for
 // concurrent use.
 type Proxy struct {
-	upstream string
-	ln       net.Listener
-	mode     atomic.Int32
+	ln   net.Listener
+	mode atomic.Int32
 
-	mu     sync.Mutex // guards conns and closed, and orders mode changes with them
-	conns  map[*proxyConn]struct{}
-	closed bool
-	wg     sync.WaitGroup
+	mu       sync.Mutex // guards upstream, conns and closed, and orders mode changes with them
+	upstream string
+	conns    map[*proxyConn]struct{}
+	closed   bool
+	wg       sync.WaitGroup
 }
 
 // proxyConn is one proxied connection: the accepted client side and the
@@ -73,7 +73,28 @@ func NewProxy(t testing.TB, upstream string) *Proxy {
 func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
 // Upstream returns the address the proxy forwards to.
-func (p *Proxy) Upstream() string { return p.upstream }
+func (p *Proxy) Upstream() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.upstream
+}
+
+// SetUpstream makes the proxy forward to addr (host:port) from now on, as
+// a failover to another server would: every existing connection is closed,
+// so that clients reconnect, and new ones go to addr. The mode is kept.
+func (p *Proxy) SetUpstream(addr string) {
+	p.mu.Lock()
+	p.upstream = addr
+	var conns []*proxyConn
+	for c := range p.conns {
+		conns = append(conns, c)
+		delete(p.conns, c)
+	}
+	p.mu.Unlock()
+	for _, c := range conns {
+		c.close()
+	}
+}
 
 // Cut makes the upstream unreachable through the proxy: every existing
 // connection is closed (reset) and new connections are closed as soon as
@@ -156,14 +177,15 @@ func (p *Proxy) acceptLoop() {
 // side closes or the proxy closes c.
 func (p *Proxy) serve(c *proxyConn) {
 	defer p.wg.Done()
-	server, err := net.DialTimeout("tcp", p.upstream, 5*time.Second)
+	upstream := p.Upstream()
+	server, err := net.DialTimeout("tcp", upstream, 5*time.Second)
 	if err != nil {
 		c.close()
 		return
 	}
 	c.server = server
 	p.mu.Lock()
-	if p.closed || p.mode.Load() == proxyCut {
+	if p.closed || p.mode.Load() == proxyCut || p.upstream != upstream {
 		p.mu.Unlock()
 		c.close()
 		return

@@ -6,10 +6,13 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/redis/rueidis"
 )
@@ -344,3 +347,74 @@ func (s *RedisServer) signal(t testing.TB, sig syscall.Signal) {
 
 // String returns a description of the server for messages.
 func (s *RedisServer) String() string { return fmt.Sprintf("redis-server %s", s.Addr()) }
+
+// RedisReplica starts a fresh redis-server that replicates primary
+// (--replicaof), with primary's options, and waits until its link to the
+// primary is up and the initial sync is done. It is stopped, its data
+// removed, when the test ends. Replication is asynchronous: a write
+// acknowledged by the primary may not have reached the replica yet.
+func RedisReplica(t testing.TB, primary *RedisServer) *RedisServer {
+	t.Helper()
+	bin := RequireBinary(t, "redis-server")
+	o := primary.opts
+	host, port, _ := net.SplitHostPort(primary.Addr())
+	o.Args = append(append([]string(nil), o.Args...), "--replicaof", host, port)
+	s, err := newRedis(bin, &o, false)
+	if err != nil {
+		defer s.destroy()
+		failStart(t, err, s.logFiles()...)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			logTails(t, "redis-server replica", s.logPath)
+		}
+		if err := s.destroy(); err != nil {
+			t.Errorf("testenv: %v", err)
+		}
+	})
+	err = waitUntil("replica "+s.Addr()+" in sync with "+primary.Addr(), startTimeout, nil, func(ctx context.Context) error {
+		info, err := respCall(ctx, s.Addr(), "INFO", "replication")
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(info, "master_link_status:up") || strings.Contains(info, "master_sync_in_progress:1") {
+			return fmt.Errorf("not in sync yet")
+		}
+		return nil
+	})
+	if err != nil {
+		logTails(t, "redis-server replica", s.logPath)
+		t.Fatalf("testenv: %v", err)
+	}
+	return s
+}
+
+// Kill ends the server at once with SIGKILL, as a crash would, and waits
+// for it to be reaped. Killing a stopped server does nothing.
+func (s *RedisServer) Kill(t testing.TB) {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc == nil {
+		return
+	}
+	s.proc.kill()
+	s.proc = nil
+}
+
+// Promote turns a replica into a primary (REPLICAOF NO ONE): it keeps the
+// data it has replicated so far and accepts writes. A later Start or
+// Restart keeps it a primary.
+func (s *RedisServer) Promote(t testing.TB) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := respCall(ctx, s.Addr(), "REPLICAOF", "NO", "ONE"); err != nil {
+		t.Fatalf("testenv: promote %s: %v", s, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if i := slices.Index(s.opts.Args, "--replicaof"); i >= 0 {
+		s.opts.Args = slices.Delete(slices.Clone(s.opts.Args), i, min(i+3, len(s.opts.Args)))
+	}
+}

@@ -478,3 +478,84 @@ func TestProxyPostgres(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A durable server keeps every acknowledged commit across an immediate
+// stop, which skips the shutdown checkpoint and leaves recovery to the
+// next start.
+func TestPostgresDurableStopImmediate(t *testing.T) {
+	t.Parallel()
+	s := testenv.PostgresWith(t, &testenv.PostgresOptions{Durable: true})
+	pool := s.Pool(t, s.DSN("postgres"))
+	var fsync, syncCommit string
+	if err := pool.QueryRow(ctx(t, 10*time.Second), `SELECT current_setting('fsync'), current_setting('synchronous_commit')`).Scan(&fsync, &syncCommit); err != nil {
+		t.Fatal(err)
+	}
+	if fsync != "on" || syncCommit != "on" {
+		t.Fatalf("fsync = %s, synchronous_commit = %s, want on and on", fsync, syncCommit)
+	}
+	if _, err := pool.Exec(ctx(t, 10*time.Second), `CREATE TABLE n (i int)`); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 50 {
+		if _, err := pool.Exec(ctx(t, 10*time.Second), `INSERT INTO n VALUES ($1)`, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.StopImmediate(t)
+	if _, err := pool.Exec(ctx(t, time.Second), `SELECT 1`); err == nil {
+		t.Fatal("query succeeded against a stopped server")
+	}
+	s.Start(t)
+	pool = s.Pool(t, s.DSN("postgres"))
+	var n int
+	if err := pool.QueryRow(ctx(t, 10*time.Second), `SELECT count(*) FROM n`).Scan(&n); err != nil || n != 50 {
+		t.Fatalf("after an immediate stop: %d rows, %v; want 50", n, err)
+	}
+}
+
+// A replica promoted after its primary was killed serves what it had
+// replicated and takes writes; a proxy switched to it carries clients
+// over.
+func TestRedisReplicaFailover(t *testing.T) {
+	t.Parallel()
+	primary := testenv.Redis(t, nil)
+	replica := testenv.RedisReplica(t, primary)
+	p := testenv.NewProxy(t, primary.Addr())
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{p.Addr()}, DisableRetry: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Do(ctx(t, 2*time.Second), c.B().Set().Key("k").Value("v").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	direct := replica.Client(t)
+	eventually(t, 5*time.Second, "k replicated", func() error {
+		v, err := direct.Do(ctx(t, time.Second), direct.B().Get().Key("k").Build()).ToString()
+		if err == nil && v != "v" {
+			err = fmt.Errorf("k = %q", v)
+		}
+		return err
+	})
+	if err := direct.Do(ctx(t, time.Second), direct.B().Set().Key("x").Value("1").Build()).Error(); err == nil {
+		t.Fatal("a replica accepted a write before its promotion")
+	}
+
+	primary.Kill(t)
+	replica.Promote(t)
+	p.SetUpstream(replica.Addr())
+	if p.Upstream() != replica.Addr() {
+		t.Fatalf("upstream %s, want %s", p.Upstream(), replica.Addr())
+	}
+	eventually(t, 10*time.Second, "write through the proxy after the failover", func() error {
+		return c.Do(ctx(t, time.Second), c.B().Set().Key("k2").Value("w").Build()).Error()
+	})
+	if v, err := direct.Do(ctx(t, time.Second), direct.B().Get().Key("k2").Build()).ToString(); err != nil || v != "w" {
+		t.Fatalf("k2 on the promoted replica = %q, %v", v, err)
+	}
+	replica.Restart(t) // stays a primary
+	direct = replica.Client(t)
+	if err := direct.Do(ctx(t, 2*time.Second), direct.B().Set().Key("x").Value("1").Build()).Error(); err != nil {
+		t.Fatalf("write after restarting the promoted replica: %v", err)
+	}
+}
