@@ -531,4 +531,3 @@ func TestLoadFile(t *testing.T) {
 		t.Errorf("missing file: %v", err)
 	}
 }
-

@@ -127,12 +127,12 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener, opts ...grpc.Serve
 // slot is one piece of limiter state a call decides: the descriptors
 // (by index) that map to it and their summed hits.
 type slot struct {
-	r     *rule
-	key   ratelimit.StateKey
-	hits  uint64
-	idx   []int
-	d     ratelimit.Decision
-	over  bool // denied (or more hits than the limit can ever admit)
+	r    *rule
+	key  ratelimit.StateKey
+	hits uint64
+	idx  []int
+	d    ratelimit.Decision
+	over bool // denied (or more hits than the limit can ever admit)
 }
 
 // ShouldRateLimit decides a request: see the package documentation.
