@@ -276,6 +276,30 @@ func counterCheckKey(ctx context.Context, w *workerEnv, ri *runInfo, h *History,
 		}
 		last = max(last, slices.Max(byValue[n]))
 	}
+	// Acknowledged writes in real-time order: a write invoked after one
+	// with a greater fence was acknowledged must not be acknowledged
+	// itself (the guard refuses the older fence once the newer one wrote).
+	var acked []Op
+	for _, op := range writes {
+		if op.Status == OK {
+			acked = append(acked, op)
+		}
+	}
+	doneOrder := slices.Clone(acked)
+	sort.Slice(doneOrder, func(i, j int) bool { return doneOrder[i].Complete < doneOrder[j].Complete })
+	sort.Slice(acked, func(i, j int) bool { return acked[i].Invoke < acked[j].Invoke })
+	var wtop uint64
+	j := 0
+	for _, op := range acked {
+		for j < len(doneOrder) && doneOrder[j].Complete < op.Invoke {
+			wtop = max(wtop, doneOrder[j].Fence)
+			j++
+		}
+		if op.Fence < wtop {
+			m.OlderFenceAdmitted++
+			m.violate("a write with fence %d was admitted after one with fence %d had been acknowledged", op.Fence, wtop)
+		}
+	}
 	// Grants in real-time order: a grant requested after another one was
 	// granted must carry a greater fence, also across store restarts.
 	acquires := byKey(h, mode, "acquire", key)
@@ -287,7 +311,7 @@ func counterCheckKey(ctx context.Context, w *workerEnv, ri *runInfo, h *History,
 	}
 	sort.Slice(grants, func(i, j int) bool { return grants[i].Complete < grants[j].Complete })
 	var top uint64 // greatest fence of the grants completed so far
-	j := 0
+	j = 0
 	byInvoke := slices.Clone(grants)
 	sort.Slice(byInvoke, func(i, j int) bool { return byInvoke[i].Invoke < byInvoke[j].Invoke })
 	for _, g := range byInvoke {

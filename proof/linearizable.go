@@ -90,7 +90,11 @@ func checkRegister(ri *runInfo, name string, reads, writes []Op) (ok bool, err e
 // visualized into ri.dir as NAME.html, whose path is added to ri.files. A
 // check that times out counts as passed, with an error saying so.
 func porcupineCheck(ri *runInfo, name string, model porcupine.Model, ops []porcupine.Operation) (bool, error) {
-	res, info := porcupine.CheckOperationsVerbose(model, ops, time.Minute)
+	timeout := ri.checkTimeout
+	if timeout <= 0 {
+		timeout = time.Minute
+	}
+	res, info := porcupine.CheckOperationsVerbose(model, ops, timeout)
 	switch res {
 	case porcupine.Ok:
 		return true, nil

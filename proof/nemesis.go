@@ -36,7 +36,7 @@ func (n *nemesis) run(ctx context.Context, until time.Time, tick func(time.Durat
 	start := time.Now()
 	nextFault := start.Add(n.ttl / 2)
 	nextTick := start.Add(time.Second)
-	restarted := false
+	restarted, failedOver := false, false
 	t := time.NewTicker(10 * time.Millisecond)
 	defer t.Stop()
 	for {
@@ -77,6 +77,13 @@ func (n *nemesis) run(ctx context.Context, until time.Time, tick func(time.Durat
 			n.faults["store-restart"]++
 			if err := n.o.Faults.Restart(ctx); err != nil {
 				return fmt.Errorf("restart the store: %w", err)
+			}
+		}
+		if n.o.Faults.Failover != nil && !failedOver && now.Sub(start) > until.Sub(start)/2 {
+			failedOver = true
+			n.faults["failover"]++
+			if err := n.o.Faults.Failover(ctx); err != nil {
+				return fmt.Errorf("fail the store over: %w", err)
 			}
 		}
 		if now.Before(nextFault) {

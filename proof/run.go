@@ -51,6 +51,10 @@ type Options struct {
 	Dir string
 	// Seed makes the nemesis's choices repeatable; 0 picks one at random.
 	Seed uint64
+	// CheckTimeout bounds each linearizability check (porcupine); a
+	// check that runs out counts as passed and says so in the errors.
+	// Default 1m.
+	CheckTimeout time.Duration
 	// Keys is the number of counters per mode in lease-counter, each
 	// under a lease of its own that every worker contends for. Default 1,
 	// and 16 on etcd, whose minimum TTL of about 2s makes one counter
@@ -68,9 +72,18 @@ type Faults struct {
 	// PostgreSQL server; the nemesis delays, cuts and black-holes (drops
 	// replies on) its connections.
 	Proxy bool
-	// Restart, for a store that Run started itself (StartedStore), stops
-	// and restarts the server during the run.
+	// Restart stops and restarts the store once, halfway through each
+	// workload. The command sets it for a store it started itself (see
+	// StartStore); tests set it for servers they control.
 	Restart func(ctx context.Context) error
+	// Failover replaces the store's server by another one once, halfway
+	// through each workload (a replica promoted after its primary was
+	// killed); the workers must reach the new server at the address they
+	// use (through a proxy that switches over).
+	Failover func(ctx context.Context) error
+	// ProxyDelay is how long the proxy holds back each reply while it
+	// delays them. Default 50ms; at most 10s.
+	ProxyDelay time.Duration
 }
 
 // Result is one workload on one store.
@@ -133,6 +146,10 @@ type ModeResult struct {
 	// FenceRegressions counts lease grants whose fence was not above the
 	// fence of a grant that completed before they were requested.
 	FenceRegressions int `json:"fence_regressions"`
+	// OlderFenceAdmitted counts writes acknowledged with a fence below
+	// that of a write acknowledged before they were invoked: what a
+	// resource-side guard refuses.
+	OlderFenceAdmitted int `json:"older_fence_admitted"`
 	// Linearizable is the porcupine check's answer where one applies.
 	Linearizable *bool `json:"linearizable,omitempty"`
 	// Violations describes the first few violations found.
@@ -193,6 +210,7 @@ type runInfo struct {
 	ttl                   time.Duration
 	dir                   string
 	name                  string
+	checkTimeout          time.Duration
 	files                 []string
 }
 
@@ -277,6 +295,18 @@ func defaults(o Options) (Options, error) {
 	}
 	if o.TTL != 0 && (o.TTL < 50*time.Millisecond || o.TTL > time.Minute) {
 		return o, fmt.Errorf("%w: TTL %v is not between 50ms and 1m", ErrInvalid, o.TTL)
+	}
+	if o.CheckTimeout == 0 {
+		o.CheckTimeout = time.Minute
+	}
+	if o.CheckTimeout < 0 {
+		return o, fmt.Errorf("%w: check timeout %v is negative", ErrInvalid, o.CheckTimeout)
+	}
+	if o.Faults.ProxyDelay == 0 {
+		o.Faults.ProxyDelay = 50 * time.Millisecond
+	}
+	if o.Faults.ProxyDelay < 0 || o.Faults.ProxyDelay > 10*time.Second {
+		return o, fmt.Errorf("%w: proxy delay %v is not between 0 and 10s", ErrInvalid, o.Faults.ProxyDelay)
 	}
 	if o.Keys < 0 || o.Keys > 64 {
 		return o, fmt.Errorf("%w: %d keys is not between 1 and 64", ErrInvalid, o.Keys)
@@ -491,7 +521,7 @@ func runOne(ctx context.Context, o Options, wl *workload, t target, tmp string) 
 		return fail(nemErr)
 	}
 	h := b.history()
-	ri := &runInfo{start: start, faultsEnd: faultsEnd, end: end, ttl: ttl, dir: o.Dir, name: wl.name + "-" + t.name}
+	ri := &runInfo{start: start, faultsEnd: faultsEnd, end: end, ttl: ttl, dir: o.Dir, name: wl.name + "-" + t.name, checkTimeout: o.CheckTimeout}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 	defer cancel()
 	r.Guarded = wl.check(cctx, base, ri, h, Guarded)
