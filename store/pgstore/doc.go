@@ -1,9 +1,31 @@
-// Package pgstore keeps tenure's leases and fence guards in PostgreSQL,
-// through pgx v5.
+// Package pgstore keeps tenure's state (leases and fence guards,
+// idempotency records, rate limits, sessions, schedules) in PostgreSQL,
+// through a pgx v5 pool or through database/sql with any driver (pgx's
+// stdlib driver, lib/pq):
 //
-//	db := pgstore.New(pool, nil) // *pgxpool.Pool; Options.Schema defaults to "tenure"
+//	db := pgstore.New(pool, nil)    // *pgxpool.Pool; Options.Schema defaults to "tenure"
+//	db := pgstore.NewDB(sqlDB, nil) // *sql.DB
 //	if err := db.Migrate(ctx); err != nil { … }
 //	locker, err := lease.New(db.Leases(), nil)
+//
+// Both forms run the same statements and behave the same.
+//
+// # One transactional surface
+//
+// Everything that runs in the caller's transaction takes a *sql.Tx, with
+// the same names and signatures as sqlitestore's: [Store.Admit],
+// [Store.AdmitAtLeast], [Store.CheckHolder] (fence.SQLGuard),
+// [Store.IdempotencyTx] (idempotency.TxStore) and [Store.CompleteSlot]
+// (schedule.SQLCompleter). Business code written against those interfaces
+// runs unchanged on an SQLite file in development and tests and on
+// PostgreSQL in production. The *sql.Tx may come from any database/sql
+// driver and from helpers that hand one out (sqlx, GORM); it need not be
+// on the Store's own pool or *sql.DB, only on the same database. The pgx
+// forms are extras: [Store.AdmitPgx], [Store.AdmitAtLeastPgx],
+// [Store.CheckHolderPgx], [Store.IdempotencyPgx], [Store.CompleteSlotPgx]
+// and [Store.QueueCompleteSlot] (on a pgx.Batch). None of them commits or
+// rolls back the caller's transaction; after an error the caller rolls it
+// back.
 //
 // # Tables
 //
@@ -77,8 +99,18 @@
 //
 // # Connections
 //
-// The Store uses the pool's default query mode: pgx prepares each statement
-// once per connection and caches it. Behind a connection pooler in
-// transaction mode (PgBouncer), use a pooler with prepared statement
-// support or set the pool's DefaultQueryExecMode to pgx.QueryExecModeExec.
+// On a pgx pool (and on pgx's stdlib driver) the Store uses the default
+// query mode: pgx prepares each statement once per connection and caches
+// it. Behind a connection pooler in transaction mode (PgBouncer), use a
+// pooler with prepared statement support or set DefaultQueryExecMode to
+// pgx.QueryExecModeExec. Through database/sql, durations are sent as whole
+// microseconds and arrays as text, so every driver sends the statements
+// alike.
+//
+// A call whose reply is lost ends with its context on pgx (the connection
+// is closed, and the error wraps lease.ErrUnavailable). lib/pq asks the
+// server to cancel the statement when the context ends but keeps waiting
+// for the reply, so with lib/pq a call on a connection that stopped
+// answering can outlast its context until the operating system gives up on
+// the TCP connection; prefer pgx's stdlib driver where that matters.
 package pgstore

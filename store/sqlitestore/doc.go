@@ -71,6 +71,17 @@
 // still has the holder's token and fence and has not expired on the store's
 // clock; no acquirer can commit until the transaction ends.
 //
+// # One transactional surface
+//
+// The methods that run in the caller's *sql.Tx, [Store.Admit],
+// [Store.AdmitAtLeast], [Store.CheckHolder] (fence.SQLGuard),
+// [Store.IdempotencyTx] (idempotency.TxStore) and [Store.CompleteSlot]
+// (schedule.SQLCompleter), have the same names and signatures as
+// pgstore's. Write business code against those interfaces: it runs on a
+// SQLite file in development and in unit tests (a file in t.TempDir(), no
+// server) and on PostgreSQL in production. None of them commits or rolls
+// back the caller's transaction.
+//
 // # Errors
 //
 // Bad input returns an error wrapping lease.ErrInvalid and writes nothing.
