@@ -25,9 +25,10 @@
 // on the database's clock, which closes that window.
 //
 // The guards themselves live with the stores: pgstore and sqlitestore
-// (Admit, AdmitAtLeast, CheckHolder), redisstore and memstore (FencedSet,
-// FencedGet), etcdstore (a compare for the caller's own transaction, and
-// FencedPut).
+// (Admit, AdmitAtLeast, CheckHolder, in the caller's *sql.Tx; both
+// implement [SQLGuard], so business code can depend on that instead of a
+// store), redisstore and memstore (FencedSet, FencedGet), etcdstore (a
+// compare for the caller's own transaction, and FencedPut).
 package fence
 
 import (
