@@ -3,18 +3,58 @@ package rclient
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 )
 
 // Rueidis adapts a rueidis client.
-func Rueidis(c rueidis.Client) Client { return ruClient{c} }
+//
+// A call that finds no other call of this adapter in flight (a lone
+// caller) is sent as a blocking command: rueidis serves it on a pooled
+// connection that the calling goroutine writes and reads itself. Calls that
+// overlap others go through the client's shared, auto-pipelined connection.
+// Once a rueidis pipeline has seen concurrent callers, it hands every call
+// to its writer and reader goroutines; for a lone caller those two hand-offs
+// cost more client CPU and latency than the round trip they share, and
+// pipelining gains nothing when nothing else is waiting to be sent. The
+// commands, and so the guarantees, are the same on both paths; only the
+// connection differs.
+func Rueidis(c rueidis.Client) Client { return &ruClient{c: c} }
 
-type ruClient struct{ c rueidis.Client }
+type ruClient struct {
+	c        rueidis.Client
+	inflight atomic.Int64 // calls of this adapter in flight
+}
 
-func (c ruClient) build(cmd Cmd) rueidis.Completed {
+// enter counts a call in and reports whether it is a lone one.
+func (c *ruClient) enter() bool { return c.inflight.Add(1) == 1 }
+
+func (c *ruClient) leave() { c.inflight.Add(-1) }
+
+// builder is rueidis' builder of arbitrary commands.
+type builder interface {
+	Blocking() rueidis.Completed
+	ReadOnly() rueidis.Completed
+	Build() rueidis.Completed
+}
+
+// finish builds an arbitrary command: blocking (a pooled connection, served
+// in the caller's goroutine) for a lone call, pipelined otherwise.
+func finish[B builder](b B, readOnly, lone bool) rueidis.Completed {
+	switch {
+	case lone:
+		return b.Blocking()
+	case readOnly:
+		return b.ReadOnly()
+	}
+	return b.Build()
+}
+
+func (c *ruClient) build(cmd Cmd, lone bool) rueidis.Completed {
 	b := c.c.B().Arbitrary(cmd.Name)
 	if len(cmd.Keys) > 0 {
 		b = b.Keys(cmd.Keys...)
@@ -22,20 +62,21 @@ func (c ruClient) build(cmd Cmd) rueidis.Completed {
 	if len(cmd.Args) > 0 {
 		b = b.Args(cmd.Args...)
 	}
-	if cmd.ReadOnly {
-		return b.ReadOnly()
-	}
-	return b.Build()
+	return finish(b, cmd.ReadOnly, lone)
 }
 
-func (c ruClient) Do(ctx context.Context, cmd Cmd) Result {
-	return Result{r: c.c.Do(ctx, c.build(cmd))}
+func (c *ruClient) Do(ctx context.Context, cmd Cmd) Result {
+	lone := c.enter()
+	defer c.leave()
+	return Result{r: c.c.Do(ctx, c.build(cmd, lone))}
 }
 
-func (c ruClient) DoMulti(ctx context.Context, cmds ...Cmd) []Result {
+func (c *ruClient) DoMulti(ctx context.Context, cmds ...Cmd) []Result {
+	lone := c.enter()
+	defer c.leave()
 	built := make(rueidis.Commands, len(cmds))
 	for i, cmd := range cmds {
-		built[i] = c.build(cmd)
+		built[i] = c.build(cmd, lone)
 	}
 	res := c.c.DoMulti(ctx, built...)
 	out := make([]Result, len(res))
@@ -45,20 +86,44 @@ func (c ruClient) DoMulti(ctx context.Context, cmds ...Cmd) []Result {
 	return out
 }
 
-func (c ruClient) Eval(ctx context.Context, s *Script, keys, args []string) Result {
-	return Result{r: s.r.Exec(ctx, c.c, keys, args)}
+// Eval runs EVALSHA (EVALSHA_RO), and EVAL (EVAL_RO) when the node answers
+// NOSCRIPT: script caches are per node and empty after a restart.
+func (c *ruClient) Eval(ctx context.Context, s *Script, keys, args []string) Result {
+	lone := c.enter()
+	defer c.leave()
+	name, fallback := "EVALSHA", "EVAL"
+	if s.ro {
+		name, fallback = "EVALSHA_RO", "EVAL_RO"
+	}
+	r := c.c.Do(ctx, c.script(name, s.sha, keys, args, s.ro, lone))
+	if re, ok := rueidis.IsRedisErr(r.Error()); !ok || !re.IsNoScript() {
+		return Result{r: r}
+	}
+	return Result{r: c.c.Do(ctx, c.script(fallback, s.src, keys, args, s.ro, lone))}
 }
 
-func (c ruClient) Nodes(context.Context) ([]Node, error) {
+// script builds one EVAL-family command.
+func (c *ruClient) script(name, body string, keys, args []string, readOnly, lone bool) rueidis.Completed {
+	b := c.c.B().Arbitrary(name, body, strconv.Itoa(len(keys)))
+	if len(keys) > 0 {
+		b = b.Keys(keys...)
+	}
+	if len(args) > 0 {
+		b = b.Args(args...)
+	}
+	return finish(b, readOnly, lone)
+}
+
+func (c *ruClient) Nodes(context.Context) ([]Node, error) {
 	nodes := c.c.Nodes()
 	out := make([]Node, 0, len(nodes))
 	for addr, n := range nodes {
-		out = append(out, Node{Addr: addr, Client: ruClient{n}})
+		out = append(out, Node{Addr: addr, Client: &ruClient{c: n}})
 	}
 	return out, nil
 }
 
-func (c ruClient) Cluster() bool { return c.c.Mode() == rueidis.ClientModeCluster }
+func (c *ruClient) Cluster() bool { return c.c.Mode() == rueidis.ClientModeCluster }
 
 // GoRedis adapts a go-redis v9 client: a *redis.Client (one server, or a
 // failover client) or a *redis.ClusterClient. Other implementations of

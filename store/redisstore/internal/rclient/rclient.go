@@ -6,6 +6,8 @@ package rclient
 
 import (
 	"context"
+	"crypto/sha1"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -51,20 +53,25 @@ type Client interface {
 // one) and EVAL after NOSCRIPT.
 type Script struct {
 	src string
-	r   *rueidis.Lua
+	sha string // hex SHA-1 of src, as EVALSHA takes it
 	g   *redis.Script
 	ro  bool
 }
 
 // NewScript returns a script that may write.
 func NewScript(src string) *Script {
-	return &Script{src: src, r: rueidis.NewLuaScript(src), g: redis.NewScript(src)}
+	return &Script{src: src, sha: sha1Hex(src), g: redis.NewScript(src)}
 }
 
 // NewScriptReadOnly returns a script that only reads (run with EVAL_RO and
 // EVALSHA_RO).
 func NewScriptReadOnly(src string) *Script {
-	return &Script{src: src, r: rueidis.NewLuaScriptReadOnly(src), g: redis.NewScript(src), ro: true}
+	return &Script{src: src, sha: sha1Hex(src), g: redis.NewScript(src), ro: true}
+}
+
+func sha1Hex(src string) string {
+	sum := sha1.Sum([]byte(src))
+	return hex.EncodeToString(sum[:])
 }
 
 // Source returns the script's text.
