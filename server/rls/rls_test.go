@@ -477,6 +477,13 @@ func TestConfigErrors(t *testing.T) {
 	if _, err := rls.NewServer(nil, &rls.Config{}, nil); !errors.Is(err, ratelimit.ErrInvalid) {
 		t.Errorf("nil store: %v", err)
 	}
+	var typedNil *failingStore
+	if _, err := rls.NewServer(typedNil, &rls.Config{}, nil); !errors.Is(err, ratelimit.ErrInvalid) {
+		t.Errorf("nil *failingStore: %v", err)
+	}
+	if _, err := rls.NewServer(memstore.New(nil).Limits(), &rls.Config{}, &rls.Options{Timeout: -1}); !errors.Is(err, ratelimit.ErrInvalid) {
+		t.Errorf("negative timeout: %v", err)
+	}
 }
 
 // TestSetConfig: a new configuration applies to the next call, and a rule

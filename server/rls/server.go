@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -34,8 +35,8 @@ type Options struct {
 	// caller's own deadline (Envoy sends its rate limit timeout as the
 	// call's deadline). Default 0: the caller's deadline only.
 	Timeout time.Duration
-	// Logger receives store failures, at most one line a second (never a
-	// descriptor's values). Default slog.Default().
+	// Logger receives store failures, at most one line a second. Default
+	// slog.Default().
 	Logger *slog.Logger
 }
 
@@ -55,7 +56,7 @@ type Server struct {
 // NewServer returns a Server deciding with store under cfg. Errors wrap
 // ratelimit.ErrInvalid (ErrConfig for a bad configuration).
 func NewServer(store ratelimit.Store, cfg *Config, o *Options) (*Server, error) {
-	if store == nil {
+	if isNil(store) {
 		return nil, fmt.Errorf("rls: %w: nil store", ratelimit.ErrInvalid)
 	}
 	if o == nil {
@@ -135,7 +136,10 @@ type slot struct {
 	over bool // denied (or more hits than the limit can ever admit)
 }
 
-// ShouldRateLimit decides a request: see the package documentation.
+// ShouldRateLimit decides a request (see the package documentation): the
+// statuses in request order, OVER_LIMIT when an enforced limit is over,
+// the x-ratelimit headers; an InvalidArgument error for an empty domain or
+// descriptor list; Unavailable when the store cannot be reached.
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	if req.GetDomain() == "" {
 		return nil, status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
@@ -458,6 +462,20 @@ func ceilSeconds(d time.Duration) int64 {
 		return 0
 	}
 	return int64((d + time.Second - 1) / time.Second)
+}
+
+// isNil reports whether s is nil or an interface holding a nil pointer
+// (a store a backend without rate limits may hand out).
+func isNil(s ratelimit.Store) bool {
+	if s == nil {
+		return true
+	}
+	v := reflect.ValueOf(s)
+	switch v.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Chan, reflect.Func, reflect.Interface:
+		return v.IsNil()
+	}
+	return false
 }
 
 // nopStore is the store compile validates limits with; it is never asked
