@@ -271,7 +271,16 @@ func TestShouldRateLimit(t *testing.T) {
 			check(t, resp, over, tenant(1, 30*time.Second), export(over, 0, 30*time.Minute-10*time.Second), none, none, none)
 			wantHeaders(t, resp, "2", "0", "1790")
 
-			// The denied request consumed nothing from tenant=a.
+			// One counter read and to be charged in a request that is
+			// over (tenant=c asks more than its limit can ever admit):
+			// both only read.
+			resp = call(t, c, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlcommon.RateLimitDescriptor{
+				withHits(desc("tenant", "a"), 0), desc("tenant", "a"), withHits(desc("tenant", "c"), 5)}})
+			check(t, resp, over, tenant(1, 30*time.Second), tenant(1, 30*time.Second),
+				want{over, "*", 3, rlsv3.RateLimitResponse_RateLimit_MINUTE, 3, 0})
+			wantHeaders(t, resp, "3", "3", "0")
+
+			// The denied requests consumed nothing from tenant=a.
 			resp = call(t, c, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlcommon.RateLimitDescriptor{withHits(desc("tenant", "a"), 0)}})
 			check(t, resp, ok, tenant(1, 30*time.Second))
 			wantHeaders(t, resp, "3", "1", "30")
@@ -416,6 +425,29 @@ func TestStoreUnavailable(t *testing.T) {
 	}
 	resp := call(t, c, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlcommon.RateLimitDescriptor{desc("tenant", "internal"), desc("x", "y")}})
 	check(t, resp, ok, none, none)
+}
+
+// slowStore answers when the call's context ends, as a store that does
+// not answer in time.
+type slowStore struct{ ratelimit.Store }
+
+func (slowStore) Decide(ctx context.Context, _ []ratelimit.Request, _ bool) ([]ratelimit.Decision, error) {
+	<-ctx.Done()
+	return nil, errors.Join(ratelimit.ErrUnavailable, ctx.Err())
+}
+
+// TestTimeout: Options.Timeout bounds the store's answer; the call fails
+// with DeadlineExceeded.
+func TestTimeout(t *testing.T) {
+	srv, err := rls.NewServer(slowStore{memstore.New(nil).Limits()}, mustConfig(t, testConfig), &rls.Options{Timeout: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := rlsv3.NewRateLimitServiceClient(serveBuf(t, srv))
+	_, err = c.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlcommon.RateLimitDescriptor{desc("tenant", "a")}})
+	if status.Code(err) != codes.DeadlineExceeded {
+		t.Errorf("got %v, want DeadlineExceeded", err)
+	}
 }
 
 // TestHealth: Serve answers the gRPC health service.

@@ -292,11 +292,17 @@ func (s *Server) decideCommit(ctx context.Context, commit []*slot, peek *[]*slot
 }
 
 // decide asks the store about slots (peek: commit false) in batches of at
-// most ratelimit.MaxGroup and records each slot's decision.
+// most ratelimit.MaxGroup distinct keys (a slot only read can share its
+// key with one that was to be charged) and records each slot's decision.
 func (s *Server) decide(ctx context.Context, slots []*slot, commit bool) error {
 	for len(slots) > 0 {
-		batch := slots[:min(len(slots), ratelimit.MaxGroup)]
-		slots = slots[len(batch):]
+		n, seen := 0, map[ratelimit.StateKey]bool{}
+		for n < len(slots) && n < ratelimit.MaxGroup && !seen[slots[n].key] {
+			seen[slots[n].key] = true
+			n++
+		}
+		batch := slots[:n]
+		slots = slots[n:]
 		reqs := make([]ratelimit.Request, len(batch))
 		for i, sl := range batch {
 			n := sl.hits
