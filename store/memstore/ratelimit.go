@@ -371,12 +371,18 @@ func (l *limits) Decide(ctx context.Context, reqs []ratelimit.Request, commit bo
 	for i := range reqs {
 		hs[i] = l.hash(reqs[i].Key.Key)
 	}
-	now := l.s.now()
-	us := now.UnixMicro()
+	var (
+		now time.Time
+		us  int64
+	)
 	states := make([]*ratelimit.State, len(reqs))
 	reserved := int64(0)
 	for try := 0; ; try++ {
 		idx := l.lockAll(hs)
+		// The clock is read under the locks, so the decisions on a key see
+		// time move forward in the order they are applied.
+		now = l.s.now()
+		us = now.UnixMicro()
 		fresh := int64(0) // keys without a slot
 		for i := range reqs {
 			sl := l.shardOf(hs[i]).find(&reqs[i].Key, hs[i])
@@ -397,6 +403,8 @@ func (l *limits) Decide(ctx context.Context, reqs []ratelimit.Request, commit bo
 				}
 				l.n.Add(-reserved)
 				idx = l.lockAll(hs)
+				now = l.s.now()
+				us = now.UnixMicro()
 				for i := range reqs {
 					states[i] = l.shardOf(hs[i]).get(&reqs[i].Key, hs[i], us)
 				}
@@ -433,10 +441,10 @@ func (l *limits) DecideOne(ctx context.Context, r ratelimit.Request, commit bool
 	}
 	h := l.hash(r.Key.Key)
 	sh := l.shardOf(h)
-	now := l.s.now()
-	us := now.UnixMicro()
 	reserved := false
 	sh.mu.Lock()
+	now := l.s.now() // under the lock: a key's decisions see time in the order they apply
+	us := now.UnixMicro()
 	// An expired state is passed on too: the engine treats it as absent and
 	// reuses it for the next state.
 	sl := sh.find(&r.Key, h)
@@ -445,6 +453,8 @@ func (l *limits) DecideOne(ctx context.Context, r ratelimit.Request, commit bool
 			sh.mu.Unlock()
 			ok, wait := l.makeRoom(1, us)
 			sh.mu.Lock()
+			now = l.s.now()
+			us = now.UnixMicro()
 			if !ok {
 				d, _ := ratelimit.EvaluateOne(now, &r, sh.get(&r.Key, h, us), false)
 				sh.mu.Unlock()
@@ -509,16 +519,18 @@ func (l *limits) AcquirePermit(ctx context.Context, key ratelimit.StateKey, id s
 	}
 	h := l.hash(key.Key)
 	sh := l.shardOf(h)
-	now := l.s.now()
-	us := now.UnixMicro()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	now := l.s.now()
+	us := now.UnixMicro()
 	reserved := false
 	if sh.find(&key, h) == nil {
 		if !l.reserve(1) {
 			sh.mu.Unlock()
 			ok, wait := l.makeRoom(1, us)
 			sh.mu.Lock()
+			now = l.s.now()
+			us = now.UnixMicro()
 			if !ok {
 				return ratelimit.PermitGrant{RetryAfter: wait, At: time.UnixMicro(us)}, nil
 			}
@@ -539,10 +551,10 @@ func (l *limits) RenewPermit(ctx context.Context, key ratelimit.StateKey, id str
 	}
 	h := l.hash(key.Key)
 	sh := l.shardOf(h)
-	now := l.s.now()
-	us := now.UnixMicro()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	now := l.s.now()
+	us := now.UnixMicro()
 	g, st, err := ratelimit.EvaluateRenew(now, sh.get(&key, h, us), id, ttl)
 	if err != nil {
 		return g, err
@@ -560,9 +572,9 @@ func (l *limits) ReleasePermit(ctx context.Context, key ratelimit.StateKey, id s
 	}
 	h := l.hash(key.Key)
 	sh := l.shardOf(h)
-	us := l.s.now().UnixMicro()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	us := l.s.now().UnixMicro()
 	st, err := ratelimit.EvaluateRelease(time.UnixMicro(us), sh.get(&key, h, us), id)
 	if err != nil {
 		return err
@@ -581,9 +593,9 @@ func (s *Store) LimitTTL(ctx context.Context, k ratelimit.StateKey) (time.Durati
 	l := s.Limits().(*limits)
 	h := l.hash(k.Key)
 	sh := l.shardOf(h)
-	now := s.now().UnixMicro()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	now := s.now().UnixMicro()
 	st := sh.get(&k, h, now)
 	if st == nil {
 		return 0, false, nil
