@@ -31,6 +31,20 @@ func BenchmarkRedisCycle(b *testing.B) {
 	}
 }
 
+// BenchmarkRedisClients measures the same fenced cycle on each way of
+// sending it (RedisClientContenders) at 1 and 50 workers.
+//
+//	go test -run '^$' -bench RedisClients
+func BenchmarkRedisClients(b *testing.B) {
+	for _, c := range RedisClientContenders {
+		b.Run(c, func(b *testing.B) {
+			for _, w := range Workers {
+				b.Run("workers="+strconv.Itoa(w), func(b *testing.B) { env.Cycle(b, "redis-clients", c, w) })
+			}
+		})
+	}
+}
+
 // BenchmarkPostgresCycle measures acquire+release cycles per second on one
 // PostgreSQL server for each of PostgresContenders at 1 and 50 workers.
 //

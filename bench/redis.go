@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 
 	"github.com/bsm/redislock"
 	"github.com/go-redsync/redsync/v4"
 	redsyncgoredis "github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	"github.com/redis/rueidis"
 
 	"github.com/tenurekit/tenure/lease"
 	"github.com/tenurekit/tenure/store/redisstore"
@@ -185,4 +187,103 @@ func (e *Env) RedisCycle(b *testing.B, contender string, workers int) {
 	}
 	r, _ := e.Redis()
 	runCycles(b, "redis:"+contender, workers, nw, r.cpu)
+}
+
+// RedisClientContenders are the contenders of the redis-clients suite: the
+// same fenced cycle as the redis suite's tenure (redisstore Acquire +
+// Release) on each way of sending it, against redislock as the common
+// yardstick.
+//
+//   - tenure: redisstore.New on the shared rueidis client with its
+//     defaults (auto-pipelining): a lone call goes on a pooled connection
+//     in the caller's goroutine, overlapping calls share the pipeline.
+//   - tenure-nopipe: a rueidis client with DisableAutoPipelining, so every
+//     call takes a pooled connection (one round trip per connection at a
+//     time, as go-redis does).
+//   - tenure-alwayspipe: a rueidis client with AlwaysPipelining; the store
+//     still sends lone calls on a pooled connection, so this differs from
+//     tenure only in how the client treats other commands.
+//   - tenure-goredis: redisstore.NewGoRedis on the peers' go-redis client.
+//   - redislock: as in the redis suite.
+var RedisClientContenders = []string{"tenure", "tenure-nopipe", "tenure-alwayspipe", "tenure-goredis", "redislock"}
+
+func init() {
+	registerSuite("redis-clients", suiteFuncs{
+		contenders: RedisClientContenders,
+		cycle: func(e *Env, b *testing.B, contender string, workers int) {
+			nw, err := e.redisClientCycle(contender)
+			if errors.Is(err, ErrSkipped) {
+				b.Skip(err)
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+			r, _ := e.Redis()
+			runCycles(b, "redis-clients:"+contender, workers, nw, r.cpu)
+		},
+		prepare: func(e *Env, contender string) error {
+			_, err := e.redisClientCycle(contender)
+			return err
+		},
+		server: func(e *Env) string { return e.Server("redis") },
+	})
+}
+
+// extraRueidis holds each Env's rueidis clients with other options
+// (*Env -> *extraClients).
+var extraRueidis sync.Map
+
+type extraClients struct {
+	once   sync.Once
+	stores map[string]lease.Store // contender -> store
+	err    error
+}
+
+func (e *Env) redisClientCycle(name string) (newWorker, error) {
+	switch name {
+	case "tenure", "tenure-goredis", "redislock":
+		return e.redisCycle(name)
+	}
+	r, err := e.Redis()
+	if err != nil {
+		return nil, err
+	}
+	v, _ := extraRueidis.LoadOrStore(e, &extraClients{})
+	x := v.(*extraClients)
+	x.once.Do(func() {
+		x.stores = map[string]lease.Store{}
+		for c, opt := range map[string]rueidis.ClientOption{
+			"tenure-nopipe":     {InitAddress: []string{r.addr}, DisableRetry: true, DisableAutoPipelining: true},
+			"tenure-alwayspipe": {InitAddress: []string{r.addr}, DisableRetry: true, AlwaysPipelining: true},
+		} {
+			rc, err := rueidis.NewClient(opt)
+			if err != nil {
+				x.err = fmt.Errorf("rueidis client (%s): %w", c, err)
+				return
+			}
+			e.tb.Cleanup(rc.Close)
+			st := redisstore.New(rc, nil)
+			if err := st.Check(context.Background()); err != nil {
+				x.err = fmt.Errorf("redisstore check (%s): %w", c, err)
+				return
+			}
+			x.stores[c] = st.Leases()
+		}
+	})
+	if x.err != nil {
+		return nil, x.err
+	}
+	st, ok := x.stores[name]
+	if !ok {
+		return nil, fmt.Errorf("bench: unknown redis-clients contender %q", name)
+	}
+	return func(int) cycleFunc {
+		return func(ctx context.Context, key string) error {
+			tok := lease.NewToken()
+			if _, err := st.Acquire(ctx, key, tok, TTL); err != nil {
+				return err
+			}
+			return st.Release(ctx, key, tok)
+		}
+	}, nil
 }
