@@ -135,6 +135,9 @@ func testSettledSlotNoSkip(e *env) {
 	e.start(e.node(), e.opts("a"), j)
 	e.Clock.Set(t0)
 	e.waitState(job, sched.ID(t0), schedule.Done)
+	// a releases its run lease once the record is written; then a run lease
+	// is taken as by a node that ran slot t0 late, after it was done.
+	e.waitFor("a's run lease to be released", func() bool { return !e.held(schedule.RunKey(job)) })
 	run, err := e.handLocker().TryAcquire(ctxT(t), schedule.RunKey(job), e.claimTTL())
 	if err != nil {
 		t.Fatal(err)
