@@ -25,13 +25,16 @@ import (
 	"github.com/tenurekit/tenure/internal/servestore"
 	"github.com/tenurekit/tenure/internal/storeopen"
 	"github.com/tenurekit/tenure/internal/storeurl"
+	"github.com/tenurekit/tenure/ratelimit"
 	"github.com/tenurekit/tenure/server"
+	"github.com/tenurekit/tenure/server/rls"
 	"github.com/tenurekit/tenure/store/memstore"
 )
 
 // serveFlags are tenure serve's flags.
 type serveFlags struct {
 	addr, store, dataDir, schema, prefix, config, tlsCert, tlsKey string
+	rlsAddr, rlsConfig                                            string
 	drain                                                         time.Duration
 	// listening, when set, is called with the address once the server
 	// listens (tests use it).
@@ -78,6 +81,8 @@ once, requests in flight finish (up to --drain).`,
 	p.StringVar(&f.config, "config", "", "configuration file (JSON): tokens, limits, timeouts")
 	p.StringVar(&f.tlsCert, "tls-cert", "", "TLS certificate file (PEM); with --tls-key, serve HTTPS")
 	p.StringVar(&f.tlsKey, "tls-key", "", "TLS private key file (PEM)")
+	p.StringVar(&f.rlsAddr, "rls-addr", "", "address of Envoy's rate limit service (gRPC); off when empty")
+	p.StringVar(&f.rlsConfig, "rls-config", "", "rate limit service configuration (YAML as envoyproxy/ratelimit, or JSON); see docs/envoy.md")
 	p.DurationVar(&f.drain, "drain", 30*time.Second, "how long requests in flight may take to finish on shutdown")
 	return cmd
 }
@@ -129,6 +134,13 @@ func runServe(ctx context.Context, f *serveFlags, stdout, stderr io.Writer) erro
 		return exitErr{code: 2, err: err}
 	}
 	defer release()
+	if f.rlsAddr != "" {
+		stopRLS, err := startRLS(ctx, f, views.Limits, log)
+		if err != nil {
+			return err
+		}
+		defer stopRLS()
+	}
 	srv, err := server.New(views, &server.Options{
 		Config: cfg, Logger: log, Metrics: metrics,
 		// The API's own per-token limit is kept in this process: it costs
@@ -195,4 +207,32 @@ func installMetrics() (http.Handler, func(context.Context) error, error) {
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp))
 	otel.SetMeterProvider(mp)
 	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), mp.Shutdown, nil
+}
+
+// startRLS serves Envoy's rate limit service on its own gRPC listener until
+// ctx ends; the returned function waits for it to stop.
+func startRLS(ctx context.Context, f *serveFlags, limits ratelimit.Store, log *slog.Logger) (func(), error) {
+	if f.rlsConfig == "" {
+		return nil, exitErr{code: 2, err: errors.New("--rls-addr needs --rls-config: the domains and descriptors to limit")}
+	}
+	cfg, err := rls.LoadFile(f.rlsConfig)
+	if err != nil {
+		return nil, exitErr{code: 2, err: err}
+	}
+	if limits == nil {
+		return nil, exitErr{code: 2, err: errors.New("--rls-addr: the store keeps no rate limits")}
+	}
+	srv, err := rls.NewServer(limits, cfg, &rls.Options{Logger: log})
+	if err != nil {
+		return nil, exitErr{code: 2, err: err}
+	}
+	ln, err := net.Listen("tcp", f.rlsAddr)
+	if err != nil {
+		return nil, exitErr{code: 2, err: err}
+	}
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(rctx, ln) }()
+	log.Info("serving Envoy's rate limit service", "addr", ln.Addr().String())
+	return func() { stop(); <-done }, nil
 }

@@ -3,7 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -11,6 +14,11 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 )
 
 // lockedBuf is an output sink safe for concurrent writes.
@@ -154,4 +162,78 @@ func asExit(err error, e *exitErr) bool {
 		*e = x
 	}
 	return ok
+}
+
+// serve --rls-addr answers Envoy's ShouldRateLimit over gRPC with the
+// limits of --rls-config, on the same store as the HTTP API.
+func TestServeEnvoyRateLimitService(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	cfg := filepath.Join(t.TempDir(), "rls.yaml")
+	if err := os.WriteFile(cfg, []byte(`domain: edge
+descriptors:
+  - key: remote_address
+    rate_limit:
+      unit: minute
+      requests_per_unit: 2
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rlsAddr := ln.Addr().String()
+	ln.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	started := make(chan string, 1)
+	f := &serveFlags{addr: "127.0.0.1:0", dataDir: dir, schema: "tenure", drain: 5 * time.Second,
+		rlsAddr: rlsAddr, rlsConfig: cfg, listening: func(a string) { started <- a }}
+	errc := make(chan error, 1)
+	go func() { errc <- runServe(ctx, f, &lockedBuf{}, &lockedBuf{}) }()
+	select {
+	case <-started:
+	case err := <-errc:
+		t.Fatalf("serve: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("serve did not start")
+	}
+	conn, err := grpc.NewClient(rlsAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := rlsv3.NewRateLimitServiceClient(conn)
+	req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlcommon.RateLimitDescriptor{
+		{Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: "remote_address", Value: "10.0.0.7"}}},
+		{Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: "path", Value: "/no-rule"}}},
+	}}
+	var codes []rlsv3.RateLimitResponse_Code
+	for range 3 {
+		resp, err := c.ShouldRateLimit(t.Context(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		codes = append(codes, resp.OverallCode)
+		if st := resp.Statuses[1]; st.Code != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("the descriptor with no rule: %v", st)
+		}
+	}
+	want := []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT}
+	if fmt.Sprint(codes) != fmt.Sprint(want) {
+		t.Fatalf("codes %v, want %v (2 per minute)", codes, want)
+	}
+	cancel()
+	if err := <-errc; err != nil {
+		t.Fatalf("serve stopped with %v", err)
+	}
+}
+
+func TestServeRLSNeedsConfig(t *testing.T) {
+	f := &serveFlags{addr: "127.0.0.1:0", dataDir: t.TempDir(), schema: "tenure", drain: time.Second, rlsAddr: "127.0.0.1:0"}
+	err := runServe(t.Context(), f, &lockedBuf{}, &lockedBuf{})
+	var e exitErr
+	if !errors.As(err, &e) || e.code != 2 || !strings.Contains(err.Error(), "--rls-config") {
+		t.Fatalf("serve --rls-addr without --rls-config: %v", err)
+	}
 }
