@@ -113,8 +113,8 @@ func porcupineCheck(ri *runInfo, name string, model porcupine.Model, ops []porcu
 // leaseInput is an operation on one lease: an acquire that was granted
 // Fence (valid until ValidUntil, Unix nanoseconds: the store cannot have
 // let it expire before), or a release of the tenure with Fence. Return is
-// the operation's completion time, the latest it can have taken effect;
-// Unknown marks an operation whose outcome is unknown.
+// the latest the operation can have taken effect; Unknown marks a release
+// whose outcome is unknown.
 type leaseInput struct {
 	Release    bool
 	Fence      uint64
@@ -124,16 +124,13 @@ type leaseInput struct {
 }
 
 // leaseState is the lease as the store must keep it: the fence of its
-// holder (0: free, unknownHolder: taken by an acquire whose fence is not
-// known), until when that holder's tenure cannot have expired, and the
-// greatest fence granted.
+// holder (0: free), until when that holder's tenure cannot have expired,
+// and the greatest fence granted.
 type leaseState struct {
 	Holder     uint64
 	ValidUntil int64
 	Last       uint64
 }
-
-const unknownHolder = ^uint64(0)
 
 // leaseModel is a lease with fencing tokens. Acquire succeeds only when
 // the lease is free, released, or its holder's tenure may have expired
@@ -152,14 +149,6 @@ var leaseModel = porcupine.Model{
 			return true, st // releasing a tenure that already ended does nothing
 		}
 		free := st.Holder == 0 || in.Return >= st.ValidUntil
-		if in.Unknown {
-			// If it took effect, someone holds the lease until its
-			// validity, with a fence nobody saw.
-			if !free {
-				return false, st
-			}
-			return true, leaseState{Holder: unknownHolder, ValidUntil: in.ValidUntil, Last: st.Last}
-		}
 		if !free || in.Fence <= st.Last {
 			return false, st
 		}
@@ -167,12 +156,10 @@ var leaseModel = porcupine.Model{
 	},
 	DescribeOperation: func(input, output any) string {
 		in := input.(leaseInput)
-		s := fmt.Sprintf("acquire → fence %d, valid until %s", in.Fence, time.Unix(0, in.ValidUntil).Format("15:04:05.000"))
-		if in.Release {
-			s = fmt.Sprintf("release fence %d", in.Fence)
-		} else if in.Unknown {
-			s = "acquire ?"
+		if !in.Release {
+			return fmt.Sprintf("acquire → fence %d, valid until %s", in.Fence, time.Unix(0, in.ValidUntil).Format("15:04:05.000"))
 		}
+		s := fmt.Sprintf("release fence %d", in.Fence)
 		if in.Unknown {
 			s += " ?"
 		}
@@ -180,11 +167,8 @@ var leaseModel = porcupine.Model{
 	},
 	DescribeState: func(state any) string {
 		st := state.(leaseState)
-		switch st.Holder {
-		case 0:
+		if st.Holder == 0 {
 			return fmt.Sprintf("free (last fence %d)", st.Last)
-		case unknownHolder:
-			return fmt.Sprintf("held (fence unknown) until %s", time.Unix(0, st.ValidUntil).Format("15:04:05.000"))
 		}
 		return fmt.Sprintf("held by fence %d until %s", st.Holder, time.Unix(0, st.ValidUntil).Format("15:04:05.000"))
 	},
@@ -192,9 +176,11 @@ var leaseModel = porcupine.Model{
 
 // checkLease checks the acquires and releases of one lease for
 // linearizability against leaseModel. Refused operations took no effect
-// and are left out; an acquire or release whose outcome is unknown may
-// take effect at any time after its invocation, or never. An acquire
-// whose outcome is unknown is held at most from its invocation for ttl.
+// and are left out. So are acquires whose outcome is unknown: in the
+// model one only ever forbids later grants, so the check may always take
+// it as never applied. A release whose outcome is unknown may have taken
+// effect until a TTL after its caller gave up (or at any time, if its
+// worker was killed first).
 func checkLease(ri *runInfo, name string, acquires, releases []Op) (bool, error) {
 	clients := map[string]int{}
 	client := func(p string) int {
@@ -206,16 +192,11 @@ func checkLease(ri *runInfo, name string, acquires, releases []Op) (bool, error)
 	}
 	var ops []porcupine.Operation
 	for _, a := range acquires {
-		in := leaseInput{Fence: a.Fence, Return: a.Complete}
-		switch a.Status {
-		case Fail:
+		if a.Status != OK {
 			continue
-		case OK:
-			in.ValidUntil, _ = strconv.ParseInt(a.Out, 10, 64)
-		case Unknown:
-			in.Unknown, in.Return = true, math.MaxInt64
-			in.ValidUntil = a.Invoke + ri.ttl.Nanoseconds()
 		}
+		in := leaseInput{Fence: a.Fence, Return: a.Complete}
+		in.ValidUntil, _ = strconv.ParseInt(a.Out, 10, 64)
 		ops = append(ops, porcupine.Operation{ClientId: client(a.Proc), Input: in, Call: a.Invoke, Return: in.Return})
 	}
 	for _, r := range releases {
@@ -225,6 +206,9 @@ func checkLease(ri *runInfo, name string, acquires, releases []Op) (bool, error)
 			continue
 		case Unknown:
 			in.Unknown, in.Return = true, math.MaxInt64
+			if r.Complete != 0 {
+				in.Return = r.Complete + ri.ttl.Nanoseconds()
+			}
 		}
 		ops = append(ops, porcupine.Operation{ClientId: client(r.Proc), Input: in, Call: r.Invoke, Return: in.Return})
 	}

@@ -35,7 +35,8 @@ func TestCheckLease(t *testing.T) {
 		{"fence went back", []Op{acq("a", 5, 0, 1, 100), acq("b", 3, 2, 3, 103)}, []Op{rel("a", 5, 1, 2, OK)}, false},
 		{"release of an old tenure leaves the new holder", []Op{acq("a", 1, 0, 1, 100), acq("b", 2, 150, 151, 250), acq("c", 3, 170, 171, 270)},
 			[]Op{rel("a", 1, 160, 161, OK)}, false},
-		{"unknown acquire holds until its validity", []Op{{Proc: "a", F: "acquire", Status: Unknown, Invoke: 0}, acq("b", 2, 10, 11, 110)}, nil, true},
+		{"unknown acquire may not have applied", []Op{{Proc: "a", F: "acquire", Status: Unknown, Invoke: 0}, acq("b", 2, 10, 11, 110)}, nil, true},
+		{"unknown release applied late", []Op{acq("a", 1, 0, 1, 100), acq("b", 2, 40, 41, 140)}, []Op{rel("a", 1, 2, 3, Unknown)}, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ri := &runInfo{dir: t.TempDir(), ttl: 100 * time.Millisecond}

@@ -11,8 +11,10 @@ import (
 // workers (preferring the one that last started a guarded or control
 // step, so that pauses land inside critical sections) for longer than the
 // TTL and resumes them; for workloads that allow it, it also kills
-// workers with SIGKILL and starts them again; and it calls the store
-// restart hook when one is given.
+// workers with SIGKILL and starts them again; with a proxy it delays,
+// cuts and black-holes the workers' connections to the store for one to
+// two TTLs at a time; and it calls the store restart and failover hooks,
+// when given, once halfway through.
 type nemesis struct {
 	o       Options
 	wl      *workload
@@ -24,6 +26,9 @@ type nemesis struct {
 	hold    *holders
 	faults  map[string]int
 	restart func(i, inc int) (*member, error)
+	px      *faultProxy // nil without proxy faults
+
+	proxyUntil time.Time // the current proxy fault ends; zero when none
 
 	resumeAt  map[int]time.Time
 	restartAt map[int]time.Time
@@ -86,10 +91,25 @@ func (n *nemesis) run(ctx context.Context, until time.Time, tick func(time.Durat
 				return fmt.Errorf("fail the store over: %w", err)
 			}
 		}
+		if !n.proxyUntil.IsZero() && now.After(n.proxyUntil) {
+			n.px.set(proxyForward)
+			n.proxyUntil = time.Time{}
+		}
 		if now.Before(nextFault) {
 			continue
 		}
 		nextFault = now.Add(n.ttl/2 + time.Duration(n.rng.Int64N(int64(n.ttl))))
+		workerFaults := !n.o.Faults.NoPause || (n.wl.kills && !n.t.inProcess && !n.o.Faults.NoKill)
+		if n.px != nil && n.proxyUntil.IsZero() && (!workerFaults || n.rng.IntN(3) == 0) {
+			mode := []int32{proxyDelay, proxyCut, proxyBlackHole}[n.rng.IntN(3)]
+			n.px.set(mode)
+			n.faults[proxyKinds[mode]]++
+			n.proxyUntil = now.Add(n.ttl + time.Duration(n.rng.Int64N(int64(n.ttl))))
+			continue
+		}
+		if !workerFaults {
+			continue
+		}
 		if len(n.resumeAt)+len(n.restartAt) >= len(n.members)-1 {
 			continue // keep one worker running
 		}
@@ -98,7 +118,8 @@ func (n *nemesis) run(ctx context.Context, until time.Time, tick func(time.Durat
 			continue
 		}
 		m := n.members[i]
-		if n.wl.kills && !n.t.inProcess && n.rng.IntN(3) == 0 {
+		kill := n.wl.kills && !n.t.inProcess && !n.o.Faults.NoKill && (n.o.Faults.NoPause || n.rng.IntN(3) == 0)
+		if kill {
 			if err := m.kill(); err != nil {
 				return fmt.Errorf("kill worker %s: %w", m.name, err)
 			}
@@ -148,6 +169,10 @@ func (n *nemesis) pick() int {
 
 // healAll resumes every paused worker and starts the killed ones again.
 func (n *nemesis) healAll() {
+	if n.px != nil && !n.proxyUntil.IsZero() {
+		n.px.set(proxyForward)
+		n.proxyUntil = time.Time{}
+	}
 	for i := range n.resumeAt {
 		n.members[i].resume()
 	}

@@ -324,3 +324,87 @@ func TestProofRedisFailover(t *testing.T) {
 		t.Errorf("run error: %s", r.Error)
 	}
 }
+
+// Workers reach the store through a proxy that delays, cuts and
+// black-holes their connections, on top of pauses: the guarded runs stay
+// clean and every proxy fault is counted by kind.
+func TestProofProxyFaults(t *testing.T) {
+	for name, store := range map[string]func(t *testing.T) string{
+		"redis":    func(t *testing.T) string { return "redis://" + testenv.SharedRedis(t).Addr() },
+		"postgres": func(t *testing.T) string { return testenv.SharedPostgres(t).NewDatabase(t) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			o := options(t, store(t), 4*time.Second, "lease-counter", "idempotency")
+			o.Faults.Proxy = true
+			rs := prove(t, o)
+			for _, r := range rs {
+				n := r.Faults["proxy-delay"] + r.Faults["proxy-cut"] + r.Faults["proxy-blackhole"]
+				if n == 0 || !strings.Contains(r.Detail, "proxy") {
+					t.Errorf("%s on %s: faults %v, detail %q: no proxy fault", r.Workload, r.Store, r.Faults, r.Detail)
+				}
+			}
+		})
+	}
+}
+
+// Proxy faults alone (no pauses): the nemesis only toggles the proxy.
+func TestProofProxyOnly(t *testing.T) {
+	o := options(t, "redis://"+testenv.SharedRedis(t).Addr(), 2*time.Second, "lease-counter")
+	o.Faults = proof.Faults{Proxy: true, NoPause: true, NoKill: true, ProxyDelay: 20 * time.Millisecond}
+	rs, err := proof.Run(t.Context(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rs[0]
+	if r.Faults["pause"] != 0 || r.Faults["kill"] != 0 {
+		t.Errorf("faults %v: workers were paused or killed", r.Faults)
+	}
+	if r.Faults["proxy-delay"]+r.Faults["proxy-cut"]+r.Faults["proxy-blackhole"] == 0 {
+		t.Errorf("faults %v: no proxy fault", r.Faults)
+	}
+	if r.Guarded.Count != 0 || r.Error != "" {
+		t.Errorf("guarded: %d violations %v; error %q", r.Guarded.Count, r.Guarded.Violations, r.Error)
+	}
+}
+
+// Proxy faults need one TCP address: Redis Cluster is refused with a
+// reason.
+func TestProofProxyRedisCluster(t *testing.T) {
+	o := options(t, "redis://"+testenv.SharedRedisCluster(t).Addrs()[0], time.Second, "lease-counter")
+	o.Faults.Proxy = true
+	rs, err := proof.Run(t.Context(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rs[0].Verdict != proof.VerdictError || !strings.Contains(rs[0].Error, "Cluster") {
+		t.Errorf("verdict %s, error %q; want an error about Redis Cluster", rs[0].Verdict, rs[0].Error)
+	}
+}
+
+// A Redis server started by the run, with every write synced, killed and
+// restarted during the lease workload: nothing acknowledged is lost.
+func TestProofStartedStoreRestart(t *testing.T) {
+	testenv.RequireBinary(t, "redis-server")
+	s, err := proof.StartStore(t.Context(), "redis", t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	o := options(t, s.URL, 3*time.Second, "lease-counter")
+	o.Faults.Restart = s.Restart
+	rs, err := proof.Run(t.Context(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rs[0]
+	t.Logf("guarded: %+v; faults %v", r.Guarded, r.Faults)
+	if r.Faults["store-restart"] != 1 {
+		t.Fatalf("faults %v, want one store restart", r.Faults)
+	}
+	if r.Guarded.Count != 0 || r.Guarded.Acknowledged == 0 || r.Error != "" {
+		t.Errorf("guarded: %d acknowledged, %d violations %v; error %q", r.Guarded.Acknowledged, r.Guarded.Count, r.Guarded.Violations, r.Error)
+	}
+	if _, err := proof.StartStore(t.Context(), "postgres", ""); err == nil || !strings.Contains(err.Error(), "invalid") {
+		t.Errorf("StartStore(postgres) = %v, want an invalid-argument error", err)
+	}
+}

@@ -68,9 +68,17 @@ type Options struct {
 // Faults are the store-level faults Run can inject. They need a store the
 // run can control, so they are available only where noted.
 type Faults struct {
-	// Proxy puts a TCP proxy between the workers and a Redis or
-	// PostgreSQL server; the nemesis delays, cuts and black-holes (drops
-	// replies on) its connections.
+	// NoPause and NoKill turn off the worker faults that are on by
+	// default: pausing workers (SIGSTOP) past the TTL, and killing them
+	// (SIGKILL) and starting them again in the workloads that allow it.
+	NoPause, NoKill bool
+	// Proxy puts a TCP proxy on 127.0.0.1 between the workers and a
+	// Redis, PostgreSQL or etcd server (one address; not Redis Cluster);
+	// the nemesis delays its replies by ProxyDelay, cuts it (connections
+	// reset, new ones refused) and black-holes it (requests reach the
+	// server, replies are dropped) for one to two TTLs at a time. The
+	// coordinator's own connection, which reads the final state, goes
+	// around it. On SQLite and memory it does nothing.
 	Proxy bool
 	// Restart stops and restarts the store once, halfway through each
 	// workload. The command sets it for a store it started itself (see
@@ -442,12 +450,27 @@ func runOne(ctx context.Context, o Options, wl *workload, t target, tmp string) 
 			return fail(err)
 		}
 	}
+	if o.Faults.Proxy && (t.kind == storeurl.SQLite || t.kind == storeurl.Memory) {
+		r.Detail += "; no proxy faults (the store is not reached over TCP)"
+	}
+	var px *faultProxy
+	if o.Faults.Proxy && t.kind != storeurl.SQLite && t.kind != storeurl.Memory {
+		px, spec.Store, err = proxied(ctx, t, o.Faults.ProxyDelay)
+		if err != nil {
+			return fail(err)
+		}
+		defer px.close()
+		r.Detail += fmt.Sprintf("; workers reach the store through a proxy on %s that delays replies by %v, cuts connections and black-holes replies", px.addr(), o.Faults.ProxyDelay)
+	}
 	if t.inProcess {
 		r.Detail += "; workers are goroutines of this process and pauses are acted out between their steps (the memory store cannot be shared by processes)"
 	} else {
-		r.Detail += "; workers are processes, paused with SIGSTOP"
-		if wl.kills {
-			r.Detail += " and killed with SIGKILL"
+		r.Detail += "; workers are processes"
+		if !o.Faults.NoPause {
+			r.Detail += ", paused with SIGSTOP"
+		}
+		if wl.kills && !o.Faults.NoKill {
+			r.Detail += ", killed with SIGKILL"
 		}
 	}
 	b := newBuilder()
@@ -492,7 +515,7 @@ func runOne(ctx context.Context, o Options, wl *workload, t target, tmp string) 
 		settle = wl.settle(ttl)
 	}
 	faultsEnd := start.Add(o.Duration)
-	nem := &nemesis{o: o, wl: wl, t: t, ttl: ttl, rng: rng, members: members, hold: hold, faults: r.Faults, restart: startMember}
+	nem := &nemesis{o: o, wl: wl, t: t, ttl: ttl, rng: rng, members: members, hold: hold, faults: r.Faults, restart: startMember, px: px}
 	nemErr := nem.run(ctx, faultsEnd, func(elapsed time.Duration) {
 		g, c := countAck(b, Guarded), countAck(b, Control)
 		progress(o.Progress, "%s on %s: %s/%s guarded acknowledged %d, control acknowledged %d, faults %d",

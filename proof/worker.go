@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -51,10 +52,22 @@ func WorkerMain() int {
 	}()
 	// Unbuffered: every event is one write, in the pipe before the next
 	// step, so a killed worker loses nothing it completed.
-	w, err := openWorker(ctx, spec, jsonSink(os.Stdout))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "proof worker:", err)
-		return 1
+	// The store may be out of reach for a while (a cut proxy, a restart):
+	// keep trying, as a service would, until told to stop.
+	var w *workerEnv
+	for {
+		var err error
+		if w, err = openWorker(ctx, spec, jsonSink(os.Stdout)); err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return 0
+		}
+		if time.Since(time.Unix(0, spec.Start)) > time.Minute {
+			fmt.Fprintln(os.Stderr, "proof worker:", err)
+			return 1
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	defer w.close()
 	if err := wl.worker(ctx, w); err != nil && ctx.Err() == nil {
@@ -302,7 +315,7 @@ func (m *member) pause() error {
 		m.g.pause()
 		return nil
 	}
-	return m.cmd.Process.Signal(syscall.SIGSTOP)
+	return ignoreDone(m.cmd.Process.Signal(syscall.SIGSTOP))
 }
 
 func (m *member) resume() error {
@@ -314,7 +327,16 @@ func (m *member) resume() error {
 		m.g.resume()
 		return nil
 	}
-	return m.cmd.Process.Signal(syscall.SIGCONT)
+	return ignoreDone(m.cmd.Process.Signal(syscall.SIGCONT))
+}
+
+// ignoreDone: a worker that has exited on its own (its output says why)
+// cannot be paused or resumed, and that is no fault of the run.
+func ignoreDone(err error) error {
+	if errors.Is(err, os.ErrProcessDone) {
+		return nil
+	}
+	return err
 }
 
 // kill ends a worker process at once (SIGKILL): whatever it had in flight
@@ -326,7 +348,7 @@ func (m *member) kill() error {
 	m.dead = true
 	err := m.cmd.Process.Signal(syscall.SIGKILL)
 	<-m.done
-	return err
+	return ignoreDone(err)
 }
 
 // stop asks the worker to finish and waits up to grace before killing it.

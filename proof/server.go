@@ -1,0 +1,146 @@
+package proof
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// StartedStore is a store server started by [StartStore] for a run: the
+// command owns it, so it may kill and restart it (Faults.Restart).
+type StartedStore struct {
+	// URL is the --store value that reaches it.
+	URL string
+	// Detail describes the server for reports.
+	Detail string
+
+	bin, dir string
+	port     int
+	mu       sync.Mutex
+	cmd      *exec.Cmd
+	done     chan struct{}
+}
+
+// StartStore starts a server of the given kind on a free loopback port, in
+// a new directory under dir ("" for the system's temporary directory).
+// Only "redis" is supported: redis-server from PATH, with the append-only
+// file synced on every write (appendfsync always), so that a restart keeps
+// every acknowledged write. Close stops it and removes its directory.
+func StartStore(ctx context.Context, kind, dir string) (*StartedStore, error) {
+	if kind != "redis" {
+		return nil, fmt.Errorf("%w: cannot start a %q store (only redis)", ErrInvalid, kind)
+	}
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, fmt.Errorf("proof: start a Redis server: %w", err)
+	}
+	d, err := os.MkdirTemp(dir, "tenure-proof-redis-")
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		os.RemoveAll(d)
+		return nil, err
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	s := &StartedStore{bin: bin, dir: d, port: port}
+	s.URL = "redis://127.0.0.1:" + strconv.Itoa(port)
+	s.Detail = "redis-server started by tenure proof on 127.0.0.1:" + strconv.Itoa(port) + " (appendfsync always)"
+	if err := s.start(ctx); err != nil {
+		os.RemoveAll(d)
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *StartedStore) start(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cmd := exec.Command(s.bin,
+		"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1", "--protected-mode", "no",
+		"--daemonize", "no", "--dir", s.dir, "--logfile", filepath.Join(s.dir, "redis.log"),
+		"--save", "", "--appendonly", "yes", "--appendfsync", "always")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("proof: start redis-server: %w", err)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	s.cmd, s.done = cmd, done
+	addr := "127.0.0.1:" + strconv.Itoa(s.port)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if err := redisPing(addr); err == nil {
+			return nil
+		} else if time.Now().After(deadline) || ctx.Err() != nil {
+			s.killLocked()
+			return fmt.Errorf("proof: redis-server on %s did not answer: %w", addr, err)
+		}
+		select {
+		case <-done:
+			return errors.New("proof: redis-server exited at start (see " + filepath.Join(s.dir, "redis.log") + ")")
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// redisPing sends PING and waits for PONG (LOADING while it replays its
+// append-only file is not ready).
+func redisPing(addr string) error {
+	conn, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(time.Second))
+	if _, err := conn.Write([]byte("*1\r\n$4\r\nPING\r\n")); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if !strings.HasPrefix(line, "+PONG") {
+		return errors.New(strings.TrimSpace(line))
+	}
+	return nil
+}
+
+func (s *StartedStore) killLocked() {
+	if s.cmd == nil {
+		return
+	}
+	syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+	<-s.done
+	s.cmd = nil
+}
+
+// Restart kills the server (SIGKILL, as a crash would) and starts it again
+// on the same port and directory; it returns once it answers. It fits
+// Faults.Restart.
+func (s *StartedStore) Restart(ctx context.Context) error {
+	s.mu.Lock()
+	s.killLocked()
+	s.mu.Unlock()
+	return s.start(ctx)
+}
+
+// Close stops the server and removes its directory.
+func (s *StartedStore) Close() error {
+	s.mu.Lock()
+	s.killLocked()
+	s.mu.Unlock()
+	return os.RemoveAll(s.dir)
+}
