@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -34,6 +35,10 @@ func newProof() *cobra.Command {
 		dir       string
 		seed      uint64
 		quiet     bool
+		faults    []string
+		delay     time.Duration
+		start     string
+		keys      int
 	)
 	cmd := &cobra.Command{
 		Use:   "proof",
@@ -53,10 +58,23 @@ never counted as acknowledged.
 
 Workloads:
 ` + workloadList() + `
-Faults: workers are paused with SIGSTOP for longer than the lease TTL and
-resumed (the memory store lives in one process: its workers are goroutines
-and pauses are acted out between their steps); the schedule workload also
-kills workers with SIGKILL and starts them again.
+Faults (--fault, a comma-separated list; default pause,kill):
+  pause     workers are paused with SIGSTOP for longer than the lease TTL and
+            resumed (the memory store lives in one process: its workers are
+            goroutines and pauses are acted out between their steps)
+  kill      the schedule workload's workers are killed with SIGKILL and
+            started again
+  proxy     workers reach the store (Redis, PostgreSQL or etcd at one
+            address; not Redis Cluster) through a TCP proxy on 127.0.0.1
+            that delays replies by --proxy-delay, cuts every connection,
+            or black-holes replies (requests still take effect), for one to
+            two TTLs at a time
+  restart   the store is killed (SIGKILL) and restarted once, halfway
+            through each workload; only for a store this command started
+            itself (--start-store)
+The proxy and restart faults are destructive: they disturb every client of
+the server, so use them on servers of your own. Faults are counted by kind
+in the report.
 
 --store selects the store:
   (none)                the embedded default: a SQLite file in a temp dir, and memory
@@ -71,7 +89,9 @@ on any violation, inconclusive run or error. Histories that fail the
 linearizability check are visualized as HTML files under --dir.
 
 A long run, for instance:
-  tenure proof --store redis://127.0.0.1:6379 --duration 2m`,
+  tenure proof --store redis://127.0.0.1:6379 --duration 2m
+With store faults:
+  tenure proof --start-store redis --fault pause,kill,proxy,restart --duration 1m`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			out := cmd.OutOrStdout()
@@ -87,9 +107,33 @@ A long run, for instance:
 			if quiet {
 				prog = nil
 			}
+			f, err := parseFaults(faults)
+			if err != nil {
+				return err
+			}
+			f.ProxyDelay = delay
+			if start != "" {
+				if store != "" {
+					return fmt.Errorf("%w: --store and --start-store exclude each other", proof.ErrInvalid)
+				}
+				s, err := proof.StartStore(ctx, start, "")
+				if err != nil {
+					return err
+				}
+				defer s.Close()
+				store = s.URL
+				if prog != nil {
+					fmt.Fprintf(prog, "proof: %s\n", s.Detail)
+				}
+				if f.Restart != nil {
+					f.Restart = s.Restart
+				}
+			} else if f.Restart != nil {
+				return fmt.Errorf("%w: --fault restart needs a store this command starts (--start-store redis)", proof.ErrInvalid)
+			}
 			results, err := proof.Run(ctx, proof.Options{
 				Store: store, Workloads: workloads, Duration: duration, Workers: workers, TTL: ttl,
-				Progress: prog, Dir: dir, Seed: seed,
+				Progress: prog, Dir: dir, Seed: seed, Faults: f, Keys: keys,
 			})
 			if err != nil {
 				return err
@@ -119,7 +163,36 @@ A long run, for instance:
 	f.StringVar(&dir, "dir", "", "where to write visualizations of failing histories (default: a new temp dir)")
 	f.Uint64Var(&seed, "seed", 0, "seed of the nemesis's choices (default random)")
 	f.BoolVarP(&quiet, "quiet", "q", false, "no progress lines on stderr")
+	f.StringSliceVar(&faults, "fault", []string{"pause", "kill"}, "faults to inject: pause, kill, proxy, restart (comma-separated)")
+	f.DurationVar(&delay, "proxy-delay", 50*time.Millisecond, "how long the proxy holds back each reply while it delays them")
+	f.StringVar(&start, "start-store", "", "start a store server for the run and use it (redis: redis-server from PATH, persistent, on a free loopback port)")
+	f.IntVar(&keys, "keys", 0, "counters per mode in lease-counter, each under its own lease (default 1, 16 on etcd)")
 	return cmd
+}
+
+// parseFaults turns --fault values into proof.Faults. Restart is set to a
+// placeholder that the caller replaces with the started store's restart.
+func parseFaults(list []string) (proof.Faults, error) {
+	f := proof.Faults{NoPause: true, NoKill: true}
+	for _, v := range list {
+		switch strings.TrimSpace(v) {
+		case "pause":
+			f.NoPause = false
+		case "kill":
+			f.NoKill = false
+		case "proxy":
+			f.Proxy = true
+		case "restart":
+			f.Restart = func(context.Context) error { return nil }
+		case "":
+		default:
+			return f, fmt.Errorf("%w: unknown fault %q (have pause, kill, proxy, restart)", proof.ErrInvalid, v)
+		}
+	}
+	if f.NoPause && f.NoKill && !f.Proxy && f.Restart == nil {
+		return f, fmt.Errorf("%w: --fault names no fault", proof.ErrInvalid)
+	}
+	return f, nil
 }
 
 func workloadList() string {

@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -47,9 +49,46 @@ func TestProofBadInput(t *testing.T) {
 		{"proof", "--duration", "1ms"},
 		{"proof", "--workers", "1"},
 		{"proof", "--store", "ftp://example"},
+		{"proof", "--fault", "flood"},
+		{"proof", "--fault", "restart"},
+		{"proof", "--fault", ""},
+		{"proof", "--start-store", "cassandra"},
+		{"proof", "--start-store", "redis", "--store", "memory"},
+		{"proof", "--fault", "proxy", "--proxy-delay", "1h"},
 	} {
 		if out, err := run(args...); err == nil {
 			t.Errorf("%v: no error\n%s", args, out)
 		}
+	}
+}
+
+// Store faults on a Redis server the command starts: the proxy delays,
+// cuts and black-holes the workers' connections, the server is killed and
+// restarted halfway, and each fault is reported by kind.
+func TestProofCommandStoreFaults(t *testing.T) {
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		if os.Getenv("TENURE_TEST_REQUIRE") != "" {
+			t.Fatal("redis-server is not installed")
+		}
+		t.Skip("redis-server is not installed")
+	}
+	out, err := run("proof", "--start-store", "redis", "--workload", "lease-counter", "--duration", "3s",
+		"--fault", "pause,proxy,restart", "--proxy-delay", "20ms", "--json", "-q", "--dir", t.TempDir())
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	var rs []proof.Result
+	if err := json.Unmarshal([]byte(out), &rs); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if len(rs) != 1 {
+		t.Fatalf("%d results, want 1:\n%s", len(rs), out)
+	}
+	r := rs[0]
+	if r.Faults["store-restart"] != 1 || r.Faults["proxy-delay"]+r.Faults["proxy-cut"]+r.Faults["proxy-blackhole"] == 0 || r.Faults["pause"] == 0 {
+		t.Errorf("faults %v, want pauses, proxy faults and one store restart", r.Faults)
+	}
+	if r.Verdict != proof.VerdictPass || r.Guarded.Count != 0 {
+		t.Errorf("verdict %s, guarded violations %v", r.Verdict, r.Guarded.Violations)
 	}
 }
