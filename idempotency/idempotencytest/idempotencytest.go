@@ -112,6 +112,25 @@ func Run(t *testing.T, newTarget func(t *testing.T) Target) {
 	if !hasTx {
 		t.Logf("idempotencytest: the store has no transactional form; the Tx cases do not apply")
 	}
+	// The Admin cases apply to stores whose view implements
+	// idempotency.Admin.
+	if tg := newTarget(t); tg.Direct != nil || tg.Store != nil {
+		s := tg.Direct
+		if s == nil {
+			s = tg.Store
+		}
+		if _, ok := s.(idempotency.Admin); ok {
+			for _, ac := range adminCases {
+				tests = append(tests, struct {
+					name string
+					tx   bool
+					fn   func(t *testing.T, tg Target)
+				}{ac.name, false, func(t *testing.T, tg Target) { ac.fn(t, tg, tg.Direct.(idempotency.Admin)) }})
+			}
+		} else {
+			t.Logf("idempotencytest: the store's view does not implement idempotency.Admin; the Admin cases do not apply")
+		}
+	}
 	for _, tc := range tests {
 		if tc.tx && !hasTx {
 			continue
