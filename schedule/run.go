@@ -272,12 +272,15 @@ func (r *slotRun) earlierRunning() (string, error) {
 // skip records the slot skipped for the run of slot running.
 func (r *slotRun) skip(running string) (outcome, bool) {
 	sent := r.s.storeNow()
-	_, err := r.s.begin(r.ctx, r.j, r.p, r.claim.l, "overlap: the run of slot "+running+" was still running")
+	_, err := r.s.begin(r.ctx, r.js, r.p, r.claim.l, "overlap: the run of slot "+running+" was still running")
 	if err == nil {
 		r.state = slotSkipped
 		r.s.tel.slot(r.ctx, r.j.Name, slotSkipped)
 	}
-	if err == nil || errors.Is(err, ErrFinal) {
+	if errors.Is(err, ErrSuperseded) {
+		r.s.superseded(r.ctx, r.js)
+	}
+	if err == nil || errors.Is(err, ErrFinal) || errors.Is(err, ErrSuperseded) {
 		return outcome{final: true}, false
 	}
 	r.log.Warn("schedule: cannot record the slot skipped", "err", err)
@@ -287,9 +290,14 @@ func (r *slotRun) skip(running string) (outcome, bool) {
 // beginAttempt records the attempt's start.
 func (r *slotRun) beginAttempt() (outcome, bool) {
 	sent := r.s.storeNow()
-	rec, err := r.s.begin(r.ctx, r.j, r.p, r.claim.l, "")
+	rec, err := r.s.begin(r.ctx, r.js, r.p, r.claim.l, "")
 	var notDue *NotDueError
 	switch {
+	case errors.Is(err, ErrSuperseded):
+		// Another definition of the job is the current one: this node's
+		// slots are not to run (see Scheduler.superseded).
+		r.s.superseded(r.ctx, r.js)
+		return outcome{final: true}, false
 	case errors.As(err, &notDue):
 		r.log.Debug("schedule: slot not due on the store's clock", "wait", notDue.Wait)
 		return later(sent, notDue.Wait), false
@@ -472,8 +480,8 @@ func sleep(ctx, stop context.Context, d time.Duration) bool {
 
 // begin records the start of an attempt under claim, or with a reason the
 // slot skipped.
-func (s *Scheduler) begin(ctx context.Context, j Job, p *pendingSlot, claim *lease.Lease, skipReason string) (Record, error) {
-	req := BeginRequest{Job: j.Name, SlotID: p.id, SlotTime: p.at, Node: s.o.Node, Fence: claim.Fence()}
+func (s *Scheduler) begin(ctx context.Context, js *jobState, p *pendingSlot, claim *lease.Lease, skipReason string) (Record, error) {
+	req := BeginRequest{Job: js.job.Name, SlotID: p.id, SlotTime: p.at, Node: s.o.Node, Fence: claim.Fence(), Definition: js.fp}
 	if skipReason != "" {
 		req.Skip, req.Reason = true, skipReason
 	}

@@ -3,6 +3,7 @@ package schedule
 import (
 	"context"
 	crand "crypto/rand"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -216,6 +217,9 @@ type Scheduler struct {
 
 type jobState struct {
 	job        Job
+	spec, fp   string // the definition's Spec and Fingerprint
+	registered bool   // this node registered its definition
+	stale      bool   // another definition of the job is the current one
 	init       bool
 	cursor     time.Time
 	pending    map[string]*pendingSlot
@@ -325,30 +329,13 @@ func (s *Scheduler) Add(j Job) error {
 			return fmt.Errorf("job %q: %w", j.Name, err)
 		}
 	}
-	if j.MisfireThreshold == 0 {
-		j.MisfireThreshold = time.Minute
-	}
-	if j.CatchUpWindow == 0 {
-		j.CatchUpWindow = 24 * time.Hour
-	}
-	if j.CatchUpConcurrency == 0 {
-		j.CatchUpConcurrency = 1
-	}
-	if j.Retry.Attempts == 0 {
-		j.Retry.Attempts = 1
-	}
-	if j.Retry.Backoff == 0 {
-		j.Retry.Backoff = time.Second
-	}
-	if j.Retry.MaxBackoff == 0 {
-		j.Retry.MaxBackoff = time.Minute
-	}
+	j = j.withDefaults()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, dup := s.jobs[j.Name]; dup {
 		return bad("a job of that name was already added")
 	}
-	s.jobs[j.Name] = &jobState{job: j, pending: map[string]*pendingSlot{}}
+	s.jobs[j.Name] = &jobState{job: j, spec: j.Spec(), fp: j.Fingerprint(), pending: map[string]*pendingSlot{}}
 	s.names = append(s.names, j.Name)
 	s.kick()
 	return nil
@@ -445,6 +432,18 @@ func (s *Scheduler) poll(ctx, hctx context.Context, wg *sync.WaitGroup) time.Dur
 
 func (s *Scheduler) pollJob(ctx, hctx context.Context, wg *sync.WaitGroup, js *jobState, now time.Time) time.Duration {
 	j := js.job
+	if err := s.register(ctx, js); err != nil {
+		s.log.Warn("schedule: cannot register the job's definition; no slot of it starts until it is", "job", j.Name, "err", err)
+		return s.o.PollInterval
+	}
+	if s.isStale(js) && !s.current(ctx, js) {
+		// Another definition runs the job: its slots are not this node's
+		// to run or record, now or later.
+		s.mu.Lock()
+		js.cursor = now
+		s.mu.Unlock()
+		return s.o.PollInterval
+	}
 	if !js.init {
 		last, ok, err := s.store.Last(ctx, j.Name)
 		if err != nil {
@@ -560,7 +559,11 @@ func (s *Scheduler) classify(ctx context.Context, js *jobState, due []time.Time,
 			return
 		}
 		id := j.Schedule.ID(m.at)
-		_, wrote, err := s.store.Mark(ctx, MarkRequest{Job: j.Name, SlotID: id, SlotTime: m.at, Node: s.o.Node, State: Missed, Reason: m.reason})
+		_, wrote, err := s.store.Mark(ctx, MarkRequest{Job: j.Name, SlotID: id, SlotTime: m.at, Node: s.o.Node, State: Missed, Reason: m.reason, Definition: js.fp})
+		if errors.Is(err, ErrSuperseded) {
+			s.superseded(ctx, js)
+			return
+		}
 		if err != nil {
 			s.log.Warn("schedule: cannot record a missed slot", "job", j.Name, "slot", id, "err", err)
 		} else if wrote {
@@ -580,7 +583,7 @@ func (s *Scheduler) classify(ctx context.Context, js *jobState, due []time.Time,
 
 // start launches attempts at the pending slots that may start now.
 func (s *Scheduler) start(hctx, ctx context.Context, wg *sync.WaitGroup, js *jobState, now time.Time) {
-	if ctx.Err() != nil {
+	if ctx.Err() != nil || s.isStale(js) {
 		return
 	}
 	j := js.job
@@ -648,14 +651,20 @@ func (s *Scheduler) Claim(ctx context.Context, job string, at time.Time) (*Slot,
 	if next := j.Schedule.Next(at.Add(-time.Nanosecond)); !next.Equal(at) {
 		return nil, fmt.Errorf("%w: %v is not a slot of job %q", ErrInvalid, at, job)
 	}
+	if err := s.register(ctx, js); err != nil {
+		return nil, err
+	}
 	p := &pendingSlot{id: j.Schedule.ID(at), at: at}
 	claim, err := s.locker.TryAcquire(ctx, ClaimKey(j.Name, p.id), s.o.ClaimTTL)
 	if err != nil {
 		return nil, err
 	}
-	rec, err := s.begin(ctx, j, p, claim, "")
+	rec, err := s.begin(ctx, js, p, claim, "")
 	if err != nil {
 		s.release(claim)
+		if errors.Is(err, ErrSuperseded) {
+			s.superseded(ctx, js)
+		}
 		return nil, err
 	}
 	return &Slot{Job: j.Name, Time: at, ID: p.id, Fence: claim.Fence(), Attempt: rec.Attempts, lease: claim}, nil

@@ -21,6 +21,11 @@ const (
 	// MaxErrorLen is the longest error message an audit record keeps; longer
 	// ones are cut.
 	MaxErrorLen = 1024
+	// MaxHistory is how many attempts a slot's record keeps in
+	// Record.History: the latest ones. Record.Attempts counts them all.
+	MaxHistory = 16
+	// MaxFingerprintLen is the longest definition fingerprint in bytes.
+	MaxFingerprintLen = 64
 )
 
 var (
@@ -46,6 +51,11 @@ var (
 	ErrCompleted = errors.New("schedule: slot already completed")
 	// ErrRunning reports a second concurrent call of Scheduler.Run.
 	ErrRunning = errors.New("schedule: scheduler already running")
+	// ErrSuperseded reports a Begin or Mark made under a job definition
+	// that is not the job's current one (see [Store.Register]): another
+	// node registered a different definition of the job since. Nothing
+	// was written.
+	ErrSuperseded = errors.New("schedule: job definition superseded")
 )
 
 // ErrStale is returned (wrapped) when an attempt's claim is no longer the
@@ -126,6 +136,46 @@ type Record struct {
 	// RetryAt is when a failed slot may be attempted again; zero when it
 	// will not be.
 	RetryAt time.Time
+	// History is the slot's latest attempts, oldest first, at most
+	// MaxHistory of them (Attempts counts every attempt, so it may be
+	// greater than len(History)). Store.Slot and Store.Slots fill it; the
+	// records that Begin, Finish, Mark and Unfinished return may leave it
+	// nil.
+	History []Attempt
+}
+
+// Outcome is how one attempt at a slot ended.
+type Outcome string
+
+// The outcomes of an attempt.
+const (
+	// AttemptRunning: the attempt began and has not ended.
+	AttemptRunning Outcome = "running"
+	// AttemptDone: the attempt completed the slot.
+	AttemptDone Outcome = "done"
+	// AttemptFailed: the attempt recorded a failure (Error says why).
+	AttemptFailed Outcome = "failed"
+	// AttemptSuperseded: a newer attempt (a greater fence) began while
+	// this one was still recorded running: its node died, paused past its
+	// claim or lost the claim before it could record its end.
+	AttemptSuperseded Outcome = "superseded"
+)
+
+// Attempt is one attempt at a slot, as the slot's record keeps it. Times
+// are on the store's clock.
+type Attempt struct {
+	// Node is the node that made the attempt.
+	Node string
+	// Fence is the fence of the attempt's claim.
+	Fence uint64
+	// Started is when the attempt began; Finished when it recorded its
+	// end (zero while running, and for a superseded attempt).
+	Started, Finished time.Time
+	// Outcome is how it ended.
+	Outcome Outcome
+	// Error is the attempt's error (cut to MaxErrorLen) for a failed
+	// attempt.
+	Error string
 }
 
 // Final reports whether the record is in a final state.
@@ -143,6 +193,11 @@ type BeginRequest struct {
 	// running, with Reason: the overlap policy refused it.
 	Skip   bool
 	Reason string
+	// Definition is the fingerprint of the job definition the caller runs
+	// (Job.Fingerprint). If it is set and the job has a registered
+	// definition with another fingerprint, Begin refuses with an error
+	// wrapping ErrSuperseded and writes nothing. Empty skips the check.
+	Definition string
 }
 
 // FinishRequest asks a store to record the end of an attempt.
@@ -168,6 +223,33 @@ type MarkRequest struct {
 	// State is Missed or Skipped.
 	State  State
 	Reason string
+	// Definition is the fingerprint of the caller's job definition, checked
+	// as BeginRequest.Definition is.
+	Definition string
+}
+
+// Definition is the registered definition of a job: the one that runs.
+type Definition struct {
+	Job string
+	// Fingerprint identifies the definition (Job.Fingerprint).
+	Fingerprint string
+	// Spec describes it (Job.Spec), for people.
+	Spec string
+	// Node is the node that registered it; Registered when (store clock).
+	Node       string
+	Registered time.Time
+}
+
+// RegisterRequest asks a store to make a job definition the current one.
+type RegisterRequest struct {
+	Job string
+	// Fingerprint identifies the definition: 1 to MaxFingerprintLen bytes
+	// of the characters slot IDs allow.
+	Fingerprint string
+	// Spec describes the definition (cut to MaxErrorLen).
+	Spec string
+	// Node is the registering node.
+	Node string
 }
 
 // Store is the contract every backend implements for scheduled jobs. All
@@ -214,6 +296,15 @@ type Store interface {
 	Unfinished(ctx context.Context, job string, limit int) ([]Record, error)
 	// Last returns the latest slot time recorded for job (false if none).
 	Last(ctx context.Context, job string) (time.Time, bool, error)
+	// Register makes req's definition the job's current one, in one
+	// atomic step that Begin and Mark are serialized with: from then on,
+	// a Begin or Mark carrying another definition's fingerprint is
+	// refused (ErrSuperseded). It returns the definition that was current
+	// before (zero if none). Registering the current fingerprint again
+	// writes nothing (the definition keeps its first Node and Registered).
+	Register(ctx context.Context, req RegisterRequest) (Definition, error)
+	// Definition returns the job's current definition, or ErrNotFound.
+	Definition(ctx context.Context, job string) (Definition, error)
 }
 
 // Key layout on the claims lease store. Every key of a job starts with
@@ -297,7 +388,37 @@ func (r BeginRequest) Validate() error {
 	if r.Fence == 0 || r.Fence > 1<<63-1 {
 		return fmt.Errorf("%w: fence %d out of range", ErrInvalid, r.Fence)
 	}
+	if r.Definition != "" {
+		if err := ValidateFingerprint(r.Definition); err != nil {
+			return err
+		}
+	}
 	return validateNode(r.Node)
+}
+
+// Validate checks what a store must check before it writes.
+func (r RegisterRequest) Validate() error {
+	if err := ValidateName(r.Job); err != nil {
+		return err
+	}
+	if err := ValidateFingerprint(r.Fingerprint); err != nil {
+		return err
+	}
+	return validateNode(r.Node)
+}
+
+// ValidateFingerprint checks a definition fingerprint: 1 to
+// MaxFingerprintLen bytes of the characters slot IDs allow.
+func ValidateFingerprint(fp string) error {
+	if fp == "" || len(fp) > MaxFingerprintLen {
+		return fmt.Errorf("%w: definition fingerprint must be 1 to %d bytes", ErrInvalid, MaxFingerprintLen)
+	}
+	for i := 0; i < len(fp); i++ {
+		if !nameChar(fp[i]) {
+			return fmt.Errorf("%w: definition fingerprint %q: only letters, digits and - _ . : + @ ~", ErrInvalid, fp)
+		}
+	}
+	return nil
 }
 
 // Validate checks what a store must check before it writes.
@@ -327,6 +448,11 @@ func (r MarkRequest) Validate() error {
 	}
 	if r.State != Missed && r.State != Skipped {
 		return fmt.Errorf("%w: mark state %q (want missed or skipped)", ErrInvalid, r.State)
+	}
+	if r.Definition != "" {
+		if err := ValidateFingerprint(r.Definition); err != nil {
+			return err
+		}
 	}
 	return validateNode(r.Node)
 }
@@ -370,20 +496,48 @@ func CutError(msg string) string {
 
 // MarshalJSON writes the record with times in RFC 3339 and zero times left
 // out: {"job":…,"slot_id":…,"slot_time":…,"state":"done","node":…,
-// "attempts":1,"fence":…,"started":…,"finished":…}.
+// "attempts":1,"fence":…,"started":…,"finished":…,"history":[…]}, each
+// attempt of the history as Attempt.MarshalJSON writes it.
 func (r Record) MarshalJSON() ([]byte, error) {
 	return json.Marshal(struct {
-		Job      string  `json:"job"`
-		SlotID   string  `json:"slot_id"`
-		SlotTime *string `json:"slot_time,omitempty"`
-		State    State   `json:"state"`
-		Node     string  `json:"node,omitempty"`
-		Attempts int     `json:"attempts"`
-		Fence    uint64  `json:"fence,omitempty"`
+		Job      string    `json:"job"`
+		SlotID   string    `json:"slot_id"`
+		SlotTime *string   `json:"slot_time,omitempty"`
+		State    State     `json:"state"`
+		Node     string    `json:"node,omitempty"`
+		Attempts int       `json:"attempts"`
+		Fence    uint64    `json:"fence,omitempty"`
+		Started  *string   `json:"started,omitempty"`
+		Finished *string   `json:"finished,omitempty"`
+		Error    string    `json:"error,omitempty"`
+		RetryAt  *string   `json:"retry_at,omitempty"`
+		History  []Attempt `json:"history,omitempty"`
+	}{r.Job, r.SlotID, jsonx.Time(r.SlotTime), r.State, r.Node, r.Attempts, r.Fence,
+		jsonx.Time(r.Started), jsonx.Time(r.Finished), r.Error, jsonx.Time(r.RetryAt), r.History})
+}
+
+// MarshalJSON writes the attempt with times in RFC 3339 and zero times
+// left out: {"node":…,"fence":…,"started":…,"finished":…,
+// "outcome":"failed","error":…}.
+func (a Attempt) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		Node     string  `json:"node"`
+		Fence    uint64  `json:"fence"`
 		Started  *string `json:"started,omitempty"`
 		Finished *string `json:"finished,omitempty"`
+		Outcome  Outcome `json:"outcome"`
 		Error    string  `json:"error,omitempty"`
-		RetryAt  *string `json:"retry_at,omitempty"`
-	}{r.Job, r.SlotID, jsonx.Time(r.SlotTime), r.State, r.Node, r.Attempts, r.Fence,
-		jsonx.Time(r.Started), jsonx.Time(r.Finished), r.Error, jsonx.Time(r.RetryAt)})
+	}{a.Node, a.Fence, jsonx.Time(a.Started), jsonx.Time(a.Finished), a.Outcome, a.Error})
+}
+
+// MarshalJSON writes the definition: {"job":…,"fingerprint":…,"spec":…,
+// "node":…,"registered":…}.
+func (d Definition) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		Job         string  `json:"job"`
+		Fingerprint string  `json:"fingerprint"`
+		Spec        string  `json:"spec,omitempty"`
+		Node        string  `json:"node,omitempty"`
+		Registered  *string `json:"registered,omitempty"`
+	}{d.Job, d.Fingerprint, d.Spec, d.Node, jsonx.Time(d.Registered)})
 }

@@ -163,6 +163,22 @@ func (f *Faulty) Last(ctx context.Context, job string) (time.Time, bool, error) 
 	return f.inner.Last(ctx, job)
 }
 
+// Register implements schedule.Store.
+func (f *Faulty) Register(ctx context.Context, r schedule.RegisterRequest) (schedule.Definition, error) {
+	if err := f.check(); err != nil {
+		return schedule.Definition{}, err
+	}
+	return f.inner.Register(ctx, r)
+}
+
+// Definition implements schedule.Store.
+func (f *Faulty) Definition(ctx context.Context, job string) (schedule.Definition, error) {
+	if err := f.check(); err != nil {
+		return schedule.Definition{}, err
+	}
+	return f.inner.Definition(ctx, job)
+}
+
 type faultyLeases struct {
 	f     *Faulty
 	inner lease.Store

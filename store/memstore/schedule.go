@@ -19,6 +19,7 @@ type schedState struct {
 	recs   map[string]map[string]*schedule.Record // job -> slot ID -> record
 	ledger map[string]map[string]uint64           // job -> slot ID -> completing fence
 	values map[string]map[string][]byte           // job -> name -> value
+	defs   map[string]schedule.Definition          // job -> current definition
 }
 
 func (s *Store) sched() *schedState {
@@ -27,6 +28,7 @@ func (s *Store) sched() *schedState {
 			recs:   map[string]map[string]*schedule.Record{},
 			ledger: map[string]map[string]uint64{},
 			values: map[string]map[string][]byte{},
+			defs:   map[string]schedule.Definition{},
 		}
 	}).(*schedState)
 }
@@ -51,6 +53,13 @@ func (st *schedState) rec(job, id string) *schedule.Record {
 	return st.recs[job][id]
 }
 
+// schedCopy returns a copy of r that shares nothing with the store.
+func schedCopy(r *schedule.Record) schedule.Record {
+	out := *r
+	out.History = slices.Clone(r.History)
+	return out
+}
+
 func (st *schedState) put(r *schedule.Record) {
 	m := st.recs[r.Job]
 	if m == nil {
@@ -58,10 +67,6 @@ func (st *schedState) put(r *schedule.Record) {
 		st.recs[r.Job] = m
 	}
 	m[r.SlotID] = r
-}
-
-func schedStale(job, id string, f uint64) error {
-	return fmt.Errorf("memstore: slot %s of %q: the attempt with fence %d is not the current one: %w", id, job, f, schedule.ErrStale)
 }
 
 func (v schedules) Begin(ctx context.Context, req schedule.BeginRequest) (schedule.Record, error) {
@@ -75,41 +80,19 @@ func (v schedules) Begin(ctx context.Context, req schedule.BeginRequest) (schedu
 	st := s.sched()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := s.now()
-	r := st.rec(req.Job, req.SlotID)
-	if r != nil {
-		if r.Final() {
-			return schedule.Record{}, &schedule.FinalError{Record: *r}
-		}
-		if r.Fence > req.Fence || (r.Fence == req.Fence && (r.State != schedule.Running || req.Skip)) {
-			return schedule.Record{}, schedStale(req.Job, req.SlotID, req.Fence)
-		}
-		if r.Fence == req.Fence {
-			return *r, nil // a repeated Begin of the running attempt
-		}
+	if err := schedule.ApplyDefinition(req.Job, st.defs[req.Job].Fingerprint, req.Definition); err != nil {
+		return schedule.Record{}, err
 	}
-	if _, done := st.ledger[req.Job][req.SlotID]; done {
-		// Completed without a record (cannot happen through the API).
-		return schedule.Record{}, &schedule.FinalError{Record: schedule.Record{Job: req.Job, SlotID: req.SlotID, State: schedule.Done}}
+	cur := st.rec(req.Job, req.SlotID)
+	_, completed := st.ledger[req.Job][req.SlotID]
+	r, write, err := schedule.ApplyBegin(cur, completed, req, s.now())
+	if err != nil {
+		return schedule.Record{}, err
 	}
-	if w := req.SlotTime.Sub(now); w > 0 {
-		return schedule.Record{}, &schedule.NotDueError{Wait: w}
+	if write {
+		st.put(&r)
 	}
-	if r != nil && r.RetryAt.After(now) {
-		return schedule.Record{}, &schedule.NotDueError{Wait: r.RetryAt.Sub(now)}
-	}
-	if r == nil {
-		r = &schedule.Record{Job: req.Job, SlotID: req.SlotID, SlotTime: req.SlotTime}
-		st.put(r)
-	}
-	r.Node, r.Fence, r.RetryAt = req.Node, req.Fence, time.Time{}
-	if req.Skip {
-		r.State, r.Error, r.Finished = schedule.Skipped, schedule.CutError(req.Reason), now
-	} else {
-		r.State, r.Error, r.Started, r.Finished = schedule.Running, "", now, time.Time{}
-		r.Attempts++
-	}
-	return *r, nil
+	return schedCopy(&r), nil
 }
 
 func (v schedules) Finish(ctx context.Context, req schedule.FinishRequest) (schedule.Record, error) {
@@ -123,27 +106,18 @@ func (v schedules) Finish(ctx context.Context, req schedule.FinishRequest) (sche
 	st := s.sched()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := s.now()
-	r := st.rec(req.Job, req.SlotID)
-	switch {
-	case r == nil:
-		return schedule.Record{}, schedStale(req.Job, req.SlotID, req.Fence)
-	case r.State == schedule.Done:
-		return *r, nil
-	case r.Fence != req.Fence || r.State != schedule.Running:
-		return schedule.Record{}, schedStale(req.Job, req.SlotID, req.Fence)
+	cur := st.rec(req.Job, req.SlotID)
+	r, write, err := schedule.ApplyFinish(cur, req, s.now())
+	if err != nil {
+		return schedule.Record{}, err
 	}
-	r.Finished = now
-	if req.State == schedule.Done {
-		st.complete(req.Job, req.SlotID, req.Fence)
-		r.State, r.Error = schedule.Done, ""
-		return *r, nil
+	if write {
+		st.put(&r)
+		if r.State == schedule.Done {
+			st.complete(req.Job, req.SlotID, req.Fence)
+		}
 	}
-	r.State, r.Error = schedule.Failed, schedule.CutError(req.Error)
-	if req.RetryAfter > 0 {
-		r.RetryAt = now.Add(req.RetryAfter)
-	}
-	return *r, nil
+	return schedCopy(&r), nil
 }
 
 func (st *schedState) complete(job, id string, f uint64) {
@@ -168,8 +142,11 @@ func (v schedules) Mark(ctx context.Context, req schedule.MarkRequest) (schedule
 	st := s.sched()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if err := schedule.ApplyDefinition(req.Job, st.defs[req.Job].Fingerprint, req.Definition); err != nil {
+		return schedule.Record{}, false, err
+	}
 	if r := st.rec(req.Job, req.SlotID); r != nil {
-		return *r, false, nil
+		return schedCopy(r), false, nil
 	}
 	r := &schedule.Record{Job: req.Job, SlotID: req.SlotID, SlotTime: req.SlotTime, State: req.State,
 		Node: req.Node, Error: schedule.CutError(req.Reason), Finished: s.now()}
@@ -195,7 +172,7 @@ func (v schedules) Slot(ctx context.Context, job, id string) (schedule.Record, e
 	if r == nil {
 		return schedule.Record{}, fmt.Errorf("memstore: slot %s of %q: %w", id, job, schedule.ErrNotFound)
 	}
-	return *r, nil
+	return schedCopy(r), nil
 }
 
 // sorted returns job's records that keep, ascending by slot time.
@@ -213,7 +190,7 @@ func (v schedules) sorted(ctx context.Context, job string, limit int, keep func(
 	var out []schedule.Record
 	for _, r := range st.recs[job] {
 		if keep(r) {
-			out = append(out, *r)
+			out = append(out, schedCopy(r))
 		}
 	}
 	slices.SortFunc(out, func(a, b schedule.Record) int { return a.SlotTime.Compare(b.SlotTime) })
@@ -338,7 +315,45 @@ func (s *Store) CompleteSlot(ctx context.Context, slot *schedule.Slot, effects .
 		st.put(r)
 	}
 	r.State, r.Error, r.Finished, r.RetryAt = schedule.Done, "", now, time.Time{}
+	r.History = schedule.EndAttempt(r.History, slot.Fence, now, schedule.AttemptDone, "")
 	return nil
+}
+
+func (v schedules) Register(ctx context.Context, req schedule.RegisterRequest) (schedule.Definition, error) {
+	if err := req.Validate(); err != nil {
+		return schedule.Definition{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return schedule.Definition{}, fmt.Errorf("%w: %w", schedule.ErrUnavailable, err)
+	}
+	s := v.s
+	st := s.sched()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	prev := st.defs[req.Job]
+	if prev.Fingerprint != req.Fingerprint {
+		st.defs[req.Job] = schedule.Definition{Job: req.Job, Fingerprint: req.Fingerprint,
+			Spec: schedule.CutError(req.Spec), Node: req.Node, Registered: s.now()}
+	}
+	return prev, nil
+}
+
+func (v schedules) Definition(ctx context.Context, job string) (schedule.Definition, error) {
+	if err := schedule.ValidateName(job); err != nil {
+		return schedule.Definition{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return schedule.Definition{}, fmt.Errorf("%w: %w", schedule.ErrUnavailable, err)
+	}
+	s := v.s
+	st := s.sched()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d, ok := st.defs[job]
+	if !ok {
+		return schedule.Definition{}, fmt.Errorf("memstore: job %q: no registered definition: %w", job, schedule.ErrNotFound)
+	}
+	return d, nil
 }
 
 // SlotValue returns the job's value name as CompleteSlot left it (nil if
