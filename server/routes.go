@@ -9,6 +9,9 @@ import (
 	"time"
 	"unicode/utf8"
 
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
+
 	"github.com/tenurekit/tenure/idempotency"
 	"github.com/tenurekit/tenure/internal/secret"
 	"github.com/tenurekit/tenure/internal/serveapi"
@@ -435,6 +438,12 @@ func stateKeyOut(k ratelimit.StateKey) serveapi.StateKey {
 	return serveapi.StateKey{Group: k.Group, Name: k.Name, Kind: k.Kind, Key: k.Key}
 }
 
+// uninstrumented builds the limiters of rateRequest without telemetry: they
+// only validate and normalize a limit and derive state keys (the store is
+// called directly), and setting up a limiter's instruments for every
+// request would cost more than the rest of the request's handling.
+var uninstrumented = &ratelimit.Options{MeterProvider: metricnoop.NewMeterProvider(), TracerProvider: tracenoop.NewTracerProvider()}
+
 // rateRequest builds the store request of one wire request: the limit is
 // validated and normalized by ratelimit.New, and the state key is the
 // one given or the single limiter's.
@@ -444,7 +453,7 @@ func (s *Server) rateRequest(w http.ResponseWriter, p principal, in serveapi.Rat
 		invalid(w, "unknown algorithm %q (gcra, fixed-window, sliding-log, sliding-window)", in.Algorithm)
 		return ratelimit.Request{}, false
 	}
-	lim, err := ratelimit.New(s.st.Limits, alg, ratelimit.Limit{Name: in.Limit.Name, Rate: in.Limit.Rate, Period: in.Limit.Period.D(), Burst: in.Limit.Burst})
+	lim, err := ratelimit.NewWithOptions(s.st.Limits, alg, ratelimit.Limit{Name: in.Limit.Name, Rate: in.Limit.Rate, Period: in.Limit.Period.D(), Burst: in.Limit.Burst}, uninstrumented)
 	if err != nil {
 		fail(w, err)
 		return ratelimit.Request{}, false
