@@ -19,7 +19,7 @@ type schedState struct {
 	recs   map[string]map[string]*schedule.Record // job -> slot ID -> record
 	ledger map[string]map[string]uint64           // job -> slot ID -> completing fence
 	values map[string]map[string][]byte           // job -> name -> value
-	defs   map[string]schedule.Definition          // job -> current definition
+	defs   map[string]schedule.Definition         // job -> current definition
 }
 
 func (s *Store) sched() *schedState {

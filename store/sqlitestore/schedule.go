@@ -16,7 +16,7 @@ import (
 func init() {
 	schemas = append(schemas, func(prefix string) []string {
 		r := strings.NewReplacer("$S", `"`+prefix+`schedule_slots"`, "$I", `"`+prefix+`schedule_slots_time"`,
-			"$G", `"`+prefix+`schedule_ledger"`)
+			"$G", `"`+prefix+`schedule_ledger"`, "$A", `"`+prefix+`schedule_attempts"`, "$J", `"`+prefix+`schedule_jobs"`)
 		return []string{
 			r.Replace(`CREATE TABLE IF NOT EXISTS $S (
 				job TEXT NOT NULL,
@@ -40,6 +40,21 @@ func init() {
 				completed_us INTEGER NOT NULL,
 				PRIMARY KEY (job, slot_id)
 			)`),
+			// A slot's latest attempts (schedule.EncodeHistory's JSON).
+			r.Replace(`CREATE TABLE IF NOT EXISTS $A (
+				job TEXT NOT NULL,
+				slot_id TEXT NOT NULL,
+				history TEXT NOT NULL,
+				PRIMARY KEY (job, slot_id)
+			)`),
+			// Each job's registered definition.
+			r.Replace(`CREATE TABLE IF NOT EXISTS $J (
+				job TEXT PRIMARY KEY,
+				fingerprint TEXT NOT NULL,
+				spec TEXT NOT NULL,
+				node TEXT NOT NULL,
+				registered_us INTEGER NOT NULL
+			)`),
 		}
 	})
 }
@@ -48,29 +63,40 @@ func init() {
 type schedQueries struct {
 	get, upsert, inLedger, addLedger  string
 	slots, unfinished, last, markDone string
+	history, putHistory, def, putDef  string
 }
 
 func (s *Store) schedQ() *schedQueries {
 	return s.view("schedule", func() any {
 		p := s.q.prefix
-		r := strings.NewReplacer("$S", `"`+p+`schedule_slots"`, "$G", `"`+p+`schedule_ledger"`)
+		r := strings.NewReplacer("$S", `"`+p+`schedule_slots"`, "$G", `"`+p+`schedule_ledger"`,
+			"$A", `"`+p+`schedule_attempts"`, "$J", `"`+p+`schedule_jobs"`)
 		const cols = `job, slot_id, slot_us, state, node, attempts, fence, started_us, finished_us, error, retry_us`
+		// The columns read: the record's and its history.
+		sel := `SELECT ` + cols + `, (SELECT history FROM $A a WHERE a.job = s.job AND a.slot_id = s.slot_id) FROM $S s`
 		return &schedQueries{
-			get: r.Replace(`SELECT ` + cols + ` FROM $S WHERE job = ?1 AND slot_id = ?2`),
+			get: r.Replace(sel + ` WHERE job = ?1 AND slot_id = ?2`),
 			upsert: r.Replace(`INSERT INTO $S (` + cols + `) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
 				ON CONFLICT (job, slot_id) DO UPDATE SET state = excluded.state, node = excluded.node,
 					attempts = excluded.attempts, fence = excluded.fence, started_us = excluded.started_us,
 					finished_us = excluded.finished_us, error = excluded.error, retry_us = excluded.retry_us`),
 			inLedger:  r.Replace(`SELECT 1 FROM $G WHERE job = ?1 AND slot_id = ?2`),
 			addLedger: r.Replace(`INSERT INTO $G (job, slot_id, fence, completed_us) VALUES (?1, ?2, ?3, ?4) ON CONFLICT DO NOTHING`),
-			slots: r.Replace(`SELECT ` + cols + ` FROM $S WHERE job = ?1 AND slot_us >= ?2 AND slot_us < ?3
+			slots: r.Replace(sel + ` WHERE job = ?1 AND slot_us >= ?2 AND slot_us < ?3
 				ORDER BY slot_us LIMIT ?4`),
-			unfinished: r.Replace(`SELECT ` + cols + ` FROM $S WHERE job = ?1
+			unfinished: r.Replace(sel + ` WHERE job = ?1
 				AND (state = 'running' OR (state = 'failed' AND retry_us IS NOT NULL)) ORDER BY slot_us LIMIT ?2`),
 			last: r.Replace(`SELECT max(slot_us) FROM $S WHERE job = ?1`),
 			// ?1 job, ?2 slot, ?3 slot time, ?4 fence, ?5 attempt, ?6 now.
 			markDone: r.Replace(`INSERT INTO $S (` + cols + `) VALUES (?1, ?2, ?3, 'done', '', ?5, ?4, NULL, ?6, '', NULL)
 				ON CONFLICT (job, slot_id) DO UPDATE SET state = 'done', finished_us = ?6, error = '', retry_us = NULL`),
+			history: r.Replace(`SELECT history FROM $A WHERE job = ?1 AND slot_id = ?2`),
+			putHistory: r.Replace(`INSERT INTO $A (job, slot_id, history) VALUES (?1, ?2, ?3)
+				ON CONFLICT (job, slot_id) DO UPDATE SET history = excluded.history`),
+			def: r.Replace(`SELECT fingerprint, spec, node, registered_us FROM $J WHERE job = ?1`),
+			putDef: r.Replace(`INSERT INTO $J (job, fingerprint, spec, node, registered_us) VALUES (?1, ?2, ?3, ?4, ?5)
+				ON CONFLICT (job) DO UPDATE SET fingerprint = excluded.fingerprint, spec = excluded.spec,
+					node = excluded.node, registered_us = excluded.registered_us`),
 		}
 	}).(*schedQueries)
 }
@@ -112,9 +138,13 @@ func schedScan(row schedScanner) (schedule.Record, error) {
 		slotUS, fence       int64
 		state               string
 		started, fin, retry sql.NullInt64
+		hist                sql.NullString
 	)
-	err := row.Scan(&r.Job, &r.SlotID, &slotUS, &state, &r.Node, &r.Attempts, &fence, &started, &fin, &r.Error, &retry)
+	err := row.Scan(&r.Job, &r.SlotID, &slotUS, &state, &r.Node, &r.Attempts, &fence, &started, &fin, &r.Error, &retry, &hist)
 	if err != nil {
+		return schedule.Record{}, err
+	}
+	if r.History, err = schedule.DecodeHistory(hist.String); err != nil {
 		return schedule.Record{}, err
 	}
 	r.SlotTime, r.State, r.Fence = time.UnixMicro(slotUS), schedule.State(state), uint64(fence)
@@ -144,7 +174,72 @@ func (v schedules) current(ctx context.Context, tx *sql.Tx, job, id string) (*sc
 func (v schedules) put(ctx context.Context, tx *sql.Tx, r schedule.Record) error {
 	_, err := tx.ExecContext(ctx, v.s.schedQ().upsert, r.Job, r.SlotID, r.SlotTime.UnixMicro(), string(r.State), r.Node,
 		r.Attempts, int64(r.Fence), schedToUS(r.Started), schedToUS(r.Finished), r.Error, schedToUS(r.RetryAt))
+	if err != nil || r.History == nil {
+		return err
+	}
+	_, err = tx.ExecContext(ctx, v.s.schedQ().putHistory, r.Job, r.SlotID, schedule.EncodeHistory(r.History))
 	return err
+}
+
+// definition reads job's registered fingerprint ("" if none) in tx.
+func (v schedules) fingerprint(ctx context.Context, tx *sql.Tx, job string) (string, error) {
+	d, err := v.readDef(ctx, tx, job)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", nil
+	}
+	return d.Fingerprint, err
+}
+
+func (v schedules) readDef(ctx context.Context, q interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}, job string) (schedule.Definition, error) {
+	d := schedule.Definition{Job: job}
+	var us int64
+	if err := q.QueryRowContext(ctx, v.s.schedQ().def, job).Scan(&d.Fingerprint, &d.Spec, &d.Node, &us); err != nil {
+		return schedule.Definition{}, err
+	}
+	d.Registered = time.UnixMicro(us)
+	return d, nil
+}
+
+func (v schedules) Register(ctx context.Context, req schedule.RegisterRequest) (schedule.Definition, error) {
+	if err := req.Validate(); err != nil {
+		return schedule.Definition{}, err
+	}
+	var prev schedule.Definition
+	key := "schedule/" + req.Job
+	err := v.schedWrite(ctx, "register", key, func(tx *sql.Tx, now time.Time) error {
+		d, err := v.readDef(ctx, tx, req.Job)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+		case err != nil:
+			return schedDBErr("register", key, err)
+		default:
+			prev = d
+		}
+		if prev.Fingerprint == req.Fingerprint {
+			return nil
+		}
+		if _, err := tx.ExecContext(ctx, v.s.schedQ().putDef, req.Job, req.Fingerprint, schedule.CutError(req.Spec), req.Node, now.UnixMicro()); err != nil {
+			return schedDBErr("register", key, err)
+		}
+		return nil
+	})
+	return prev, v.wrapUnavailable(err)
+}
+
+func (v schedules) Definition(ctx context.Context, job string) (schedule.Definition, error) {
+	if err := schedule.ValidateName(job); err != nil {
+		return schedule.Definition{}, err
+	}
+	d, err := v.readDef(ctx, v.s.db, job)
+	if errors.Is(err, sql.ErrNoRows) {
+		return schedule.Definition{}, fmt.Errorf("sqlitestore: job %q: no registered definition: %w", job, schedule.ErrNotFound)
+	}
+	if err != nil {
+		return schedule.Definition{}, schedDBErr("definition", job, err)
+	}
+	return d, nil
 }
 
 // schedWrite runs fn in a store write transaction; database errors wrap
@@ -166,6 +261,9 @@ func (v schedules) Begin(ctx context.Context, req schedule.BeginRequest) (schedu
 	var out schedule.Record
 	key := schedule.ClaimKey(req.Job, req.SlotID)
 	err := v.schedWrite(ctx, "begin", key, func(tx *sql.Tx, now time.Time) error {
+		if err := v.checkDef(ctx, tx, req.Job, req.Definition); err != nil {
+			return err
+		}
 		cur, completed, err := v.current(ctx, tx, req.Job, req.SlotID)
 		if err != nil {
 			return schedDBErr("begin", key, err)
@@ -183,6 +281,19 @@ func (v schedules) Begin(ctx context.Context, req schedule.BeginRequest) (schedu
 		return nil
 	})
 	return out, v.wrapUnavailable(err)
+}
+
+// checkDef refuses a request made under a definition that is not the
+// job's registered one.
+func (v schedules) checkDef(ctx context.Context, tx *sql.Tx, job, fp string) error {
+	if fp == "" {
+		return nil
+	}
+	cur, err := v.fingerprint(ctx, tx, job)
+	if err != nil {
+		return schedDBErr("check definition", job, err)
+	}
+	return schedule.ApplyDefinition(job, cur, fp)
 }
 
 // wrapUnavailable makes the store's own ErrUnavailable errors (its write
@@ -235,6 +346,9 @@ func (v schedules) Mark(ctx context.Context, req schedule.MarkRequest) (schedule
 	)
 	key := schedule.ClaimKey(req.Job, req.SlotID)
 	err := v.schedWrite(ctx, "mark", key, func(tx *sql.Tx, now time.Time) error {
+		if err := v.checkDef(ctx, tx, req.Job, req.Definition); err != nil {
+			return err
+		}
 		cur, _, err := v.current(ctx, tx, req.Job, req.SlotID)
 		if err != nil {
 			return schedDBErr("mark", key, err)
@@ -381,6 +495,22 @@ func (s *Store) CompleteSlot(ctx context.Context, tx *sql.Tx, slot *schedule.Slo
 		return txErr(err)
 	}
 	if _, err := tx.ExecContext(ctx, q.markDone, slot.Job, slot.ID, slot.Time.UnixMicro(), int64(l.Fence()), slot.Attempt, now); err != nil {
+		return txErr(err)
+	}
+	var hist string
+	err = tx.QueryRowContext(ctx, q.history, slot.Job, slot.ID).Scan(&hist)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return nil
+	case err != nil:
+		return txErr(err)
+	}
+	h, err := schedule.DecodeHistory(hist)
+	if err != nil {
+		return txErr(err)
+	}
+	if _, err := tx.ExecContext(ctx, q.putHistory, slot.Job, slot.ID,
+		schedule.EncodeHistory(schedule.EndAttempt(h, l.Fence(), time.UnixMicro(now), schedule.AttemptDone, ""))); err != nil {
 		return txErr(err)
 	}
 	return nil
