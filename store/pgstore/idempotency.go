@@ -12,26 +12,6 @@ import (
 	"github.com/tenurekit/tenure/idempotency"
 )
 
-func init() {
-	registerTable(table{name: "idempotency", create: []string{
-		`CREATE TABLE IF NOT EXISTS $S.idempotency (
-	scope       text NOT NULL,
-	key         text NOT NULL,
-	fingerprint text NOT NULL,
-	token       text,
-	fence       bigint NOT NULL,
-	state       smallint NOT NULL,
-	claim_until timestamptz,
-	expires_at  timestamptz NOT NULL,
-	failed      boolean NOT NULL DEFAULT false,
-	message     text,
-	value       bytea,
-	PRIMARY KEY (scope, key)
-)`,
-		`CREATE INDEX IF NOT EXISTS idempotency_expires_idx ON $S.idempotency (expires_at)`,
-	}})
-}
-
 // Record states (column state).
 const (
 	idemRunning  = 1

@@ -6,7 +6,6 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"io"
 	"net"
 	"strings"
@@ -51,10 +50,9 @@ type Store struct {
 // (also through its database/sql driver) prepares each one per connection
 // on first use and caches it.
 type queries struct {
-	acquire, renew, release, inspect      string
-	admitStrict, admitAtLeast, admitted   string
-	checkHolder                           string
-	createSchema, createLeases, createFen string
+	acquire, renew, release, inspect    string
+	admitStrict, admitAtLeast, admitted string
+	checkHolder                         string
 }
 
 // New returns a Store on pool using the schema in o (nil: defaults). It
@@ -170,93 +168,7 @@ RETURNING f.fence`,
 		checkHolder: `SELECT l.fence FROM ` + leases + ` AS l
 WHERE l.key = $1 AND l.token = $2 AND l.fence = $3 AND l.expires_at > clock_timestamp()
 FOR UPDATE`,
-
-		createSchema: `CREATE SCHEMA IF NOT EXISTS ` + schema,
-		createLeases: `CREATE TABLE IF NOT EXISTS ` + leases + ` (
-	key        text PRIMARY KEY,
-	token      text,
-	fence      bigint NOT NULL,
-	expires_at timestamptz
-)`,
-		createFen: `CREATE TABLE IF NOT EXISTS ` + fences + ` (
-	resource text PRIMARY KEY,
-	fence    bigint NOT NULL
-)`,
 	}
-}
-
-// table is one table Migrate creates: its name in the schema and the
-// statements that create it (and its indexes), where $S stands for the
-// quoted schema. The lease tables are built in; the other primitives'
-// files register theirs in an init function with registerTable.
-type table struct {
-	name   string
-	create []string
-}
-
-var extraTables []table
-
-// registerTable adds a table for Migrate to create.
-func registerTable(t table) { extraTables = append(extraTables, t) }
-
-func (s *Store) tables() []table {
-	return append([]table{
-		{"leases", []string{s.q.createLeases}},
-		{"fences", []string{s.q.createFen}},
-	}, extraTables...)
-}
-
-// migrateLockKey is the advisory lock that serializes Migrate per schema
-// and database.
-func migrateLockKey(schema string) int64 {
-	h := fnv.New64a()
-	io.WriteString(h, "tenure/pgstore/migrate\x00"+schema)
-	return int64(h.Sum64())
-}
-
-// Migrate creates the schema and tenure's tables in it if they do not
-// exist. It is idempotent and safe to run concurrently from several
-// processes: it works in one transaction under a transaction-scoped
-// advisory lock. Objects that already exist are left alone (and need no
-// CREATE privilege).
-func (s *Store) Migrate(ctx context.Context) error {
-	if s.err != nil {
-		return s.err
-	}
-	err := s.db.inTx(ctx, func(tx querier) error {
-		if _, err := tx.exec(ctx, `SELECT pg_advisory_xact_lock($1)`, migrateLockKey(s.schema)); err != nil {
-			return err
-		}
-		var hasSchema bool
-		if err := tx.queryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, []any{s.schema}, &hasSchema); err != nil {
-			return err
-		}
-		if !hasSchema {
-			if _, err := tx.exec(ctx, s.q.createSchema); err != nil {
-				return err
-			}
-		}
-		quoted := pgx.Identifier{s.schema}.Sanitize()
-		for _, t := range s.tables() {
-			var exists bool
-			if err := tx.queryRow(ctx, `SELECT to_regclass(format('%I.%I', $1::text, $2::text)) IS NOT NULL`, []any{s.schema, t.name}, &exists); err != nil {
-				return err
-			}
-			if exists {
-				continue
-			}
-			for _, stmt := range t.create {
-				if _, err := tx.exec(ctx, strings.ReplaceAll(stmt, "$S", quoted)); err != nil {
-					return err
-				}
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return s.wrap(ctx, "migrate schema "+s.schema, err)
-	}
-	return nil
 }
 
 // wrap classifies err from a request: transport failures, timeouts and

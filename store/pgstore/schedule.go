@@ -18,46 +18,6 @@ import (
 	"github.com/tenurekit/tenure/schedule"
 )
 
-func init() {
-	registerTable(table{name: "schedule_slots", create: []string{
-		`CREATE TABLE IF NOT EXISTS $S.schedule_slots (
-	job         text NOT NULL,
-	slot_id     text NOT NULL,
-	slot_time   timestamptz NOT NULL,
-	state       text NOT NULL,
-	node        text NOT NULL,
-	attempts    integer NOT NULL,
-	fence       bigint NOT NULL,
-	started_at  timestamptz,
-	finished_at timestamptz,
-	error       text NOT NULL,
-	retry_at    timestamptz,
-	PRIMARY KEY (job, slot_id)
-) WITH (fillfactor = 70)`,
-		`CREATE INDEX IF NOT EXISTS schedule_slots_time ON $S.schedule_slots (job, slot_time)`,
-	}})
-	registerTable(table{name: "schedule_ledger", create: []string{
-		`CREATE TABLE IF NOT EXISTS $S.schedule_ledger (
-	job          text NOT NULL,
-	slot_id      text NOT NULL,
-	fence        bigint NOT NULL,
-	completed_at timestamptz NOT NULL,
-	PRIMARY KEY (job, slot_id)
-)`,
-		// The completion statement raises (SQLSTATE TS001: the claim is
-		// not current, TS002: already completed), so that a refusal aborts
-		// the transaction it runs in, also an implicit one (a batch).
-		`CREATE OR REPLACE FUNCTION $S.schedule_refuse(reason text) RETURNS boolean LANGUAGE plpgsql AS $f$
-BEGIN
-	IF reason = 'completed' THEN
-		RAISE EXCEPTION 'schedule: slot already completed' USING ERRCODE = 'TS002';
-	END IF;
-	RAISE EXCEPTION 'schedule: the claim is not current' USING ERRCODE = 'TS001';
-END
-$f$`,
-	}})
-}
-
 type schedQueries struct {
 	one, lock, get, upsert, addLedger, slots, unfinished, last, complete string
 }

@@ -12,30 +12,6 @@ import (
 	"github.com/tenurekit/tenure/session"
 )
 
-func init() {
-	registerTable(table{name: "sessions", create: []string{
-		`CREATE TABLE IF NOT EXISTS $S.sessions (
-	id             text PRIMARY KEY,
-	user_id        text NOT NULL,
-	data           bytea NOT NULL,
-	version        bigint NOT NULL,
-	created_at     timestamptz NOT NULL,
-	idle_until     timestamptz NOT NULL,
-	absolute_until timestamptz NOT NULL
-)`,
-		`CREATE INDEX IF NOT EXISTS sessions_user_idx ON $S.sessions (user_id, created_at)`,
-	}})
-	// One row per user who ever had a session: Create and Rotate lock it
-	// shared, RevokeUser exclusively, which makes RevokeUser atomic with
-	// respect to both. generation counts the RevokeUser calls.
-	registerTable(table{name: "session_users", create: []string{
-		`CREATE TABLE IF NOT EXISTS $S.session_users (
-	user_id    text PRIMARY KEY,
-	generation bigint NOT NULL DEFAULT 0
-)`,
-	}})
-}
-
 type sessionQueries struct {
 	create, load, touch, save, get, userOf, lockUser, lockSession string
 	moveRotated, del, bumpUser, delUser, list, sweep              string
