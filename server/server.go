@@ -74,9 +74,19 @@ type Options struct {
 	// MeterProvider supplies tenure.serve.requests. Default the global
 	// provider.
 	MeterProvider metric.MeterProvider
-	// UIPath is the path the dashboard placeholder is served on. Default
-	// "/ui/".
+	// UIPath is the path the dashboard is served under; it must start and
+	// end with "/". "/" redirects to it. Default "/ui/".
 	UIPath string
+	// UIRefresh is how often the dashboard's live views are refreshed
+	// (one server-sent event per interval), from 100ms to 1m. Default
+	// DefaultUIRefresh (1s).
+	UIRefresh time.Duration
+	// HTTPS reports that browsers reach the server over HTTPS (tenure
+	// serve sets it with --tls-cert). The dashboard's login cookie is then
+	// SecureDashboardCookieName with the Secure attribute; otherwise it is
+	// DashboardCookieName without it, since a browser drops a Secure
+	// cookie set over plain HTTP. Default false.
+	HTTPS bool
 }
 
 // Server is tenure's HTTP API. It is an http.Handler.
@@ -173,8 +183,9 @@ func New(st Stores, o *Options) (*Server, error) {
 	if ui == "" {
 		ui = "/ui/"
 	}
-	s.mux.HandleFunc("GET /{$}", s.placeholder)
-	s.mux.HandleFunc("GET "+ui, s.placeholder)
+	if err := s.mountDashboard(ui, opt); err != nil {
+		return nil, err
+	}
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		io.WriteString(w, "ok\n")
@@ -225,20 +236,6 @@ func (s *Server) HTTPServer(addr string) *http.Server {
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
-}
-
-const placeholderPage = `<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>tenure</title></head>
-<body><h1>tenure</h1>
-<p>The dashboard is not part of this build. The API is at <code>/v1</code>;
-its description is <a href="/v1/openapi.json">/v1/openapi.json</a>.</p>
-<p>Health: <a href="/healthz">/healthz</a>, <a href="/readyz">/readyz</a>.</p>
-</body></html>
-`
-
-func (s *Server) placeholder(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	io.WriteString(w, placeholderPage)
 }
 
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {

@@ -1,0 +1,603 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/tenurekit/tenure/internal/serveapi"
+	"github.com/tenurekit/tenure/lease"
+	"github.com/tenurekit/tenure/ratelimit"
+	"github.com/tenurekit/tenure/session"
+	"github.com/tenurekit/tenure/store/memstore"
+)
+
+// The dashboard's assets: plain HTML, CSS and JavaScript, embedded in the
+// binary; the pages load nothing from anywhere else.
+//
+//go:embed ui
+var uiFiles embed.FS
+
+// Defaults of the dashboard.
+const (
+	// DefaultUIRefresh is Options.UIRefresh when zero.
+	DefaultUIRefresh = time.Second
+	// DashboardCookieName is the dashboard's login cookie over plain HTTP;
+	// SecureDashboardCookieName over HTTPS (Options.HTTPS).
+	DashboardCookieName       = "tenure-dashboard"
+	SecureDashboardCookieName = "__Host-tenure-dashboard"
+	// DashboardUserPrefix starts the user ID of a dashboard login session:
+	// the rest is the name of the token that logged in.
+	DashboardUserPrefix = "token:"
+)
+
+const (
+	// maxWatched bounds the keys, limits and records one live view
+	// watches (lease keys inspected, rate limits peeked, idempotency
+	// records inspected).
+	maxWatched = 16
+	// leasePage is how many leases one live view lists.
+	leasePage = 200
+	// streamLife is how long one event stream lasts before the browser
+	// reconnects (and the login session's idle deadline is refreshed).
+	streamLife = 5 * time.Minute
+	// loginRate is how many login attempts one client address may make per
+	// minute.
+	loginRate = 10
+)
+
+// uiOps are the operations the dashboard calls, as a token's operation
+// list names them.
+var uiOps = []string{"listLeases", "inspectLease", "listSessions", "revokeSession", "revokeUserSessions",
+	"slotHistory", "allowRate", "inspectIdempotency", "completeIdempotency", "releaseIdempotency"}
+
+// dashboard serves the web pages under the UI path: a login form, the live
+// views, and their JSON and event-stream endpoints, all behind a login
+// session of tenure's own session package.
+type dashboard struct {
+	s       *Server
+	base    string // the UI path, ending in "/"
+	m       *session.Manager
+	logins  session.Store
+	tries   *ratelimit.Limiter
+	refresh time.Duration
+	login   *template.Template
+	assets  http.Handler
+}
+
+// mountDashboard builds the dashboard and mounts it on the server's mux at
+// base, with "/" redirecting to it.
+func (s *Server) mountDashboard(base string, opt Options) error {
+	if !strings.HasPrefix(base, "/") || !strings.HasSuffix(base, "/") || strings.HasPrefix(base, "/v1/") {
+		return fmt.Errorf("%w: UIPath %q must start and end with \"/\" and lie outside /v1/", ErrConfig, base)
+	}
+	refresh := opt.UIRefresh
+	if refresh == 0 {
+		refresh = DefaultUIRefresh
+	}
+	if refresh < 100*time.Millisecond || refresh > time.Minute {
+		return fmt.Errorf("%w: UIRefresh %v out of range [100ms, 1m]", ErrConfig, refresh)
+	}
+	// Login sessions live in this process, apart from the sessions the API
+	// serves: they never show up in listSessions, revokeUserSessions of an
+	// API client never ends them, nothing derived from a bearer token is
+	// written to the store, and a restart ends them.
+	mem := memstore.New(nil)
+	logins := mem.Sessions()
+	cookie := session.CookieOptions{Name: DashboardCookieName, Insecure: true, SameSite: http.SameSiteStrictMode}
+	if opt.HTTPS {
+		cookie = session.CookieOptions{Name: SecureDashboardCookieName, SameSite: http.SameSiteStrictMode}
+	}
+	m, err := session.New(logins, &session.Options{
+		Cookie: cookie, Logger: s.log,
+		// The served store's session metrics stay about the served store.
+		MeterProvider: metricnoop.NewMeterProvider(), TracerProvider: tracenoop.NewTracerProvider(),
+	})
+	if err != nil {
+		return fmt.Errorf("%w: dashboard: %v", ErrConfig, err)
+	}
+	tries, err := ratelimit.New(mem.Limits(), ratelimit.GCRA, ratelimit.Limit{Name: "tenure-dashboard-login", Rate: loginRate, Period: time.Minute})
+	if err != nil {
+		return err
+	}
+	sub, err := fs.Sub(uiFiles, "ui")
+	if err != nil {
+		return err
+	}
+	login, err := template.ParseFS(sub, "login.html")
+	if err != nil {
+		return err
+	}
+	d := &dashboard{s: s, base: base, m: m, logins: logins, tries: tries, refresh: refresh, login: login,
+		assets: http.StripPrefix(base+"assets/", http.FileServerFS(mustSub(sub, "assets")))}
+
+	h := func(pattern string, f http.HandlerFunc) { s.mux.Handle(pattern, d.page(m.Handler(f))) }
+	s.mux.Handle("GET /{$}", http.RedirectHandler(base, http.StatusFound))
+	h("GET "+base+"{$}", d.index)
+	h("GET "+base+"assets/", d.assets.ServeHTTP)
+	h("POST "+base+"login", d.doLogin)
+	h("POST "+base+"logout", d.doLogout)
+	h("GET "+base+"api/me", d.api("dashboardMe", d.me))
+	h("GET "+base+"api/events", d.api("dashboardEvents", d.events))
+	h("POST "+base+"api/rate/peek", d.api("allowRate", d.peekRate))
+	h("POST "+base+"api/sessions/revoke", d.api("revokeSession", s.revokeSession))
+	h("POST "+base+"api/sessions/revoke-user", d.api("revokeUserSessions", s.revokeUser))
+	h("POST "+base+"api/idempotency/resolve", d.api("completeIdempotency", d.resolveIdem))
+	h("POST "+base+"api/idempotency/release", d.api("releaseIdempotency", d.forceReleaseIdem))
+	// Anything else under the UI path is not found (not the index).
+	h(base, func(w http.ResponseWriter, r *http.Request) { http.NotFound(w, r) })
+	return nil
+}
+
+func mustSub(f fs.FS, dir string) fs.FS {
+	sub, err := fs.Sub(f, dir)
+	if err != nil {
+		panic(err)
+	}
+	return sub
+}
+
+// contentSecurityPolicy lets the pages load and connect to their own
+// origin only: no other site's scripts, styles, fonts or images.
+const contentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; " +
+	"connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+
+// page sets the headers every dashboard response carries.
+func (d *dashboard) page(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Content-Security-Policy", contentSecurityPolicy)
+		h.Set("X-Frame-Options", "DENY")
+		h.Set("Referrer-Policy", "no-referrer")
+		if !strings.HasPrefix(r.URL.Path, d.base+"assets/") {
+			h.Set("Cache-Control", "no-store")
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// principalOf returns the token a request's login session stands for, or
+// nil for an anonymous request (or a token no longer configured).
+func (d *dashboard) principalOf(r *http.Request) *authToken {
+	sess := session.FromContext(r.Context())
+	if sess == nil {
+		return nil
+	}
+	name, ok := sess.Get("token")
+	if !ok || sess.UserID() != DashboardUserPrefix+name {
+		return nil
+	}
+	for i := range d.s.tokens {
+		if d.s.tokens[i].name == name {
+			return &d.s.tokens[i]
+		}
+	}
+	return nil
+}
+
+func (d *dashboard) index(w http.ResponseWriter, r *http.Request) {
+	if d.principalOf(r) == nil {
+		d.loginPage(w, http.StatusOK, "")
+		return
+	}
+	serveAsset(w, r, "index.html")
+}
+
+func serveAsset(w http.ResponseWriter, r *http.Request, name string) {
+	b, err := uiFiles.ReadFile("ui/" + name)
+	if err != nil {
+		http.NotFound(w, r)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Write(b)
+}
+
+func (d *dashboard) loginPage(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	d.login.Execute(w, struct{ Base, Error string }{d.base, msg})
+}
+
+// doLogin checks the token typed into the login form and starts a login
+// session for it: the browser gets the session cookie (HttpOnly), never
+// the token. Failed and successful attempts count against a per-address
+// limit.
+func (d *dashboard) doLogin(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	status, name := 0, "-"
+	defer func() { d.s.logRequest(r, "dashboardLogin", status, name, start) }()
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	if dec, err := d.tries.Allow(r.Context(), host); err != nil || !dec.Allowed {
+		if err == nil {
+			w.Header().Set("Retry-After", strconv.Itoa(int((dec.RetryAfter+time.Second-1)/time.Second)))
+		}
+		status = http.StatusTooManyRequests
+		d.loginPage(w, status, "Too many attempts; wait a minute and try again.")
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, 8<<10)
+	tok := strings.TrimSpace(r.PostFormValue("token"))
+	sum := sha256.Sum256([]byte(tok))
+	var found *authToken
+	for i := range d.s.tokens {
+		if subtle.ConstantTimeCompare(sum[:], d.s.tokens[i].sum[:]) == 1 {
+			found = &d.s.tokens[i]
+		}
+	}
+	if tok == "" || found == nil {
+		status = http.StatusUnauthorized
+		d.loginPage(w, status, "Unknown token.")
+		return
+	}
+	name = found.name
+	if _, err := d.m.Login(w, r, DashboardUserPrefix+found.name, map[string]string{"token": found.name}); err != nil {
+		status = http.StatusServiceUnavailable
+		d.loginPage(w, status, "The login could not be kept; try again.")
+		return
+	}
+	status = http.StatusSeeOther
+	http.Redirect(w, r, d.base, status)
+}
+
+func (d *dashboard) doLogout(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	name := "-"
+	if t := d.principalOf(r); t != nil {
+		name = t.name
+	}
+	status := http.StatusSeeOther
+	defer func() { d.s.logRequest(r, "dashboardLogout", status, name, start) }()
+	if err := d.m.Logout(w, r); err != nil {
+		status = http.StatusServiceUnavailable
+		http.Error(w, "the logout could not be recorded; try again", status)
+		return
+	}
+	http.Redirect(w, r, d.base, status)
+}
+
+// logRequest writes a request's log line and counts it, as the API does.
+func (s *Server) logRequest(r *http.Request, op string, status int, token string, start time.Time) {
+	s.requests.Add(r.Context(), 1, metric.WithAttributes(attribute.String("operation", op), attribute.Int("status", status)))
+	s.log.LogAttrs(r.Context(), slog.LevelInfo, "request", slog.String("operation", op),
+		slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Int("status", status),
+		slog.String("token", token), slog.Duration("duration", time.Since(start)))
+}
+
+// uiWriter records the status written and lets http.ResponseController
+// reach the writer below (for the event stream's flushes and deadlines).
+type uiWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *uiWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *uiWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *uiWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// api wraps a dashboard endpoint as the API wraps its routes, with the
+// login session in place of the bearer token: the token it stands for
+// must be allowed op (the dashboard's own endpoints, named dashboard*,
+// need only a login), its per-token rate limit applies, and the body is
+// bounded.
+func (d *dashboard) api(op string, h handler) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &uiWriter{ResponseWriter: w}
+		name := "-"
+		defer func() { d.s.logRequest(r, op, sw.status, name, start) }()
+		t := d.principalOf(r)
+		if t == nil {
+			writeProblem(sw, serveapi.NewProblem(serveapi.TypeUnauthorized, "log in to the dashboard first"))
+			return
+		}
+		name = t.name
+		if !strings.HasPrefix(op, "dashboard") && !t.all && !t.ops[op] {
+			writeProblem(sw, serveapi.NewProblem(serveapi.TypeForbidden, fmt.Sprintf("token %q may not call %s", t.name, op)))
+			return
+		}
+		if d.s.limiter != nil {
+			dec, err := d.s.limiter.Allow(r.Context(), t.name)
+			if err != nil {
+				writeProblem(sw, serveapi.NewProblem(serveapi.TypeUnavailable, "the API's rate limit could not be checked"))
+				return
+			}
+			if !dec.Allowed {
+				sw.Header().Set("Retry-After", strconv.Itoa(int((dec.RetryAfter+time.Second-1)/time.Second)))
+				writeProblem(sw, serveapi.NewProblem(serveapi.TypeRateLimited, fmt.Sprintf("token %q is over %d requests per %v", t.name, d.s.cfg.Rate, d.s.cfg.Period)))
+				return
+			}
+		}
+		r.Body = http.MaxBytesReader(sw, r.Body, d.s.cfg.MaxBodyBytes)
+		h(sw, r, principal{t})
+	}
+}
+
+// me describes the login: the token's name, its namespaces, which of the
+// dashboard's operations it may call, the server's clock and the refresh
+// interval.
+func (d *dashboard) me(w http.ResponseWriter, r *http.Request, p principal) {
+	ops := map[string]bool{}
+	for _, op := range uiOps {
+		ops[op] = p.t.all || p.t.ops[op]
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"token": p.t.name, "prefixes": p.t.prefixes, "operations": ops,
+		"now": time.Now().UTC(), "refresh": serveapi.Duration(d.refresh),
+		"features": map[string]bool{
+			"listLeases":       d.s.canList(),
+			"idempotencyAdmin": d.s.canSettle(),
+		},
+	})
+}
+
+// peekRate judges limits without consuming anything (allowRate with peek
+// forced): the dashboard checks a limit before it watches it.
+func (d *dashboard) peekRate(w http.ResponseWriter, r *http.Request, p principal) {
+	var req serveapi.RateAllow
+	if !decode(w, r, &req) {
+		return
+	}
+	req.Peek = true
+	st, body := d.call(r.Context(), p, "allowRate", d.s.allowRate, http.MethodPost, "/v1/rate/allow", req)
+	w.Header().Set("Content-Type", "application/json")
+	if st != http.StatusOK {
+		w.Header().Set("Content-Type", serveapi.ProblemContentType)
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(st)
+	w.Write(body)
+}
+
+// recorder captures a handler's response for a panel of a snapshot.
+type recorder struct {
+	h      http.Header
+	status int
+	buf    bytes.Buffer
+}
+
+func (r *recorder) Header() http.Header { return r.h }
+func (r *recorder) WriteHeader(code int) {
+	if r.status == 0 {
+		r.status = code
+	}
+}
+func (r *recorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	return r.buf.Write(b)
+}
+
+// call runs an API handler in process as p (the operation check included)
+// and returns its status and body.
+func (d *dashboard) call(ctx context.Context, p principal, op string, h handler, method, target string, body any) (int, json.RawMessage) {
+	rec := &recorder{h: http.Header{}}
+	if !p.t.all && !p.t.ops[op] {
+		writeProblem(rec, serveapi.NewProblem(serveapi.TypeForbidden, fmt.Sprintf("token %q may not call %s", p.t.name, op)))
+		return rec.status, rec.buf.Bytes()
+	}
+	var rd io.Reader = http.NoBody
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			invalid(rec, "%v", err)
+			return rec.status, rec.buf.Bytes()
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, target, rd)
+	if err != nil {
+		invalid(rec, "%v", err)
+		return rec.status, rec.buf.Bytes()
+	}
+	h(rec, req, p)
+	if rec.status == 0 {
+		rec.status = http.StatusOK
+	}
+	return rec.status, bytes.TrimSpace(rec.buf.Bytes())
+}
+
+// panel is one part of a snapshot: an API answer (Status 200 and its
+// Body) or a problem (Status and the problem as Body).
+type panel struct {
+	Status int             `json:"status"`
+	Body   json.RawMessage `json:"body,omitempty"`
+}
+
+func (d *dashboard) panel(ctx context.Context, p principal, op string, h handler, target string) *panel {
+	st, b := d.call(ctx, p, op, h, http.MethodGet, target, nil)
+	return &panel{Status: st, Body: b}
+}
+
+// view is what one event stream watches, from its query: prefix (leases
+// listed; list=0 lists none), idemlist=0 (no idempotency records listed),
+// key (lease keys inspected, repeated), user (sessions), job
+// (slot history), limit (JSON rate requests peeked, repeated).
+type view struct {
+	prefix, user, job string
+	listLeases        bool
+	idemList          bool
+	keys              []string
+	limits            []serveapi.RateRequest
+}
+
+func parseView(q url.Values) (view, error) {
+	v := view{prefix: q.Get("prefix"), user: q.Get("user"), job: q.Get("job"), listLeases: q.Get("list") != "0", idemList: q.Get("idemlist") != "0", keys: q["key"]}
+	if len(v.keys) > maxWatched || len(q["limit"]) > maxWatched {
+		return v, fmt.Errorf("at most %d watched keys and limits each", maxWatched)
+	}
+	for _, s := range q["limit"] {
+		var rr serveapi.RateRequest
+		if err := json.Unmarshal([]byte(s), &rr); err != nil {
+			return v, fmt.Errorf("limit: %v", err)
+		}
+		v.limits = append(v.limits, rr)
+	}
+	return v, nil
+}
+
+// snapshot is one event of the stream.
+type snapshot struct {
+	Now      time.Time         `json:"now"`
+	Leases   *panel            `json:"leases,omitempty"`
+	Watched  map[string]*panel `json:"watched,omitempty"`
+	Sessions *panel            `json:"sessions,omitempty"`
+	Slots    *panel            `json:"slots,omitempty"`
+	Limits   *panel            `json:"limits,omitempty"`
+	Idem     *panel            `json:"idempotency,omitempty"`
+}
+
+// snapshot reads what v watches, as p, through the API's own handlers
+// (so namespaces, operations and errors are exactly the API's).
+func (d *dashboard) snapshot(ctx context.Context, p principal, v view) snapshot {
+	out := snapshot{Now: time.Now().UTC()}
+	if v.listLeases {
+		out.Leases = d.panel(ctx, p, "listLeases", d.s.listLeases,
+			"/v1/leases?"+url.Values{"prefix": {v.prefix}, "limit": {strconv.Itoa(leasePage)}}.Encode())
+	}
+	if len(v.keys) > 0 {
+		out.Watched = map[string]*panel{}
+		for _, k := range v.keys {
+			out.Watched[k] = d.panel(ctx, p, "inspectLease", d.s.inspectLease, "/v1/leases/inspect?"+url.Values{"key": {k}}.Encode())
+		}
+	}
+	if v.user != "" {
+		pn := d.panel(ctx, p, "listSessions", d.s.listSessions, "/v1/sessions?"+url.Values{"user_id": {v.user}}.Encode())
+		pn.Body = withoutSessionData(pn)
+		out.Sessions = pn
+	}
+	if v.job != "" {
+		out.Slots = d.panel(ctx, p, "slotHistory", d.s.slotHistory, "/v1/schedule/slots?"+url.Values{"job": {v.job}}.Encode())
+	}
+	if len(v.limits) > 0 {
+		st, b := d.call(ctx, p, "allowRate", d.s.allowRate, http.MethodPost, "/v1/rate/allow", serveapi.RateAllow{Requests: v.limits, Peek: true})
+		out.Limits = &panel{Status: st, Body: b}
+	}
+	if v.idemList {
+		out.Idem = d.idemPanel(ctx, p)
+	}
+	return out
+}
+
+// withoutSessionData drops the sessions' data from a listSessions answer:
+// the dashboard shows when sessions were made and when they end, never
+// what they hold (nor, as the API never does, their tokens).
+func withoutSessionData(pn *panel) json.RawMessage {
+	if pn.Status != http.StatusOK {
+		return pn.Body
+	}
+	var l serveapi.SessionList
+	if err := json.Unmarshal(pn.Body, &l); err != nil {
+		return pn.Body
+	}
+	for i := range l.Sessions {
+		l.Sessions[i].Data, l.Sessions[i].Token = nil, ""
+	}
+	b, _ := json.Marshal(l)
+	return b
+}
+
+// events streams snapshots of what the query watches (server-sent
+// events), one per refresh interval, until the client goes away, the
+// login session ends (an event "logout" then closes the stream), the
+// server drains, or streamLife passes (the browser reconnects by itself).
+func (d *dashboard) events(w http.ResponseWriter, r *http.Request, p principal) {
+	v, err := parseView(r.URL.Query())
+	if err != nil {
+		invalid(w, "%v", err)
+		return
+	}
+	sess := session.FromContext(r.Context())
+	rc := http.NewResponseController(w)
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	fmt.Fprintf(w, "retry: %d\n\n", d.refresh.Milliseconds())
+	ctx := r.Context()
+	end := time.NewTimer(streamLife)
+	defer end.Stop()
+	tick := time.NewTicker(d.refresh)
+	defer tick.Stop()
+	for {
+		// The server's write timeout bounds a whole response: move it on
+		// with every event.
+		rc.SetWriteDeadline(time.Now().Add(d.refresh + 30*time.Second))
+		if _, err := d.logins.Load(ctx, sess.ID(), 0); err != nil {
+			if errors.Is(err, session.ErrNotFound) {
+				io.WriteString(w, "event: logout\ndata: {}\n\n")
+				rc.Flush()
+			}
+			return
+		}
+		b, err := json.Marshal(d.snapshot(ctx, p, v))
+		if err != nil {
+			return
+		}
+		if _, err := fmt.Fprintf(w, "event: snapshot\ndata: %s\n\n", b); err != nil {
+			return
+		}
+		if err := rc.Flush(); err != nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-d.s.draining:
+			return
+		case <-end.C:
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// canSettle reports whether the idempotency store lists and settles
+// records for an operator.
+func (s *Server) canSettle() bool {
+	_, ok := s.idemAdmin()
+	return ok
+}
+
+// canList reports whether the lease store lists its keys.
+func (s *Server) canList() bool {
+	_, ok := s.st.Leases.(lease.Lister)
+	return ok
+}
