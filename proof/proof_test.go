@@ -172,6 +172,7 @@ func TestProofEtcd(t *testing.T) {
 // data), but fences must not go back: every grant requested after another
 // was granted has a greater fence.
 func TestProofRedisRestartWithoutPersistence(t *testing.T) {
+	t.Parallel() // a server of its own; runs beside the other store-fault tests
 	srv := testenv.Redis(t, nil)
 	o := options(t, "redis://"+srv.Addr(), 4*time.Second, "lease-counter")
 	o.CheckTimeout = 5 * time.Second // the lost locks make the histories hard to check
@@ -257,6 +258,7 @@ func TestProofLong(t *testing.T) {
 // guard must refuse every stale write and the lease and the counter must
 // stay linearizable.
 func TestProofPostgresStopImmediate(t *testing.T) {
+	t.Parallel() // a server of its own; runs beside the other store-fault tests
 	srv := testenv.PostgresWith(t, &testenv.PostgresOptions{Durable: true})
 	o := options(t, srv.NewDatabase(t), 4*time.Second, "lease-counter")
 	o.Faults.Restart = func(context.Context) error {
@@ -293,6 +295,7 @@ func TestProofPostgresStopImmediate(t *testing.T) {
 // back (the store floors them at the server's time in µs), and the guard
 // refuses an older fence once a newer one wrote.
 func TestProofRedisFailover(t *testing.T) {
+	t.Parallel() // a server of its own; runs beside the other store-fault tests
 	primary := testenv.Redis(t, nil)
 	replica := testenv.RedisReplica(t, primary)
 	p := testenv.NewProxy(t, primary.Addr())
@@ -334,7 +337,11 @@ func TestProofProxyFaults(t *testing.T) {
 		"postgres": func(t *testing.T) string { return testenv.SharedPostgres(t).NewDatabase(t) },
 	} {
 		t.Run(name, func(t *testing.T) {
-			o := options(t, store(t), 4*time.Second, "lease-counter", "idempotency")
+			workloads := []string{"lease-counter"}
+			if name == "redis" {
+				workloads = append(workloads, "idempotency")
+			}
+			o := options(t, store(t), 4*time.Second, workloads...)
 			o.Faults.Proxy = true
 			rs := prove(t, o)
 			for _, r := range rs {
@@ -349,6 +356,7 @@ func TestProofProxyFaults(t *testing.T) {
 
 // Proxy faults alone (no pauses): the nemesis only toggles the proxy.
 func TestProofProxyOnly(t *testing.T) {
+	t.Parallel() // a server of its own; runs beside the other store-fault tests
 	o := options(t, "redis://"+testenv.SharedRedis(t).Addr(), 2*time.Second, "lease-counter")
 	o.Faults = proof.Faults{Proxy: true, NoPause: true, NoKill: true, ProxyDelay: 20 * time.Millisecond}
 	rs, err := proof.Run(t.Context(), o)
@@ -370,6 +378,7 @@ func TestProofProxyOnly(t *testing.T) {
 // Proxy faults need one TCP address: Redis Cluster is refused with a
 // reason.
 func TestProofProxyRedisCluster(t *testing.T) {
+	t.Parallel() // a server of its own; runs beside the other store-fault tests
 	o := options(t, "redis://"+testenv.SharedRedisCluster(t).Addrs()[0], time.Second, "lease-counter")
 	o.Faults.Proxy = true
 	rs, err := proof.Run(t.Context(), o)
@@ -384,6 +393,7 @@ func TestProofProxyRedisCluster(t *testing.T) {
 // A Redis server started by the run, with every write synced, killed and
 // restarted during the lease workload: nothing acknowledged is lost.
 func TestProofStartedStoreRestart(t *testing.T) {
+	t.Parallel() // a server of its own; runs beside the other store-fault tests
 	testenv.RequireBinary(t, "redis-server")
 	s, err := proof.StartStore(t.Context(), "redis", t.TempDir())
 	if err != nil {
