@@ -27,11 +27,14 @@ var (
 	schedMarkSrc string
 	//go:embed lua/schedule_complete.lua
 	schedCompleteSrc string
+	//go:embed lua/schedule_register.lua
+	schedRegisterSrc string
 
 	schedBeginScript    = rclient.NewScript(schedBeginSrc)
 	schedFinishScript   = rclient.NewScript(schedFinishSrc)
 	schedMarkScript     = rclient.NewScript(schedMarkSrc)
 	schedCompleteScript = rclient.NewScript(schedCompleteSrc)
+	schedRegisterScript = rclient.NewScript(schedRegisterSrc)
 )
 
 // schedKeep is how long (ms) a claim's fence key outlives its claim. A
@@ -44,11 +47,11 @@ const schedKeep = "3600000"
 // them together.
 func (s *Store) schedTag(job string) string { return s.prefix + "{sched:" + escape(job) + "}:" }
 
-type schedKeys struct{ rec, slots, open, ledger string }
+type schedKeys struct{ rec, slots, open, ledger, def string }
 
 func (s *Store) schedKeys(job, id string) schedKeys {
 	tag := s.schedTag(job)
-	return schedKeys{rec: tag + "rec:" + id, slots: tag + "slots", open: tag + "open", ledger: tag + "ledger"}
+	return schedKeys{rec: tag + "rec:" + id, slots: tag + "slots", open: tag + "open", ledger: tag + "ledger", def: tag + "def"}
 }
 
 // schedClaimKeys maps a claims key ("schedule/<job>/<rest>") to its lock
@@ -149,6 +152,9 @@ func schedRecord(job, id string, m map[string]string) schedule.Record {
 			r.Error = val
 		case "r":
 			r.RetryAt = us(val)
+		case "h":
+			// A malformed history is left out; the record itself stands.
+			r.History, _ = schedule.DecodeHistory(val)
 		}
 	}
 	return r
@@ -175,6 +181,10 @@ func schedStale(job, id string, f uint64) error {
 	return fmt.Errorf("redisstore: slot %s of %q: the attempt with fence %d is not the current one: %w", id, job, f, schedule.ErrStale)
 }
 
+func schedSuperseded(job, fp string) error {
+	return fmt.Errorf("redisstore: job %q: definition %s is not the registered one: %w", job, fp, schedule.ErrSuperseded)
+}
+
 func (v schedules) Begin(ctx context.Context, req schedule.BeginRequest) (schedule.Record, error) {
 	if err := req.Validate(); err != nil {
 		return schedule.Record{}, err
@@ -188,8 +198,8 @@ func (v schedules) Begin(ctx context.Context, req schedule.BeginRequest) (schedu
 	if req.Skip {
 		skip = "1"
 	}
-	arr, err := schedBeginScript.Exec(ctx, s.c, []string{k.rec, k.slots, k.open, k.ledger},
-		[]string{req.SlotID, usStr(req.SlotTime), req.Node, strconv.FormatUint(req.Fence, 10), skip, schedule.CutError(req.Reason)}).ToArray()
+	arr, err := schedBeginScript.Exec(ctx, s.c, []string{k.rec, k.slots, k.open, k.ledger, k.def},
+		[]string{req.SlotID, usStr(req.SlotTime), req.Node, strconv.FormatUint(req.Fence, 10), skip, schedule.CutError(req.Reason), req.Definition}).ToArray()
 	if err != nil {
 		return schedule.Record{}, v.fail(err)
 	}
@@ -206,6 +216,8 @@ func (v schedules) Begin(ctx context.Context, req schedule.BeginRequest) (schedu
 		return schedule.Record{}, &schedule.NotDueError{Wait: time.Duration(n) * time.Microsecond}
 	case "stale":
 		return schedule.Record{}, schedStale(req.Job, req.SlotID, req.Fence)
+	case "superseded":
+		return schedule.Record{}, schedSuperseded(req.Job, req.Definition)
 	}
 	return schedule.Record{}, malformed("schedule begin")
 }
@@ -244,14 +256,17 @@ func (v schedules) Mark(ctx context.Context, req schedule.MarkRequest) (schedule
 		return schedule.Record{}, false, v.fail(err)
 	}
 	k := s.schedKeys(req.Job, req.SlotID)
-	arr, err := schedMarkScript.Exec(ctx, s.c, []string{k.rec, k.slots},
-		[]string{req.SlotID, usStr(req.SlotTime), string(req.State), req.Node, schedule.CutError(req.Reason)}).ToArray()
+	arr, err := schedMarkScript.Exec(ctx, s.c, []string{k.rec, k.slots, k.def},
+		[]string{req.SlotID, usStr(req.SlotTime), string(req.State), req.Node, schedule.CutError(req.Reason), req.Definition}).ToArray()
 	if err != nil {
 		return schedule.Record{}, false, v.fail(err)
 	}
 	st, _, r, err := schedReply(req.Job, req.SlotID, arr, "schedule mark")
 	if err != nil {
 		return schedule.Record{}, false, err
+	}
+	if st == "superseded" {
+		return schedule.Record{}, false, schedSuperseded(req.Job, req.Definition)
 	}
 	return r, st == "wrote", nil
 }
@@ -359,6 +374,53 @@ func (v schedules) Last(ctx context.Context, job string) (time.Time, bool, error
 		return time.Time{}, false, malformed("last slot")
 	}
 	return time.UnixMicro(int64(f)), true, nil
+}
+
+// schedDef parses a definition hash (fp, spec, node, t).
+func schedDef(job string, m map[string]string) schedule.Definition {
+	d := schedule.Definition{Job: job, Fingerprint: m["fp"], Spec: m["spec"], Node: m["node"]}
+	if n, err := strconv.ParseInt(m["t"], 10, 64); err == nil {
+		d.Registered = time.UnixMicro(n)
+	}
+	return d
+}
+
+func (v schedules) Register(ctx context.Context, req schedule.RegisterRequest) (schedule.Definition, error) {
+	if err := req.Validate(); err != nil {
+		return schedule.Definition{}, err
+	}
+	s := v.s
+	if err := s.ready(ctx); err != nil {
+		return schedule.Definition{}, v.fail(err)
+	}
+	arr, err := schedRegisterScript.Exec(ctx, s.c, []string{s.schedKeys(req.Job, "").def},
+		[]string{req.Fingerprint, schedule.CutError(req.Spec), req.Node}).ToArray()
+	if err != nil {
+		return schedule.Definition{}, v.fail(err)
+	}
+	m, err := schedFlat(arr)
+	if err != nil {
+		return schedule.Definition{}, err
+	}
+	if len(m) == 0 {
+		return schedule.Definition{}, nil
+	}
+	return schedDef(req.Job, m), nil
+}
+
+func (v schedules) Definition(ctx context.Context, job string) (schedule.Definition, error) {
+	if err := schedule.ValidateName(job); err != nil {
+		return schedule.Definition{}, err
+	}
+	s := v.s
+	m, err := s.c.Do(ctx, rclient.Cmd{Name: "HGETALL", Keys: []string{s.schedKeys(job, "").def}, ReadOnly: true}).AsStrMap()
+	if err != nil {
+		return schedule.Definition{}, v.fail(err)
+	}
+	if len(m) == 0 {
+		return schedule.Definition{}, fmt.Errorf("redisstore: job %q: no registered definition: %w", job, schedule.ErrNotFound)
+	}
+	return schedDef(job, m), nil
 }
 
 // SlotEffect is one change that [Store.CompleteSlot] applies together with

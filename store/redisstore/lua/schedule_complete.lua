@@ -50,6 +50,17 @@ if redis.call('EXISTS', KEYS[3]) == 0 then
   redis.call('ZADD', KEYS[6], slot, id)
 end
 redis.call('HSET', KEYS[3], 'st', 'done', 'e', now, 'err', '')
+-- End the attempt in the history (field h).
+local h = redis.call('HGET', KEYS[3], 'h')
+if h and h ~= '' then
+  local hist = cjson.decode(h)
+  for _, a in ipairs(hist) do
+    if a.f == f and a.o == 'running' then
+      a.o, a.e = 'done', string.format('%.17g', now)
+    end
+  end
+  redis.call('HSET', KEYS[3], 'h', cjson.encode(hist))
+end
 redis.call('HDEL', KEYS[3], 'r')
 redis.call('SREM', KEYS[5], id)
 return {'ok'}

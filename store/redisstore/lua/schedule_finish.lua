@@ -19,6 +19,20 @@ end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 redis.call('HSET', KEYS[1], 'e', now)
+-- End the attempt in the history (field h).
+local h = redis.call('HGET', KEYS[1], 'h')
+if h and h ~= '' then
+  local hist = cjson.decode(h)
+  for _, a in ipairs(hist) do
+    if a.f == f and a.o == 'running' then
+      a.o, a.e = state, string.format('%.17g', now)
+      if state == 'failed' then
+        a.err = ARGV[4]
+      end
+    end
+  end
+  redis.call('HSET', KEYS[1], 'h', cjson.encode(hist))
+end
 if state == 'done' then
   redis.call('HSET', KEYS[1], 'st', 'done', 'err', '')
   redis.call('HDEL', KEYS[1], 'r')
