@@ -47,7 +47,15 @@
 //
 // [NewProxy] puts a real TCP proxy in front of an address. [Proxy.Cut] makes
 // the server unreachable, [Proxy.DropReplies] lets requests through but
-// swallows every reply, and [Proxy.Heal] restores normal forwarding. Single
-// members can also be frozen with SIGSTOP through the Pause and PauseMember
-// methods.
+// swallows every reply, [Proxy.Heal] restores normal forwarding, and
+// [Proxy.SetUpstream] switches it to another server, as a failover would.
+// Single members can also be frozen with SIGSTOP through the Pause and
+// PauseMember methods.
+//
+// Servers can also fail harder: [RedisServer.Kill] ends a Redis server with
+// SIGKILL, and [RedisReplica] starts a replica of a server that
+// [RedisServer.Promote] turns into a primary; [PostgresServer.StopImmediate]
+// stops PostgreSQL without a checkpoint (`pg_ctl stop -m immediate`), and
+// [PostgresWith] with [PostgresOptions.Durable] starts a server that syncs
+// every commit, so that nothing acknowledged is lost across it.
 package testenv
