@@ -20,19 +20,40 @@ import (
 
 type schedQueries struct {
 	one, lock, get, upsert, addLedger, slots, unfinished, last, complete string
+	putHistory, defLock, def, putDef                                     string
 }
 
 const schedCols = `job, slot_id, slot_time, state, node, attempts, fence, started_at, finished_at, error, retry_at`
+
+// schedSel reads a record's columns and its history (schedule_attempts).
+const schedSel = `SELECT ` + schedCols + `,
+	(SELECT a.history::text FROM $S.schedule_attempts a WHERE a.job = r.job AND a.slot_id = r.slot_id)
+FROM $S.schedule_slots r`
 
 func (s *Store) schedQ() *schedQueries {
 	return s.view("schedule", func() any {
 		r := strings.NewReplacer("$S", pgx.Identifier{s.schema}.Sanitize())
 		return &schedQueries{
-			lock: `SELECT pg_advisory_xact_lock($1)`,
-			one:  r.Replace(`SELECT ` + schedCols + ` FROM $S.schedule_slots WHERE job = $1 AND slot_id = $2`),
-			get: r.Replace(`SELECT clock_timestamp(), ` + schedCols + `,
-	EXISTS (SELECT 1 FROM $S.schedule_ledger g WHERE g.job = $1 AND g.slot_id = $2)
+			// $1 the slot's lock, $2 the job's: a slot's writes take the
+			// job's lock shared, Register takes it exclusive, so no
+			// attempt begins under a definition that was just replaced.
+			lock: `SELECT pg_advisory_xact_lock($1), pg_advisory_xact_lock_shared($2)`,
+			one:  r.Replace(schedSel + ` WHERE job = $1 AND slot_id = $2`),
+			get: r.Replace(`SELECT clock_timestamp(), r.job, r.slot_id, r.slot_time, r.state, r.node, r.attempts, r.fence,
+	r.started_at, r.finished_at, r.error, r.retry_at,
+	EXISTS (SELECT 1 FROM $S.schedule_ledger g WHERE g.job = $1 AND g.slot_id = $2),
+	(SELECT a.history::text FROM $S.schedule_attempts a WHERE a.job = $1 AND a.slot_id = $2),
+	(SELECT d.fingerprint FROM $S.schedule_jobs d WHERE d.job = $1)
 FROM (SELECT 1) one LEFT JOIN $S.schedule_slots r ON r.job = $1 AND r.slot_id = $2`),
+			putHistory: r.Replace(`INSERT INTO $S.schedule_attempts (job, slot_id, history) VALUES ($1, $2, $3::text::jsonb)
+ON CONFLICT (job, slot_id) DO UPDATE SET history = excluded.history`),
+			defLock: `SELECT pg_advisory_xact_lock($1)`,
+			def: r.Replace(`SELECT d.fingerprint, d.spec, d.node, d.registered_at
+FROM (SELECT 1) one LEFT JOIN $S.schedule_jobs d ON d.job = $1`),
+			putDef: r.Replace(`INSERT INTO $S.schedule_jobs (job, fingerprint, spec, node, registered_at)
+VALUES ($1, $2, $3, $4, clock_timestamp())
+ON CONFLICT (job) DO UPDATE SET fingerprint = excluded.fingerprint, spec = excluded.spec,
+	node = excluded.node, registered_at = excluded.registered_at`),
 			upsert: r.Replace(`INSERT INTO $S.schedule_slots (` + schedCols + `)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
 ON CONFLICT (job, slot_id) DO UPDATE SET state = excluded.state, node = excluded.node,
@@ -40,9 +61,9 @@ ON CONFLICT (job, slot_id) DO UPDATE SET state = excluded.state, node = excluded
 	finished_at = excluded.finished_at, error = excluded.error, retry_at = excluded.retry_at`),
 			addLedger: r.Replace(`INSERT INTO $S.schedule_ledger (job, slot_id, fence, completed_at)
 VALUES ($1, $2, $3, clock_timestamp()) ON CONFLICT DO NOTHING`),
-			slots: r.Replace(`SELECT ` + schedCols + ` FROM $S.schedule_slots
+			slots: r.Replace(schedSel + `
 WHERE job = $1 AND slot_time >= $2 AND slot_time < $3 ORDER BY slot_time LIMIT $4`),
-			unfinished: r.Replace(`SELECT ` + schedCols + ` FROM $S.schedule_slots
+			unfinished: r.Replace(schedSel + `
 WHERE job = $1 AND (state = 'running' OR (state = 'failed' AND retry_at IS NOT NULL))
 ORDER BY slot_time LIMIT $2`),
 			last: r.Replace(`SELECT max(slot_time) FROM $S.schedule_slots WHERE job = $1`),
@@ -58,6 +79,12 @@ h AS (SELECT l.fence FROM $S.leases l, c
 g AS (INSERT INTO $S.schedule_ledger (job, slot_id, fence, completed_at)
 	SELECT $4, $5, $3, c.now FROM h, c ON CONFLICT DO NOTHING RETURNING 1),
 u AS (UPDATE $S.schedule_slots SET state = 'done', finished_at = (SELECT now FROM c), error = '', retry_at = NULL
+	WHERE job = $4 AND slot_id = $5 AND EXISTS (SELECT 1 FROM g) RETURNING 1),
+a AS (UPDATE $S.schedule_attempts SET history = (
+		SELECT coalesce(jsonb_agg(CASE WHEN x.e->>'f' = ($3::bigint)::text AND x.e->>'o' = 'running'
+			THEN x.e || jsonb_build_object('o', 'done', 'e', ((extract(epoch FROM c.now) * 1000000)::bigint)::text)
+			ELSE x.e END ORDER BY x.i), '[]'::jsonb)
+		FROM jsonb_array_elements(history) WITH ORDINALITY AS x(e, i), c)
 	WHERE job = $4 AND slot_id = $5 AND EXISTS (SELECT 1 FROM g) RETURNING 1)
 SELECT CASE WHEN EXISTS (SELECT 1 FROM g) THEN (SELECT count(*) FROM u) >= 0
 	WHEN EXISTS (SELECT 1 FROM h) OR EXISTS (SELECT 1 FROM $S.schedule_ledger WHERE job = $4 AND slot_id = $5)
@@ -80,7 +107,7 @@ func (v schedules) Claims() lease.Store { return v.s.Leases() }
 
 func (v schedules) fail(ctx context.Context, op string, err error) error {
 	if errors.Is(err, schedule.ErrInvalid) || errors.Is(err, schedule.ErrStale) ||
-		errors.Is(err, schedule.ErrFinal) || errors.Is(err, schedule.ErrNotDue) {
+		errors.Is(err, schedule.ErrFinal) || errors.Is(err, schedule.ErrNotDue) || errors.Is(err, schedule.ErrSuperseded) {
 		return err
 	}
 	err = v.s.wrap(ctx, op, err)
@@ -133,8 +160,13 @@ func schedScan(scan func(dest ...any) error) (schedule.Record, error) {
 		state               string
 		fence               int64
 		started, fin, retry pgtype.Timestamptz
+		hist                pgtype.Text
 	)
-	if err := scan(&r.Job, &r.SlotID, &r.SlotTime, &state, &r.Node, &r.Attempts, &fence, &started, &fin, &r.Error, &retry); err != nil {
+	if err := scan(&r.Job, &r.SlotID, &r.SlotTime, &state, &r.Node, &r.Attempts, &fence, &started, &fin, &r.Error, &retry, &hist); err != nil {
+		return schedule.Record{}, err
+	}
+	var err error
+	if r.History, err = schedule.DecodeHistory(hist.String); err != nil {
 		return schedule.Record{}, err
 	}
 	r.State, r.Fence = schedule.State(state), uint64(fence)
@@ -145,7 +177,7 @@ func schedScan(scan func(dest ...any) error) (schedule.Record, error) {
 // slotTx runs fn in a transaction holding the slot's advisory lock, with
 // the slot's record (nil if none), whether the ledger has it, and the
 // server's clock, all read after the lock was taken.
-func (v schedules) slotTx(ctx context.Context, job, id string, fn func(tx querier, cur *schedule.Record, completed bool, now time.Time) error) error {
+func (v schedules) slotTx(ctx context.Context, job, id, fp string, fn func(tx querier, cur *schedule.Record, completed bool, now time.Time) error) error {
 	if v.s.err != nil {
 		return v.s.err
 	}
@@ -165,10 +197,14 @@ func (v schedules) slotTx(ctx context.Context, job, id string, fn func(tx querie
 			errCol    pgtype.Text
 			retry     pgtype.Timestamptz
 			completed bool
+			hist, def pgtype.Text
 		)
-		err := tx.pipeline(ctx, stmt{sql: q.lock, args: []any{slotLock(job, id)}},
-			stmt{sql: q.get, args: []any{job, id}, dest: []any{&now, &jobCol, &idCol, &slotTime, &state, &node, &attempts, &fenceCol, &started, &fin, &errCol, &retry, &completed}})
+		err := tx.pipeline(ctx, stmt{sql: q.lock, args: []any{slotLock(job, id), jobLock(job)}},
+			stmt{sql: q.get, args: []any{job, id}, dest: []any{&now, &jobCol, &idCol, &slotTime, &state, &node, &attempts, &fenceCol, &started, &fin, &errCol, &retry, &completed, &hist, &def}})
 		if err != nil {
+			return err
+		}
+		if err := schedule.ApplyDefinition(job, def.String, fp); err != nil {
 			return err
 		}
 		var cur *schedule.Record
@@ -176,6 +212,9 @@ func (v schedules) slotTx(ctx context.Context, job, id string, fn func(tx querie
 			cur = &schedule.Record{Job: jobCol.String, SlotID: idCol.String, SlotTime: slotTime.Time, State: schedule.State(state.String),
 				Node: node.String, Attempts: int(attempts.Int32), Fence: uint64(fenceCol.Int64), Started: pgTime(started),
 				Finished: pgTime(fin), Error: errCol.String, RetryAt: pgTime(retry)}
+			if cur.History, err = schedule.DecodeHistory(hist.String); err != nil {
+				return err
+			}
 		}
 		return fn(tx, cur, completed, now)
 	})
@@ -184,7 +223,77 @@ func (v schedules) slotTx(ctx context.Context, job, id string, fn func(tx querie
 func (v schedules) put(ctx context.Context, tx querier, r schedule.Record) error {
 	_, err := tx.exec(ctx, v.s.schedQ().upsert, r.Job, r.SlotID, r.SlotTime, string(r.State), r.Node, r.Attempts,
 		int64(r.Fence), pgTS(r.Started), pgTS(r.Finished), pgText(r.Error), pgTS(r.RetryAt))
+	if err != nil || r.History == nil {
+		return err
+	}
+	h := make([]schedule.Attempt, len(r.History))
+	for i, a := range r.History {
+		a.Error = pgText(a.Error)
+		h[i] = a
+	}
+	_, err = tx.exec(ctx, v.s.schedQ().putHistory, r.Job, r.SlotID, schedule.EncodeHistory(h))
 	return err
+}
+
+// jobLock is the advisory lock key of a job's definition.
+func jobLock(job string) int64 {
+	h := fnv.New64a()
+	io.WriteString(h, "tenure/schedule-job\x00"+job)
+	return int64(h.Sum64())
+}
+
+func (v schedules) Register(ctx context.Context, req schedule.RegisterRequest) (schedule.Definition, error) {
+	if err := req.Validate(); err != nil {
+		return schedule.Definition{}, err
+	}
+	if v.s.err != nil {
+		return schedule.Definition{}, v.s.err
+	}
+	q := v.s.schedQ()
+	var prev schedule.Definition
+	err := v.s.db.inTx(ctx, func(tx querier) error {
+		var (
+			fp, spec, node pgtype.Text
+			at             pgtype.Timestamptz
+		)
+		err := tx.pipeline(ctx, stmt{sql: q.defLock, args: []any{jobLock(req.Job)}},
+			stmt{sql: q.def, args: []any{req.Job}, dest: []any{&fp, &spec, &node, &at}})
+		if err != nil {
+			return err
+		}
+		if fp.Valid {
+			prev = schedule.Definition{Job: req.Job, Fingerprint: fp.String, Spec: spec.String, Node: node.String, Registered: pgTime(at)}
+		}
+		if prev.Fingerprint == req.Fingerprint {
+			return nil
+		}
+		_, err = tx.exec(ctx, q.putDef, req.Job, req.Fingerprint, pgText(schedule.CutError(req.Spec)), req.Node)
+		return err
+	})
+	if err != nil {
+		return schedule.Definition{}, v.fail(ctx, "register the definition of "+req.Job, err)
+	}
+	return prev, nil
+}
+
+func (v schedules) Definition(ctx context.Context, job string) (schedule.Definition, error) {
+	if err := schedule.ValidateName(job); err != nil {
+		return schedule.Definition{}, err
+	}
+	if v.s.err != nil {
+		return schedule.Definition{}, v.s.err
+	}
+	var (
+		fp, spec, node pgtype.Text
+		at             pgtype.Timestamptz
+	)
+	if err := v.s.db.queryRow(ctx, v.s.schedQ().def, []any{job}, &fp, &spec, &node, &at); err != nil {
+		return schedule.Definition{}, v.fail(ctx, "read the definition of "+job, err)
+	}
+	if !fp.Valid {
+		return schedule.Definition{}, fmt.Errorf("pgstore: job %q: no registered definition: %w", job, schedule.ErrNotFound)
+	}
+	return schedule.Definition{Job: job, Fingerprint: fp.String, Spec: spec.String, Node: node.String, Registered: pgTime(at)}, nil
 }
 
 func (v schedules) Begin(ctx context.Context, req schedule.BeginRequest) (schedule.Record, error) {
@@ -192,7 +301,7 @@ func (v schedules) Begin(ctx context.Context, req schedule.BeginRequest) (schedu
 		return schedule.Record{}, err
 	}
 	var out schedule.Record
-	err := v.slotTx(ctx, req.Job, req.SlotID, func(tx querier, cur *schedule.Record, completed bool, now time.Time) error {
+	err := v.slotTx(ctx, req.Job, req.SlotID, req.Definition, func(tx querier, cur *schedule.Record, completed bool, now time.Time) error {
 		r, write, err := schedule.ApplyBegin(cur, completed, req, now)
 		if err != nil {
 			return err
@@ -214,7 +323,7 @@ func (v schedules) Finish(ctx context.Context, req schedule.FinishRequest) (sche
 		return schedule.Record{}, err
 	}
 	var out schedule.Record
-	err := v.slotTx(ctx, req.Job, req.SlotID, func(tx querier, cur *schedule.Record, _ bool, now time.Time) error {
+	err := v.slotTx(ctx, req.Job, req.SlotID, "", func(tx querier, cur *schedule.Record, _ bool, now time.Time) error {
 		r, write, err := schedule.ApplyFinish(cur, req, now)
 		if err != nil {
 			return err
@@ -245,7 +354,7 @@ func (v schedules) Mark(ctx context.Context, req schedule.MarkRequest) (schedule
 		out   schedule.Record
 		wrote bool
 	)
-	err := v.slotTx(ctx, req.Job, req.SlotID, func(tx querier, cur *schedule.Record, _ bool, now time.Time) error {
+	err := v.slotTx(ctx, req.Job, req.SlotID, req.Definition, func(tx querier, cur *schedule.Record, _ bool, now time.Time) error {
 		if cur != nil {
 			out = *cur
 			return nil
