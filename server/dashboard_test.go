@@ -486,6 +486,7 @@ func TestDashboardPeekConsumesNothing(t *testing.T) {
 // The pages load nothing from another origin: every src and href is a
 // path on this server.
 func TestDashboardAssetsAreSelfContained(t *testing.T) {
+	inlineStyle := regexp.MustCompile(`style\s*[=:]\s*["']|<style|setAttribute\(\s*["']style`)
 	ext := regexp.MustCompile(`(?i)(src|href|action)\s*=\s*["'](https?:)?//|@import|url\(\s*["']?(https?:)?//|fetch\(\s*["']https?:`)
 	err := fs.WalkDir(server.UIFiles(), ".", func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
@@ -497,6 +498,11 @@ func TestDashboardAssetsAreSelfContained(t *testing.T) {
 		}
 		if m := ext.Find(b); m != nil {
 			t.Errorf("%s refers to another origin: %s", path, m)
+		}
+		// The policy refuses inline styles: styles go in app.css or
+		// through the CSSOM.
+		if m := inlineStyle.Find(b); m != nil {
+			t.Errorf("%s sets an inline style the page's policy refuses: %s", path, m)
 		}
 		return nil
 	})

@@ -24,6 +24,8 @@
     for (const [k, v] of Object.entries(attrs || {})) {
       if (v === undefined || v === null || v === false) continue;
       if (k === 'class') e.className = v;
+      // Styles go through the CSSOM: the page's policy refuses style attributes.
+      else if (k === 'style') Object.assign(e.style, v);
       else if (k === 'text') e.textContent = v;
       else if (k.startsWith('on')) e.addEventListener(k.slice(2), v);
       else e.setAttribute(k, v === true ? '' : v);
@@ -45,10 +47,13 @@
     if (ms < 3600e3) return Math.floor(ms / 60e3) + 'm' + String(Math.floor(ms % 60e3 / 1000)).padStart(2, '0') + 's';
     return Math.floor(ms / 3600e3) + 'h' + String(Math.floor(ms % 3600e3 / 60e3)).padStart(2, '0') + 'm';
   };
+  // Times of today as hh:mm:ss, others with their date.
   const fmtTime = (t) => {
     if (!t || t.startsWith('0001-')) return '—';
     const d = new Date(t);
-    return d.toLocaleString(undefined, { month: 'short', day: 'numeric', hour: '2-digit', minute: '2-digit', second: '2-digit' });
+    const hms = d.toLocaleTimeString(undefined, { hour12: false });
+    if (d.toDateString() === new Date().toDateString()) return hms;
+    return d.toLocaleDateString(undefined, { month: 'short', day: 'numeric' }) + ' ' + hms;
   };
   const problemText = (p) => {
     const b = p && p.body;
@@ -155,6 +160,7 @@
     // Rows whose key no longer shows up: released or expired.
     for (const [key, row] of leases) if (!infos.has(key) && !row.gone) fade(row, now);
     sortLeases();
+    tickLeases();
     $('lease-empty').hidden = [...leases.values()].some((r) => !r.gone || r.watched);
   };
   const holderText = (info) => {
@@ -226,35 +232,32 @@
     const slots = snap.slots.body.slots || [];
     note('slot-note', slots.length ? '' : 'No slot of ' + view.job + ' in the last 24 hours.');
     tl.replaceChildren(...slots.map((s) => el('div', {
-      class: 'slot ' + s.State, 'data-testid': 'slot',
-      title: fmtTime(s.SlotTime) + ' · ' + s.State + ' · ' + s.Attempts + ' attempt(s)',
-      style: 'height:' + (12 + Math.min(4, s.Attempts) * 6) + 'px',
+      class: 'slot ' + s.state, 'data-testid': 'slot',
+      title: fmtTime(s.slot_time) + ' · ' + s.state + ' · ' + s.attempts + ' attempt(s)',
+      style: { height: (12 + Math.min(4, s.attempts) * 6) + 'px' },
     })));
     body.replaceChildren(...slots.slice().reverse().map((s) => {
-      const hist = attemptHistory(s);
-      const errTd = el('td', {}, s.Error ? el('span', { class: 'error', text: s.Error }) : null,
-        s.RetryAt && !s.RetryAt.startsWith('0001-') ? el('div', { class: 'muted small', text: 'retry at ' + fmtTime(s.RetryAt) }) : null,
-        hist.length ? el('ol', { class: 'attempts' }, ...hist.map((a) => el('li', { text: attemptText(a) }))) : null);
+      const hist = s.history || [];
+      const errTd = el('td', {}, s.error ? el('span', { class: 'error', text: s.error }) : null,
+        s.retry_at ? el('div', { class: 'muted small', text: 'retry at ' + fmtTime(s.retry_at) }) : null,
+        hist.length > 1 || (hist.length === 1 && s.attempts > 1)
+          ? el('ol', { class: 'attempts', 'data-testid': 'attempts' }, ...hist.map((a) => el('li', { text: attemptText(a) })))
+          : null);
       return el('tr', { 'data-testid': 'slot-row' },
-        el('td', { class: 'mono', text: fmtTime(s.SlotTime) }),
-        el('td', {}, el('span', { class: 'pill ' + s.State, text: s.State })),
-        el('td', { class: 'num', text: String(s.Attempts) }),
-        el('td', { class: 'mono', text: s.Node || '—' }),
-        el('td', { class: 'num', text: s.Fence ? String(s.Fence) : '—' }),
-        el('td', { text: fmtTime(s.Started) }),
-        el('td', { text: fmtTime(s.Finished) }),
+        el('td', { class: 'mono time', text: fmtTime(s.slot_time) }),
+        el('td', {}, el('span', { class: 'pill ' + s.state, text: s.state })),
+        el('td', { class: 'num', text: String(s.attempts) }),
+        el('td', { class: 'mono', text: s.node || '—' }),
+        el('td', { class: 'num', text: s.fence ? String(s.fence) : '—' }),
+        el('td', { class: 'time', text: fmtTime(s.started) }),
+        el('td', { class: 'time', text: fmtTime(s.finished) }),
         errTd);
     }));
   };
-  // A record's per-attempt history, if the store keeps one: the first
-  // field holding a list of objects.
-  const attemptHistory = (s) => {
-    for (const v of Object.values(s)) if (Array.isArray(v) && v.length && typeof v[0] === 'object') return v;
-    return [];
-  };
-  const attemptText = (a) => Object.entries(a)
-    .filter(([, v]) => v !== '' && v !== null && v !== 0 && !(typeof v === 'string' && v.startsWith('0001-')))
-    .map(([k, v]) => k + ' ' + (typeof v === 'string' && /^\d{4}-\d\d-\d\dT/.test(v) ? fmtTime(v) : v)).join(' · ');
+  // One attempt of a slot's history.
+  const attemptText = (a) => [a.outcome, 'on ' + a.node, 'fence ' + a.fence,
+    a.started ? 'started ' + fmtTime(a.started) : '', a.finished ? 'ended ' + fmtTime(a.finished) : '',
+    a.error ? '— ' + a.error : ''].filter(Boolean).join(' · ');
 
   // ---- sessions ----
   let revokeArmed = null;
@@ -268,9 +271,9 @@
     const list = snap.sessions.body.sessions || [];
     body.replaceChildren(...list.map((s) => el('tr', { 'data-testid': 'session-row', 'data-id': s.id },
       el('td', { class: 'mono', text: s.id.slice(0, 12) + '…', title: 'session ID (the SHA-256 of its token; never the token)' }),
-      el('td', { text: fmtTime(s.created) }),
-      el('td', { text: fmtTime(s.idle_until) }),
-      el('td', { text: fmtTime(s.absolute_until) }),
+      el('td', { class: 'time', text: fmtTime(s.created) }),
+      el('td', { class: 'time', text: fmtTime(s.idle_until) }),
+      el('td', { class: 'time', text: fmtTime(s.absolute_until) }),
       el('td', { class: 'num', text: String(s.version) }),
       el('td', {}, el('button', {
         type: 'button', class: 'small danger', text: 'Revoke', 'data-testid': 'revoke-session',
@@ -320,7 +323,7 @@
         el('td', {}, el('div', { text: (d.limit.name || '(unnamed)') }),
           el('div', { class: 'muted small', text: d.algorithm + ' · ' + d.limit.rate + ' per ' + d.limit.period + (d.limit.burst ? ' · burst ' + d.limit.burst : '') })),
         el('td', { class: 'key', text: l.key || '' }),
-        el('td', {}, el('span', { class: 'meter' + (d.allowed ? '' : ' full') }, el('i', { style: 'width:' + pct + '%' })),
+        el('td', {}, el('span', { class: 'meter' + (d.allowed ? '' : ' full') }, el('i', { style: { width: pct + '%' } })),
           ' ', el('span', { class: 'pill ' + (d.allowed ? 'ok' : 'limited'), text: d.allowed ? 'allowed' : 'limited' })),
         el('td', { class: 'num', text: String(d.remaining) + ' / ' + burst }),
         el('td', { text: d.allowed ? fmtMs(durMs(d.reset_after)) : 'retry in ' + fmtMs(durMs(d.retry_after)) }),

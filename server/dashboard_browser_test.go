@@ -1,0 +1,355 @@
+package server_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/tenurekit/tenure/idempotency"
+	"github.com/tenurekit/tenure/internal/secret"
+	"github.com/tenurekit/tenure/internal/serveapi"
+	"github.com/tenurekit/tenure/schedule"
+	"github.com/tenurekit/tenure/server"
+)
+
+// chromiumPath finds the headless browser: $TENURE_CHROMIUM, else
+// chromium on PATH, else /usr/bin/chromium. Without one the test skips,
+// or fails under TENURE_TEST_REQUIRE=1.
+func chromiumPath(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("TENURE_CHROMIUM"); p != "" {
+		return p
+	}
+	if p, err := exec.LookPath("chromium"); err == nil {
+		return p
+	}
+	if _, err := os.Stat("/usr/bin/chromium"); err == nil {
+		return "/usr/bin/chromium"
+	}
+	if os.Getenv("TENURE_TEST_REQUIRE") == "1" {
+		t.Fatal("chromium is not installed (apt-get install chromium) and TENURE_TEST_REQUIRE=1")
+	}
+	t.Skip("chromium is not installed (apt-get install chromium)")
+	return ""
+}
+
+// artifacts is where screenshots go: $TENURE_ARTIFACTS/dashboard if set,
+// else a temporary directory of the test.
+func artifacts(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	if a := os.Getenv("TENURE_ARTIFACTS"); a != "" {
+		dir = filepath.Join(a, "dashboard")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// browser starts a headless chromium that makes no connection of its own
+// (no first run, background networking, component updates, sync or QUIC)
+// with a fresh profile, and returns its context.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromiumPath(t)),
+		chromedp.NoSandbox, // chromium refuses to run as root without it
+		chromedp.Headless,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1400, 1100),
+	)
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	bctx, cancelTab := chromedp.NewContext(actx)
+	// The first call starts the browser, which lives as long as that
+	// call's context: give it none of the test's deadline.
+	if err := chromedp.Do(bctx); err != nil {
+		cancelTab()
+		cancelAlloc()
+		t.Fatalf("chromium did not start: %v", err)
+	}
+	ctx, cancelTime := context.WithTimeout(bctx, 90*time.Second)
+	t.Cleanup(func() { cancelTime(); cancelTab(); cancelAlloc() })
+	return ctx
+}
+
+// apiPost calls the API with the bearer token.
+func apiPost(t *testing.T, base, tok, path string, in, out any) {
+	t.Helper()
+	b, _ := json.Marshal(in)
+	req, _ := http.NewRequest("POST", base+path, bytes.NewReader(b))
+	req.Header.Set("Authorization", "Bearer "+tok)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		t.Fatalf("POST %s: %d", path, resp.StatusCode)
+	}
+	if out != nil {
+		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func shot(t *testing.T, ctx context.Context, dir, name string) {
+	t.Helper()
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Errorf("screenshot %s: %v", name, err)
+		return
+	}
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, png, 0o644); err != nil {
+		t.Error(err)
+	}
+	t.Logf("screenshot: %s", p)
+}
+
+// ttlMillis reads the countdown shown for key (the milliseconds behind
+// the text) and the text itself.
+func ttlMillis(t *testing.T, ctx context.Context, key string) (int, string) {
+	t.Helper()
+	sel := chromedp.CSS(fmt.Sprintf(`tr[data-key=%q] [data-testid=lease-ttl]`, key))
+	ms, err := chromedp.Run(ctx, chromedp.AttributeValue(sel, "data-ms"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, err := chromedp.Run(ctx, chromedp.Text(sel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := strconv.Atoi(ms.Value)
+	if err != nil {
+		t.Fatalf("countdown %q: %v", ms.Value, err)
+	}
+	return n, strings.TrimSpace(text)
+}
+
+// TestBrowserDashboard drives the dashboard in a real headless chromium:
+// log in with the token, watch a lease acquired through the API count
+// down and fade out when released, revoke a user's sessions with the
+// button, and save screenshots.
+func TestBrowserDashboard(t *testing.T) {
+	e := newDash(t, &server.Options{UIRefresh: 500 * time.Millisecond})
+	ctx := browser(t)
+	dir := artifacts(t)
+	defer func() {
+		if t.Failed() {
+			shot(t, ctx, dir, "failure.png")
+		}
+	}()
+	bg := context.Background()
+
+	// Some history for the other panels.
+	seedSlots(t, e, "nightly")
+	if _, err := e.mem.Idempotency().Begin(bg, idempotency.Begin{ID: idempotency.ID{Scope: "payments", Key: "order-1042"},
+		Fingerprint: "f", Token: secret.New("claim-token-0123456789"), ClaimTTL: 10 * time.Minute, Retention: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Log in through the form.
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(e.url+"/"),
+		chromedp.WaitVisible(css(`[data-testid=login-token]`)),
+	); err != nil {
+		t.Fatal(err)
+	}
+	shot(t, ctx, dir, "login.png")
+	if err := chromedp.Do(ctx,
+		chromedp.SendKeys(css(`[data-testid=login-token]`), adminTok),
+		chromedp.Click(css(`[data-testid=login-submit]`)),
+		chromedp.WaitVisible(css(`[data-testid=live].on`)),
+	); err != nil {
+		t.Fatal(err)
+	}
+	if who := text(t, ctx, `[data-testid=who]`); who != "admin" {
+		t.Fatalf("logged in as %q", who)
+	}
+	// The page's scripts cannot read the login, and keep no token.
+	cookie, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.cookie`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	storage, err := chromedp.Run(ctx, chromedp.Evaluate[string](`JSON.stringify(localStorage) + JSON.stringify(sessionStorage)`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cookie != "" || strings.Contains(storage, adminTok) {
+		t.Fatalf("script-readable login: cookie %q, storage %q", cookie, storage)
+	}
+
+	// A lease acquired through the API shows up with its fence, and its
+	// countdown falls.
+	var g serveapi.LeaseGrant
+	apiPost(t, e.url, adminTok, "/v1/leases/acquire", serveapi.AcquireLease{Key: "billing/close-month", TTL: serveapi.Duration(30 * time.Second)}, &g)
+	apiPost(t, e.url, adminTok, "/v1/leases/acquire", serveapi.AcquireLease{Key: "reports/daily", TTL: serveapi.Duration(2 * time.Minute)}, nil)
+	row := `tr[data-key="billing/close-month"]`
+	if err := chromedp.Do(ctx, chromedp.WaitVisible(css(row))); err != nil {
+		t.Fatal(err)
+	}
+	if fence := text(t, ctx, row+` [data-testid=lease-fence]`); fence != strconv.FormatUint(g.Fence, 10) {
+		t.Fatalf("fence shown %q, granted %d", fence, g.Fence)
+	}
+	first, firstText := ttlMillis(t, ctx, "billing/close-month")
+	if first <= 0 || first > 30000 {
+		t.Fatalf("countdown %d ms (%s), want within (0, 30s]", first, firstText)
+	}
+	// Wait until the countdown moved by a second, then read it again.
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](fmt.Sprintf(
+		`Number(document.querySelector('%s [data-testid=lease-ttl]').dataset.ms) <= %d`, row, first-1000),
+		chromedp.WithPollingInterval(100*time.Millisecond))); err != nil {
+		t.Fatal(err)
+	}
+	second, secondText := ttlMillis(t, ctx, "billing/close-month")
+	if second >= first || secondText == firstText {
+		t.Fatalf("countdown did not fall: %d ms (%s), then %d ms (%s)", first, firstText, second, secondText)
+	}
+	t.Logf("countdown %s, then %s", firstText, secondText)
+
+	// Sessions, with a rate limit and a job's slots watched next to them.
+	for range 3 {
+		apiPost(t, e.url, adminTok, "/v1/sessions", serveapi.SessionCreate{UserID: "alice", Values: map[string]string{"cart": "3"},
+			Idle: serveapi.Duration(30 * time.Minute), Absolute: serveapi.Duration(8 * time.Hour)}, nil)
+	}
+	for range 4 {
+		apiPost(t, e.url, adminTok, "/v1/rate/allow", serveapi.RateAllow{Requests: []serveapi.RateRequest{{Key: "user-42",
+			Limit: serveapi.Limit{Name: "api", Rate: 10, Period: serveapi.Duration(time.Minute)}}}}, nil)
+	}
+	if err := chromedp.Do(ctx,
+		chromedp.SendKeys(css(`#lim-key`), "user-42"),
+		chromedp.SendKeys(css(`#lim-name`), "api"),
+		chromedp.Click(css(`#limit-form button[type=submit]`)),
+		chromedp.WaitVisible(css(`[data-testid=limit-row]`)),
+		chromedp.SendKeys(css(`#job`), "nightly"),
+		chromedp.Click(css(`#job-form button[type=submit]`)),
+		chromedp.WaitVisible(css(`[data-testid=slot-row]`)),
+		chromedp.SendKeys(css(`[data-testid=user-input]`), "alice"),
+		chromedp.Click(css(`[data-testid=user-show]`)),
+		poll(`document.querySelectorAll('[data-testid=session-row]').length === 3`),
+		chromedp.WaitVisible(css(`[data-testid=idem-row]`)),
+	); err != nil {
+		t.Fatal(err)
+	}
+	// The slot retried after a failure lists both attempts.
+	if at := text(t, ctx, `[data-testid=attempts]`); !strings.Contains(at, "failed · on node-a") || !strings.Contains(at, "upstream timeout") || !strings.Contains(at, "done · on node-b") {
+		t.Errorf("attempts shown: %q", at)
+	}
+	if n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll('[data-testid=slot]').length`)); err != nil || n != 8 {
+		t.Errorf("timeline shows %d slots (%v), want 8", n, err)
+	}
+	if lt := text(t, ctx, `[data-testid=limit-row]`); !strings.Contains(lt, "6 / 10") {
+		t.Errorf("limit row %q, want 6 / 10 left", lt)
+	}
+	shot(t, ctx, dir, "dashboard.png")
+
+	// Revoke all of alice's sessions: the list empties, and so does the store.
+	if err := chromedp.Do(ctx,
+		chromedp.Click(css(`[data-testid=revoke-user]`)),
+		chromedp.WaitVisible(css(`[data-testid=revoke-user].confirm`)),
+		chromedp.Click(css(`[data-testid=revoke-user]`)),
+		chromedp.WaitVisible(css(`[data-testid=sessions-empty]`)),
+		poll(`document.querySelectorAll('[data-testid=session-row]').length === 0`),
+	); err != nil {
+		t.Fatal(err)
+	}
+	if recs, err := e.mem.Sessions().List(bg, "alice"); err != nil || len(recs) != 0 {
+		t.Fatalf("alice's sessions in the store after revoke: %d, %v", len(recs), err)
+	}
+
+	// A released lease fades out as released.
+	apiPost(t, e.url, adminTok, "/v1/leases/release", serveapi.LeaseToken{Key: "billing/close-month", Token: g.Token}, nil)
+	if err := chromedp.Do(ctx, chromedp.WaitVisible(css(row+`.gone`))); err != nil {
+		t.Fatal(err)
+	}
+	if state := text(t, ctx, row+` [data-testid=lease-state]`); state != "released" {
+		t.Errorf("released lease shows %q", state)
+	}
+	shot(t, ctx, dir, "after-revoke.png")
+
+	// Logging out returns to the login form.
+	if err := chromedp.Do(ctx,
+		chromedp.Click(css(`[data-testid=logout]`)),
+		chromedp.WaitVisible(css(`[data-testid=login-token]`)),
+	); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func css(sel string) chromedp.CSS { return chromedp.CSS(sel) }
+
+// poll waits until the expression is true.
+func poll(expr string) chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		_, err := chromedp.Poll[bool](expr, chromedp.WithPollingInterval(100*time.Millisecond))(ctx, tg)
+		return err
+	})
+}
+
+// text reads the text of the first element that matches sel.
+func text(t *testing.T, ctx context.Context, sel string) string {
+	t.Helper()
+	s, err := chromedp.Run(ctx, chromedp.Text(css(sel)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(s)
+}
+
+// seedSlots records a few slots of job: done ones, one that failed and
+// was retried, and one that failed for good.
+func seedSlots(t *testing.T, e *dashEnv, job string) {
+	t.Helper()
+	ctx := context.Background()
+	st := e.mem.Schedules()
+	now := time.Now().Truncate(time.Minute)
+	attempt := func(slot time.Time, node string, state schedule.State, msg string, retry time.Duration) {
+		id := slot.UTC().Format(time.RFC3339)
+		g, err := e.mem.Leases().Acquire(ctx, schedule.ClaimKey(job, id), "claim-"+node+id, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Begin(ctx, schedule.BeginRequest{Job: job, SlotID: id, SlotTime: slot, Node: node, Fence: g.Fence}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Finish(ctx, schedule.FinishRequest{Job: job, SlotID: id, Fence: g.Fence, State: state, Error: msg, RetryAfter: retry}); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.mem.Leases().Release(ctx, schedule.ClaimKey(job, id), "claim-"+node+id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 8; i >= 1; i-- {
+		slot := now.Add(-time.Duration(i) * 10 * time.Minute)
+		switch i {
+		case 5:
+			attempt(slot, "node-a", schedule.Failed, "upstream timeout", time.Millisecond)
+			time.Sleep(5 * time.Millisecond) // the retry is due
+			attempt(slot, "node-b", schedule.Done, "", 0)
+		case 3:
+			attempt(slot, "node-b", schedule.Failed, "disk full", 0)
+		default:
+			attempt(slot, "node-a", schedule.Done, "", 0)
+		}
+	}
+}
