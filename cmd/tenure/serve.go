@@ -143,6 +143,9 @@ func runServe(ctx context.Context, f *serveFlags, stdout, stderr io.Writer) erro
 	}
 	srv, err := server.New(views, &server.Options{
 		Config: cfg, Logger: log, Metrics: metrics,
+		// The dashboard's login cookie is Secure only over HTTPS: a
+		// browser drops a Secure cookie set over plain HTTP.
+		HTTPS: f.tlsCert != "",
 		// The API's own per-token limit is kept in this process: it costs
 		// no store round trip.
 		APILimits: memstore.New(nil).Limits(),
