@@ -132,7 +132,9 @@ func (s *Server) mountDashboard(base string, opt Options) error {
 		assets: http.StripPrefix(base+"assets/", http.FileServerFS(mustSub(sub, "assets")))}
 
 	h := func(pattern string, f http.HandlerFunc) { s.mux.Handle(pattern, d.page(m.Handler(f))) }
-	s.mux.Handle("GET /{$}", http.RedirectHandler(base, http.StatusFound))
+	if base != "/" {
+		s.mux.Handle("GET /{$}", http.RedirectHandler(base, http.StatusFound))
+	}
 	h("GET "+base+"{$}", d.index)
 	h("GET "+base+"assets/", d.assets.ServeHTTP)
 	h("POST "+base+"login", d.doLogin)

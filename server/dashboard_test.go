@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -19,6 +20,7 @@ import (
 	"github.com/tenurekit/tenure/idempotency"
 	"github.com/tenurekit/tenure/internal/secret"
 	"github.com/tenurekit/tenure/internal/serveapi"
+	"github.com/tenurekit/tenure/lease"
 	"github.com/tenurekit/tenure/server"
 	"github.com/tenurekit/tenure/session"
 	"github.com/tenurekit/tenure/store/memstore"
@@ -517,5 +519,77 @@ func TestDashboardAssetsAreSelfContained(t *testing.T) {
 	}
 	if resp, _ := e.req(t, "GET", "/ui/nothing", nil); resp.StatusCode != 404 {
 		t.Errorf("GET /ui/nothing: %d", resp.StatusCode)
+	}
+}
+
+// noList hides the store's lease.Lister.
+type noList struct{ lease.Store }
+
+func TestDashboardWatchesKeysWithoutList(t *testing.T) {
+	m := memstore.New(nil)
+	srv, err := server.New(server.Stores{Leases: noList{m.Leases()}}, &server.Options{Config: testConfig(), UIRefresh: 100 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv)
+	defer hs.Close()
+	jar, _ := cookiejar.New(nil)
+	e := &dashEnv{mem: m, url: hs.URL, c: &http.Client{Jar: jar, Timeout: 10 * time.Second}, logs: &syncBuf{}}
+	if e.login(t, adminTok).StatusCode != 200 {
+		t.Fatal("login failed")
+	}
+	_, body := e.req(t, "GET", "/ui/api/me", nil)
+	if !strings.Contains(body, `"listLeases":false`) {
+		t.Errorf("api/me: %s", body)
+	}
+	g, err := m.Leases().Acquire(context.Background(), "k", "holder-token-1", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rd, stop := e.stream(t, url.Values{"key": {"k"}, "user": {"alice"}})
+	defer stop()
+	_, data := event(t, rd)
+	var s snapT
+	json.Unmarshal([]byte(data), &s)
+	if s.Leases.Status != 501 || !strings.Contains(string(s.Leases.Body), serveapi.TypeNotSupported) {
+		t.Errorf("list on a store without one: %d %s", s.Leases.Status, s.Leases.Body)
+	}
+	var info serveapi.LeaseInfo
+	json.Unmarshal(s.Watched["k"].Body, &info)
+	if !info.Held || info.Fence != g.Fence || info.TTL.D() <= 0 {
+		t.Errorf("watched key: %s", s.Watched["k"].Body)
+	}
+	if s.Sessions.Status != 501 {
+		t.Errorf("sessions on a store without them: %d", s.Sessions.Status)
+	}
+}
+
+func TestDashboardRefusesBadOptions(t *testing.T) {
+	for _, o := range []server.Options{{UIPath: "/ui"}, {UIPath: "ui/"}, {UIPath: "/v1/ui/"}, {UIRefresh: time.Millisecond}, {UIRefresh: time.Hour}} {
+		if _, err := server.New(server.Stores{}, &o); !errors.Is(err, server.ErrConfig) {
+			t.Errorf("%+v: %v", o, err)
+		}
+	}
+	// The root may be the UI path.
+	if _, err := server.New(server.Stores{}, &server.Options{UIPath: "/"}); err != nil {
+		t.Errorf("UIPath /: %v", err)
+	}
+	// Another UI path serves the dashboard there.
+	o := server.Options{UIPath: "/admin/", Config: testConfig()}
+	srv, err := server.New(server.Stores{}, &o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv)
+	defer hs.Close()
+	resp, err := http.Get(hs.URL + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.Request.URL.Path != "/admin/" || !strings.Contains(string(b), `action="/admin/login"`) {
+		t.Errorf("GET / with UIPath /admin/: %s %.200s", resp.Request.URL.Path, b)
 	}
 }
