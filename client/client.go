@@ -24,12 +24,21 @@ type Options struct {
 	// client. It is sent on every request and never printed.
 	Token string
 	// HTTPClient sends the requests. Default: a client of its own on a
-	// clone of http.DefaultTransport, without an overall timeout (each
-	// call's context bounds it).
+	// clone of http.DefaultTransport that keeps up to
+	// DefaultMaxIdleConnsPerHost idle connections to the server (instead
+	// of net/http's 2, which makes concurrent callers open and close a
+	// connection for most requests), without an overall timeout (each
+	// call's context bounds it). A client of your own should keep at
+	// least as many idle connections per host as it has concurrent
+	// callers.
 	HTTPClient *http.Client
 	// MaxResponseBytes bounds a response body. Default 8 MiB.
 	MaxResponseBytes int64
 }
+
+// DefaultMaxIdleConnsPerHost is the number of idle keep-alive connections
+// to the server the default HTTP client keeps (Options.HTTPClient).
+const DefaultMaxIdleConnsPerHost = 100
 
 // Client talks to tenure serve. Its views implement the primitives' store
 // contracts over the API, so a Locker, Keeper, Limiter or Manager runs on
@@ -56,7 +65,12 @@ func New(baseURL string, o *Options) (*Client, error) {
 		return nil, fmt.Errorf("%w: base URL carries credentials; give the token in Options.Token", ErrInvalid)
 	}
 	if opt.HTTPClient == nil {
-		opt.HTTPClient = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.MaxIdleConnsPerHost = DefaultMaxIdleConnsPerHost
+		if tr.MaxIdleConns < DefaultMaxIdleConnsPerHost {
+			tr.MaxIdleConns = DefaultMaxIdleConnsPerHost
+		}
+		opt.HTTPClient = &http.Client{Transport: tr}
 	}
 	if opt.MaxResponseBytes <= 0 {
 		opt.MaxResponseBytes = 8 << 20
