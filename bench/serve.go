@@ -50,7 +50,13 @@ import (
 // server; redis-server from INFO cpu), the suites report the median and
 // the 99th percentile of the latency of one store call (one request over
 // serve): LatencyP50Metric and LatencyP99Metric.
-var ServeContenders = []string{"tenure", "direct"}
+//
+// A third contender, http-floor, sends one HTTP request per store call over
+// the same kind of client transport to a handler that reads the body and
+// answers a fixed JSON body of the same size as serve's, with no token,
+// store or log: what Go's net/http alone costs over loopback, the floor
+// under serve's figures.
+var ServeContenders = []string{"tenure", "direct", "http-floor"}
 
 // Latency metrics of the serve suites: percentiles of one store call
 // (acquire or release, or one decision), in microseconds.
@@ -108,6 +114,7 @@ type serveEnv struct {
 type serveStore struct {
 	leases, leasesServe lease.Store
 	rate, rateServe     *ratelimit.Limiter
+	floor               func(ctx context.Context) error // one request to the floor server
 }
 
 // timedCycle is one cycle that reports the latency of each store call it
@@ -181,19 +188,16 @@ func (e *Env) buildServeStore(store string) (*serveStore, error) {
 		defer cancel()
 		hs.Shutdown(sctx)
 	})
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.MaxIdleConns = 4 * MaxWorkers
-	tr.MaxIdleConnsPerHost = 2 * MaxWorkers
-	tr.DisableCompression = true
-	tr.ForceAttemptHTTP2 = false
-	hc := &http.Client{Transport: tr}
-	e.tb.Cleanup(tr.CloseIdleConnections)
-	c, err := client.New("http://"+ln.Addr().String(), &client.Options{Token: serveToken, HTTPClient: hc})
+	c, err := client.New("http://"+ln.Addr().String(), &client.Options{Token: serveToken, HTTPClient: e.serveHTTPClient()})
+	if err != nil {
+		return nil, err
+	}
+	floor, err := e.startFloor()
 	if err != nil {
 		return nil, err
 	}
 	limit := ratelimit.Limit{Name: "serve", Rate: benchRate, Period: time.Second}
-	s := &serveStore{leases: views.Leases, leasesServe: c.Leases()}
+	s := &serveStore{leases: views.Leases, leasesServe: c.Leases(), floor: floor}
 	if s.rate, err = ratelimit.New(views.Limits, ratelimit.GCRA, limit); err != nil {
 		return nil, err
 	}
@@ -206,7 +210,9 @@ func (e *Env) buildServeStore(store string) (*serveStore, error) {
 	errs := make([]error, MaxWorkers)
 	for i := range MaxWorkers {
 		wg.Go(func() {
-			_, errs[i] = s.rateServe.Allow(ctx, fmt.Sprintf("warm:%d", i))
+			if _, errs[i] = s.rateServe.Allow(ctx, fmt.Sprintf("warm:%d", i)); errs[i] == nil {
+				errs[i] = s.floor(ctx)
+			}
 		})
 	}
 	wg.Wait()
@@ -225,6 +231,62 @@ func (e *Env) buildServeStore(store string) (*serveStore, error) {
 	return s, nil
 }
 
+// serveHTTPClient returns an HTTP client tuned for the benchmark: every
+// worker keeps a connection of its own alive.
+func (e *Env) serveHTTPClient() *http.Client {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConns = 4 * MaxWorkers
+	tr.MaxIdleConnsPerHost = 2 * MaxWorkers
+	tr.DisableCompression = true
+	tr.ForceAttemptHTTP2 = false
+	e.tb.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr}
+}
+
+// floorRequest and floorAnswer are about the size of a lease acquire and
+// its grant on the wire.
+const (
+	floorRequest = `{"key":"bench:serve-redis-lease:http-floor:12:345","token":"N3RZ5AHBF4QKZEXAMPLE2WOLAJ","ttl":"10s"}`
+	floorAnswer  = `{"fence":1764602791000001,"ttl":"10s","token":"N3RZ5AHBF4QKZEXAMPLE2WOLAJ"}` + "\n"
+)
+
+// startFloor starts the floor server (see ServeContenders) and returns one
+// request to it.
+func (e *Env) startFloor() (func(ctx context.Context) error, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, floorAnswer)
+	})}
+	go hs.Serve(ln)
+	e.tb.Cleanup(func() { hs.Close() })
+	hc := e.serveHTTPClient()
+	url := "http://" + ln.Addr().String() + "/v1/leases/acquire"
+	return func(ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(floorRequest))
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := hc.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+			return err
+		}
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("floor server: %s", resp.Status)
+		}
+		return nil
+	}, nil
+}
+
 // serveCycle returns the timed cycle of contender (tenure: through serve;
 // direct: the store's view) for op (lease or rate) on store.
 func (e *Env) serveCycle(store, op, contender string) (timedCycle, error) {
@@ -241,6 +303,21 @@ func (e *Env) serveCycle(store, op, contender string) (timedCycle, error) {
 		ls, lim = s.leasesServe, s.rateServe
 	case "direct":
 		ls, lim = s.leases, s.rate
+	case "http-floor":
+		calls := 1
+		if op == "lease" {
+			calls = 2
+		}
+		return func(ctx context.Context, key string, rec func(time.Duration)) error {
+			for range calls {
+				t0 := time.Now()
+				if err := s.floor(ctx); err != nil {
+					return err
+				}
+				rec(time.Since(t0))
+			}
+			return nil
+		}, nil
 	default:
 		return nil, fmt.Errorf("bench: unknown serve contender %q", contender)
 	}
