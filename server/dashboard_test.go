@@ -8,6 +8,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
@@ -591,5 +592,37 @@ func TestDashboardRefusesBadOptions(t *testing.T) {
 	resp.Body.Close()
 	if resp.Request.URL.Path != "/admin/" || !strings.Contains(string(b), `action="/admin/login"`) {
 		t.Errorf("GET / with UIPath /admin/: %s %.200s", resp.Request.URL.Path, b)
+	}
+}
+
+// The event stream outlives the server's write timeout, which bounds a
+// whole response: each event moves the deadline on.
+func TestDashboardStreamOutlivesWriteTimeout(t *testing.T) {
+	cfg := testConfig()
+	cfg.MaxWait, cfg.WriteTimeout = time.Millisecond, 300*time.Millisecond
+	srv, err := server.New(server.Stores{}, &server.Options{Config: cfg, UIRefresh: 100 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := srv.HTTPServer("127.0.0.1:0")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go hs.Serve(ln)
+	defer hs.Close()
+	jar, _ := cookiejar.New(nil)
+	e := &dashEnv{url: "http://" + ln.Addr().String(), c: &http.Client{Jar: jar, Timeout: 10 * time.Second}, logs: &syncBuf{}}
+	if e.login(t, adminTok).StatusCode != 200 {
+		t.Fatal("login failed")
+	}
+	rd, stop := e.stream(t, url.Values{})
+	defer stop()
+	start := time.Now()
+	for n := 0; time.Since(start) < time.Second; n++ {
+		if name, _ := event(t, rd); name != "snapshot" {
+			t.Fatalf("event %d: %q", n, name)
+		}
 	}
 }
