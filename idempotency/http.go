@@ -283,7 +283,12 @@ type middleware struct {
 }
 
 func newMiddleware(k *Keeper, o *HTTPOptions) (*middleware, error) {
-	m := &middleware{k: k, log: k.o.Logger}
+	// A response that is not recorded (5xx, or a status Record refuses)
+	// releases its claim whatever Options.Errors says: the middleware
+	// runs on a copy of k that releases errors.
+	kk := *k
+	kk.o.Errors = ReleaseErrors
+	m := &middleware{k: &kk, log: k.o.Logger}
 	if o != nil {
 		m.o = *o
 	}
@@ -398,15 +403,25 @@ func scope(principal, route string) string {
 	return "sha256:" + hex.EncodeToString(h.Sum(nil))
 }
 
-func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+// admission is what prepare decided about a request.
+type admission int
+
+const (
+	admitRefused     admission = iota // a refusal was written
+	admitPass                         // the method is not protected
+	admitUnprotected                  // Optional, and no key came
+	admitProtected                    // run under the returned Request
+)
+
+// prepare checks a request's key and body and returns its Request, or
+// writes the refusal (400, 413).
+func (m *middleware) prepare(w http.ResponseWriter, r *http.Request) (Request, admission) {
 	if !m.methods[r.Method] {
-		next.ServeHTTP(w, r)
-		return
+		return Request{}, admitPass
 	}
 	lines := r.Header.Values(HeaderKey)
 	if len(lines) == 0 && m.o.Optional {
-		next.ServeHTTP(w, r)
-		return
+		return Request{}, admitUnprotected
 	}
 	parse := ParseKey
 	if m.o.StrictKey {
@@ -415,29 +430,44 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	key, err := parse(lines)
 	if err != nil {
 		m.o.Error(w, r, http.StatusBadRequest, err)
-		return
+		return Request{}, admitRefused
 	}
 	if r.ContentLength > m.o.MaxBodyBytes {
 		m.o.Error(w, r, http.StatusRequestEntityTooLarge, ErrBodyTooLarge)
-		return
+		return Request{}, admitRefused
 	}
 	var body []byte
 	if r.Body != nil {
 		body, err = io.ReadAll(io.LimitReader(r.Body, m.o.MaxBodyBytes+1))
 		if err != nil {
 			m.o.Error(w, r, http.StatusBadRequest, fmt.Errorf("idempotency: reading the request body: %w", err))
-			return
+			return Request{}, admitRefused
 		}
 		if int64(len(body)) > m.o.MaxBodyBytes {
 			m.o.Error(w, r, http.StatusRequestEntityTooLarge, ErrBodyTooLarge)
-			return
+			return Request{}, admitRefused
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
 	}
-	req := Request{
+	return Request{
 		Scope:       scope(m.o.Principal(r), m.o.Route(r)),
 		Key:         key,
 		Fingerprint: m.o.Fingerprint(r, body),
+	}, admitProtected
+}
+
+// recorded reports whether a response with status is recorded (and, in
+// a transaction, committed).
+func (m *middleware) recorded(status int) bool { return status < 500 && m.o.Record(status) }
+
+func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	req, adm := m.prepare(w, r)
+	switch adm {
+	case admitRefused:
+		return
+	case admitPass, admitUnprotected:
+		next.ServeHTTP(w, r)
+		return
 	}
 	ran := false
 	res, err := m.k.Do(r.Context(), req, func(ctx context.Context, c *Claim) ([]byte, error) {
@@ -445,7 +475,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		rec := &recorder{w: w, replay: m.replay, limit: m.o.MaxRecordBytes}
 		next.ServeHTTP(rec, r.WithContext(context.WithValue(ctx, claimKey{}, c)))
 		rec.finish()
-		if rec.status >= 500 || !m.o.Record(rec.status) {
+		if !m.recorded(rec.status) {
 			return nil, errNotRecorded
 		}
 		if rec.overflow {
@@ -457,14 +487,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	})
 	switch {
 	case err == nil && res.Replayed:
-		if err := writeReplay(w, res.Value); errors.Is(err, ErrResponseNotRecorded) {
-			w.Header().Set(HeaderReplayed, "true")
-			m.o.Error(w, r, http.StatusConflict, err)
-		} else if err != nil {
-			m.log.ErrorContext(r.Context(), "idempotency: a recorded response cannot be decoded",
-				"scope", req.Scope, "key", req.Key, "err", err)
-			m.o.Error(w, r, http.StatusInternalServerError, err)
-		}
+		m.writeReplay(w, r, req, res.Value)
 		return
 	case err == nil, errors.Is(err, errNotRecorded):
 		return // the handler's response went out as it was written
@@ -474,6 +497,24 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			"scope", req.Scope, "key", req.Key, "err", err)
 		return
 	}
+	m.refuse(w, r, err)
+}
+
+// writeReplay writes a recorded response.
+func (m *middleware) writeReplay(w http.ResponseWriter, r *http.Request, req Request, value []byte) {
+	if err := writeReplay(w, value); errors.Is(err, ErrResponseNotRecorded) {
+		w.Header().Set(HeaderReplayed, "true")
+		m.o.Error(w, r, http.StatusConflict, err)
+	} else if err != nil {
+		m.log.ErrorContext(r.Context(), "idempotency: a recorded response cannot be decoded",
+			"scope", req.Scope, "key", req.Key, "err", err)
+		m.o.Error(w, r, http.StatusInternalServerError, err)
+	}
+}
+
+// refuse answers a request the handler did not run for: 422, 409, 503 or
+// 500.
+func (m *middleware) refuse(w http.ResponseWriter, r *http.Request, err error) {
 	var ip *InProgressError
 	switch {
 	case errors.Is(err, ErrMismatch):

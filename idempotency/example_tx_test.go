@@ -1,0 +1,77 @@
+package idempotency_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/tenurekit/tenure/idempotency"
+	"github.com/tenurekit/tenure/store/sqlitestore"
+)
+
+// TxMiddleware runs each request in one transaction: the handler's order
+// row and the recorded response commit together, a retry replays the
+// response without a second row, and a failed request leaves neither.
+func ExampleKeeper_TxMiddleware() {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "tenure-example")
+	defer os.RemoveAll(dir)
+	store, err := sqlitestore.Open(ctx, filepath.Join(dir, "shop.db"), nil)
+	if err != nil {
+		panic(err)
+	}
+	defer store.Close()
+	db := store.DB()
+	if _, err := db.ExecContext(ctx, `CREATE TABLE orders (id INTEGER PRIMARY KEY, item TEXT NOT NULL)`); err != nil {
+		panic(err)
+	}
+
+	k, _ := idempotency.New(store.Idempotency(), nil)
+	mw, err := k.TxMiddleware(db, store, &idempotency.HTTPOptions{
+		Principal: func(r *http.Request) string { return "alice" }, // the authenticated user
+	})
+	if err != nil {
+		panic(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("POST /orders", mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tx, _ := idempotency.TxFromContext(r.Context()) // never commit it here
+		item := r.FormValue("item")
+		if item == "" {
+			http.Error(w, "no item", http.StatusInternalServerError) // rolled back, not recorded
+			return
+		}
+		res, err := tx.ExecContext(r.Context(), `INSERT INTO orders (item) VALUES (?)`, item)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		id, _ := res.LastInsertId()
+		w.Header().Set("Location", fmt.Sprintf("/orders/%d", id))
+		w.WriteHeader(http.StatusCreated)
+	})))
+
+	post := func(key, body string) {
+		r := httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader(body))
+		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		r.Header.Set(idempotency.HeaderKey, key)
+		w := httptest.NewRecorder()
+		mux.ServeHTTP(w, r)
+		var rows int
+		db.QueryRowContext(ctx, `SELECT count(*) FROM orders`).Scan(&rows)
+		fmt.Println(w.Code, w.Header().Get("Location"), w.Header().Get(idempotency.HeaderReplayed), "rows:", rows)
+	}
+	post("order-1", "item=book")
+	post("order-1", "item=book") // a retry: replayed, no second row
+	post("order-2", "item=")     // 500: rolled back
+	post("order-2", "item=pen")  // the retry runs
+	// Output:
+	// 201 /orders/1  rows: 1
+	// 201 /orders/1 true rows: 1
+	// 500   rows: 1
+	// 201 /orders/2  rows: 2
+}
