@@ -28,11 +28,14 @@ func TestTxMiddlewareInvalid(t *testing.T) {
 	var nilKeeper *idempotency.Keeper
 	var nilTS *nilTxStore
 	for name, f := range map[string]func() error{
-		"nil keeper":  func() error { _, err := nilKeeper.TxMiddleware(db, nilTxStore{}, nil); return err },
-		"nil db":      func() error { _, err := k.TxMiddleware(nil, nilTxStore{}, nil); return err },
-		"nil store":   func() error { _, err := k.TxMiddleware(db, nil, nil); return err },
-		"typed nil":   func() error { _, err := k.TxMiddleware(db, nilTS, nil); return err },
-		"bad options": func() error { _, err := k.TxMiddleware(db, nilTxStore{}, &idempotency.HTTPOptions{MaxBodyBytes: -1}); return err },
+		"nil keeper": func() error { _, err := nilKeeper.TxMiddleware(db, nilTxStore{}, nil); return err },
+		"nil db":     func() error { _, err := k.TxMiddleware(nil, nilTxStore{}, nil); return err },
+		"nil store":  func() error { _, err := k.TxMiddleware(db, nil, nil); return err },
+		"typed nil":  func() error { _, err := k.TxMiddleware(db, nilTS, nil); return err },
+		"bad options": func() error {
+			_, err := k.TxMiddleware(db, nilTxStore{}, &idempotency.HTTPOptions{MaxBodyBytes: -1})
+			return err
+		},
 	} {
 		if err := f(); !errors.Is(err, idempotency.ErrInvalid) {
 			t.Errorf("%s: %v, want ErrInvalid", name, err)

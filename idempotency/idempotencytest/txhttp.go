@@ -115,7 +115,9 @@ func newTxHTTP(t *testing.T, tg SQLTarget, ko *idempotency.Options, ho *idempote
 }
 
 // row is the business row a request adds: the route and the key.
-func (x *txHTTP) row(r *http.Request) string { return x.route + " " + r.Header.Get(idempotency.HeaderKey) }
+func (x *txHTTP) row(r *http.Request) string {
+	return x.route + " " + r.Header.Get(idempotency.HeaderKey)
+}
 
 func (x *txHTTP) do(key, body string) *httptest.ResponseRecorder {
 	r := httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader(body))
