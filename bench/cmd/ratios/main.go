@@ -49,7 +49,13 @@ var targets = []target{
 	{"ratelimit-mem", bench.MaxWorkers, "x-time-rate", 0.5},
 	{"etcd", 1, "mutex", 1.0},
 	{"etcd", bench.MaxWorkers, "mutex", 1.0},
+	{"serve-redis-lease", bench.MaxWorkers, "direct", 0.5},
+	{"serve-redis-rate", bench.MaxWorkers, "direct", 0.5},
 }
+
+// maxAddedP50 is the latency tenure serve may add to a store call at the
+// median (the serve suites: tenure's p50 minus direct's), in µs.
+const maxAddedP50 = 150
 
 // group is one comparison: every contender of a suite at one worker count.
 type group struct {
@@ -58,6 +64,8 @@ type group struct {
 	samples map[string][]float64 // contender -> cycles/s per round
 	client  map[string][]float64 // contender -> client CPU µs per cycle per round
 	server  map[string][]float64 // contender -> server CPU µs per cycle per round
+	p50     map[string][]float64 // contender -> median call latency µs per round (serve suites)
+	p99     map[string][]float64 // contender -> 99th percentile call latency µs per round
 }
 
 func main() {
@@ -102,7 +110,8 @@ func run(rounds int, benchtime string, suites []string) int {
 		fmt.Fprintf(os.Stderr, "  %s\n", servers[s])
 		for _, w := range bench.Workers {
 			groups = append(groups, &group{suite: s, workers: w,
-				samples: map[string][]float64{}, client: map[string][]float64{}, server: map[string][]float64{}})
+				samples: map[string][]float64{}, client: map[string][]float64{}, server: map[string][]float64{},
+				p50: map[string][]float64{}, p99: map[string][]float64{}})
 		}
 	}
 
@@ -133,6 +142,11 @@ func run(rounds int, benchtime string, suites []string) int {
 					g.server[c] = append(g.server[c], x)
 					cpu += fmt.Sprintf("  server %.1f µs", x)
 				}
+				if x, ok := res.Extra[bench.LatencyP50Metric]; ok {
+					g.p50[c] = append(g.p50[c], x)
+					g.p99[c] = append(g.p99[c], res.Extra[bench.LatencyP99Metric])
+					cpu += fmt.Sprintf("  p50 %.0f µs  p99 %.0f µs", x, res.Extra[bench.LatencyP99Metric])
+				}
 				fmt.Fprintf(os.Stderr, "round %d/%d  %-8s %2d workers  %-13s %9.0f cycles/s  (%d cycles)%s\n",
 					r+1, rounds, g.suite, g.workers, c, v, res.N, cpu)
 			}
@@ -156,6 +170,7 @@ func run(rounds int, benchtime string, suites []string) int {
 	fmt.Fprintln(out)
 	printClients(out, groups)
 	fmt.Fprintln(out)
+	printLatency(out, groups)
 	printTargets(out, groups)
 	return 0
 }
@@ -264,6 +279,33 @@ func printClients(out io.Writer, groups []*group) {
 	}
 }
 
+// printLatency prints the call latencies of the suites that measure them
+// (the serve suites) and what serve adds to direct's.
+func printLatency(out io.Writer, groups []*group) {
+	printed := false
+	for _, g := range groups {
+		if len(g.p50["tenure"]) == 0 {
+			continue
+		}
+		if !printed {
+			fmt.Fprintln(out, "latency of one call, µs (median over rounds of each round's percentile):")
+			printed = true
+		}
+		fmt.Fprintf(out, "  %-18s %-11s", g.suite, workersLabel(g.workers)+",")
+		for _, c := range bench.Contenders(g.suite) {
+			fmt.Fprintf(out, "  %s p50 %.0f p99 %.0f", c, median(g.p50[c]), median(g.p99[c]))
+		}
+		if len(g.p50["direct"]) > 0 {
+			fmt.Fprintf(out, "  added by serve: p50 %.0f p99 %.0f", median(g.p50["tenure"])-median(g.p50["direct"]),
+				median(g.p99["tenure"])-median(g.p99["direct"]))
+		}
+		fmt.Fprintln(out)
+	}
+	if printed {
+		fmt.Fprintln(out)
+	}
+}
+
 // printTargets checks the goals.
 func printTargets(out io.Writer, groups []*group) {
 	fmt.Fprintln(out, "targets:")
@@ -286,5 +328,17 @@ func printTargets(out io.Writer, groups []*group) {
 			fmt.Fprintf(out, "  %-8s %-10s %-13s %5.2fx %-9s (target >= %.1fx)  %s\n",
 				t.suite, workersLabel(t.workers)+",", c, r, t.peer, t.ratio, verdict)
 		}
+	}
+	for _, g := range groups {
+		if len(g.p50["tenure"]) == 0 || len(g.p50["direct"]) == 0 {
+			continue
+		}
+		added := median(g.p50["tenure"]) - median(g.p50["direct"])
+		verdict := "met"
+		if added > maxAddedP50 {
+			verdict = "MISSED"
+		}
+		fmt.Fprintf(out, "  %-8s %-10s p50 added by serve %6.0f µs (target <= %d µs)  %s\n",
+			g.suite, workersLabel(g.workers)+",", added, maxAddedP50, verdict)
 	}
 }
