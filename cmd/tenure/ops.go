@@ -350,10 +350,11 @@ func newIdempotencyCmd() *cobra.Command {
 	var f opsFlags
 	cmd := &cobra.Command{
 		Use:   "idempotency",
-		Short: "Inspect idempotency records",
-		Long:  "Inspect idempotency records on a store.\n\n" + storeHelp,
+		Short: "Inspect idempotency records and settle those whose outcome is unknown",
+		Long:  "Inspect, list and settle idempotency records on a store (list, resolve and release: memory, SQLite, PostgreSQL and Redis).\n\n" + storeHelp,
 	}
 	f.add(cmd)
+	addIdempotencyAdminCmds(cmd, &f)
 	cmd.AddCommand(&cobra.Command{
 		Use:   "show SCOPE KEY",
 		Short: "Show the record of KEY in SCOPE: claimed, completed or unknown; fence; what remains of its retention",
