@@ -33,6 +33,17 @@
 // caller gets an error wrapping [ErrClaimLost]; if nobody took over, a late
 // result is still accepted.
 //
+// An operator settles such a record without running fn: [Keeper.Resolve]
+// records the result found by reconciliation (replayed from then on), and
+// [Keeper.ForceRelease] drops the claim so that the next retry runs. Both
+// go through the store's [Admin] surface (memstore, sqlitestore, pgstore
+// and redisstore), which also lists records by state ([Admin.List]). An
+// operator holds no token, so each change is guarded by the fence the
+// operator inspected ([Settle]): it is refused with [ErrStale] if the
+// record moved on, and with an [*InProgressError] while the claim is live
+// unless forced. The tenure command's "idempotency list|resolve|release"
+// do the same from a shell.
+//
 // # Errors and retention
 //
 // If fn returns an error the claim is released and a retry runs fn again,
@@ -71,4 +82,11 @@
 // default, by a keyed digest of the request's credentials (Authorization
 // and Cookie), so clients never get each other's responses unless
 // HTTPOptions.Anonymous says so.
+//
+// [Keeper.TxMiddleware] is the same middleware in one database transaction
+// per request on a SQL store: the handler writes its rows in the
+// transaction it finds with [TxFromContext], the response is recorded in
+// the same transaction and sent only after the commit, and a response that
+// is not recorded (5xx, a status HTTPOptions.Record refuses, a panic) rolls
+// everything back.
 package idempotency
