@@ -85,6 +85,9 @@ func Run(t *testing.T, newTarget func(t *testing.T) Target) {
 		{"SettledSlotNoSkip", testSettledSlotNoSkip, true},
 		{"CatchUpDefaultOverlap", testCatchUpDefaultOverlap, true},
 		{"PanickingHandler", testPanickingHandler, false},
+		{"DefinitionContract", testDefinitionContract, false},
+		{"AttemptHistory", testAttemptHistory, false},
+		{"DisagreeingNodes", testDisagreeingNodes, false},
 	}
 	// The cases that move the store's clock apply only to targets whose
 	// clock the suite controls; Run leaves them out elsewhere (and logs it).
