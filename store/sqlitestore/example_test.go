@@ -88,7 +88,10 @@ func ExampleNew() {
 		panic(err)
 	}
 	defer sqlDB.Close()
-	db, err := sqlitestore.New(ctx, sqlDB, &sqlitestore.Options{TablePrefix: "locks_"})
+	// New does not change the caller's database unless asked to: here it
+	// applies the store's migrations (a service whose tables are managed
+	// by its own migration tool applies sqlitestore.Migrations instead).
+	db, err := sqlitestore.New(ctx, sqlDB, &sqlitestore.Options{TablePrefix: "locks_", Migrate: sqlitestore.MigrateApply})
 	if err != nil {
 		panic(err)
 	}

@@ -310,7 +310,7 @@ func TestCheckHolderTakesWriteLock(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	s, err := sqlitestore.New(ctx, db, nil)
+	s, err := sqlitestore.New(ctx, db, &sqlitestore.Options{Migrate: sqlitestore.MigrateApply})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -364,7 +364,7 @@ func TestLeaseOpsReadClockAfterLock(t *testing.T) {
 			ctx := t.Context()
 			path := tempPath(t)
 			clk := newFakeClock()
-			o := &sqlitestore.Options{Clock: clk.Now}
+			o := &sqlitestore.Options{Clock: clk.Now, Migrate: sqlitestore.MigrateApply}
 			var s *sqlitestore.Store
 			if deferred {
 				db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)")

@@ -11,10 +11,6 @@ import (
 	"github.com/tenurekit/tenure/idempotency"
 )
 
-func init() {
-	schemas = append(schemas, func(prefix string) []string { return idemSQL(prefix).schema })
-}
-
 // Record states in the <prefix>idempotency table.
 const (
 	idemRunning  = 1
@@ -27,7 +23,6 @@ const (
 const idemSavepoint = "tenure_idempotency"
 
 type idemQueries struct {
-	schema                                []string
 	get, upsert, reclaim, renew, complete string
 	completed, release, purge             string
 }
@@ -36,23 +31,6 @@ func idemSQL(prefix string) idemQueries {
 	r := strings.NewReplacer("$T", `"`+prefix+`idempotency"`, "$I", `"`+prefix+`idempotency_expires"`)
 	const cols = `fingerprint, token, fence, state, claim_us, expires_us, failed, message, value`
 	return idemQueries{
-		schema: []string{
-			r.Replace(`CREATE TABLE IF NOT EXISTS $T (
-				scope TEXT NOT NULL,
-				"key" TEXT NOT NULL,
-				fingerprint TEXT NOT NULL,
-				token TEXT,
-				fence INTEGER NOT NULL,
-				state INTEGER NOT NULL,
-				claim_us INTEGER,
-				expires_us INTEGER NOT NULL,
-				failed INTEGER NOT NULL DEFAULT 0,
-				message TEXT,
-				value BLOB,
-				PRIMARY KEY (scope, "key")
-			) WITHOUT ROWID`),
-			r.Replace(`CREATE INDEX IF NOT EXISTS $I ON $T (expires_us)`),
-		},
 		get: r.Replace(`SELECT ` + cols + ` FROM $T WHERE scope = ?1 AND "key" = ?2`),
 		// ?1 scope, ?2 key, ?3 fingerprint, ?4 token, ?5 fence, ?6 claim
 		// until, ?7 expires. A new claim replaces whatever was there (the

@@ -12,10 +12,6 @@ import (
 	"github.com/tenurekit/tenure/ratelimit"
 )
 
-func init() {
-	schemas = append(schemas, func(prefix string) []string { return rateSQL(prefix).schema })
-}
-
 // rateSweepEvery is how many rate limit writes pass between two sweeps of
 // expired rows; rateSweepBatch is the most rows one sweep deletes.
 const (
@@ -24,7 +20,6 @@ const (
 )
 
 type rateQueries struct {
-	schema               []string
 	get, put, del, sweep string
 	keys                 string
 }
@@ -32,14 +27,6 @@ type rateQueries struct {
 func rateSQL(prefix string) rateQueries {
 	r := strings.NewReplacer("$T", `"`+prefix+`ratelimit"`, "$I", `"`+prefix+`ratelimit_expires"`)
 	return rateQueries{
-		schema: []string{
-			r.Replace(`CREATE TABLE IF NOT EXISTS $T (
-				"key" TEXT PRIMARY KEY,
-				state BLOB NOT NULL,
-				expires_us INTEGER NOT NULL
-			) WITHOUT ROWID`),
-			r.Replace(`CREATE INDEX IF NOT EXISTS $I ON $T (expires_us)`),
-		},
 		// ?1 key.
 		get: r.Replace(`SELECT state, expires_us FROM $T WHERE "key" = ?1`),
 		// ?1 key, ?2 state, ?3 expires.

@@ -58,7 +58,7 @@ func TestRateLimitConformanceRealClock(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { db.Close() })
-		s, err := sqlitestore.New(t.Context(), db, nil)
+		s, err := sqlitestore.New(t.Context(), db, &sqlitestore.Options{Migrate: sqlitestore.MigrateApply})
 		if err != nil {
 			t.Fatal(err)
 		}

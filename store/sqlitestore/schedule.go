@@ -13,52 +13,6 @@ import (
 	"github.com/tenurekit/tenure/schedule"
 )
 
-func init() {
-	schemas = append(schemas, func(prefix string) []string {
-		r := strings.NewReplacer("$S", `"`+prefix+`schedule_slots"`, "$I", `"`+prefix+`schedule_slots_time"`,
-			"$G", `"`+prefix+`schedule_ledger"`, "$A", `"`+prefix+`schedule_attempts"`, "$J", `"`+prefix+`schedule_jobs"`)
-		return []string{
-			r.Replace(`CREATE TABLE IF NOT EXISTS $S (
-				job TEXT NOT NULL,
-				slot_id TEXT NOT NULL,
-				slot_us INTEGER NOT NULL,
-				state TEXT NOT NULL,
-				node TEXT NOT NULL,
-				attempts INTEGER NOT NULL,
-				fence INTEGER NOT NULL,
-				started_us INTEGER,
-				finished_us INTEGER,
-				error TEXT NOT NULL,
-				retry_us INTEGER,
-				PRIMARY KEY (job, slot_id)
-			)`),
-			r.Replace(`CREATE INDEX IF NOT EXISTS $I ON $S (job, slot_us)`),
-			r.Replace(`CREATE TABLE IF NOT EXISTS $G (
-				job TEXT NOT NULL,
-				slot_id TEXT NOT NULL,
-				fence INTEGER NOT NULL,
-				completed_us INTEGER NOT NULL,
-				PRIMARY KEY (job, slot_id)
-			)`),
-			// A slot's latest attempts (schedule.EncodeHistory's JSON).
-			r.Replace(`CREATE TABLE IF NOT EXISTS $A (
-				job TEXT NOT NULL,
-				slot_id TEXT NOT NULL,
-				history TEXT NOT NULL,
-				PRIMARY KEY (job, slot_id)
-			)`),
-			// Each job's registered definition.
-			r.Replace(`CREATE TABLE IF NOT EXISTS $J (
-				job TEXT PRIMARY KEY,
-				fingerprint TEXT NOT NULL,
-				spec TEXT NOT NULL,
-				node TEXT NOT NULL,
-				registered_us INTEGER NOT NULL
-			)`),
-		}
-	})
-}
-
 // schedQueries are the statements of the schedule view.
 type schedQueries struct {
 	get, upsert, inLedger, addLedger  string

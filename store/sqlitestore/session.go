@@ -11,16 +11,8 @@ import (
 	"github.com/tenurekit/tenure/session"
 )
 
-func init() {
-	schemas = append(schemas, func(prefix string) []string {
-		q := sessionSQL(prefix)
-		return q.schema
-	})
-}
-
 // sessionQueries are the session statements for one table prefix.
 type sessionQueries struct {
-	schema                                    []string
 	create, sweepUser, load, touch, save, get string
 	insertRotated, del, delUser, list, sweep  string
 }
@@ -32,18 +24,6 @@ func sessionSQL(prefix string) sessionQueries {
 	// ?2 is the store clock in µs wherever "live" is tested.
 	const live = `idle_us > ?2 AND absolute_us > ?2`
 	return sessionQueries{
-		schema: []string{
-			r.Replace(`CREATE TABLE IF NOT EXISTS $T (
-				id TEXT PRIMARY KEY,
-				user_id TEXT NOT NULL,
-				data BLOB NOT NULL,
-				version INTEGER NOT NULL,
-				created_us INTEGER NOT NULL,
-				idle_us INTEGER NOT NULL,
-				absolute_us INTEGER NOT NULL
-			) WITHOUT ROWID`),
-			r.Replace(`CREATE INDEX IF NOT EXISTS $I ON $T (user_id, created_us)`),
-		},
 		// ?1 id, ?2 now, ?3 user, ?4 data, ?5 idle µs, ?6 absolute µs.
 		create: r.Replace(`INSERT INTO $T (id, ` + cols + `)
 			VALUES (?1, ?3, ?4, 1, ?2, min(?2 + ?5, ?2 + ?6), ?2 + ?6)

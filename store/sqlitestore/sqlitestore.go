@@ -53,6 +53,12 @@ type Options struct {
 	// the same clock; SQLite files are shared only between processes on one
 	// machine, which share its clock.
 	Clock func() time.Time
+	// Migrate says what the constructor does about the version of the
+	// store's tables. Default (MigrateDefault): [Open] applies the pending
+	// migrations, [New] only checks that the tables are at SchemaVersion
+	// and fails otherwise (set MigrateApply to have New apply them, or
+	// apply [Migrations] with your own tool).
+	Migrate MigrateMode
 }
 
 // Store keeps tenure's state in tables of a SQLite database. It is safe for
@@ -74,8 +80,10 @@ type Store struct {
 
 // Open opens (creating if needed) the SQLite database file at path with
 // [DSN] (WAL, a busy timeout of 5s, synchronous=NORMAL, BEGIN IMMEDIATE
-// transactions) and creates the store's tables if they do not exist. Close
-// closes the database.
+// transactions) and, unless Options.Migrate says otherwise, applies the
+// pending migrations (see [Store.Migrate]): the file's tenure tables are
+// tenure's own. Tables at a version newer than this code knows are an error
+// naming both versions. Close closes the database.
 func Open(ctx context.Context, path string, o *Options) (*Store, error) {
 	if path == "" {
 		return nil, errors.New("sqlitestore: empty database path")
@@ -89,21 +97,24 @@ func Open(ctx context.Context, path string, o *Options) (*Store, error) {
 	}
 	// Keep a few connections: opening one runs the pragmas again.
 	db.SetMaxIdleConns(8)
-	s, err := newStore(ctx, db, o)
+	s, err := newStore(ctx, db, o, true)
 	if err != nil {
 		db.Close()
 		return nil, err
 	}
-	s.owned = true
-	s.lockFirst = false
 	return s, nil
 }
 
 // New returns a Store on the caller's database, which must be a
-// modernc.org/sqlite database (driver "sqlite"), and creates the store's
-// tables if they do not exist. Open the database with [DSN] (or at least a
-// busy timeout, WAL and _txlock=immediate, see [DSNParams]): without a busy
-// timeout concurrent writers fail with SQLITE_BUSY, and deferred
+// modernc.org/sqlite database (driver "sqlite"). By default it does not
+// change the database: it checks that the store's tables are at
+// SchemaVersion and fails otherwise, with an error wrapping
+// [ErrSchemaVersion] that names both versions. Set Options.Migrate to
+// MigrateApply to have it apply the pending migrations (as Open does), or
+// apply [Migrations] with your own migration tool. Open the database with
+// [DSN] (or at least a busy timeout, WAL and _txlock=immediate, see
+// [DSNParams]): without a busy timeout concurrent writers fail with
+// SQLITE_BUSY, and deferred
 // transactions of the caller's own can fail with SQLITE_BUSY halfway. The
 // store's own operations are correct on a deferred database too. Close does
 // not close db.
@@ -111,7 +122,7 @@ func New(ctx context.Context, db *sql.DB, o *Options) (*Store, error) {
 	if db == nil {
 		return nil, errors.New("sqlitestore: nil *sql.DB")
 	}
-	return newStore(ctx, db, o)
+	return newStore(ctx, db, o, false)
 }
 
 func resolve(o *Options) (prefix string, clock func() time.Time, err error) {
@@ -147,40 +158,20 @@ func validatePrefix(p string) error {
 	return nil
 }
 
-func newStore(ctx context.Context, db *sql.DB, o *Options) (*Store, error) {
+func newStore(ctx context.Context, db *sql.DB, o *Options, owned bool) (*Store, error) {
 	prefix, clock, err := resolve(o)
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{db: db, now: clock, lockFirst: true, q: buildQueries(prefix), writing: make(chan struct{}, 1)}
-	if err := s.createTables(ctx); err != nil {
+	s := &Store{db: db, owned: owned, now: clock, lockFirst: !owned, q: buildQueries(prefix), writing: make(chan struct{}, 1)}
+	var mode MigrateMode
+	if o != nil {
+		mode = o.Migrate
+	}
+	if err := s.openMigrate(ctx, mode, owned); err != nil {
 		return nil, err
 	}
 	return s, nil
-}
-
-// createTables creates the store's tables if they do not exist, in one
-// transaction. Creation is idempotent (CREATE TABLE IF NOT EXISTS); a later
-// change of the schema will add a version table.
-func (s *Store) createTables(ctx context.Context) error {
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("sqlitestore: create tables: %w", err)
-	}
-	defer tx.Rollback()
-	stmts := s.q.schema
-	for _, more := range schemas {
-		stmts = append(stmts, more(s.q.prefix)...)
-	}
-	for _, stmt := range stmts {
-		if _, err := tx.ExecContext(ctx, stmt); err != nil {
-			return fmt.Errorf("sqlitestore: create tables: %w", err)
-		}
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("sqlitestore: create tables: %w", err)
-	}
-	return nil
 }
 
 // DB returns the store's database, for the caller's own tables and
@@ -207,14 +198,8 @@ func unavailable(op, key string, err error) error {
 	return fmt.Errorf("%w: sqlitestore: %s %q: %w", lease.ErrUnavailable, op, key, err)
 }
 
-// schemas are the CREATE statements of the other primitives' tables; each
-// primitive's file registers its own in an init function. A function gets
-// the table prefix and returns idempotent statements (IF NOT EXISTS).
-var schemas []func(prefix string) []string
-
 type queries struct {
 	prefix string
-	schema []string
 	// lock is a write statement that changes nothing: run first in a
 	// transaction, it takes SQLite's write lock (or fails if the
 	// transaction's snapshot is already stale), like SELECT ... FOR UPDATE.
@@ -230,19 +215,7 @@ func buildQueries(prefix string) queries {
 	r := strings.NewReplacer("$L", l, "$F", f)
 	return queries{
 		prefix: prefix,
-		schema: []string{
-			r.Replace(`CREATE TABLE IF NOT EXISTS $L (
-				"key" TEXT PRIMARY KEY,
-				token TEXT,
-				fence INTEGER NOT NULL,
-				expires_us INTEGER
-			)`),
-			r.Replace(`CREATE TABLE IF NOT EXISTS $F (
-				resource TEXT PRIMARY KEY,
-				fence INTEGER NOT NULL
-			)`),
-		},
-		lock: r.Replace(`UPDATE $L SET fence = fence WHERE 0`),
+		lock:   r.Replace(`UPDATE $L SET fence = fence WHERE 0`),
 
 		// ?1 key, ?2 token, ?3 now (µs), ?4 ttl (µs). A free or expired
 		// key, or the holding token, gets the grant; a new tenure gets

@@ -132,7 +132,7 @@ func TestLeaseConformanceNewDeferred(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { db.Close() })
-			s, err := sqlitestore.New(t.Context(), db, &sqlitestore.Options{TablePrefix: "app_"})
+			s, err := sqlitestore.New(t.Context(), db, &sqlitestore.Options{TablePrefix: "app_", Migrate: sqlitestore.MigrateApply})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -518,8 +518,8 @@ func TestBadTablePrefix(t *testing.T) {
 			names = append(names, n)
 		}
 		rows.Close()
-		want := []string{"App_1_fences", "App_1_idempotency", "App_1_leases", "App_1_ratelimit",
-			"App_1_schedule_ledger", "App_1_schedule_slots", "App_1_sessions"}
+		want := []string{"App_1_fences", "App_1_idempotency", "App_1_leases", "App_1_migrations", "App_1_ratelimit",
+			"App_1_schedule_attempts", "App_1_schedule_jobs", "App_1_schedule_ledger", "App_1_schedule_slots", "App_1_sessions"}
 		if !slices.Equal(names, want) {
 			t.Fatalf("tables %v, want %v", names, want)
 		}
