@@ -20,6 +20,7 @@ import (
 	"github.com/tenurekit/tenure/internal/storeurl"
 	"github.com/tenurekit/tenure/lease"
 	"github.com/tenurekit/tenure/ratelimit"
+	"github.com/tenurekit/tenure/schedule"
 	"github.com/tenurekit/tenure/session"
 )
 
@@ -103,6 +104,14 @@ func ago(now, t time.Time) string {
 		return "-"
 	}
 	return t.UTC().Format(time.RFC3339) + " (" + now.Sub(t).Round(time.Second).String() + " ago)"
+}
+
+// later describes an end time relative to its start ("-" if none).
+func later(start, end time.Time) string {
+	if end.IsZero() {
+		return "-"
+	}
+	return end.Sub(start).Round(time.Millisecond).String() + " later"
 }
 
 func orDash(s string) string {
@@ -231,8 +240,15 @@ func newScheduleCmd() *cobra.Command {
 	f.add(cmd)
 	history := &cobra.Command{
 		Use:   "history JOB",
-		Short: "List JOB's slots since --since: state, node, attempts, fence, times, error",
-		Args:  cobra.ExactArgs(1),
+		Short: "List JOB's slots since --since: state, node, attempts, fence, times, error, and each attempt",
+		Long: `Lists JOB's slots since --since, oldest first: state, node, attempts,
+fence, start and end, and the last error. Under each slot, a line per
+attempt the slot's record keeps (the latest 16): its number, outcome
+(running, done, failed, or superseded: a newer attempt took the slot over),
+node, fence, start, end and error. The job's registered definition (the one
+that runs) comes first. --json prints the records, each with its
+"history".`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if since <= 0 {
 				return exitErr{code: 2, err: fmt.Errorf("--since must be positive, got %v", since)}
@@ -256,15 +272,23 @@ func newScheduleCmd() *cobra.Command {
 				if f.json {
 					return f.emit(cmd.OutOrStdout(), recs, nil)
 				}
+				def, err := st.Definition(ctx, args[0])
+				if err != nil && !errors.Is(err, schedule.ErrNotFound) {
+					return err
+				}
 				return f.emit(cmd.OutOrStdout(), recs, func(tw *tabwriter.Writer) {
+					if def.Fingerprint != "" {
+						fmt.Fprintf(tw, "definition %s: %s (registered by %s, %s)\n", def.Fingerprint, def.Spec, orDash(def.Node), ago(now, def.Registered))
+					}
 					fmt.Fprintf(tw, "SLOT\tSTATE\tNODE\tATTEMPTS\tFENCE\tSTARTED\tFINISHED\tERROR\n")
 					for _, r := range recs {
-						fin := "-"
-						if !r.Finished.IsZero() {
-							fin = r.Finished.Sub(r.Started).Round(time.Millisecond).String() + " later"
-						}
 						fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", r.SlotTime.UTC().Format(time.RFC3339), r.State,
-							orDash(r.Node), r.Attempts, r.Fence, ago(now, r.Started), fin, orDash(r.Error))
+							orDash(r.Node), r.Attempts, r.Fence, ago(now, r.Started), later(r.Started, r.Finished), orDash(r.Error))
+						first := r.Attempts - len(r.History) + 1
+						for i, a := range r.History {
+							fmt.Fprintf(tw, "  attempt %d\t%s\t%s\t\t%d\t%s\t%s\t%s\n", first+i, a.Outcome, orDash(a.Node), a.Fence,
+								ago(now, a.Started), later(a.Started, a.Finished), orDash(a.Error))
+						}
 					}
 					fmt.Fprintf(tw, "%d slots of %s in the last %v\n", len(recs), args[0], since)
 				})

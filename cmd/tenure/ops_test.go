@@ -180,10 +180,26 @@ func TestOpsCommands(t *testing.T) {
 				State, Node, Error string
 				Attempts           int
 				Fence              uint64
+				History            []struct {
+					Node, Outcome, Error, Started, Finished string
+					Fence                                   uint64
+				}
 			}
 			if code := runJSON(t, &hist, cmd("schedule", "history", "settle", "--since", "1h")...); code != 0 || len(hist) != 2 ||
 				hist[0].State != "done" || hist[1].State != "failed" || hist[1].Error != "ledger locked" || hist[0].Node != "node-a" || hist[0].Fence == 0 {
 				t.Fatalf("schedule history: exit %d %+v", code, hist)
+			}
+			for i, want := range []struct{ outcome, err string }{{"done", ""}, {"failed", "ledger locked"}} {
+				h := hist[i].History
+				if len(h) != 1 || h[0].Outcome != want.outcome || h[0].Error != want.err || h[0].Node != "node-a" ||
+					h[0].Fence != hist[i].Fence || h[0].Started == "" || h[0].Finished == "" {
+					t.Fatalf("schedule history --json: slot %d's attempts %+v, want one %s attempt", i, h, want.outcome)
+				}
+			}
+			out, err = run(cmd("schedule", "history", "settle", "--since", "1h")...)
+			if err != nil || !strings.Contains(out, "attempt 1") || !strings.Contains(out, "definition ") ||
+				strings.Count(out, "node-a") < 4 || !strings.Contains(out, "ledger locked") {
+				t.Fatalf("schedule history: %v\n%s", err, out)
 			}
 
 			// limit show: peeks without consuming.
