@@ -64,13 +64,28 @@
 //
 // Every slot the scheduler decides about has a [Record]: running, done,
 // failed, skipped or missed, with the node, the attempts, the claim's fence
-// and the times on the store's clock. Query them with [Scheduler.Slot] and
+// and the times on the store's clock, and its latest attempts
+// (Record.History, at most [MaxHistory]): node, fence, start, end,
+// [Outcome] and error of each. Query them with [Scheduler.Slot] and
 // [Scheduler.Slots].
+//
+// # Nodes that disagree about a job
+//
+// When nodes run different definitions of a job (a rolling deploy that
+// changes its schedule, zone or a policy), the most recently registered
+// definition wins. A Scheduler registers each job's [Job.Fingerprint] with
+// the store ([Store.Register]) before it starts or records any slot of it;
+// every Begin and Mark carries the fingerprint and the store refuses one
+// that is not the current definition ([ErrSuperseded]) in the same atomic
+// step that would record it. A refused node logs a warning and starts and
+// records no slot of the job until its definition is current again;
+// restart it with the current definition.
 //
 // # Errors
 //
 // [ErrInvalid] (nothing written), [ErrUnavailable], [ErrNotFound],
 // [ErrFinal] (*[FinalError]), [ErrNotDue] (*[NotDueError]), [ErrCompleted]
-// (a duplicate completion) and [ErrStale] (fence.ErrStale: a superseded
+// (a duplicate completion), [ErrSuperseded] (another job definition is the
+// registered one) and [ErrStale] (fence.ErrStale: a superseded
 // attempt); test them with errors.Is.
 package schedule
