@@ -56,8 +56,8 @@ type Options struct {
 	// Default 1m.
 	CheckTimeout time.Duration
 	// Keys is the number of counters per mode in lease-counter, each
-	// under a lease of its own that every worker contends for. Default 1,
-	// and 16 on etcd, whose minimum TTL of about 2s makes one counter
+	// under a lease of its own that every worker contends for. Default 2,
+	// and 32 on etcd, whose minimum TTL of about 2s makes one counter
 	// slow; 1 to 64.
 	Keys int
 	// Faults enables store-level faults on top of the worker pauses and
@@ -420,9 +420,9 @@ func runOne(ctx context.Context, o Options, wl *workload, t target, tmp string) 
 	}
 	keys := o.Keys
 	if keys == 0 {
-		keys = 1
+		keys = 2
 		if t.kind == storeurl.Etcd {
-			keys = 16
+			keys = 32
 		}
 	}
 	spec := workerSpec{Workload: wl.name, Store: t.url, Prefix: prefix, Ledger: ledger, TTL: ttl, Think: ttl / 5, Keys: keys}

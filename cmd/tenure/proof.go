@@ -166,7 +166,7 @@ With store faults:
 	f.StringSliceVar(&faults, "fault", []string{"pause", "kill"}, "faults to inject: pause, kill, proxy, restart (comma-separated)")
 	f.DurationVar(&delay, "proxy-delay", 50*time.Millisecond, "how long the proxy holds back each reply while it delays them")
 	f.StringVar(&start, "start-store", "", "start a store server for the run and use it (redis: redis-server from PATH, persistent, on a free loopback port)")
-	f.IntVar(&keys, "keys", 0, "counters per mode in lease-counter, each under its own lease (default 1, 16 on etcd)")
+	f.IntVar(&keys, "keys", 0, "counters per mode in lease-counter, each under its own lease (default 2, 32 on etcd)")
 	return cmd
 }
 
