@@ -183,12 +183,12 @@ func usText(t time.Time) string {
 }
 
 func usTime(s string) (time.Time, error) {
-	if s == "" || s == "0" {
+	if s == "" {
 		return time.Time{}, nil
 	}
 	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil {
-		return time.Time{}, err
+	if err != nil || n == 0 {
+		return time.Time{}, err // 0 (in any spelling) is no time
 	}
 	return time.UnixMicro(n), nil
 }

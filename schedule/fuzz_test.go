@@ -115,3 +115,30 @@ func FuzzEvery(f *testing.F) {
 		}
 	})
 }
+
+// FuzzHistory: a decoded history encodes and decodes to itself, and
+// nothing panics.
+func FuzzHistory(f *testing.F) {
+	f.Add(``)
+	f.Add(`{}`)
+	f.Add(`[{"n":"a","f":"1","s":"1800000000123456","e":"0","o":"running"}]`)
+	f.Add(`[{"n":"b","f":"9223372036854775807","s":"1","e":"2","o":"failed","err":"boom\u0000"}]`)
+	f.Add(`[{"f":"-1"}]`)
+	f.Fuzz(func(t *testing.T, s string) {
+		h, err := schedule.DecodeHistory(s)
+		if err != nil {
+			return
+		}
+		again, err := schedule.DecodeHistory(schedule.EncodeHistory(h))
+		if err != nil || len(again) != len(h) {
+			t.Fatalf("round trip of %+v: %+v, %v", h, again, err)
+		}
+		for i := range h {
+			a, b := h[i], again[i]
+			if a.Node != b.Node || a.Fence != b.Fence || !a.Started.Equal(b.Started) || !a.Finished.Equal(b.Finished) ||
+				a.Outcome != b.Outcome || a.Error != b.Error {
+				t.Fatalf("attempt %d: %+v became %+v", i, a, b)
+			}
+		}
+	})
+}
