@@ -15,6 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	_ "modernc.org/sqlite" // the SQLite driver
 
+	"github.com/tenurekit/tenure/store/pgstore"
 	"github.com/tenurekit/tenure/store/sqlitestore"
 )
 
@@ -75,9 +76,13 @@ func checkSQLite(ctx context.Context, path string, r *Report) error {
 		return fmt.Errorf("doctor: sqlite %s: %w", file, err)
 	}
 	if tables == 0 {
-		r.add("schema", Warn, "no tenure tables (prefix tenure_) in the file", "open the store once (sqlitestore.Open) or point --store at the file your service uses")
+		r.add("schema", Warn, "no tenure tables (prefix tenure_) in the file", "run `tenure migrate up --store sqlite:FILE`, open the store once (sqlitestore.Open), or point --store at the file your service uses")
 	} else {
-		r.add("schema", OK, fmt.Sprintf("%d tenure tables", tables), "")
+		var version sql.NullInt64
+		if err := db.QueryRowContext(ctx, `SELECT max(version) FROM tenure_migrations`).Scan(&version); err != nil {
+			version = sql.NullInt64{} // no version table: tables from before versions were recorded
+		}
+		r.add(schemaVersion(fmt.Sprintf("%d tenure tables", tables), int(version.Int64), sqlitestore.SchemaVersion, "sqlite:FILE"))
 	}
 	return nil
 }
@@ -259,7 +264,21 @@ func checkPostgres(ctx context.Context, url string, o Options, r *Report) error 
 	if tables == 0 {
 		r.add("schema", Warn, fmt.Sprintf("no tables in schema %q", o.Schema), "run the store's Migrate once (it is idempotent), or point --schema at the schema your service uses")
 	} else {
-		r.add("schema", OK, fmt.Sprintf("%d tables in schema %q", tables, o.Schema), "")
+		var version *int32
+		var has bool
+		if err := conn.QueryRow(ctx, `SELECT to_regclass(format('%I.tenure_migrations', $1::text)) IS NOT NULL`, o.Schema).Scan(&has); err != nil {
+			return fmt.Errorf("doctor: postgres %s: %w", r.Target, err)
+		}
+		if has {
+			if err := conn.QueryRow(ctx, `SELECT max(version) FROM `+pgx.Identifier{o.Schema}.Sanitize()+`.tenure_migrations`).Scan(&version); err != nil {
+				return fmt.Errorf("doctor: postgres %s: %w", r.Target, err)
+			}
+		}
+		v := 0
+		if version != nil {
+			v = int(*version)
+		}
+		r.add(schemaVersion(fmt.Sprintf("%d tables in schema %q", tables, o.Schema), v, pgstore.SchemaVersion, "postgres://…"))
 	}
 	sent := time.Now()
 	var now time.Time
@@ -309,4 +328,19 @@ func checkEtcd(ctx context.Context, endpoints []string, r *Report) error {
 		r.add("minimum lease TTL", OK, "1s", "")
 	}
 	return nil
+}
+
+// schemaVersion is the schema check's verdict: the recorded version against
+// the one this tenure needs.
+func schemaVersion(tables string, current, latest int, store string) (string, Status, string, string) {
+	switch {
+	case current == latest:
+		return "schema", OK, fmt.Sprintf("%s, version %d", tables, current), ""
+	case current > latest:
+		return "schema", Unsafe, fmt.Sprintf("%s at version %d, newer than version %d this tenure knows", tables, current, latest),
+			"upgrade tenure: services built with this version refuse the schema"
+	default:
+		return "schema", Warn, fmt.Sprintf("%s at version %d, this tenure needs version %d", tables, current, latest),
+			"run `tenure migrate up --store " + store + "` (or apply `tenure migrate sql` with your own tool); services refuse the schema until then"
+	}
 }

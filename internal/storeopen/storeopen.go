@@ -133,7 +133,13 @@ func Open(ctx context.Context, spec storeurl.Spec, o *Options) (*Stores, error) 
 				return nil, fmt.Errorf("data directory %s: %w", opt.DataDir, err)
 			}
 		}
-		db, err := sqlitestore.Open(ctx, path, nil)
+		// A service's own file is brought to the current version; the
+		// operator commands only check it (`tenure migrate up` applies).
+		mode := sqlitestore.MigrateCheck
+		if opt.CreateEmbedded {
+			mode = sqlitestore.MigrateApply
+		}
+		db, err := sqlitestore.Open(ctx, path, &sqlitestore.Options{Migrate: mode})
 		if err != nil {
 			return nil, err
 		}
@@ -159,6 +165,10 @@ func Open(ctx context.Context, spec storeurl.Spec, o *Options) (*Stores, error) 
 			return nil, fmt.Errorf("%w: postgres %s has no schema %q (migrate it first, or name the schema your service uses)", ErrNoData, spec.Redacted(), opt.Schema)
 		}
 		db := pgstore.New(pool, &pgstore.Options{Schema: opt.Schema})
+		if err := db.Check(ctx); err != nil {
+			pool.Close()
+			return nil, err
+		}
 		s.PG = db
 		s.PGPool = pool
 		s.closers = append(s.closers, pool.Close)

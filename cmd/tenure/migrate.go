@@ -1,0 +1,270 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
+
+	"github.com/tenurekit/tenure/internal/storeopen"
+	"github.com/tenurekit/tenure/internal/storeurl"
+	"github.com/tenurekit/tenure/store/pgstore"
+	"github.com/tenurekit/tenure/store/sqlitestore"
+)
+
+// migrator is a SQL store's migration surface.
+type migrator interface {
+	MigrationStatus(ctx context.Context) (pgstore.MigrationStatus, error)
+	Migrate(ctx context.Context) error
+}
+
+// migrateFlags are the flags of tenure migrate.
+type migrateFlags struct {
+	store, dataDir, schema, prefix string
+	json                           bool
+	timeout                        time.Duration
+}
+
+const migrateHelp = `tenure's SQL stores keep their tables at a numbered version recorded in the
+database (PostgreSQL: <schema>.tenure_migrations, SQLite:
+<prefix>migrations). A service refuses tables at another version than it
+knows, naming both; these commands report and apply the versions.
+
+  tenure migrate status   the recorded version and the pending migrations
+  tenure migrate up       apply the pending migrations, in order, once, under
+                          a lock (safe from several processes at once)
+  tenure migrate sql      print the migration files resolved for --schema or
+                          --prefix, for goose, golang-migrate, atlas or psql
+
+--store selects the store:
+  (none)                the embedded default: tenure.db in --data-dir
+  sqlite:PATH           a SQLite file (--prefix, default "tenure_")
+  postgres://…          PostgreSQL (--schema, default "tenure")
+Redis, etcd and memory keep no versioned schema: there is nothing to migrate.
+
+Exit status: 0 on success (status: also when migrations are pending), 2 on
+bad input, a store that cannot be reached, or a version this tenure does not
+know.`
+
+func newMigrate() *cobra.Command {
+	var f migrateFlags
+	cmd := &cobra.Command{
+		Use:   "migrate",
+		Short: "Report and apply the SQL stores' schema versions",
+		Long:  migrateHelp,
+	}
+	p := cmd.PersistentFlags()
+	p.StringVar(&f.store, "store", "", "store URL (default: the embedded SQLite file in --data-dir)")
+	p.StringVar(&f.dataDir, "data-dir", storeopen.DefaultDataDir(), "directory of the embedded default's tenure.db")
+	p.StringVar(&f.schema, "schema", pgstore.DefaultSchema, "PostgreSQL schema of tenure's tables")
+	p.StringVar(&f.prefix, "prefix", sqlitestore.DefaultTablePrefix, "SQLite table prefix")
+	p.BoolVar(&f.json, "json", false, "print JSON instead of a table")
+	p.DurationVar(&f.timeout, "timeout", 5*time.Minute, "give up after this long")
+
+	cmd.AddCommand(&cobra.Command{
+		Use:   "status",
+		Short: "Show the recorded schema version and the pending migrations",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return f.with(cmd, false, func(ctx context.Context, kind storeurl.Kind, m migrator) error {
+				st, err := m.MigrationStatus(ctx)
+				if err != nil {
+					return err
+				}
+				return emitStatus(cmd.OutOrStdout(), f.json, kind, st)
+			})
+		},
+	})
+	cmd.AddCommand(&cobra.Command{
+		Use:   "up",
+		Short: "Apply the pending migrations in order (idempotent; safe from several processes)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return f.with(cmd, true, func(ctx context.Context, kind storeurl.Kind, m migrator) error {
+				before, err := m.MigrationStatus(ctx)
+				if err != nil {
+					return err
+				}
+				if err := m.Migrate(ctx); err != nil {
+					return err
+				}
+				st, err := m.MigrationStatus(ctx)
+				if err != nil {
+					return err
+				}
+				if !f.json {
+					fmt.Fprintf(cmd.OutOrStdout(), "applied %d migrations (version %d to %d)\n",
+						st.Current-before.Current, before.Current, st.Current)
+				}
+				return emitStatus(cmd.OutOrStdout(), f.json, kind, st)
+			})
+		},
+	})
+	var out string
+	sqlCmd := &cobra.Command{
+		Use:   "sql",
+		Short: "Print the migration files resolved for --schema (PostgreSQL) or --prefix (SQLite)",
+		Long: `Prints every migration file, in order, with the schema name (PostgreSQL) or
+table prefix (SQLite) filled in, for teams that apply schema changes with
+their own tool or a role with DDL rights. Each file ends with the statement
+that records its version, so a service started afterwards accepts the
+schema. --out DIR writes the files (NNNN_name.up.sql) into DIR instead.
+The engine follows --store (postgres://… or sqlite:…; the default is the
+embedded SQLite store); nothing is read from the store.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			spec, err := storeurl.Parse(f.store)
+			if err != nil {
+				return exitErr{code: 2, err: err}
+			}
+			var fsys fs.FS
+			switch spec.Kind {
+			case storeurl.Postgres:
+				fsys, err = pgstore.Migrations(f.schema)
+			case storeurl.SQLite, storeurl.Embedded:
+				fsys, err = sqlitestore.Migrations(f.prefix)
+			default:
+				return exitErr{code: 2, err: fmt.Errorf("%s keeps no versioned schema: there are no migration files", spec.Kind)}
+			}
+			if err != nil {
+				return exitErr{code: 2, err: err}
+			}
+			return writeMigrations(cmd.OutOrStdout(), fsys, out)
+		},
+	}
+	sqlCmd.Flags().StringVar(&out, "out", "", "write the files into this directory instead of printing them")
+	cmd.AddCommand(sqlCmd)
+	return cmd
+}
+
+// writeMigrations prints the files of fsys in order, or writes them into
+// dir.
+func writeMigrations(w io.Writer, fsys fs.FS, dir string) error {
+	names, err := fs.Glob(fsys, "*.up.sql")
+	if err != nil {
+		return err
+	}
+	slices.Sort(names)
+	if dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return exitErr{code: 2, err: err}
+		}
+	}
+	for _, name := range names {
+		b, err := fs.ReadFile(fsys, name)
+		if err != nil {
+			return err
+		}
+		if dir != "" {
+			if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+				return exitErr{code: 2, err: err}
+			}
+			fmt.Fprintln(w, filepath.Join(dir, name))
+			continue
+		}
+		fmt.Fprintf(w, "-- file: %s\n%s\n", name, b)
+	}
+	return nil
+}
+
+type statusOut struct {
+	Store   string   `json:"store"`
+	Current int      `json:"current"`
+	Latest  int      `json:"latest"`
+	Applied []int    `json:"applied"`
+	Pending []string `json:"pending"`
+	Legacy  bool     `json:"unversioned_tables,omitempty"`
+}
+
+func emitStatus(w io.Writer, asJSON bool, kind storeurl.Kind, st pgstore.MigrationStatus) error {
+	o := statusOut{Store: string(kind), Current: st.Current, Latest: st.Latest, Applied: st.Applied, Pending: []string{}, Legacy: st.Legacy}
+	if o.Applied == nil {
+		o.Applied = []int{}
+	}
+	for _, m := range st.Pending {
+		o.Pending = append(o.Pending, m.File)
+	}
+	f := opsFlags{json: asJSON}
+	return f.emit(w, o, func(tw *tabwriter.Writer) {
+		fmt.Fprintf(tw, "VERSION\tLATEST\tPENDING\n")
+		fmt.Fprintf(tw, "%d\t%d\t%d\n", st.Current, st.Latest, len(st.Pending))
+		for _, m := range st.Pending {
+			fmt.Fprintf(tw, "pending:\t%s\n", m.File)
+		}
+		switch {
+		case st.Current > st.Latest:
+			fmt.Fprintf(tw, "the schema is newer (version %d) than this tenure knows (version %d): upgrade tenure\n", st.Current, st.Latest)
+		case st.Legacy:
+			fmt.Fprintf(tw, "tables created before versions were recorded: `tenure migrate up` adopts them as version 1 and applies the rest\n")
+		}
+	})
+}
+
+// with opens the SQL store --store names for migration, runs fn, and maps
+// errors to exit statuses. Only up (create) may create the embedded file.
+func (f *migrateFlags) with(cmd *cobra.Command, create bool, fn func(ctx context.Context, kind storeurl.Kind, m migrator) error) error {
+	spec, err := storeurl.Parse(f.store)
+	if err != nil {
+		return exitErr{code: 2, err: err}
+	}
+	if f.timeout <= 0 {
+		return exitErr{code: 2, err: fmt.Errorf("--timeout must be positive, got %v", f.timeout)}
+	}
+	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, f.timeout)
+	defer cancel()
+	var m migrator
+	switch spec.Kind {
+	case storeurl.Postgres:
+		pool, err := pgxpool.New(ctx, spec.URL)
+		if err != nil {
+			return exitErr{code: 2, err: fmt.Errorf("postgres %s: %w", spec.Redacted(), err)}
+		}
+		defer pool.Close()
+		m = pgstore.New(pool, &pgstore.Options{Schema: f.schema})
+	case storeurl.SQLite, storeurl.Embedded:
+		path := spec.Path
+		if spec.Kind == storeurl.Embedded {
+			path = storeopen.EmbeddedFile(f.dataDir)
+			if create {
+				if err := os.MkdirAll(f.dataDir, 0o700); err != nil {
+					return exitErr{code: 2, err: err}
+				}
+			}
+		}
+		if path == "" {
+			return exitErr{code: 2, err: errors.New("sqlite: a file path is needed (sqlite:PATH)")}
+		}
+		if _, err := os.Stat(path); err != nil && !create {
+			return exitErr{code: 1, err: fmt.Errorf("%w at %s: %v", storeopen.ErrNoData, path, err)}
+		}
+		db, err := sqlitestore.Open(ctx, path, &sqlitestore.Options{TablePrefix: f.prefix, Migrate: sqlitestore.MigrateSkip})
+		if err != nil {
+			return exitErr{code: 2, err: err}
+		}
+		defer db.Close()
+		m = db
+	default:
+		fmt.Fprintf(cmd.OutOrStdout(), "%s keeps no versioned schema: nothing to migrate\n", spec.Kind)
+		return nil
+	}
+	if err := fn(ctx, spec.Kind, m); err != nil {
+		var e exitErr
+		if errors.As(err, &e) {
+			return err
+		}
+		return exitErr{code: 2, err: err}
+	}
+	return nil
+}

@@ -1,0 +1,126 @@
+package main
+
+import (
+	"database/sql"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/tenurekit/tenure/internal/doctor"
+	"github.com/tenurekit/tenure/internal/testenv"
+	"github.com/tenurekit/tenure/store/pgstore"
+	"github.com/tenurekit/tenure/store/sqlitestore"
+)
+
+func TestMigrateCommandSQLite(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "app.db")
+	store := "sqlite:" + path
+	// status on a missing file: nothing there (exit 1), and no file made.
+	_, err := run("migrate", "status", "--store", store)
+	var e exitErr
+	if !errors.As(err, &e) || e.code != 1 {
+		t.Fatalf("status on a missing file: %v, want exit 1", err)
+	}
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("status created the file: %v", err)
+	}
+	var st statusOut
+	if code := runJSON(t, &st, "migrate", "up", "--store", store); code != 0 {
+		t.Fatalf("up: exit %d", code)
+	}
+	if st.Current != sqlitestore.SchemaVersion || len(st.Pending) != 0 {
+		t.Fatalf("after up: %+v", st)
+	}
+	out, err := run("migrate", "status", "--store", store)
+	if err != nil || !strings.Contains(out, "VERSION") {
+		t.Fatalf("status: %v\n%s", err, out)
+	}
+	db, err := sql.Open("sqlite", sqlitestore.DSN(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := sqlitestore.New(t.Context(), db, nil); err != nil {
+		t.Fatalf("New (which only checks) on the migrated file: %v", err)
+	}
+}
+
+func TestMigrateCommandPostgres(t *testing.T) {
+	srv := testenv.SharedPostgres(t)
+	dsn := srv.NewDatabase(t)
+	var st statusOut
+	if code := runJSON(t, &st, "migrate", "status", "--store", dsn, "--schema", "ops"); code != 0 {
+		t.Fatalf("status: exit %d", code)
+	}
+	if st.Current != 0 || len(st.Pending) != pgstore.SchemaVersion {
+		t.Fatalf("status of an empty database: %+v", st)
+	}
+	if code := runJSON(t, &st, "migrate", "up", "--store", dsn, "--schema", "ops"); code != 0 {
+		t.Fatalf("up: exit %d", code)
+	}
+	if st.Current != pgstore.SchemaVersion || len(st.Pending) != 0 || len(st.Applied) != pgstore.SchemaVersion {
+		t.Fatalf("after up: %+v", st)
+	}
+	pool := srv.Pool(t, dsn)
+	if _, err := pgstore.Open(t.Context(), pool, &pgstore.Options{Schema: "ops"}); err != nil {
+		t.Fatalf("Open after migrate up: %v", err)
+	}
+	// A newer version is an error naming both.
+	if _, err := pool.Exec(t.Context(), `INSERT INTO ops.tenure_migrations (version, name) VALUES (999, 'x')`); err != nil {
+		t.Fatal(err)
+	}
+	_, err := run("migrate", "up", "--store", dsn, "--schema", "ops")
+	if err == nil || !strings.Contains(err.Error(), "version 999") {
+		t.Fatalf("up on a newer schema: %v", err)
+	}
+}
+
+func TestMigrateSQLCommand(t *testing.T) {
+	out, err := run("migrate", "sql", "--store", "postgres://localhost/x", "--schema", "billing")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "-- file: 0001_initial.up.sql") || !strings.Contains(out, `CREATE TABLE IF NOT EXISTS "billing".leases`) ||
+		strings.Contains(out, pgstore.SchemaPlaceholder) {
+		t.Fatalf("migrate sql output:\n%.600s", out)
+	}
+	dir := t.TempDir()
+	if _, err := run("migrate", "sql", "--store", "sqlite:x.db", "--prefix", "app_", "--out", dir); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "0001_initial.up.sql"))
+	if err != nil || !strings.Contains(string(b), `"app_leases"`) {
+		t.Fatalf("written file: %v\n%.300s", err, b)
+	}
+	if _, err := run("migrate", "sql", "--store", "postgres://localhost/x", "--schema", "Bad-Name"); err == nil {
+		t.Fatal("a bad schema name was accepted")
+	}
+}
+
+// doctor's schema check names the recorded version and says when it is
+// behind or ahead of this tenure.
+func TestDoctorReportsSchemaVersion(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "app.db")
+	if _, err := run("migrate", "up", "--store", "sqlite:"+path); err != nil {
+		t.Fatal(err)
+	}
+	rep, _, _ := doctorJSON(t, "--store", "sqlite:"+path)
+	if f := finding(rep, "schema"); f.Status != doctor.OK || !strings.Contains(f.Detail, "version "+strconv.Itoa(sqlitestore.SchemaVersion)) {
+		t.Fatalf("schema finding on a current file: %+v", f)
+	}
+	db, err := sql.Open("sqlite", sqlitestore.DSN(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec(`INSERT INTO tenure_migrations (version, name, applied_us) VALUES (99, 'x', 0)`); err != nil {
+		t.Fatal(err)
+	}
+	rep, _, _ = doctorJSON(t, "--store", "sqlite:"+path)
+	if f := finding(rep, "schema"); f.Status != doctor.Unsafe || !strings.Contains(f.Detail, "version 99") {
+		t.Fatalf("schema finding on a newer file: %+v", f)
+	}
+}
