@@ -56,6 +56,13 @@ type Options struct {
 	// TraceKeys adds the lease key to spans (never to metrics). Default
 	// false: keys stay out of telemetry.
 	TraceKeys bool
+	// Holder describes this holder (node, purpose) to operators: stores
+	// that keep it (HolderAcquirer; every store tenure ships) store it
+	// with each grant and report it in Info.Holder and HeldError.Holder.
+	// At most MaxHolderLen bytes of printable UTF-8 (ValidateHolder); it
+	// must not contain secrets. Default DefaultHolder() (host name and
+	// process ID); "-" gives none.
+	Holder string
 }
 
 // Locker hands out fenced leases from a Store. It is safe for concurrent use.
@@ -99,6 +106,12 @@ func New(s Store, o *Options) (*Locker, error) {
 	if l.o.ReleaseTimeout == 0 {
 		l.o.ReleaseTimeout = 5 * time.Second
 	}
+	switch l.o.Holder {
+	case "":
+		l.o.Holder = DefaultHolder()
+	case "-":
+		l.o.Holder = ""
+	}
 	l.log = l.o.Logger
 	if l.log == nil {
 		l.log = slog.New(slog.DiscardHandler)
@@ -124,8 +137,12 @@ func (o *Options) validate() error {
 	case o.ReleaseTimeout < 0:
 		return fmt.Errorf("%w: negative ReleaseTimeout %v", ErrInvalid, o.ReleaseTimeout)
 	}
-	return nil
+	return ValidateHolder(o.Holder)
 }
+
+// Holder returns the holder description the Locker gives with its grants
+// ("" for none).
+func (lk *Locker) Holder() string { return lk.o.Holder }
 
 // Store returns the store the Locker was made with.
 func (lk *Locker) Store() Store { return lk.store }
@@ -162,7 +179,7 @@ func (lk *Locker) tryAcquire(ctx context.Context, key string, ttl time.Duration)
 	token := NewToken()
 	for attempt := 1; ; attempt++ {
 		sent := time.Now()
-		g, err := lk.st.Acquire(ctx, key, token, ttl)
+		g, err := AcquireAs(ctx, lk.st, key, token, ttl, lk.o.Holder)
 		if err == nil {
 			return lk.newLease(key, token, ttl, g, sent), nil
 		}

@@ -128,6 +128,15 @@ func (ts timedStore) Acquire(ctx context.Context, key, token string, ttl time.Du
 	return g, err
 }
 
+// AcquireHolder times AcquireHolder on a store that keeps holders, and a
+// plain Acquire on one that does not.
+func (ts timedStore) AcquireHolder(ctx context.Context, key, token string, ttl time.Duration, holder string) (Grant, error) {
+	cctx, call := ts.c.Start(ctx, opAcquire)
+	g, err := AcquireAs(cctx, ts.s, key, token, ttl, holder)
+	call.End(ctx, storeOutcome(err))
+	return g, err
+}
+
 func (ts timedStore) Renew(ctx context.Context, key, token string, ttl time.Duration) (Grant, error) {
 	cctx, call := ts.c.Start(ctx, opRenew)
 	g, err := ts.s.Renew(cctx, key, token, ttl)

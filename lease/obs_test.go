@@ -72,7 +72,8 @@ func TestTelemetryCountsAndLogsLostLease(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		<-l.Done() // never renewed: validity runs out
+		<-l.Done()      // never renewed: validity runs out
+		synctest.Wait() // the warning is logged after Done closes
 		if !errors.Is(l.Err(), lease.ErrLost) {
 			t.Fatalf("Err = %v, want ErrLost", l.Err())
 		}

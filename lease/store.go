@@ -5,9 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/tenurekit/tenure/internal/jsonx"
+	"os"
+	"strconv"
+	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
+
+	"github.com/tenurekit/tenure/internal/jsonx"
 )
 
 // Limits on what a Store accepts. Every Store validates its input with
@@ -22,6 +27,8 @@ const (
 	// MaxTTL is the longest lease a Store grants. Longer work keeps a shorter
 	// lease alive (see [Locker.Do]) so that a dead holder frees it quickly.
 	MaxTTL = 24 * time.Hour
+	// MaxHolderLen is the longest holder description in bytes.
+	MaxHolderLen = 128
 )
 
 var (
@@ -92,6 +99,10 @@ type Info struct {
 	Fence uint64
 	// TTL is the holder's remaining time (0 when not held).
 	TTL time.Duration
+	// Holder is the description the current holder gave when it acquired
+	// the key (see HolderAcquirer; "" when not held or not given). It is
+	// never the token.
+	Holder string
 }
 
 // HeldError is returned by Acquire when another holder has the key.
@@ -99,14 +110,82 @@ type HeldError struct {
 	Key string
 	// TTL is the holder's remaining time as the store sees it.
 	TTL time.Duration
+	// Holder is the holder's description, as Info.Holder ("" when the
+	// store keeps none or the holder gave none).
+	Holder string
 }
 
 func (e *HeldError) Error() string {
+	if e.Holder != "" {
+		return fmt.Sprintf("lease: %q held by another holder (%q) for %v", e.Key, e.Holder, e.TTL)
+	}
 	return fmt.Sprintf("lease: %q held by another holder for %v", e.Key, e.TTL)
 }
 
 // Is reports whether target is ErrHeld.
 func (e *HeldError) Is(target error) bool { return target == ErrHeld }
+
+// HolderAcquirer is implemented by stores that keep a short description of
+// the holder with each grant (every store tenure ships). Locker uses it
+// when the store has it, with Options.Holder; Inspect, List and HeldError
+// then report the description, so an operator can tell who holds a key.
+type HolderAcquirer interface {
+	// AcquireHolder is Acquire that also stores holder (validated with
+	// ValidateHolder; "" keeps none) with the grant. Re-acquiring with the
+	// holding token replaces the description. Renew keeps it; Release and
+	// expiry end it.
+	AcquireHolder(ctx context.Context, key, token string, ttl time.Duration, holder string) (Grant, error)
+}
+
+// AcquireAs acquires key on s with a holder description when s keeps one
+// (HolderAcquirer), and with a plain Acquire otherwise.
+func AcquireAs(ctx context.Context, s Store, key, token string, ttl time.Duration, holder string) (Grant, error) {
+	if h, ok := s.(HolderAcquirer); ok {
+		return h.AcquireHolder(ctx, key, token, ttl, holder)
+	}
+	return s.Acquire(ctx, key, token, ttl)
+}
+
+// ValidateHolder checks a holder description: at most MaxHolderLen bytes
+// of printable UTF-8 (letters, marks, numbers, punctuation, symbols and
+// the ASCII space; no control characters). "" is valid and means none.
+// Errors wrap ErrInvalid.
+func ValidateHolder(holder string) error {
+	if len(holder) > MaxHolderLen {
+		return fmt.Errorf("%w: holder is %d bytes, longer than %d", ErrInvalid, len(holder), MaxHolderLen)
+	}
+	if !utf8.ValidString(holder) {
+		return fmt.Errorf("%w: holder is not valid UTF-8", ErrInvalid)
+	}
+	for _, r := range holder {
+		if !unicode.IsPrint(r) {
+			return fmt.Errorf("%w: holder contains the unprintable character %U", ErrInvalid, r)
+		}
+	}
+	return nil
+}
+
+// DefaultHolder is the holder description a Locker gives when
+// Options.Holder is empty: the host name and the process ID
+// ("host-1234"), cut to MaxHolderLen bytes.
+func DefaultHolder() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown-host"
+	}
+	host = strings.Map(func(r rune) rune {
+		if !unicode.IsPrint(r) {
+			return -1
+		}
+		return r
+	}, host)
+	pid := "-" + strconv.Itoa(os.Getpid())
+	for len(host)+len(pid) > MaxHolderLen {
+		_, n := utf8.DecodeLastRuneInString(host)
+		host = host[:len(host)-n]
+	}
+	return host + pid
+}
 
 // Validate checks a key, token and TTL as every Store must before writing
 // (Acquire, Renew). Errors wrap ErrInvalid and never contain the token.
@@ -180,13 +259,16 @@ func (g Grant) MarshalJSON() ([]byte, error) {
 	}{g.Fence, jsonx.Duration(g.TTL)})
 }
 
-// MarshalJSON writes the state as {"key":…,"held":…,"fence":…,"ttl":"12.5s"},
-// the TTL as a duration string and left out when not held.
+// MarshalJSON writes the state as
+// {"key":…,"held":…,"fence":…,"ttl":"12.5s","holder":…}, the TTL as a
+// duration string and left out when not held, the holder left out when
+// empty.
 func (i Info) MarshalJSON() ([]byte, error) {
 	return json.Marshal(struct {
-		Key   string `json:"key"`
-		Held  bool   `json:"held"`
-		Fence uint64 `json:"fence"`
-		TTL   string `json:"ttl,omitempty"`
-	}{i.Key, i.Held, i.Fence, jsonx.Duration(i.TTL)})
+		Key    string `json:"key"`
+		Held   bool   `json:"held"`
+		Fence  uint64 `json:"fence"`
+		TTL    string `json:"ttl,omitempty"`
+		Holder string `json:"holder,omitempty"`
+	}{i.Key, i.Held, i.Fence, jsonx.Duration(i.TTL), i.Holder})
 }

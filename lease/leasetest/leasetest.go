@@ -87,6 +87,7 @@ func Run(t *testing.T, newTarget func(t *testing.T) Target) {
 		{"DroppedReplyReconciled", testDroppedReply},
 		{"CancelledAcquireLeavesNoLock", testCancelledAcquire},
 		{"FenceSurvivesRestart", testRestart},
+		{"HolderDescribed", testHolder},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -322,6 +323,74 @@ func testReacquire(t *testing.T, tg Target) {
 	// Another token is still refused.
 	if _, err := tg.Store.Acquire(ctxT(t), k, lease.NewToken(), time.Second); !errors.Is(err, lease.ErrHeld) {
 		t.Fatalf("other token: %v, want ErrHeld", err)
+	}
+}
+
+// testHolder: a store that keeps holder descriptions (lease.HolderAcquirer)
+// reports the current holder's in Inspect, List and HeldError, keeps it on
+// renewal, replaces it on re-acquisition, drops it on release, and refuses
+// a bad one before writing.
+func testHolder(t *testing.T, tg Target) {
+	ha, ok := tg.Store.(lease.HolderAcquirer)
+	if !ok {
+		t.Skip("the store keeps no holder descriptions (lease.HolderAcquirer)")
+	}
+	ctx := ctxT(t)
+	k := key(t, "k")
+	for _, bad := range []string{strings.Repeat("h", lease.MaxHolderLen+1), "line\nbreak", "nul\x00", "\xff"} {
+		if _, err := ha.AcquireHolder(ctx, k, lease.NewToken(), time.Second, bad); !errors.Is(err, lease.ErrInvalid) {
+			t.Fatalf("holder %q: %v, want ErrInvalid", bad, err)
+		}
+	}
+	if info := inspect(t, tg.Direct, k); info.Held || info.Fence != 0 {
+		t.Fatalf("a refused holder wrote: %+v", info)
+	}
+	tok := lease.NewToken()
+	const who = "node-7 · nightly report ✓"
+	g, err := ha.AcquireHolder(ctx, k, tok, 10*tg.Unit, who)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info := inspect(t, tg.Direct, k); !info.Held || info.Holder != who {
+		t.Fatalf("Inspect = %+v, want held by %q", info, who)
+	}
+	var held *lease.HeldError
+	if _, err := ha.AcquireHolder(ctx, k, lease.NewToken(), tg.Unit, "other"); !errors.As(err, &held) || held.Holder != who {
+		t.Fatalf("other token: %v, want a HeldError naming %q", err, who)
+	}
+	if _, err := tg.Store.Renew(ctx, k, tok, 10*tg.Unit); err != nil {
+		t.Fatal(err)
+	}
+	if info := inspect(t, tg.Direct, k); info.Holder != who {
+		t.Fatalf("after Renew: %+v, want holder kept", info)
+	}
+	if g2, err := ha.AcquireHolder(ctx, k, tok, 10*tg.Unit, "node-8"); err != nil || g2.Fence != g.Fence {
+		t.Fatalf("re-acquire: %+v, %v", g2, err)
+	}
+	if info := inspect(t, tg.Direct, k); info.Holder != "node-8" {
+		t.Fatalf("after re-acquire: %+v, want holder node-8", info)
+	}
+	if l, ok := tg.Direct.(lease.Lister); ok {
+		infos, err := l.List(ctx, k, "", 10)
+		if err != nil || len(infos) != 1 || infos[0].Holder != "node-8" || !infos[0].Held {
+			t.Fatalf("List = %+v, %v; want one held key with holder node-8", infos, err)
+		}
+	}
+	if err := tg.Store.Release(ctx, k, tok); err != nil {
+		t.Fatal(err)
+	}
+	if info := inspect(t, tg.Direct, k); info.Held || info.Holder != "" || info.Fence != g.Fence {
+		t.Fatalf("after Release: %+v, want free, no holder, fence %d", info, g.Fence)
+	}
+	// A Locker passes its Options.Holder.
+	lk := NewLocker(t, tg.Store, &lease.Options{Holder: "locker-a"})
+	l, err := lk.TryAcquire(ctx, k, 10*tg.Unit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	if info := inspect(t, tg.Direct, k); info.Holder != "locker-a" {
+		t.Fatalf("Locker's grant: %+v, want holder locker-a", info)
 	}
 }
 

@@ -43,14 +43,22 @@ type Store struct {
 
 	mu     sync.Mutex
 	leases map[string]*leaseRec
+	// leasesPeak is the most records leases held since it was last
+	// rebuilt: a Go map keeps its memory after deletes, so Sweep rebuilds
+	// it once it holds a quarter of that.
+	leasesPeak int
 	fenced map[string]fencedRec
 }
 
 type leaseRec struct {
 	token   string
+	holder  string
 	fence   uint64
-	expires time.Time
+	expires time.Time // the lease's end: its expiry, or the time it was released
 }
+
+// held reports whether r is in force at now.
+func (r *leaseRec) held(now time.Time) bool { return r.token != "" && r.expires.After(now) }
 
 type fencedRec struct {
 	fence uint64
@@ -75,7 +83,16 @@ func (s *Store) Leases() lease.Store { return leases{s} }
 type leases struct{ s *Store }
 
 func (v leases) Acquire(ctx context.Context, key, token string, ttl time.Duration) (lease.Grant, error) {
+	return v.AcquireHolder(ctx, key, token, ttl, "")
+}
+
+// AcquireHolder is Acquire that keeps holder with the grant
+// (lease.HolderAcquirer).
+func (v leases) AcquireHolder(ctx context.Context, key, token string, ttl time.Duration, holder string) (lease.Grant, error) {
 	if err := lease.Validate(key, token, ttl); err != nil {
+		return lease.Grant{}, err
+	}
+	if err := lease.ValidateHolder(holder); err != nil {
 		return lease.Grant{}, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -90,13 +107,15 @@ func (v leases) Acquire(ctx context.Context, key, token string, ttl time.Duratio
 	case r == nil:
 		r = &leaseRec{}
 		s.leases[key] = r
-	case r.expires.After(now) && r.token != token:
-		return lease.Grant{}, &lease.HeldError{Key: key, TTL: r.expires.Sub(now)}
+		s.leasesPeak = max(s.leasesPeak, len(s.leases))
+	case r.held(now) && r.token != token:
+		return lease.Grant{}, &lease.HeldError{Key: key, TTL: r.expires.Sub(now), Holder: r.holder}
 	}
-	if r.token != token || !r.expires.After(now) {
+	if r.token != token || !r.held(now) {
 		r.token = token
 		r.fence = lease.NextFence(r.fence, now)
 	}
+	r.holder = holder
 	r.expires = now.Add(ttl)
 	return lease.Grant{Fence: r.fence, TTL: ttl}, nil
 }
@@ -113,7 +132,7 @@ func (v leases) Renew(ctx context.Context, key, token string, ttl time.Duration)
 	defer s.mu.Unlock()
 	now := s.now()
 	r := s.leases[key]
-	if r == nil || r.token != token || !r.expires.After(now) {
+	if r == nil || r.token != token || !r.held(now) {
 		return lease.Grant{}, lease.ErrNotHeld
 	}
 	r.expires = now.Add(ttl)
@@ -134,12 +153,14 @@ func (v leases) Release(ctx context.Context, key, token string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r := s.leases[key]
-	if r == nil || r.token != token || !r.expires.After(s.now()) {
+	now := s.now()
+	if r == nil || r.token != token || !r.held(now) {
 		return lease.ErrNotHeld
 	}
-	// Keep the record (without holder) so the next fence follows this one.
-	r.token = ""
-	r.expires = time.Time{}
+	// Keep the record (without holder) so the next fence follows this one,
+	// with the time the lease ended, from which its retention counts.
+	r.token, r.holder = "", ""
+	r.expires = now
 	return nil
 }
 
@@ -156,9 +177,10 @@ func (v leases) Inspect(ctx context.Context, key string) (lease.Info, error) {
 	info := lease.Info{Key: key}
 	if r := s.leases[key]; r != nil {
 		info.Fence = r.fence
-		if now := s.now(); r.expires.After(now) {
+		if now := s.now(); r.held(now) {
 			info.Held = true
 			info.TTL = r.expires.Sub(now)
+			info.Holder = r.holder
 		}
 	}
 	return info, nil
@@ -226,7 +248,7 @@ func (s *Store) HolderSet(ctx context.Context, l *lease.Lease, resource string, 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r := s.leases[l.Key()]
-	if r == nil || r.token != l.Token() || r.fence != l.Fence() || !r.expires.After(s.now()) {
+	if r == nil || r.token != l.Token() || r.fence != l.Fence() || !r.held(s.now()) {
 		obs.GuardRefused(ctx, "memstore", obs.GuardCheckHolder)
 		return lease.ErrNotHeld
 	}
@@ -264,8 +286,8 @@ func (v leases) List(ctx context.Context, prefix, after string, limit int) ([]le
 	for _, k := range keys {
 		r := s.leases[k]
 		info := lease.Info{Key: k, Fence: r.fence}
-		if r.expires.After(now) {
-			info.Held, info.TTL = true, r.expires.Sub(now)
+		if r.held(now) {
+			info.Held, info.TTL, info.Holder = true, r.expires.Sub(now), r.holder
 		}
 		out = append(out, info)
 	}

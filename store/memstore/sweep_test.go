@@ -1,0 +1,130 @@
+package memstore_test
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tenurekit/tenure/lease"
+	"github.com/tenurekit/tenure/retention"
+	"github.com/tenurekit/tenure/store/memstore"
+)
+
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// Lease records free for longer than the fence retention are swept; held
+// ones and recently freed ones stay, and a swept key's next fence is still
+// above its last.
+func TestSweepLeases(t *testing.T) {
+	ctx := t.Context()
+	clk := &clock{t: time.Now()}
+	s := memstore.New(&memstore.Options{Clock: clk.Now})
+	ls := s.Leases()
+	fences := map[string]uint64{}
+	for i := range 300 {
+		k := fmt.Sprintf("order/%d", i)
+		tok := lease.NewToken()
+		g, err := ls.Acquire(ctx, k, tok, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fences[k] = g.Fence
+		if i%2 == 0 {
+			if err := ls.Release(ctx, k, tok); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	clk.Add(time.Hour) // every lease ended an hour ago
+	if r, err := s.Sweep(ctx, retention.Options{}); err != nil || r.Total() != 0 {
+		t.Fatalf("Sweep within the retention: %+v, %v; want nothing deleted", r, err)
+	}
+	clk.Add(retention.DefaultFenceRetention)
+	held := lease.NewToken()
+	if _, err := ls.Acquire(ctx, "order/7", held, 24*time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	// A small limit: bounded work, and More until done.
+	r, err := s.Sweep(ctx, retention.Options{Limit: 10})
+	if err != nil || r.Deleted[retention.Leases] != 10 || !r.More {
+		t.Fatalf("Sweep(Limit 10) = %+v, %v; want 10 deleted and more", r, err)
+	}
+	total := 10
+	for r.More {
+		if r, err = s.Sweep(ctx, retention.Options{Limit: 50}); err != nil {
+			t.Fatal(err)
+		}
+		total += r.Total()
+	}
+	if total != 299 {
+		t.Fatalf("swept %d records, want 299 (all but the held one)", total)
+	}
+	info, err := ls.Inspect(ctx, "order/7")
+	if err != nil || !info.Held {
+		t.Fatalf("held key after Sweep: %+v, %v", info, err)
+	}
+	list, err := s.Leases().(lease.Lister).List(ctx, "order/", "", 1000)
+	if err != nil || len(list) != 1 {
+		t.Fatalf("List after Sweep: %d keys, %v; want 1", len(list), err)
+	}
+	g, err := ls.Acquire(ctx, "order/8", lease.NewToken(), time.Minute)
+	if err != nil || g.Fence <= fences["order/8"] {
+		t.Fatalf("fence after the record was swept: %d, %v; want above %d", g.Fence, err, fences["order/8"])
+	}
+	// A record whose fence is above the clock is kept, whatever its age.
+	if _, err := s.Sweep(ctx, retention.Options{Limit: -1}); err == nil {
+		t.Fatal("negative Limit accepted")
+	}
+}
+
+// The memory of swept records is given back: 300k distinct keys that
+// ended long ago leave little behind after a sweep.
+func TestSweepReleasesMemory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("allocates 300k records")
+	}
+	ctx := t.Context()
+	clk := &clock{t: time.Now()}
+	s := memstore.New(&memstore.Options{Clock: clk.Now})
+	ls := s.Leases()
+	tok := lease.NewToken()
+	for i := range 300_000 {
+		if _, err := ls.Acquire(ctx, fmt.Sprintf("key/%07d", i), tok, time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+	}
+	heap := func() uint64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	full := heap()
+	clk.Add(retention.DefaultFenceRetention + time.Hour)
+	for {
+		r, err := s.Sweep(ctx, retention.Options{Limit: retention.MaxLimit})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !r.More {
+			break
+		}
+	}
+	after := heap()
+	runtime.KeepAlive(s)
+	if after > full/4 {
+		t.Fatalf("heap %d bytes after the sweep, %d before: the records' memory was kept", after, full)
+	}
+}
