@@ -47,7 +47,7 @@ type Store struct {
 	// rebuilt: a Go map keeps its memory after deletes, so Sweep rebuilds
 	// it once it holds a quarter of that.
 	leasesPeak int
-	fenced map[string]fencedRec
+	fenced     map[string]fencedRec
 }
 
 type leaseRec struct {
