@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tenurekit/tenure/fence"
+	"github.com/tenurekit/tenure/internal/obs"
 	"github.com/tenurekit/tenure/lease"
 )
 
@@ -100,6 +101,7 @@ func (s *Store) admit(ctx context.Context, tx querier, resource string, f uint64
 	if tx.queryRow(ctx, s.q.admitted, []any{resource}, &cur) == nil && cur > 0 {
 		stale.Current = uint64(cur)
 	}
+	obs.GuardRefused(ctx, "pgstore", obs.GuardAdmit)
 	return stale
 }
 
@@ -156,6 +158,7 @@ func (s *Store) checkHolder(ctx context.Context, tx querier, l *lease.Lease) err
 	case err == nil:
 		return nil
 	case errors.Is(err, sql.ErrNoRows):
+		obs.GuardRefused(ctx, "pgstore", obs.GuardCheckHolder)
 		return fmt.Errorf("pgstore: check holder of %q with fence %d: %w (%w)", l.Key(), l.Fence(), lease.ErrNotHeld, fence.ErrStale)
 	}
 	return s.wrap(ctx, fmt.Sprintf("check holder of %q", l.Key()), err)

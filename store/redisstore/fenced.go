@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/rueidis"
 	"github.com/tenurekit/tenure/fence"
+	"github.com/tenurekit/tenure/internal/obs"
 	"github.com/tenurekit/tenure/lease"
 	"github.com/tenurekit/tenure/store/redisstore/internal/rclient"
 )
@@ -54,6 +55,7 @@ func (s *Store) fencedSet(ctx context.Context, resource string, f uint64, value 
 	if ok == 1 {
 		return nil
 	}
+	obs.GuardRefused(ctx, "redisstore", obs.GuardFencedSet)
 	return &fence.StaleError{Resource: resource, Fence: f, Current: parseFence(&arr[1])}
 }
 
@@ -144,8 +146,10 @@ func (s *Store) HolderSet(ctx context.Context, l *lease.Lease, resource string, 
 	case ok == 1:
 		return nil
 	case ok == -1:
+		obs.GuardRefused(ctx, "redisstore", obs.GuardCheckHolder)
 		return lease.ErrNotHeld
 	case len(arr) == 2:
+		obs.GuardRefused(ctx, "redisstore", obs.GuardFencedSet)
 		return &fence.StaleError{Resource: resource, Fence: l.Fence(), Current: parseFence(&arr[1])}
 	}
 	return malformed("holder set")
