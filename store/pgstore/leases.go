@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -56,14 +57,23 @@ func grantTTL(ttl time.Duration) time.Duration {
 }
 
 func (v leases) Acquire(ctx context.Context, key, token string, ttl time.Duration) (lease.Grant, error) {
+	return v.AcquireHolder(ctx, key, token, ttl, "")
+}
+
+// AcquireHolder is Acquire that keeps holder with the grant
+// (lease.HolderAcquirer), in the leases.holder column.
+func (v leases) AcquireHolder(ctx context.Context, key, token string, ttl time.Duration, holder string) (lease.Grant, error) {
 	s := v.s
 	if err := s.validate(key, token, ttl); err != nil {
+		return lease.Grant{}, err
+	}
+	if err := pgHolder(holder); err != nil {
 		return lease.Grant{}, err
 	}
 	ttl = grantTTL(ttl)
 	for attempt := 1; ; attempt++ {
 		var f int64
-		err := s.db.queryRow(ctx, s.q.acquire, []any{key, token, ttl}, &f)
+		err := s.db.queryRow(ctx, s.q.acquire, []any{key, token, ttl, holder}, &f)
 		if err == nil {
 			return lease.Grant{Fence: uint64(f), TTL: ttl}, nil
 		}
@@ -74,12 +84,13 @@ func (v leases) Acquire(ctx context.Context, key, token string, ttl time.Duratio
 		// statement; if the holder released or expired in between, try
 		// again.
 		var last, rem int64
-		err = s.db.queryRow(ctx, s.q.inspect, []any{key}, &last, &rem)
+		var who string
+		err = s.db.queryRow(ctx, s.q.inspect, []any{key}, &last, &rem, &who)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return lease.Grant{}, s.wrap(ctx, fmt.Sprintf("acquire %q: read holder", key), err)
 		}
 		if rem > 0 {
-			return lease.Grant{}, &lease.HeldError{Key: key, TTL: time.Duration(rem) * time.Microsecond}
+			return lease.Grant{}, &lease.HeldError{Key: key, TTL: time.Duration(rem) * time.Microsecond, Holder: who}
 		}
 		if attempt >= heldAttempts {
 			// Held at every acquire, free at every read: a busy key
@@ -136,7 +147,8 @@ func (v leases) Inspect(ctx context.Context, key string) (lease.Info, error) {
 		return lease.Info{}, s.err
 	}
 	var f, rem int64
-	err := s.db.queryRow(ctx, s.q.inspect, []any{key}, &f, &rem)
+	var who string
+	err := s.db.queryRow(ctx, s.q.inspect, []any{key}, &f, &rem, &who)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return lease.Info{Key: key}, nil
@@ -147,6 +159,51 @@ func (v leases) Inspect(ctx context.Context, key string) (lease.Info, error) {
 	if rem > 0 {
 		info.Held = true
 		info.TTL = time.Duration(rem) * time.Microsecond
+		info.Holder = who
 	}
 	return info, nil
+}
+
+// pgHolder checks a holder description (lease.ValidateHolder; printable
+// UTF-8 has no NUL, which PostgreSQL text could not hold).
+func pgHolder(holder string) error { return lease.ValidateHolder(holder) }
+
+// List returns the keys the store remembers that start with prefix and
+// sort after after (byte order), in key order, at most limit of them, with
+// the current holder's description (lease.Lister). It reads one page of
+// the leases table on the server's clock.
+func (v leases) List(ctx context.Context, prefix, after string, limit int) ([]lease.Info, error) {
+	if err := lease.ValidateList(prefix, after, limit); err != nil {
+		return nil, err
+	}
+	s := v.s
+	if s.err != nil {
+		return nil, s.err
+	}
+	for _, p := range []string{prefix, after} {
+		if !utf8.ValidString(p) || strings.IndexByte(p, 0) >= 0 {
+			return nil, fmt.Errorf("%w: list prefix or start is not valid UTF-8 without NUL", lease.ErrInvalid)
+		}
+	}
+	var out []lease.Info
+	err := s.db.query(ctx, s.q.list, []any{prefix, after, limit}, func(scan func(dest ...any) error) error {
+		var (
+			k      string
+			f, rem int64
+			who    string
+		)
+		if err := scan(&k, &f, &rem, &who); err != nil {
+			return err
+		}
+		info := lease.Info{Key: k, Fence: uint64(f)}
+		if rem > 0 {
+			info.Held, info.TTL, info.Holder = true, time.Duration(rem)*time.Microsecond, who
+		}
+		out = append(out, info)
+		return nil
+	})
+	if err != nil {
+		return nil, s.wrap(ctx, fmt.Sprintf("list %q", prefix), err)
+	}
+	return out, nil
 }

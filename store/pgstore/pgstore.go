@@ -9,6 +9,8 @@ import (
 	"io"
 	"net"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -44,6 +46,11 @@ type Store struct {
 	schema string
 	err    error // a bad Options.Schema, reported by every call
 	q      queries
+
+	sweepMu    sync.Mutex
+	sweepAfter string        // the lease key the next Sweep scans after
+	sweepWhole bool          // the current round of the lease scan began at the first key
+	sweepRet   time.Duration // the FenceRetention of the current round
 }
 
 // queries are the statements of a Store, built once for its schema. pgx
@@ -52,7 +59,7 @@ type Store struct {
 type queries struct {
 	acquire, renew, release, inspect    string
 	admitStrict, admitAtLeast, admitted string
-	checkHolder                         string
+	checkHolder, list                   string
 }
 
 // New returns a Store on pool using the schema in o (nil: defaults). It
@@ -139,23 +146,27 @@ func buildQueries(schema string) queries {
 		// token within its validity keeps its fence and is renewed to ttl,
 		// every other takeover starts a new tenure whose fence is above
 		// both the last fence and the floor (lease.NextFence).
-		acquire: clock + `INSERT INTO ` + leases + ` AS l (key, token, fence, expires_at)
-SELECT $1, $2, greatest((extract(epoch FROM c.now) * 1000000)::bigint, 1), c.now + $3::bigint * interval '1 microsecond' FROM c
+		acquire: clock + `INSERT INTO ` + leases + ` AS l (key, token, fence, expires_at, holder)
+SELECT $1, $2, greatest((extract(epoch FROM c.now) * 1000000)::bigint, 1), c.now + $3::bigint * interval '1 microsecond', nullif($4::text, '') FROM c
 ON CONFLICT (key) DO UPDATE SET
 	fence = CASE WHEN l.token = excluded.token AND l.expires_at > (SELECT now FROM c) THEN l.fence
 		ELSE greatest(l.fence + 1, excluded.fence) END,
 	token = excluded.token,
-	expires_at = excluded.expires_at
+	expires_at = excluded.expires_at,
+	holder = excluded.holder
 WHERE l.token IS NULL OR l.expires_at <= (SELECT now FROM c) OR l.token = excluded.token
 RETURNING l.fence`,
 		renew: clock + `UPDATE ` + leases + ` AS l SET expires_at = c.now + $3::bigint * interval '1 microsecond' FROM c
 WHERE l.key = $1 AND l.token = $2 AND l.expires_at > c.now
 RETURNING l.fence`,
 		// Release keeps the row and its fence, so the next tenure's fence
-		// follows this one and Inspect reports the last fence.
-		release: clock + `UPDATE ` + leases + ` AS l SET token = NULL, expires_at = NULL FROM c
+		// follows this one and Inspect reports the last fence, and the
+		// time the lease ended in expires_at, from which the row's
+		// retention counts (Sweep).
+		release: clock + `UPDATE ` + leases + ` AS l SET token = NULL, holder = NULL, expires_at = c.now FROM c
 WHERE l.key = $1 AND l.token = $2 AND l.expires_at > c.now`,
-		inspect: clock + `SELECT l.fence, ` + remaining + ` FROM ` + leases + ` AS l, c WHERE l.key = $1`,
+		inspect: clock + `SELECT l.fence, ` + remaining + `, CASE WHEN l.token IS NOT NULL AND l.expires_at > c.now THEN coalesce(l.holder, '') ELSE '' END
+FROM ` + leases + ` AS l, c WHERE l.key = $1`,
 
 		admitStrict: `INSERT INTO ` + fences + ` AS f (resource, fence) VALUES ($1, $2)
 ON CONFLICT (resource) DO UPDATE SET fence = excluded.fence WHERE f.fence < excluded.fence
@@ -164,6 +175,12 @@ RETURNING f.fence`,
 ON CONFLICT (resource) DO UPDATE SET fence = excluded.fence WHERE f.fence <= excluded.fence
 RETURNING f.fence`,
 		admitted: `SELECT fence FROM ` + fences + ` WHERE resource = $1`,
+
+		// $1 prefix, $2 after, $3 limit; byte order (COLLATE "C").
+		list: clock + `SELECT l.key, l.fence, ` + remaining + `, CASE WHEN l.token IS NOT NULL AND l.expires_at > c.now THEN coalesce(l.holder, '') ELSE '' END
+FROM ` + leases + ` AS l, c
+WHERE l.key COLLATE "C" >= $1 COLLATE "C" AND left(l.key, length($1)) = $1 AND l.key COLLATE "C" > $2 COLLATE "C"
+ORDER BY l.key COLLATE "C" LIMIT $3`,
 
 		checkHolder: `SELECT l.fence FROM ` + leases + ` AS l
 WHERE l.key = $1 AND l.token = $2 AND l.fence = $3 AND l.expires_at > clock_timestamp()
