@@ -22,7 +22,7 @@ func init() {
 }
 
 // limitRate is the limit's rate; its period is limitPeriod(ttl).
-const limitRate = 5
+const limitRate = 10
 
 func limitPeriod(ttl time.Duration) time.Duration { return 2 * ttl }
 
