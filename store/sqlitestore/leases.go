@@ -60,14 +60,23 @@ func (s *Store) write(ctx context.Context, op, key string, fn func(tx *sql.Tx, n
 }
 
 func (v leases) Acquire(ctx context.Context, key, token string, ttl time.Duration) (lease.Grant, error) {
+	return v.AcquireHolder(ctx, key, token, ttl, "")
+}
+
+// AcquireHolder is Acquire that keeps holder with the grant
+// (lease.HolderAcquirer), in the holder column.
+func (v leases) AcquireHolder(ctx context.Context, key, token string, ttl time.Duration, holder string) (lease.Grant, error) {
 	if err := lease.Validate(key, token, ttl); err != nil {
+		return lease.Grant{}, err
+	}
+	if err := lease.ValidateHolder(holder); err != nil {
 		return lease.Grant{}, err
 	}
 	s := v.s
 	ttlUS := micros(ttl)
 	var f int64
 	err := s.write(ctx, "acquire", key, func(tx *sql.Tx, now int64) error {
-		err := tx.QueryRowContext(ctx, s.q.acquire, key, token, now, ttlUS).Scan(&f)
+		err := tx.QueryRowContext(ctx, s.q.acquire, key, token, now, ttlUS, holder).Scan(&f)
 		if err == nil {
 			return nil
 		}
@@ -77,13 +86,14 @@ func (v leases) Acquire(ctx context.Context, key, token string, ttl time.Duratio
 		// Held by another token. The transaction still holds the write
 		// lock, so the holder read here is the one that refused us.
 		var left int64
-		if err := tx.QueryRowContext(ctx, s.q.heldTTL, key, now).Scan(&left); err != nil {
+		var who string
+		if err := tx.QueryRowContext(ctx, s.q.heldTTL, key, now).Scan(&left, &who); err != nil {
 			if errors.Is(err, sql.ErrNoRows) {
 				err = errors.New("the refusing holder vanished inside the transaction")
 			}
 			return unavailable("acquire", key, err)
 		}
-		return &lease.HeldError{Key: key, TTL: time.Duration(left) * time.Microsecond}
+		return &lease.HeldError{Key: key, TTL: time.Duration(left) * time.Microsecond, Holder: who}
 	})
 	if err != nil {
 		return lease.Grant{}, err
@@ -145,10 +155,12 @@ func (v leases) Inspect(ctx context.Context, key string) (lease.Info, error) {
 	s := v.s
 	now := s.nowUS()
 	var (
-		f   int64
-		exp sql.NullInt64
+		f      int64
+		exp    sql.NullInt64
+		hasTok bool
+		who    string
 	)
-	err := s.db.QueryRowContext(ctx, s.q.inspect, key).Scan(&f, &exp)
+	err := s.db.QueryRowContext(ctx, s.q.inspect, key).Scan(&f, &exp, &hasTok, &who)
 	if errors.Is(err, sql.ErrNoRows) {
 		return lease.Info{Key: key}, nil
 	}
@@ -156,9 +168,10 @@ func (v leases) Inspect(ctx context.Context, key string) (lease.Info, error) {
 		return lease.Info{}, unavailable("inspect", key, err)
 	}
 	info := lease.Info{Key: key, Fence: uint64(f)}
-	if exp.Valid && exp.Int64 > now {
+	if hasTok && exp.Valid && exp.Int64 > now {
 		info.Held = true
 		info.TTL = time.Duration(exp.Int64-now) * time.Microsecond
+		info.Holder = who
 	}
 	return info, nil
 }
@@ -171,7 +184,7 @@ func (v leases) List(ctx context.Context, prefix, after string, limit int) ([]le
 	}
 	s := v.s
 	now := s.nowUS()
-	rows, err := s.db.QueryContext(ctx, `SELECT "key", fence, expires_us FROM "`+s.q.prefix+`leases"
+	rows, err := s.db.QueryContext(ctx, `SELECT "key", fence, expires_us, token IS NOT NULL, coalesce(holder, '') FROM "`+s.q.prefix+`leases"
 		WHERE substr("key", 1, length(?1)) = ?1 AND "key" > ?2 ORDER BY "key" LIMIT ?3`, prefix, after, limit)
 	if err != nil {
 		return nil, unavailable("list", prefix, err)
@@ -180,16 +193,18 @@ func (v leases) List(ctx context.Context, prefix, after string, limit int) ([]le
 	var out []lease.Info
 	for rows.Next() {
 		var (
-			k   string
-			f   int64
-			exp sql.NullInt64
+			k      string
+			f      int64
+			exp    sql.NullInt64
+			hasTok bool
+			who    string
 		)
-		if err := rows.Scan(&k, &f, &exp); err != nil {
+		if err := rows.Scan(&k, &f, &exp, &hasTok, &who); err != nil {
 			return nil, unavailable("list", prefix, err)
 		}
 		info := lease.Info{Key: k, Fence: uint64(f)}
-		if exp.Valid && exp.Int64 > now {
-			info.Held, info.TTL = true, time.Duration(exp.Int64-now)*time.Microsecond
+		if hasTok && exp.Valid && exp.Int64 > now {
+			info.Held, info.TTL, info.Holder = true, time.Duration(exp.Int64-now)*time.Microsecond, who
 		}
 		out = append(out, info)
 	}

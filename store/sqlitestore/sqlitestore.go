@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/tenurekit/tenure/lease"
@@ -76,6 +77,11 @@ type Store struct {
 	q         queries
 	// writing holds a token while one of the store's lease writes runs.
 	writing chan struct{}
+
+	sweepMu    sync.Mutex
+	sweepAfter string        // the lease key the next Sweep scans after
+	sweepWhole bool          // the current round of the lease scan began at the first key
+	sweepRet   time.Duration // the FenceRetention of the current round
 }
 
 // Open opens (creating if needed) the SQLite database file at path with
@@ -220,25 +226,27 @@ func buildQueries(prefix string) queries {
 		// ?1 key, ?2 token, ?3 now (µs), ?4 ttl (µs). A free or expired
 		// key, or the holding token, gets the grant; a new tenure gets
 		// max(last fence + 1, now), the holding token keeps its fence.
-		acquire: r.Replace(`INSERT INTO $L ("key", token, fence, expires_us)
-			VALUES (?1, ?2, max(?3, 1), ?3 + ?4)
+		acquire: r.Replace(`INSERT INTO $L ("key", token, fence, expires_us, holder)
+			VALUES (?1, ?2, max(?3, 1), ?3 + ?4, nullif(?5, ''))
 			ON CONFLICT ("key") DO UPDATE SET
 				fence = CASE WHEN $L.token = excluded.token AND $L.expires_us > ?3
 					THEN $L.fence ELSE max($L.fence + 1, ?3) END,
 				token = excluded.token,
-				expires_us = excluded.expires_us
+				expires_us = excluded.expires_us,
+				holder = excluded.holder
 			WHERE $L.token IS NULL OR $L.expires_us IS NULL OR $L.expires_us <= ?3
 				OR $L.token = excluded.token
 			RETURNING fence`),
-		heldTTL: r.Replace(`SELECT expires_us - ?2 FROM $L WHERE "key" = ?1 AND expires_us > ?2`),
+		heldTTL: r.Replace(`SELECT expires_us - ?2, coalesce(holder, '') FROM $L WHERE "key" = ?1 AND expires_us > ?2`),
 		// ?1 key, ?2 token, ?3 now, ?4 ttl.
 		renew: r.Replace(`UPDATE $L SET expires_us = ?3 + ?4
 			WHERE "key" = ?1 AND token = ?2 AND expires_us > ?3
 			RETURNING fence`),
-		// ?1 key, ?2 token, ?3 now. The fence stays.
-		release: r.Replace(`UPDATE $L SET token = NULL, expires_us = NULL
+		// ?1 key, ?2 token, ?3 now. The fence stays, and the time the
+		// lease ended, from which the row's retention counts (Sweep).
+		release: r.Replace(`UPDATE $L SET token = NULL, holder = NULL, expires_us = ?3
 			WHERE "key" = ?1 AND token = ?2 AND expires_us > ?3`),
-		inspect: r.Replace(`SELECT fence, expires_us FROM $L WHERE "key" = ?1`),
+		inspect: r.Replace(`SELECT fence, expires_us, token IS NOT NULL, coalesce(holder, '') FROM $L WHERE "key" = ?1`),
 
 		// ?1 resource, ?2 fence.
 		admit: r.Replace(`INSERT INTO $F (resource, fence) VALUES (?1, ?2)
