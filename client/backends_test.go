@@ -199,7 +199,7 @@ func TestIdempotencyConformancePostgres(t *testing.T) {
 				return newClient(t, u, nil).Idempotency()
 			},
 			Faults: f,
-			Unit:   unit,
+			Unit:   claimUnit,
 		}
 	})
 }
@@ -217,7 +217,7 @@ func TestSessionConformanceRedis(t *testing.T) {
 			Store:  newClient(t, a, f).Sessions(),
 			Direct: newClient(t, b, nil).Sessions(),
 			Faults: f,
-			Unit:   unit,
+			Unit:   claimUnit,
 		}
 	})
 }

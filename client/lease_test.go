@@ -14,6 +14,13 @@ import (
 // land in time.
 const unit = 750 * time.Millisecond
 
+// claimUnit is the session and idempotency suites' short time unit (an
+// idle timeout, a claim TTL, a retention) over serve on a real clock.
+// Smaller than unit: no case there needs a renewal of a one-unit claim to
+// land in time (the idempotency keep-alive case holds a claim of at least
+// a second), so the unit only has to outlast a few HTTP round trips.
+const claimUnit = 400 * time.Millisecond
+
 // TestLeaseConformanceSQLite runs the lease suite against tenure serve on
 // a SQLite file through the client's Leases view; faults break the HTTP
 // path, and Restart stops the server and the store and serves the same

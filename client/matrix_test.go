@@ -22,13 +22,6 @@ import (
 	"github.com/tenurekit/tenure/store/pgstore"
 )
 
-// claimUnit is the session and idempotency suites' short time unit (an
-// idle timeout, a claim TTL, a retention) over serve on a real clock.
-// Smaller than unit: those suites renew nothing every unit/3 on a claim of
-// one unit (the idempotency keep-alive case holds a claim of at least a
-// second), so the unit only has to outlast a few HTTP round trips.
-const claimUnit = 400 * time.Millisecond
-
 // pgServeSchema is tenure serve over the tables of one schema of a
 // PostgreSQL database (already migrated), with a pool of its own; it
 // serves no fenced values.

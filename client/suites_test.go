@@ -29,7 +29,7 @@ func TestIdempotencyConformanceSQLite(t *testing.T) {
 			Direct:    newClient(t, s.url, nil).Idempotency(),
 			NewClient: func(t *testing.T) idempotency.Store { return newClient(t, s.url, nil).Idempotency() },
 			Faults:    f,
-			Unit:      unit,
+			Unit:      claimUnit,
 		}
 	})
 }
