@@ -125,7 +125,7 @@ func newLeaseCmd() *cobra.Command {
 	var f opsFlags
 	cmd := &cobra.Command{
 		Use:   "lease",
-		Short: "Inspect leases: who holds a key, with which fence, for how long",
+		Short: "Inspect and list leases: who holds a key, with which fence, for how long",
 		Long:  "Inspect leases on a store.\n\n" + storeHelp,
 	}
 	f.add(cmd)
@@ -143,17 +143,83 @@ func newLeaseCmd() *cobra.Command {
 					return err
 				}
 				return f.emit(cmd.OutOrStdout(), info, func(tw *tabwriter.Writer) {
-					fmt.Fprintf(tw, "KEY\tHELD\tFENCE\tTTL\n")
-					ttl := "-"
-					if info.Held {
-						ttl = info.TTL.Round(time.Millisecond).String()
+					fmt.Fprintf(tw, "KEY\tHELD\tFENCE\tTTL\tHOLDER\n")
+					printLease(tw, info)
+					switch {
+					case info.Held:
+						fmt.Fprintf(tw, "held with fence %d, remaining(%s), holder %s\n", info.Fence, info.TTL.Round(time.Millisecond), orDash(info.Holder))
+					case info.Fence != 0:
+						fmt.Fprintf(tw, "not held (released or already expired); last fence %d\n", info.Fence)
+					default:
+						fmt.Fprintf(tw, "not held, and the store has no record of it\n")
 					}
-					fmt.Fprintf(tw, "%s\t%v\t%d\t%s\n", info.Key, info.Held, info.Fence, ttl)
 				})
 			})
 		},
 	})
+	var after string
+	var limit int
+	list := &cobra.Command{
+		Use:   "list [PREFIX]",
+		Short: "List the keys the store remembers (held, or free with their last fence), with their holders",
+		Long: `Lists the keys that start with PREFIX (all keys without it), in byte order,
+one page of at most --limit keys after --after: whether each is held, its
+fence, the holder's remaining time and the holder's description (the
+Locker's Options.Holder, by default host name and process ID). The next
+page starts after the last key printed. Supported on memory, SQLite,
+PostgreSQL and etcd.`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			prefix := ""
+			if len(args) == 1 {
+				prefix = args[0]
+			}
+			if err := lease.ValidateList(prefix, after, limit); err != nil {
+				return exitErr{code: 2, err: err}
+			}
+			return f.with(cmd, func(ctx context.Context, s *storeopen.Stores) error {
+				l, ok := s.Leases.(lease.Lister)
+				if !ok {
+					return fmt.Errorf("%w: listing leases on %s", storeopen.ErrNotSupported, s.Kind)
+				}
+				infos, err := l.List(ctx, prefix, after, limit)
+				if err != nil {
+					return err
+				}
+				if infos == nil {
+					infos = []lease.Info{}
+				}
+				return f.emit(cmd.OutOrStdout(), infos, func(tw *tabwriter.Writer) {
+					fmt.Fprintf(tw, "KEY\tHELD\tFENCE\tTTL\tHOLDER\n")
+					held := 0
+					for _, info := range infos {
+						printLease(tw, info)
+						if info.Held {
+							held++
+						}
+					}
+					fmt.Fprintf(tw, "%d keys, %d held\n", len(infos), held)
+					if len(infos) == limit {
+						fmt.Fprintf(tw, "more may follow: --after %q\n", infos[len(infos)-1].Key)
+					}
+				})
+			})
+		},
+	}
+	list.Flags().StringVar(&after, "after", "", "list the keys after this one (the last key of the previous page)")
+	list.Flags().IntVar(&limit, "limit", 100, fmt.Sprintf("most keys to list (1 to %d)", lease.MaxListLimit))
+	cmd.AddCommand(list)
 	return cmd
+}
+
+// printLease prints one row of the lease table.
+func printLease(tw *tabwriter.Writer, info lease.Info) {
+	ttl, holder := "-", "-"
+	if info.Held {
+		ttl = info.TTL.Round(time.Millisecond).String()
+		holder = orDash(info.Holder)
+	}
+	fmt.Fprintf(tw, "%s\t%v\t%d\t%s\t%s\n", info.Key, info.Held, info.Fence, ttl, holder)
 }
 
 func newSessionCmd() *cobra.Command {

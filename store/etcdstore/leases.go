@@ -3,10 +3,12 @@ package etcdstore
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
 	"github.com/tenurekit/tenure/lease"
@@ -14,6 +16,22 @@ import (
 
 // leases is the lease.Store view of a Store.
 type leases struct{ s *Store }
+
+// holderSpace holds each lock's holder description, on the lock's etcd
+// lease, so it goes when the lock goes.
+const holderSpace = "holder/"
+
+// cmpGreater compares greater than.
+const cmpGreater = pb.Compare_GREATER
+
+func (s *Store) holderKey(key string) string { return s.prefix + holderSpace + key }
+
+// opMoveLease puts key onto lease id keeping its value.
+func opMoveLease(key string, id int64) *pb.RequestOp {
+	return &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{
+		Key: []byte(key), Lease: id, IgnoreValue: true,
+	}}}
+}
 
 // attempts bounds the internal retries of one call (a transaction that
 // overtook its lease grant, a holder's lease that ended meanwhile).
@@ -207,21 +225,31 @@ func grantTTL(g *sharedGrant, start time.Time) time.Duration {
 // grant's reply arrives (after pipelineDelay): an acquire whose replies are
 // lost still takes effect, and a retry with the same token reconciles it.
 func (v leases) Acquire(ctx context.Context, key, token string, ttl time.Duration) (lease.Grant, error) {
+	return v.AcquireHolder(ctx, key, token, ttl, "")
+}
+
+// AcquireHolder is Acquire that keeps holder with the grant
+// (lease.HolderAcquirer): in a key next to the lock, on the lock's etcd
+// lease, written in the same txn.
+func (v leases) AcquireHolder(ctx context.Context, key, token string, ttl time.Duration, holder string) (lease.Grant, error) {
 	if err := lease.Validate(key, token, ttl); err != nil {
+		return lease.Grant{}, err
+	}
+	if err := lease.ValidateHolder(holder); err != nil {
 		return lease.Grant{}, err
 	}
 	s := v.s
 	start := time.Now()
-	lock, fk := s.lockKey(key), s.fenceKey(key)
+	lock, fk, hk := s.lockKey(key), s.fenceKey(key), s.holderKey(key)
 	for attempt := 1; ; attempt++ {
 		resp, g, err := s.putOnLease(ctx, ttl, start, func(id int64) (*pb.TxnResponse, error) {
 			return s.rpc.txn(ctx,
 				cmps(cmpCreateRev(lock, cmpEqual, 0)),
-				ops(opPut(lock, token, id), opPut(fk, "", 0), opGet(lock)),
+				ops(opPut(lock, token, id), opPut(fk, "", 0), opGet(lock), opPut(hk, holder, id)),
 				ops(opTxn(
 					cmps(cmpValue(lock, cmpEqual, token)),
-					ops(opGet(lock), opPut(lock, token, id)),
-					ops(opGet(lock)),
+					ops(opGet(lock), opPut(lock, token, id), opPut(hk, holder, id)),
+					ops(opGet(lock), opGet(hk)),
 				)),
 			)
 		})
@@ -256,7 +284,11 @@ func (v leases) Acquire(ctx context.Context, key, token string, ttl time.Duratio
 				if left < 0 && attempt < attempts {
 					continue // the holder's lease ended meanwhile
 				}
-				return lease.Grant{}, &lease.HeldError{Key: key, TTL: ttlOf(max(left, 0))}
+				var who string
+				if h := firstKV(inner.GetResponses()[1]); h != nil {
+					who = string(h.Value)
+				}
+				return lease.Grant{}, &lease.HeldError{Key: key, TTL: ttlOf(max(left, 0)), Holder: who}
 			}
 			fenceRev = kv.CreateRevision
 		}
@@ -292,11 +324,14 @@ func (v leases) Renew(ctx context.Context, key, token string, ttl time.Duration)
 	}
 	s := v.s
 	start := time.Now()
-	lock := s.lockKey(key)
+	lock, hk := s.lockKey(key), s.holderKey(key)
 	resp, g, err := s.putOnLease(ctx, ttl, start, func(id int64) (*pb.TxnResponse, error) {
 		return s.rpc.txn(ctx,
 			cmps(cmpValue(lock, cmpEqual, token)),
-			ops(opPut(lock, token, id), opGet(lock)),
+			ops(opPut(lock, token, id), opGet(lock),
+				// The holder description moves onto the new lease with
+				// the lock (a lock from before descriptions has none).
+				opTxn(cmps(cmpCreateRev(hk, cmpGreater, 0)), ops(opMoveLease(hk, id)), nil)),
 			nil,
 		)
 	})
@@ -333,7 +368,7 @@ func (v leases) Release(ctx context.Context, key, token string) error {
 	lock := s.lockKey(key)
 	resp, err := s.rpc.txn(ctx,
 		cmps(cmpValue(lock, cmpEqual, token)),
-		ops(opDelete(lock)),
+		ops(opDelete(lock), opDelete(s.holderKey(key))),
 		nil,
 	)
 	if err != nil {
@@ -353,7 +388,7 @@ func (v leases) Inspect(ctx context.Context, key string) (lease.Info, error) {
 		return lease.Info{}, err
 	}
 	s := v.s
-	resp, err := s.rpc.txn(ctx, nil, ops(opGet(s.lockKey(key)), opGet(s.fenceKey(key))), nil)
+	resp, err := s.rpc.txn(ctx, nil, ops(opGet(s.lockKey(key)), opGet(s.fenceKey(key)), opGet(s.holderKey(key))), nil)
 	if err != nil {
 		return lease.Info{}, wrapErr("inspect", err)
 	}
@@ -372,6 +407,84 @@ func (v leases) Inspect(ctx context.Context, key string) (lease.Info, error) {
 	}
 	if left >= 0 {
 		info.Held, info.TTL = true, ttlOf(left)
+		if h := firstKV(resp.Responses[2]); h != nil {
+			info.Holder = string(h.Value)
+		}
 	}
 	return info, nil
+}
+
+// List returns the keys the store remembers (every key with a fence
+// record) that start with prefix and sort after after, in key order, at
+// most limit of them, with the current holder's description
+// (lease.Lister). It reads one page of fence records, the locks and
+// descriptions in the same key range (one txn), and each distinct etcd
+// lease's remaining TTL once.
+func (v leases) List(ctx context.Context, prefix, after string, limit int) ([]lease.Info, error) {
+	if err := lease.ValidateList(prefix, after, limit); err != nil {
+		return nil, err
+	}
+	s := v.s
+	start := prefix
+	if after >= prefix {
+		start = after + "\x00"
+	}
+	end := prefixEnd(prefix)
+	rng := func(space string) *pb.RequestOp {
+		r := &pb.RangeRequest{Key: []byte(s.prefix + space + start), Limit: int64(limit)}
+		if end == "" {
+			r.RangeEnd = []byte(prefixEnd(s.prefix + space))
+		} else {
+			r.RangeEnd = []byte(s.prefix + space + end)
+		}
+		return &pb.RequestOp{Request: &pb.RequestOp_RequestRange{RequestRange: r}}
+	}
+	// Locks and descriptions exist only for keys with a fence record, so
+	// the first limit of each cover the page of fence records.
+	resp, err := s.rpc.txn(ctx, nil, ops(rng(fenceSpace), rng(lockSpace), rng(holderSpace)), nil)
+	if err != nil {
+		return nil, wrapErr("list", err)
+	}
+	locks := map[string]*mvccpb.KeyValue{}
+	for _, kv := range resp.Responses[1].GetResponseRange().GetKvs() {
+		locks[strings.TrimPrefix(string(kv.Key), s.prefix+lockSpace)] = kv
+	}
+	holders := map[string]string{}
+	for _, kv := range resp.Responses[2].GetResponseRange().GetKvs() {
+		holders[strings.TrimPrefix(string(kv.Key), s.prefix+holderSpace)] = string(kv.Value)
+	}
+	ttls := map[int64]int64{}
+	var out []lease.Info
+	for _, kv := range resp.Responses[0].GetResponseRange().GetKvs() {
+		k := strings.TrimPrefix(string(kv.Key), s.prefix+fenceSpace)
+		info := lease.Info{Key: k, Fence: uint64(kv.ModRevision)}
+		if l := locks[k]; l != nil {
+			info.Fence = uint64(l.CreateRevision)
+			left, ok := ttls[l.Lease]
+			if !ok {
+				if left, err = s.rpc.timeToLive(ctx, l.Lease); err != nil {
+					return nil, wrapErr("list", err)
+				}
+				ttls[l.Lease] = left
+			}
+			if left >= 0 {
+				info.Held, info.TTL, info.Holder = true, ttlOf(left), holders[k]
+			}
+		}
+		out = append(out, info)
+	}
+	return out, nil
+}
+
+// prefixEnd returns the smallest key after every key that starts with p
+// ("" when there is none: p is empty or all 0xff).
+func prefixEnd(p string) string {
+	b := []byte(p)
+	for i := len(b) - 1; i >= 0; i-- {
+		if b[i] < 0xff {
+			b[i]++
+			return string(b[:i+1])
+		}
+	}
+	return ""
 }

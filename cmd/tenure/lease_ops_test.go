@@ -1,0 +1,93 @@
+package main
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tenurekit/tenure/internal/testenv"
+	"github.com/tenurekit/tenure/lease"
+	"github.com/tenurekit/tenure/store/etcdstore"
+	"github.com/tenurekit/tenure/store/pgstore"
+	"github.com/tenurekit/tenure/store/sqlitestore"
+)
+
+// tenure lease list and inspect show who holds a key, on the stores that
+// list (SQLite, PostgreSQL, etcd), against real servers.
+func TestLeaseListAndHolder(t *testing.T) {
+	dir := t.TempDir()
+	sq, err := sqlitestore.Open(t.Context(), filepath.Join(dir, "tenure.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sq.Close() })
+	pg := testenv.SharedPostgres(t)
+	dsn := pg.NewDatabase(t)
+	pool, err := pgxpool.New(t.Context(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	pst := pgstore.New(pool, nil)
+	if err := pst.Migrate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	et := testenv.Etcd(t)
+	est := etcdstore.New(et.Client(t), nil)
+	for _, tg := range []struct {
+		name  string
+		flags []string
+		s     lease.Store
+	}{
+		{"embedded", []string{"--data-dir", dir}, sq.Leases()},
+		{"postgres", []string{"--store", dsn}, pst.Leases()},
+		{"etcd", []string{"--store", "etcd://" + et.Endpoints()[0][len("http://"):]}, est.Leases()},
+	} {
+		t.Run(tg.name, func(t *testing.T) {
+			ctx := t.Context()
+			cmd := func(args ...string) []string { return append(args, tg.flags...) }
+			lk, err := lease.New(tg.s, &lease.Options{Holder: "billing-7 nightly export"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, k := range []string{"orders/1", "orders/2", "orders/3"} {
+				l, err := lk.TryAcquire(ctx, k, time.Minute)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if k == "orders/2" {
+					l.Release(ctx)
+				} else {
+					defer l.Release(ctx)
+				}
+			}
+			var infos []struct {
+				Key    string `json:"key"`
+				Held   bool   `json:"held"`
+				Fence  uint64 `json:"fence"`
+				Holder string `json:"holder"`
+			}
+			if code := runJSON(t, &infos, cmd("lease", "list", "orders/", "--limit", "2")...); code != 0 || len(infos) != 2 {
+				t.Fatalf("lease list: exit %d, %+v", code, infos)
+			}
+			if infos[0].Key != "orders/1" || !infos[0].Held || infos[0].Holder != "billing-7 nightly export" ||
+				infos[1].Key != "orders/2" || infos[1].Held || infos[1].Holder != "" || infos[1].Fence == 0 {
+				t.Fatalf("lease list page: %+v", infos)
+			}
+			if code := runJSON(t, &infos, cmd("lease", "list", "orders/", "--after", "orders/2")...); code != 0 || len(infos) != 1 || infos[0].Key != "orders/3" {
+				t.Fatalf("lease list second page: exit %d, %+v", code, infos)
+			}
+			out, err := run(cmd("lease", "inspect", "orders/3")...)
+			if err != nil || !strings.Contains(out, "HOLDER") || !strings.Contains(out, "billing-7 nightly export") {
+				t.Fatalf("lease inspect (%v):\n%s", err, out)
+			}
+			out, err = run(cmd("lease", "list")...)
+			if err != nil || !strings.Contains(out, "3 keys, 2 held") {
+				t.Fatalf("lease list table (%v):\n%s", err, out)
+			}
+		})
+	}
+}
