@@ -50,7 +50,7 @@ func newRoot() *cobra.Command {
 	root.AddCommand(newProof())
 	root.AddCommand(newDoctor())
 	root.AddCommand(newServe())
-	root.AddCommand(newMigrate())
+	root.AddCommand(newMigrate(), newSweep())
 	root.AddCommand(newLeaseCmd(), newSessionCmd(), newScheduleCmd(), newLimitCmd(), newIdempotencyCmd())
 	return root
 }
