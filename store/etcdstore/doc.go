@@ -12,8 +12,20 @@
 //	<prefix>lock/<key>          the lock: value = the holder's token, attached to an etcd lease
 //	<prefix>fence/<key>         empty; written in the same txn that creates the lock, so its
 //	                            ModRevision is the key's last fence (kept after release and expiry)
+//	<prefix>holder/<key>        the holder's description (lease.HolderAcquirer), on the lock's
+//	                            etcd lease: it goes when the lock goes
 //	<prefix>res/<resource>      the value written by FencedPut
 //	<prefix>admitted/<resource> the greatest fence FencedPut admitted for resource, as 20 decimal digits
+//
+// The leases view lists keys (lease.Lister) by ranging over the fence
+// records under a prefix, one page per call, with the locks and holder
+// descriptions of the same range read in the same txn.
+//
+// Retention: a lock and its holder description expire with their etcd
+// lease, natively; nothing needs sweeping. The fence record of a key stays
+// (a few bytes per distinct key); fences are etcd revisions, which never go
+// back, so deleting it (outside tenure) loses only the last fence Inspect
+// reports for a free key.
 //
 // # Fences
 //

@@ -27,15 +27,33 @@
 // rolls back the caller's transaction; after an error the caller rolls it
 // back.
 //
-// # Tables
+// # Tables and migrations
 //
-// [Store.Migrate] creates, in the schema (default "tenure"):
+// The tables live in the schema (default "tenure") at a numbered version
+// recorded in <schema>.tenure_migrations. The versions are the files under
+// migrations/ (NNNN_name.up.sql, with {{schema}} for the quoted schema
+// name), embedded in the package: [Store.Migrate] applies the pending ones
+// in order, in one transaction under an advisory lock (safe from several
+// processes at once), and keeps the rows; tables created before versions
+// were recorded are adopted as version 1. [Migrations] returns the files
+// resolved for a schema, for goose, golang-migrate, atlas or psql (`tenure
+// migrate sql --schema NAME` prints them). The lease tables:
 //
-//	leases(key text PRIMARY KEY, token text, fence bigint NOT NULL, expires_at timestamptz)
+//	leases(key text PRIMARY KEY, token text, fence bigint NOT NULL, expires_at timestamptz, holder text)
 //	fences(resource text PRIMARY KEY, fence bigint NOT NULL)
 //
-// It is idempotent and may run concurrently in several processes (it
-// takes a transaction-scoped advisory lock).
+// [Open] and [OpenDB] check that the schema is at [SchemaVersion] and fail
+// with an error wrapping [ErrSchemaVersion] that names both versions;
+// [New] and [NewDB] do not touch the database ([Store.Check] checks
+// later). No request path migrates. See docs/operations.md.
+//
+// # Retention
+//
+// [Store.Sweep] deletes, a bounded number of rows per call, lease rows
+// free for the fence retention (default 7 days) whose fence the server's
+// clock has passed, expired idempotency records, sessions, rate limit
+// state and permits, and old final schedule records; [Store.StartSweeper]
+// runs it in the background.
 //
 // # Expiry is judged on the database's clock
 //
@@ -51,8 +69,9 @@
 //     remaining time for the *lease.HeldError.
 //   - Renew is an UPDATE WHERE token matches AND expires_at > the clock:
 //     an expired lease is never brought back.
-//   - Release sets token and expires_at to NULL WHERE the token matches and
-//     has not expired. The row and its fence stay.
+//   - Release sets token and holder to NULL and expires_at to the clock
+//     WHERE the token matches and has not expired. The row and its fence
+//     stay; expires_at records when the lease ended.
 //
 // TTLs are stored with PostgreSQL's microsecond resolution; a TTL is
 // rounded up to a whole microsecond.

@@ -15,15 +15,35 @@
 // with SQLITE_BUSY halfway). A Store's own writes queue for the write lock
 // in Go, in arrival order and bounded by their context, so that SQLite's
 // busy handler (which polls and lets newcomers overtake) arbitrates only
-// between processes, other Stores and the caller's own transactions. [New] uses the caller's *sql.DB, which should be
-// opened with the same parameters. Both create two tables if they do not
-// exist (CREATE TABLE IF NOT EXISTS, so creation is idempotent and several
-// processes may start at once):
+// between processes, other Stores and the caller's own transactions. [New]
+// uses the caller's *sql.DB, which should be opened with the same
+// parameters.
 //
-//	<prefix>leases(key TEXT PRIMARY KEY, token TEXT, fence INTEGER NOT NULL, expires_us INTEGER)
+// # Tables and migrations
+//
+// The tables are at a numbered version recorded in <prefix>migrations (the
+// prefix is Options.TablePrefix, "tenure_" by default). The versions are
+// the files under migrations/ (NNNN_name.up.sql, with {{prefix}} for the
+// prefix), embedded in the package. [Open] applies the pending ones by
+// default (the file's tenure tables are tenure's own), in one immediate
+// transaction, so several processes opening a file at once apply each once;
+// [New] only checks the version unless Options.Migrate is MigrateApply.
+// Tables at another version than [SchemaVersion] are refused with an error
+// wrapping [ErrSchemaVersion] that names both versions; tables created
+// before versions were recorded are adopted as version 1, their rows kept.
+// [Migrations] returns the files resolved for a prefix, for other
+// migration tools. The lease tables:
+//
+//	<prefix>leases(key TEXT PRIMARY KEY, token TEXT, fence INTEGER NOT NULL, expires_us INTEGER, holder TEXT)
 //	<prefix>fences(resource TEXT PRIMARY KEY, fence INTEGER NOT NULL)
 //
-// The prefix is Options.TablePrefix, "tenure_" by default.
+// # Retention
+//
+// [Store.Sweep] deletes, a bounded number of rows per call, lease rows
+// free for the fence retention (default 7 days) whose fence the store's
+// clock has passed, expired idempotency records, sessions and rate limit
+// state, and old final schedule records; [Store.StartSweeper] runs it in
+// the background. See docs/operations.md.
 //
 // # Expiry and the store's clock
 //
@@ -40,8 +60,8 @@
 // renewal that waited past the lease's expiry does not bring it back. Only
 // a refused Acquire reads once more, in the same transaction, for the
 // holder's remaining time. Renewal sets the expiry to now + ttl; release
-// clears token and expiry and keeps the fence, so Inspect reports the last
-// fence.
+// clears token and holder, keeps the fence (Inspect reports the last
+// fence) and sets the expiry to now, the time the lease ended.
 //
 // # Fences, also after data loss
 //
