@@ -31,9 +31,21 @@
 // for a whole TTL. A store that cannot be reached is an error wrapping
 // [ErrUnavailable], never "acquired" or "not held".
 //
+// # Who holds a key
+//
+// A Locker gives each grant a short description of its holder,
+// Options.Holder (default [DefaultHolder]: host name and process ID; at
+// most [MaxHolderLen] bytes of printable UTF-8, see [ValidateHolder]).
+// Stores that keep it implement [HolderAcquirer] (memory, SQLite,
+// PostgreSQL, etcd) and report it in [Info].Holder, [HeldError].Holder and
+// [Lister] pages; with any other store the Locker acquires without it
+// ([AcquireAs]). The description is for operators and must not hold
+// secrets.
+//
 // # Errors
 //
-// [ErrHeld] (as *[HeldError], with the holder's remaining TTL), [ErrNotHeld],
+// [ErrHeld] (as *[HeldError], with the holder's remaining TTL and
+// description), [ErrNotHeld],
 // [ErrLost], [ErrInvalid] (nothing was written) and [ErrUnavailable]; test
 // them with errors.Is. Tokens are secrets: they never appear in errors, and
 // a Lease prints and logs without its token.

@@ -8,6 +8,13 @@
 // that restarts with an empty memstore still grants fences above every fence
 // it granted before (as long as the clock did not go back).
 //
+// Lease records keep the holder's description (lease.HolderAcquirer) and,
+// once free, the time their lease ended: [Store.Sweep] (or
+// [Store.StartSweeper]) drops the records free for the fence retention
+// (default 7 days) whose fence the clock has passed, and gives their memory
+// back. Idempotency records, sessions and rate limit state are dropped as
+// the store is written.
+//
 // Everything is lost when the process exits; state shared by several
 // processes belongs in one of the other stores.
 package memstore
