@@ -15,7 +15,7 @@ import (
 // deletes, that it is past its retention, so a row taken or renewed
 // meanwhile is kept.
 type sweepQueries struct {
-	leases, idempotency, sessions, limits, permits, slots, ledger string
+	leases, idempotency, sessions, limits, permits, slots, ledger, hist string
 }
 
 func sweepSQL(schema string) sweepQueries {
@@ -65,6 +65,13 @@ WHERE (g.job, g.slot_id) IN (SELECT l.job, l.slot_id FROM ` + q("schedule_ledger
 	WHERE l.completed_at <= c.now - $2::bigint * interval '1 microsecond'
 	AND NOT EXISTS (SELECT 1 FROM ` + q("schedule_slots") + ` AS s WHERE s.job = l.job AND s.slot_id = l.slot_id)
 	LIMIT $1)`,
+		// Attempt histories go with their slot's record (both are written
+		// in one transaction).
+		hist: `DELETE FROM ` + q("schedule_attempts") + ` AS h
+WHERE (h.job, h.slot_id) IN (SELECT a.job, a.slot_id FROM ` + q("schedule_attempts") + ` AS a
+	WHERE NOT EXISTS (SELECT 1 FROM ` + q("schedule_slots") + ` AS s WHERE s.job = a.job AND s.slot_id = a.slot_id)
+	LIMIT $1)
+AND NOT EXISTS (SELECT 1 FROM ` + q("schedule_slots") + ` AS s WHERE s.job = h.job AND s.slot_id = h.slot_id)`,
 	}
 }
 
@@ -81,8 +88,8 @@ WHERE (g.job, g.slot_id) IN (SELECT l.job, l.slot_id FROM ` + q("schedule_ledger
 //   - sessions past their idle or absolute deadline;
 //   - rate limit state and concurrency permits that expired;
 //   - schedule slot records final for o.ScheduleRetention (default 30
-//     days), except each job's latest, and ledger rows of slots whose
-//     record went.
+//     days), except each job's latest, and the ledger rows and attempt
+//     histories of slots whose record went.
 //
 // Live rows are never touched: each statement re-checks the row it
 // deletes. Result.More says that a bound was reached or the lease scan has
@@ -144,6 +151,7 @@ func (s *Store) Sweep(ctx context.Context, o retention.Options) (retention.Resul
 		{retention.Permits, q.permits, []any{o.Limit}},
 		{retention.ScheduleSlots, q.slots, []any{o.Limit, o.ScheduleRetention}},
 		{retention.ScheduleLedger, q.ledger, []any{o.Limit, o.ScheduleRetention}},
+		{retention.ScheduleSlots, q.hist, []any{o.Limit}},
 	} {
 		n, err := s.db.exec(ctx, k.sql, k.args...)
 		if err != nil {

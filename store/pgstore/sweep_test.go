@@ -116,7 +116,8 @@ INSERT INTO tenure.schedule_slots (job, slot_id, slot_time, state, node, attempt
 	('j', 'r', clock_timestamp() - interval '85 days', 'running', 'n', 1, 1, NULL, '');
 INSERT INTO tenure.schedule_ledger (job, slot_id, fence, completed_at) VALUES
 	('j', 'a', 1, clock_timestamp() - interval '90 days'), ('j', 'c', 1, clock_timestamp() - interval '70 days'),
-	('k', 'z', 1, clock_timestamp() - interval '90 days')`)
+	('k', 'z', 1, clock_timestamp() - interval '90 days');
+INSERT INTO tenure.schedule_attempts (job, slot_id, history) VALUES ('j', 'a', '[]'), ('j', 'c', '[]')`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +138,7 @@ INSERT INTO tenure.schedule_ledger (job, slot_id, fence, completed_at) VALUES
 		}
 	}
 	want := map[string]int{retention.Idempotency: 2, retention.Sessions: 2, retention.RateLimits: 1, retention.Permits: 1,
-		retention.ScheduleSlots: 2, retention.ScheduleLedger: 1}
+		retention.ScheduleSlots: 3, retention.ScheduleLedger: 1} // slots: two records and one history
 	for k, v := range want {
 		if total.Deleted[k] != v {
 			t.Fatalf("deleted %s = %d, want %d (all: %v)", k, total.Deleted[k], v, total)
@@ -148,13 +149,14 @@ INSERT INTO tenure.schedule_ledger (job, slot_id, fence, completed_at) VALUES
 	(SELECT string_agg(id, ',' ORDER BY id) FROM tenure.sessions) || ' ' ||
 	(SELECT string_agg(key, ',' ORDER BY key) FROM tenure.ratelimits) || ' ' ||
 	(SELECT string_agg(job || slot_id, ',' ORDER BY job, slot_id) FROM tenure.schedule_slots) || ' ' ||
-	(SELECT string_agg(job || slot_id, ',' ORDER BY job, slot_id) FROM tenure.schedule_ledger)`).Scan(&keep)
+	(SELECT string_agg(job || slot_id, ',' ORDER BY job, slot_id) FROM tenure.schedule_ledger) || ' ' ||
+	(SELECT string_agg(job || slot_id, ',' ORDER BY job, slot_id) FROM tenure.schedule_attempts)`).Scan(&keep)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Kept: the live and claimed records, the live session and limit, the
 	// running slot, each job's latest slot and their ledger rows.
-	if keep != "claimed,live live live jc,jr,kz jc,kz" {
+	if keep != "claimed,live live live jc,jr,kz jc,kz jc" {
 		t.Fatalf("kept %q", keep)
 	}
 }
