@@ -241,14 +241,14 @@ func TestFenceRuleAndExpiryOnStoreClock(t *testing.T) {
 		t.Fatalf("inspect %+v", info)
 	}
 
-	// Release keeps the fence; the next tenure in the same microsecond gets
-	// last + 1.
+	// Release keeps the fence and records when the lease ended (the
+	// store's clock); the next tenure in the same microsecond gets last + 1.
 	if err := ls.Release(ctx, "k", a); err != nil {
 		t.Fatal(err)
 	}
 	r, _ := readLease(t, s.DB(), "tenure_leases", "k")
-	if r.token.Valid || r.expires.Valid || r.fence != t0 {
-		t.Fatalf("after release stored %+v, want NULL token and expiry, fence %d", r, t0)
+	if r.token.Valid || !r.expires.Valid || r.expires.Int64 != clk.Now().UnixMicro() || r.fence != t0 {
+		t.Fatalf("after release stored %+v, want NULL token, the release time as expiry, fence %d", r, t0)
 	}
 	if info, _ := ls.Inspect(ctx, "k"); info.Held || info.Fence != uint64(t0) || info.TTL != 0 {
 		t.Fatalf("inspect after release %+v", info)
