@@ -2,9 +2,10 @@ package redisstore
 
 import (
 	"context"
-	_ "embed"
+	"embed"
 	"errors"
 	"fmt"
+	"io/fs"
 	"strconv"
 	"strings"
 	"sync"
@@ -231,13 +232,12 @@ var (
 	//go:embed lua/holderset.lua
 	holderSetSrc string
 
-	// scriptSources are the scripts the server check loads on every node:
-	// every script of every view.
-	scriptSources = []string{acquireSrc, renewSrc, releaseSrc, inspectSrc, fencedSetSrc, holderSetSrc,
-		idemBeginSrc, idemRenewSrc, idemCompleteSrc, idemReleaseSrc, idemInspectSrc,
-		sessionCreateSrc, sessionLoadSrc, sessionSaveSrc, sessionRotateSrc, sessionDeleteSrc,
-		sessionRevokeBeginSrc, sessionDelUserSrc, sessionListSrc,
-		schedBeginSrc, schedFinishSrc, schedMarkSrc, schedCompleteSrc}
+	// luaFiles holds every script of every view, so that the server check
+	// loads each one on every node, a script added later included.
+	//go:embed lua/*.lua
+	luaFiles embed.FS
+	// scriptSources are the scripts the server check loads on every node.
+	scriptSources = allScripts()
 
 	acquireScript   = rclient.NewScript(acquireSrc)
 	renewScript     = rclient.NewScript(renewSrc)
@@ -458,4 +458,21 @@ func (s *Store) classify(wrapped, cause error) error {
 // malformed reports a reply the scripts never produce.
 func malformed(what string) error {
 	return fmt.Errorf("redisstore: unexpected reply to %s", what)
+}
+
+// allScripts returns the source of every embedded script.
+func allScripts() []string {
+	ents, err := fs.ReadDir(luaFiles, "lua")
+	if err != nil {
+		panic(err) // embedded at build time: cannot fail
+	}
+	srcs := make([]string, 0, len(ents))
+	for _, e := range ents {
+		b, err := fs.ReadFile(luaFiles, "lua/"+e.Name())
+		if err != nil {
+			panic(err)
+		}
+		srcs = append(srcs, string(b))
+	}
+	return srcs
 }
