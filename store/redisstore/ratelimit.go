@@ -26,19 +26,10 @@ var (
 	ratePermitSrc string
 
 	rateDecideScript = rclient.NewScript(rateDecideSrc)
-	_                = registerScripts(rateDecideSrc, rateGCRASrc, rateFixedSrc, ratePermitSrc)
 	rateGCRAScript   = rclient.NewScript(rateGCRASrc)
 	rateFixedScript  = rclient.NewScript(rateFixedSrc)
 	ratePermitScript = rclient.NewScript(ratePermitSrc)
 )
-
-// registerScripts adds scripts to those the server check loads (SCRIPT
-// LOAD on every node), so that their first call after a restart is one
-// EVALSHA too.
-func registerScripts(srcs ...string) bool {
-	scriptSources = append(scriptSources, srcs...)
-	return true
-}
 
 // Limits returns the store's ratelimit.Store view. Every decision is one
 // script call (EVALSHA, EVAL after NOSCRIPT), so one round trip, judged on
