@@ -37,7 +37,7 @@ var leaseErrs = mapping{unavailable: lease.ErrUnavailable, of: func(p serveapi.P
 func leaseMapping(key string) mapping {
 	return mapping{unavailable: lease.ErrUnavailable, of: func(p serveapi.Problem) error {
 		if p.Type == serveapi.TypeHeld {
-			return &lease.HeldError{Key: key, TTL: p.TTL.D()}
+			return &lease.HeldError{Key: key, TTL: p.TTL.D(), Holder: p.Holder}
 		}
 		return leaseErrs.of(p)
 	}}
@@ -52,12 +52,21 @@ type leases struct{ c *Client }
 var _ lease.Lister = leases{}
 
 func (v leases) Acquire(ctx context.Context, key, token string, ttl time.Duration) (lease.Grant, error) {
+	return v.AcquireHolder(ctx, key, token, ttl, "")
+}
+
+// AcquireHolder is Acquire with a holder description (lease.HolderAcquirer):
+// the server keeps it where its store does.
+func (v leases) AcquireHolder(ctx context.Context, key, token string, ttl time.Duration, holder string) (lease.Grant, error) {
 	if err := lease.Validate(key, token, ttl); err != nil {
+		return lease.Grant{}, err
+	}
+	if err := lease.ValidateHolder(holder); err != nil {
 		return lease.Grant{}, err
 	}
 	var g serveapi.LeaseGrant
 	err := v.c.call(ctx, leaseMapping(key), http.MethodPost, "/v1/leases/acquire", nil,
-		serveapi.AcquireLease{Key: key, Token: token, TTL: d(ttl)}, &g)
+		serveapi.AcquireLease{Key: key, Token: token, TTL: d(ttl), Holder: holder}, &g)
 	if err != nil {
 		return lease.Grant{}, err
 	}
@@ -107,7 +116,7 @@ func (v leases) Inspect(ctx context.Context, key string) (lease.Info, error) {
 	if err := v.c.call(ctx, leaseMapping(key), http.MethodGet, "/v1/leases/inspect", url.Values{"key": {key}}, nil, &i); err != nil {
 		return lease.Info{}, err
 	}
-	return lease.Info{Key: i.Key, Held: i.Held, Fence: i.Fence, TTL: i.TTL.D()}, nil
+	return lease.Info{Key: i.Key, Held: i.Held, Fence: i.Fence, TTL: i.TTL.D(), Holder: i.Holder}, nil
 }
 
 func (v leases) List(ctx context.Context, prefix, after string, limit int) ([]lease.Info, error) {
@@ -121,7 +130,7 @@ func (v leases) List(ctx context.Context, prefix, after string, limit int) ([]le
 	}
 	out := make([]lease.Info, 0, len(l.Leases))
 	for _, i := range l.Leases {
-		out = append(out, lease.Info{Key: i.Key, Held: i.Held, Fence: i.Fence, TTL: i.TTL.D()})
+		out = append(out, lease.Info{Key: i.Key, Held: i.Held, Fence: i.Fence, TTL: i.TTL.D(), Holder: i.Holder})
 	}
 	return out, nil
 }

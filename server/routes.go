@@ -115,6 +115,10 @@ func (s *Server) acquireLease(w http.ResponseWriter, r *http.Request, p principa
 	if !guard(w, p, "lease key", req.Key) {
 		return
 	}
+	if err := lease.ValidateHolder(req.Holder); err != nil {
+		fail(w, err)
+		return
+	}
 	token := req.Token
 	if token == "" {
 		token = lease.NewToken()
@@ -122,7 +126,7 @@ func (s *Server) acquireLease(w http.ResponseWriter, r *http.Request, p principa
 	ctx := r.Context()
 	deadline := time.Now().Add(req.Wait.D())
 	for attempt := 0; ; attempt++ {
-		g, err := s.st.Leases.Acquire(ctx, req.Key, token, req.TTL.D())
+		g, err := lease.AcquireAs(ctx, s.st.Leases, req.Key, token, req.TTL.D(), req.Holder)
 		if err == nil {
 			writeJSON(w, http.StatusOK, serveapi.LeaseGrant{Key: req.Key, Token: token, Fence: g.Fence, TTL: serveapi.Duration(g.TTL)})
 			return
@@ -193,7 +197,7 @@ func (s *Server) releaseLease(w http.ResponseWriter, r *http.Request, p principa
 }
 
 func leaseInfo(i lease.Info) serveapi.LeaseInfo {
-	return serveapi.LeaseInfo{Key: i.Key, Held: i.Held, Fence: i.Fence, TTL: serveapi.Duration(i.TTL)}
+	return serveapi.LeaseInfo{Key: i.Key, Held: i.Held, Fence: i.Fence, TTL: serveapi.Duration(i.TTL), Holder: i.Holder}
 }
 
 func (s *Server) inspectLease(w http.ResponseWriter, r *http.Request, p principal) {

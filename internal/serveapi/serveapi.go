@@ -82,6 +82,8 @@ type Problem struct {
 	// TTL is, for held, the holder's remaining time; for in_progress, the
 	// claim's remaining time.
 	TTL Duration `json:"ttl,omitempty"`
+	// Holder is, for held, the holder's description when it gave one.
+	Holder string `json:"holder,omitempty"`
 	// Fence and Current are, for stale, the refused fence and the greatest
 	// admitted one.
 	Fence   uint64 `json:"fence,omitempty"`
@@ -143,6 +145,7 @@ func ProblemOf(err error) Problem {
 	case errors.As(err, &held):
 		p := NewProblem(TypeHeld, err.Error())
 		p.TTL = Duration(held.TTL)
+		p.Holder = held.Holder
 		return p
 	case errors.Is(err, lease.ErrHeld):
 		return NewProblem(TypeHeld, err.Error())

@@ -13,6 +13,9 @@ type AcquireLease struct {
 	TTL   Duration `json:"ttl"`
 	// Wait is how long to wait for a held key (long poll); 0 answers at once.
 	Wait Duration `json:"wait,omitempty"`
+	// Holder describes the holder for operators (lease.ValidateHolder);
+	// never a secret.
+	Holder string `json:"holder,omitempty"`
 }
 
 // LeaseGrant is the answer to acquireLease and renewLease.
@@ -36,6 +39,8 @@ type LeaseInfo struct {
 	Held  bool     `json:"held"`
 	Fence uint64   `json:"fence"`
 	TTL   Duration `json:"ttl,omitempty"`
+	// Holder is the holder's description, when it gave one.
+	Holder string `json:"holder,omitempty"`
 }
 
 // LeaseList is the answer to listLeases.
