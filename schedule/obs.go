@@ -2,7 +2,9 @@ package schedule
 
 import (
 	"context"
+	"errors"
 	"sync"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -73,4 +75,117 @@ func (t *telemetry) start(ctx context.Context, job string) (context.Context, obs
 		return ctx, obs.Span{}
 	}
 	return t.tr.Start(ctx, "tenure.schedule.slot", t.job(job).attrs)
+}
+
+// Store-call ops and outcomes (tenure.store.duration) of the scheduler's
+// own store calls; its claims are timed by the lease Locker.
+const (
+	opNow = iota
+	opBegin
+	opFinish
+	opMark
+	opSlot
+	opSlots
+	opUnfinished
+	opLast
+	opRegister
+	opDefinition
+)
+
+var (
+	storeOps = []string{"schedule.now", "schedule.begin", "schedule.finish", "schedule.mark", "schedule.slot",
+		"schedule.slots", "schedule.unfinished", "schedule.last", "schedule.register", "schedule.definition"}
+	storeOutcomes = []string{obs.OutcomeOK, "not_found", "final", "not_due", "superseded", obs.OutcomeInvalid, obs.OutcomeUnavailable, obs.OutcomeError}
+)
+
+func storeOutcome(err error) int {
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, ErrNotFound):
+		return 1
+	case errors.Is(err, ErrFinal):
+		return 2
+	case errors.Is(err, ErrNotDue):
+		return 3
+	case errors.Is(err, ErrSuperseded):
+		return 4
+	case errors.Is(err, ErrInvalid):
+		return 5
+	case errors.Is(err, ErrUnavailable):
+		return 6
+	}
+	return 7
+}
+
+// timedStore times every call the scheduler makes to its Store.
+type timedStore struct {
+	Store
+	c *obs.Calls
+}
+
+func newTimedStore(s Store, t *telemetry) Store {
+	if t == nil {
+		return s
+	}
+	return timedStore{Store: s, c: obs.NewCalls(t.in, t.tr, obs.StoreName(s), storeOps, storeOutcomes)}
+}
+
+func timed[T any](ts timedStore, ctx context.Context, op int, f func(context.Context) (T, error)) (T, error) {
+	cctx, call := ts.c.Start(ctx, op)
+	v, err := f(cctx)
+	call.End(ctx, storeOutcome(err))
+	return v, err
+}
+
+func (ts timedStore) Now(ctx context.Context) (time.Time, error) {
+	return timed(ts, ctx, opNow, ts.Store.Now)
+}
+
+func (ts timedStore) Begin(ctx context.Context, req BeginRequest) (Record, error) {
+	return timed(ts, ctx, opBegin, func(ctx context.Context) (Record, error) { return ts.Store.Begin(ctx, req) })
+}
+
+func (ts timedStore) Finish(ctx context.Context, req FinishRequest) (Record, error) {
+	return timed(ts, ctx, opFinish, func(ctx context.Context) (Record, error) { return ts.Store.Finish(ctx, req) })
+}
+
+func (ts timedStore) Mark(ctx context.Context, req MarkRequest) (Record, bool, error) {
+	var wrote bool
+	r, err := timed(ts, ctx, opMark, func(ctx context.Context) (Record, error) {
+		r, w, err := ts.Store.Mark(ctx, req)
+		wrote = w
+		return r, err
+	})
+	return r, wrote, err
+}
+
+func (ts timedStore) Slot(ctx context.Context, job, slotID string) (Record, error) {
+	return timed(ts, ctx, opSlot, func(ctx context.Context) (Record, error) { return ts.Store.Slot(ctx, job, slotID) })
+}
+
+func (ts timedStore) Slots(ctx context.Context, job string, from, to time.Time, limit int) ([]Record, error) {
+	return timed(ts, ctx, opSlots, func(ctx context.Context) ([]Record, error) { return ts.Store.Slots(ctx, job, from, to, limit) })
+}
+
+func (ts timedStore) Unfinished(ctx context.Context, job string, limit int) ([]Record, error) {
+	return timed(ts, ctx, opUnfinished, func(ctx context.Context) ([]Record, error) { return ts.Store.Unfinished(ctx, job, limit) })
+}
+
+func (ts timedStore) Last(ctx context.Context, job string) (time.Time, bool, error) {
+	var ok bool
+	t, err := timed(ts, ctx, opLast, func(ctx context.Context) (time.Time, error) {
+		t, o, err := ts.Store.Last(ctx, job)
+		ok = o
+		return t, err
+	})
+	return t, ok, err
+}
+
+func (ts timedStore) Register(ctx context.Context, req RegisterRequest) (Definition, error) {
+	return timed(ts, ctx, opRegister, func(ctx context.Context) (Definition, error) { return ts.Store.Register(ctx, req) })
+}
+
+func (ts timedStore) Definition(ctx context.Context, job string) (Definition, error) {
+	return timed(ts, ctx, opDefinition, func(ctx context.Context) (Definition, error) { return ts.Store.Definition(ctx, job) })
 }

@@ -68,6 +68,12 @@ func TestTelemetryCountsSlots(t *testing.T) {
 		if !slices.Contains(tl.SpanNames(), "tenure.schedule.slot") {
 			t.Errorf("no slot span in %q", tl.SpanNames())
 		}
+		// The scheduler's own store calls are timed too.
+		for _, op := range []string{"schedule.begin", "schedule.finish", "schedule.register", "schedule.now"} {
+			if n := tl.Observations(t, "tenure.store.duration", map[string]string{"store": "memstore", "op": op, "outcome": "ok"}); n == 0 {
+				t.Errorf("store.duration{op=%s,outcome=ok} has no observations", op)
+			}
+		}
 		if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "attempt failed") {
 			t.Errorf("failed attempts not logged as warnings")
 		}

@@ -290,6 +290,7 @@ func New(store Store, o *Options) (*Scheduler, error) {
 		s.log = slog.New(slog.DiscardHandler)
 	}
 	s.tel = newTelemetry(store, s.o.MeterProvider, s.o.TracerProvider)
+	s.store = newTimedStore(store, s.tel)
 	locker, err := lease.New(store.Claims(), &lease.Options{Logger: s.log, MeterProvider: s.o.MeterProvider, TracerProvider: s.o.TracerProvider})
 	if err != nil {
 		return nil, fmt.Errorf("%w: the store's claims: %w", ErrInvalid, err)
