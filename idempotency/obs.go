@@ -104,10 +104,15 @@ const (
 	opComplete
 	opRelease
 	opInspect
+	opTxClaim
+	opTxUndo
+	opTxComplete
+	opTxRelease
 )
 
 var (
-	storeOps      = []string{"idempotency.begin", "idempotency.renew", "idempotency.complete", "idempotency.release", "idempotency.inspect"}
+	storeOps = []string{"idempotency.begin", "idempotency.renew", "idempotency.complete", "idempotency.release", "idempotency.inspect",
+		"idempotency.tx_claim", "idempotency.tx_undo", "idempotency.tx_complete", "idempotency.tx_release"}
 	storeOutcomes = []string{obs.OutcomeOK, "claim_lost", obs.OutcomeInvalid, obs.OutcomeUnavailable, obs.OutcomeError}
 )
 
@@ -171,4 +176,46 @@ func (ts timedStore) Inspect(ctx context.Context, id ID) (Record, error) {
 	r, err := ts.s.Inspect(cctx, id)
 	call.End(ctx, storeOutcome(err))
 	return r, err
+}
+
+// timedTx times every call to a Tx (DoTx's calls in the caller's
+// transaction).
+type timedTx struct {
+	tx Tx
+	c  *obs.Calls
+}
+
+func newTimedTx(tx Tx, t *telemetry) Tx {
+	if t == nil {
+		return tx
+	}
+	return timedTx{tx: tx, c: t.calls}
+}
+
+func (tt timedTx) Claim(ctx context.Context, b Begin) (Begun, error) {
+	cctx, call := tt.c.Start(ctx, opTxClaim)
+	r, err := tt.tx.Claim(cctx, b)
+	call.End(ctx, storeOutcome(err))
+	return r, err
+}
+
+func (tt timedTx) Undo(ctx context.Context) error {
+	cctx, call := tt.c.Start(ctx, opTxUndo)
+	err := tt.tx.Undo(cctx)
+	call.End(ctx, storeOutcome(err))
+	return err
+}
+
+func (tt timedTx) Complete(ctx context.Context, id ID, token string, fence uint64, out Outcome, retention time.Duration) error {
+	cctx, call := tt.c.Start(ctx, opTxComplete)
+	err := tt.tx.Complete(cctx, id, token, fence, out, retention)
+	call.End(ctx, storeOutcome(err))
+	return err
+}
+
+func (tt timedTx) Release(ctx context.Context, id ID, token string) error {
+	cctx, call := tt.c.Start(ctx, opTxRelease)
+	err := tt.tx.Release(cctx, id, token)
+	call.End(ctx, storeOutcome(err))
+	return err
 }

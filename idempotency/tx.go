@@ -41,6 +41,7 @@ func (k *Keeper) doTx(ctx context.Context, tx Tx, req Request, fn Func) (Result,
 	if isNil(tx) {
 		return Result{}, fmt.Errorf("%w: idempotency: nil Tx", ErrInvalid)
 	}
+	tx = newTimedTx(tx, k.tel)
 	token := NewToken()
 	var waited *InProgressError // the last answer while waiting
 	for attempt := 1; ; attempt++ {
