@@ -61,6 +61,9 @@ func TestScriptLimitsMatchLease(t *testing.T) {
 			t.Errorf("%s.lua does not check the token and TTL limits", name)
 		}
 	}
+	if lease.MaxHolderLen != 128 || !strings.Contains(acquireSrc, "#holder > 128") {
+		t.Errorf("lease.MaxHolderLen = %d; acquire.lua must check the same limit", lease.MaxHolderLen)
+	}
 }
 
 func TestSlotMatchesRedis(t *testing.T) {
@@ -102,7 +105,7 @@ func testScriptsValidateBeforeWriting(t *testing.T, open func(t *testing.T, addr
 	srv := testenv.Redis(t, nil)
 	c := srv.Client(t)
 	s := open(t, srv.Addr(), nil)
-	lock, fk := s.leaseKeys("k")
+	lock, fk, hk := s.leaseKeys3("k")
 	vk, ak := s.valueKeys("r")
 	cases := []struct {
 		name string
@@ -110,15 +113,20 @@ func testScriptsValidateBeforeWriting(t *testing.T, open func(t *testing.T, addr
 		keys []string
 		args []string
 	}{
-		{"acquire empty token", acquireScript, []string{lock, fk}, []string{"", "1000", "1000"}},
-		{"acquire long token", acquireScript, []string{lock, fk}, []string{strings.Repeat("t", 129), "1000", "1000"}},
-		{"acquire zero ttl", acquireScript, []string{lock, fk}, []string{"t", "0", "1000"}},
-		{"acquire fractional ttl", acquireScript, []string{lock, fk}, []string{"t", "1.5", "1000"}},
-		{"acquire ttl over a day", acquireScript, []string{lock, fk}, []string{"t", "86400001", "1000"}},
-		{"acquire ttl not a number", acquireScript, []string{lock, fk}, []string{"t", "x", "1000"}},
-		{"acquire bad retention", acquireScript, []string{lock, fk}, []string{"t", "1000", "-1"}},
-		{"acquire one key", acquireScript, []string{lock}, []string{"t", "1000", "1000"}},
-		{"renew zero ttl", renewScript, []string{lock, fk}, []string{"t", "0", "1000"}},
+		{"acquire empty token", acquireScript, []string{lock, fk, hk}, []string{"", "1000", "1000", ""}},
+		{"acquire long token", acquireScript, []string{lock, fk, hk}, []string{strings.Repeat("t", 129), "1000", "1000", ""}},
+		{"acquire zero ttl", acquireScript, []string{lock, fk, hk}, []string{"t", "0", "1000", ""}},
+		{"acquire fractional ttl", acquireScript, []string{lock, fk, hk}, []string{"t", "1.5", "1000", ""}},
+		{"acquire ttl over a day", acquireScript, []string{lock, fk, hk}, []string{"t", "86400001", "1000", ""}},
+		{"acquire ttl not a number", acquireScript, []string{lock, fk, hk}, []string{"t", "x", "1000", ""}},
+		{"acquire bad retention", acquireScript, []string{lock, fk, hk}, []string{"t", "1000", "-1", ""}},
+		{"acquire long holder", acquireScript, []string{lock, fk, hk}, []string{"t", "1000", "1000", strings.Repeat("h", 129)}},
+		{"acquire holder with a line break", acquireScript, []string{lock, fk, hk}, []string{"t", "1000", "1000", "a\nb"}},
+		{"acquire holder with NUL", acquireScript, []string{lock, fk, hk}, []string{"t", "1000", "1000", "a\x00b"}},
+		{"acquire without holder argument", acquireScript, []string{lock, fk, hk}, []string{"t", "1000", "1000"}},
+		{"acquire two keys", acquireScript, []string{lock, fk}, []string{"t", "1000", "1000", ""}},
+		{"renew zero ttl", renewScript, []string{lock, fk, hk}, []string{"t", "0", "1000"}},
+		{"renew two keys", renewScript, []string{lock, fk}, []string{"t", "1000", "1000"}},
 		{"release empty token", releaseScript, []string{lock}, []string{""}},
 		{"fenced set negative", fencedSetScript, []string{vk, ak}, []string{"-1", "s", "v"}},
 		{"fenced set leading zero", fencedSetScript, []string{vk, ak}, []string{"01", "s", "v"}},

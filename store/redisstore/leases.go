@@ -31,17 +31,34 @@ func (s *Store) ReleasePath(ctx context.Context) (string, error) {
 
 type leases struct{ s *Store }
 
+// The lease view keeps holder descriptions and lists its keys.
+var (
+	_ lease.HolderAcquirer = leases{}
+	_ lease.Lister         = leases{}
+)
+
 func (v leases) Acquire(ctx context.Context, key, token string, ttl time.Duration) (lease.Grant, error) {
+	return v.AcquireHolder(ctx, key, token, ttl, "")
+}
+
+// AcquireHolder is Acquire that keeps holder with the grant
+// (lease.HolderAcquirer), in the same script: a holder key under the
+// lease's hash tag, with the lock's TTL, that names the grant's fence. A
+// grant without a description writes nothing more than a plain Acquire.
+func (v leases) AcquireHolder(ctx context.Context, key, token string, ttl time.Duration, holder string) (lease.Grant, error) {
 	if err := lease.Validate(key, token, ttl); err != nil {
+		return lease.Grant{}, err
+	}
+	if err := lease.ValidateHolder(holder); err != nil {
 		return lease.Grant{}, err
 	}
 	s := v.s
 	if err := s.ready(ctx); err != nil {
 		return lease.Grant{}, err
 	}
-	lock, fence := s.leaseKeys(key)
+	lock, fence, hk := s.leaseKeys3(key)
 	_, ms := s.ttlArg(ttl)
-	arr, err := acquireScript.Exec(ctx, s.c, []string{lock, fence}, []string{token, ms, s.keep}).ToArray()
+	arr, err := acquireScript.Exec(ctx, s.c, []string{lock, fence, hk}, []string{token, ms, s.keep, holder}).ToArray()
 	if err != nil {
 		return lease.Grant{}, s.fail(err)
 	}
@@ -54,7 +71,13 @@ func (v leases) Acquire(ctx context.Context, key, token string, ttl time.Duratio
 		return lease.Grant{}, malformed("acquire")
 	}
 	if ok == 0 {
-		return lease.Grant{}, &lease.HeldError{Key: key, TTL: remaining(n)}
+		held := &lease.HeldError{Key: key, TTL: remaining(n)}
+		if len(arr) > 2 {
+			if held.Holder, err = arr[2].ToString(); err != nil {
+				return lease.Grant{}, malformed("acquire")
+			}
+		}
+		return lease.Grant{}, held
 	}
 	if len(arr) < 3 || n <= 0 {
 		return lease.Grant{}, malformed("acquire")
@@ -87,9 +110,9 @@ func (v leases) Renew(ctx context.Context, key, token string, ttl time.Duration)
 	if err := s.ready(ctx); err != nil {
 		return lease.Grant{}, err
 	}
-	lock, fence := s.leaseKeys(key)
+	lock, fence, hk := s.leaseKeys3(key)
 	ms, arg := s.ttlArg(ttl)
-	f, err := renewScript.Exec(ctx, s.c, []string{lock, fence}, []string{token, arg, s.keep}).AsInt64()
+	f, err := renewScript.Exec(ctx, s.c, []string{lock, fence, hk}, []string{token, arg, s.keep}).AsInt64()
 	if err != nil {
 		return lease.Grant{}, s.fail(err)
 	}
@@ -141,13 +164,17 @@ func (v leases) Inspect(ctx context.Context, key string) (lease.Info, error) {
 	if err := lease.ValidateKey(key); err != nil {
 		return lease.Info{}, err
 	}
-	s := v.s
-	lock, fence := s.leaseKeys(key)
-	arr, err := inspectScript.Exec(ctx, s.c, []string{lock, fence}, nil).ToArray()
+	return v.s.inspectLease(ctx, key)
+}
+
+// inspectLease reads the state of a valid key in one read-only script.
+func (s *Store) inspectLease(ctx context.Context, key string) (lease.Info, error) {
+	lock, fence, hk := s.leaseKeys3(key)
+	arr, err := inspectScript.Exec(ctx, s.c, []string{lock, fence, hk}, nil).ToArray()
 	if err != nil {
 		return lease.Info{}, s.fail(err)
 	}
-	if len(arr) != 2 {
+	if len(arr) != 3 {
 		return lease.Info{}, malformed("inspect")
 	}
 	pttl, err := arr[0].AsInt64()
@@ -167,6 +194,9 @@ func (v leases) Inspect(ctx context.Context, key string) (lease.Info, error) {
 	if pttl != -2 {
 		info.Held = true
 		info.TTL = remaining(pttl)
+		if info.Holder, err = arr[2].ToString(); err != nil {
+			return lease.Info{}, malformed("inspect")
+		}
 	}
 	return info, nil
 }

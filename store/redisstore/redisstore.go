@@ -206,6 +206,16 @@ func (s *Store) pair(name, a, b string) (string, string) {
 // leaseKeys returns the lock and fence keys of a lease.
 func (s *Store) leaseKeys(key string) (lock, fence string) { return s.pair(key, "lock", "fence") }
 
+// leaseKeys3 returns the lock, fence and holder keys of a lease, built in
+// one allocation.
+func (s *Store) leaseKeys3(key string) (lock, fence, holder string) {
+	key = escape(key)
+	base := len(s.prefix) + len(key) + 3 // prefix{key}:
+	all := s.prefix + "{" + key + "}:lock" + s.prefix + "{" + key + "}:fence" + s.prefix + "{" + key + "}:holder"
+	a, b := base+len("lock"), base+len("lock")+base+len("fence")
+	return all[:a], all[a:b], all[b:]
+}
+
 // lockKey returns the lock key of a lease.
 func (s *Store) lockKey(key string) string {
 	return s.prefix + "{" + escape(key) + "}:lock"

@@ -658,13 +658,14 @@ func testKeysShareSlot(t *testing.T, c rueidis.Client) {
 			k = k[:lease.MaxKeyLen]
 		}
 		tok := lease.NewToken()
-		g, err := s.Leases().Acquire(ctx, k, tok, 30*time.Second)
+		g, err := s.Leases().(lease.HolderAcquirer).AcquireHolder(ctx, k, tok, 30*time.Second, "node "+name)
 		if err != nil {
 			t.Fatalf("Acquire(%q): %v", k, err)
 		}
 		lock, fk := s.LeaseKeys(k)
-		if a, b := keyslot(lock), keyslot(fk); a != b {
-			t.Fatalf("%q: lock in slot %d, fence in slot %d", k, a, b)
+		hk := strings.TrimSuffix(lock, "lock") + "holder"
+		if a, b, h := keyslot(lock), keyslot(fk), keyslot(hk); a != b || a != h {
+			t.Fatalf("%q: lock in slot %d, fence in slot %d, holder in slot %d", k, a, b, h)
 		} else {
 			slots[a] = true
 		}
@@ -673,6 +674,9 @@ func testKeysShareSlot(t *testing.T, c rueidis.Client) {
 		}
 		if v, ok := get(t, c, fk); !ok || v != strconv.FormatUint(g.Fence, 10) {
 			t.Fatalf("%q: fence key = %q, want %d", k, v, g.Fence)
+		}
+		if info, err := s.Leases().Inspect(ctx, k); err != nil || info.Holder != "node "+name {
+			t.Fatalf("Inspect(%q) = %+v, %v; want holder %q", k, info, err, "node "+name)
 		}
 		if err := s.FencedSet(ctx, k, g.Fence, []byte("v")); err != nil {
 			t.Fatalf("FencedSet(%q): %v", k, err)

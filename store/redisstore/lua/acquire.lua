@@ -2,16 +2,20 @@
 -- Acquire a lease.
 -- KEYS[1] lock key (value: the holder's token, PX ttl)
 -- KEYS[2] fence key (the last fence granted, kept ttl + retention)
--- ARGV[1] token, ARGV[2] ttl in ms, ARGV[3] fence retention in ms
+-- KEYS[3] holder key ('<fence> <description>', PX ttl; it describes the
+--         lock only while its fence is the fence key's)
+-- ARGV[1] token, ARGV[2] ttl in ms, ARGV[3] fence retention in ms,
+-- ARGV[4] holder description ('' for none)
 -- Returns {1, fence, ttl} when granted (or renewed for the holding token),
--- {0, pttl} when another token holds the lock.
+-- {0, pttl, holder description or ''} when another token holds the lock.
 -- The arguments are checked before the first write: a script error does not
 -- roll back what was already written. (On a full server the script is
 -- refused before it starts: it declares no allow-oom.)
-local token, ttl, keep = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-if #KEYS ~= 2 or #ARGV ~= 3 or #token < 1 or #token > 128
+local token, ttl, keep, holder = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
+if #KEYS ~= 3 or #ARGV ~= 4 or #token < 1 or #token > 128
   or not ttl or ttl < 1 or ttl > 86400000 or ttl % 1 ~= 0
-  or not keep or keep < 1 or keep > 315360000000 or keep % 1 ~= 0 then
+  or not keep or keep < 1 or keep > 315360000000 or keep % 1 ~= 0
+  or #holder > 128 or holder:find('[%z\n\r]') then
   return redis.error_reply('ERR redisstore: invalid acquire arguments')
 end
 local function clock()
@@ -23,25 +27,45 @@ if redis.call('SET', KEYS[1], token, 'NX', 'PX', ttl) then
   -- The common case (the clock is ahead of the last fence) writes the
   -- clock and reads the old value in one command.
   local f = clock()
-  local last = tonumber(redis.call('SET', KEYS[2], string.format('%d', f), 'PX', ttl + keep, 'GET'))
+  local fs = string.format('%d', f)
+  local last = tonumber(redis.call('SET', KEYS[2], fs, 'PX', ttl + keep, 'GET'))
   if last and last >= f then
     f = last + 1
-    redis.call('SET', KEYS[2], string.format('%d', f), 'PX', ttl + keep)
+    fs = string.format('%d', f)
+    redis.call('SET', KEYS[2], fs, 'PX', ttl + keep)
+  end
+  -- Without a description nothing is written: a holder key left by an
+  -- earlier grant names an older fence and no longer counts.
+  if holder ~= '' then
+    redis.call('SET', KEYS[3], fs .. ' ' .. holder, 'PX', ttl)
   end
   return {1, f, ttl}
 end
 if redis.call('GET', KEYS[1]) ~= token then
-  return {0, redis.call('PTTL', KEYS[1])}
+  local pttl = redis.call('PTTL', KEYS[1])
+  local h, fs = redis.call('GET', KEYS[3]), redis.call('GET', KEYS[2])
+  if h and fs and h:sub(1, #fs + 1) == fs .. ' ' then
+    return {0, pttl, h:sub(#fs + 2)}
+  end
+  return {0, pttl, ''}
 end
--- The same token holds the lock: renew it to ttl, same fence.
+-- The same token holds the lock: renew it to ttl, same fence, and replace
+-- the description.
 redis.call('PEXPIRE', KEYS[1], ttl)
-local last = tonumber(redis.call('GET', KEYS[2]))
-if last then
+local last = redis.call('GET', KEYS[2])
+local f = tonumber(last)
+if f then
   redis.call('PEXPIRE', KEYS[2], ttl + keep)
-  return {1, last, ttl}
+else
+  -- Its fence key is gone (deleted by hand): grant a new fence, which the
+  -- clock floor keeps above the lost one.
+  f = clock()
+  last = string.format('%d', f)
+  redis.call('SET', KEYS[2], last, 'PX', ttl + keep)
 end
--- Its fence key is gone (deleted by hand): grant a new fence, which the
--- clock floor keeps above the lost one.
-local f = clock()
-redis.call('SET', KEYS[2], string.format('%d', f), 'PX', ttl + keep)
+if holder ~= '' then
+  redis.call('SET', KEYS[3], last .. ' ' .. holder, 'PX', ttl)
+else
+  redis.call('DEL', KEYS[3])
+end
 return {1, f, ttl}
