@@ -9,7 +9,7 @@ import (
 const MaxListLimit = 1000
 
 // Lister is implemented by stores that can list the keys they hold
-// (memstore, sqlitestore, pgstore, etcdstore). It is optional: a Store without it still meets
+// (memstore, sqlitestore, pgstore, redisstore, etcdstore). It is optional: a Store without it still meets
 // the contract, and callers check for it with a type assertion.
 type Lister interface {
 	// List returns the state of the keys that start with prefix and sort

@@ -167,7 +167,7 @@ one page of at most --limit keys after --after: whether each is held, its
 fence, the holder's remaining time and the holder's description (the
 Locker's Options.Holder, by default host name and process ID). The next
 page starts after the last key printed. Supported on memory, SQLite,
-PostgreSQL and etcd.`,
+PostgreSQL, Redis and etcd.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			prefix := ""

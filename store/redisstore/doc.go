@@ -74,6 +74,8 @@
 //
 //	<prefix>{<key>}:lock    the holder's token, with PX = the lease's TTL
 //	<prefix>{<key>}:fence   the last fence granted, kept TTL + FenceRetention (default 7 days)
+//	<prefix>{<key>}:holder  "<fence> <description>", with PX = the lease's TTL (only for
+//	                        a grant with a holder description)
 //
 // A fenced resource has the same shape: <prefix>{<resource>}:value holds
 // the value and <prefix>{<resource>}:admitted the greatest fence admitted,
@@ -97,6 +99,28 @@
 // write, since a Lua error does not roll back earlier writes. Scripts run
 // with EVALSHA and fall back to EVAL on NOSCRIPT (script caches are per node
 // and are lost on restart).
+//
+// # Holder descriptions and listing
+//
+// The lease view implements lease.HolderAcquirer: AcquireHolder (which the
+// lease.Locker calls with Options.Holder) writes the description in the
+// acquire script itself, to the holder key, tagged with the grant's fence
+// and with the lock's TTL; Renew extends it with the lock. Inspect, List
+// and *lease.HeldError report a description only while the lock is held
+// and the holder key names the current fence, so a description never
+// outlives its grant: a release (DELEX, which touches one key) leaves the
+// holder key to expire with the lease's TTL, and it no longer counts. A
+// grant without a description writes nothing more than before, and a
+// re-acquire without one deletes the old one.
+//
+// List (lease.Lister) walks the fence keys with SCAN on every master of a
+// cluster (MATCH on the store's prefix and the listed key prefix, COUNT
+// 1000), keeps only the limit smallest keys after the start (memory bounded
+// by the limit), and reads each with the inspect script. Its cost grows
+// with the number of lease keys the store keeps, so it is meant for
+// operators (tenure lease list), not for request paths. A key is listed
+// while its fence key exists: held, or free for FenceRetention after its
+// last lease ended.
 //
 // # How expiry is judged
 //
@@ -156,8 +180,8 @@
 //
 // # Performance
 //
-// Every call is one round trip (Acquire, Renew, Release, Inspect,
-// FencedSet, FencedGet). On rueidis ([New]), calls that overlap other calls
+// Every call is one round trip (Acquire and AcquireHolder, Renew, Release,
+// Inspect, FencedSet, FencedGet; List is a walk, see above). On rueidis ([New]), calls that overlap other calls
 // of the store share the client's auto-pipelined connection, and a call
 // that finds no other call of the store in flight is sent as a blocking
 // command, which rueidis serves on a pooled connection in the caller's
