@@ -55,19 +55,22 @@ func (s *Store) scanLeases(ctx context.Context, c rclient.Client, pattern, prefi
 		scan := rclient.Cmd{Name: "SCAN", Args: []string{cursor, "MATCH", pattern, "COUNT", scanCount}, ReadOnly: true}
 		var res rclient.Result
 		if first {
-			// ROLE in the same round trip as the first SCAN.
+			// ROLE in the same round trip as the first SCAN. A server that
+			// refuses ROLE (ACL) is scanned: a key seen twice is kept once.
 			rs := c.DoMulti(ctx, rclient.Cmd{Name: "ROLE", ReadOnly: true}, scan)
 			role, err := rs[0].ToArray()
-			if err != nil {
+			if _, refused := rclient.ServerError(err); err != nil && !refused {
 				return nil, s.fail(err)
 			}
-			if len(role) == 0 {
-				return nil, malformed("role")
-			}
-			if r, err := role[0].ToString(); err != nil {
-				return nil, malformed("role")
-			} else if r != "master" {
-				return page, nil
+			if err == nil {
+				if len(role) == 0 {
+					return nil, malformed("role")
+				}
+				if r, err := role[0].ToString(); err != nil {
+					return nil, malformed("role")
+				} else if r != "master" {
+					return page, nil
+				}
 			}
 			res = rs[1]
 		} else {
