@@ -332,6 +332,7 @@ func TestProofRedisFailover(t *testing.T) {
 // black-holes their connections, on top of pauses: the guarded runs stay
 // clean and every proxy fault is counted by kind.
 func TestProofProxyFaults(t *testing.T) {
+	t.Parallel() // beside the store-fault tests, on the shared servers
 	for name, store := range map[string]func(t *testing.T) string{
 		"redis":    func(t *testing.T) string { return "redis://" + testenv.SharedRedis(t).Addr() },
 		"postgres": func(t *testing.T) string { return testenv.SharedPostgres(t).NewDatabase(t) },
@@ -341,7 +342,7 @@ func TestProofProxyFaults(t *testing.T) {
 			if name == "redis" {
 				workloads = append(workloads, "idempotency")
 			}
-			o := options(t, store(t), 4*time.Second, workloads...)
+			o := options(t, store(t), 3*time.Second, workloads...)
 			o.Faults.Proxy = true
 			rs := prove(t, o)
 			for _, r := range rs {
