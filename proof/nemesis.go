@@ -29,6 +29,7 @@ type nemesis struct {
 	px      *faultProxy // nil without proxy faults
 
 	proxyUntil time.Time // the current proxy fault ends; zero when none
+	proxyTurn  bool
 
 	resumeAt  map[int]time.Time
 	restartAt map[int]time.Time
@@ -100,7 +101,9 @@ func (n *nemesis) run(ctx context.Context, until time.Time, tick func(time.Durat
 		}
 		nextFault = now.Add(n.ttl/2 + time.Duration(n.rng.Int64N(int64(n.ttl))))
 		workerFaults := !n.o.Faults.NoPause || (n.wl.kills && !n.t.inProcess && !n.o.Faults.NoKill)
-		if n.px != nil && n.proxyUntil.IsZero() && (!workerFaults || n.rng.IntN(3) == 0) {
+		// With worker faults too, every other fault goes to an idle proxy.
+		n.proxyTurn = !n.proxyTurn
+		if n.px != nil && n.proxyUntil.IsZero() && (!workerFaults || n.proxyTurn) {
 			mode := []int32{proxyDelay, proxyCut, proxyBlackHole}[n.rng.IntN(3)]
 			n.px.set(mode)
 			n.faults[proxyKinds[mode]]++
