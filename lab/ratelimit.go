@@ -169,7 +169,9 @@ func fixedWindowConcurrent(ctx context.Context, env *Env) ([]KV, []KV, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	ttlPresent := present && ttl > 0 && ttl <= 30*time.Second
+	// A store may keep the counter up to the millisecond after the window
+	// ends (Redis expires keys on whole milliseconds), never longer.
+	ttlPresent := present && ttl > 0 && ttl <= 30*time.Second+time.Millisecond
 	return []KV{
 			{"fixedWindowConcurrentCalls", strconv.Itoa(calls)},
 			{"accepted", strconv.Itoa(accepted)},
