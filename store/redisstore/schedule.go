@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -64,6 +65,11 @@ func (s *Store) schedClaimKeys(key string) (lock, fenceKey string, err error) {
 	tag := s.schedTag(job) + "lease:" + rest
 	return tag + ":lock", tag + ":fence", nil
 }
+
+// schedHolderKey returns the holder key next to a claim's lock key, which
+// the lease scripts take as their third key. Claims give no description,
+// so it is never written.
+func schedHolderKey(lock string) string { return strings.TrimSuffix(lock, "lock") + "holder" }
 
 // Schedules returns the store's schedule.Store view. Everything of a job
 // (claims, records, the ledger, the values CompleteSlot writes) lives under
@@ -543,7 +549,7 @@ func (v schedClaims) Acquire(ctx context.Context, key, token string, ttl time.Du
 		return lease.Grant{}, err
 	}
 	_, ms := s.ttlArg(ttl)
-	arr, err := acquireScript.Exec(ctx, s.c, []string{lock, fk}, []string{token, ms, schedKeep}).ToArray()
+	arr, err := acquireScript.Exec(ctx, s.c, []string{lock, fk, schedHolderKey(lock)}, []string{token, ms, schedKeep, ""}).ToArray()
 	if err != nil {
 		return lease.Grant{}, s.fail(err)
 	}
@@ -581,7 +587,7 @@ func (v schedClaims) Renew(ctx context.Context, key, token string, ttl time.Dura
 		return lease.Grant{}, err
 	}
 	ms, arg := s.ttlArg(ttl)
-	f, err := renewScript.Exec(ctx, s.c, []string{lock, fk}, []string{token, arg, schedKeep}).AsInt64()
+	f, err := renewScript.Exec(ctx, s.c, []string{lock, fk, schedHolderKey(lock)}, []string{token, arg, schedKeep}).AsInt64()
 	if err != nil {
 		return lease.Grant{}, s.fail(err)
 	}
@@ -625,11 +631,11 @@ func (v schedClaims) Inspect(ctx context.Context, key string) (lease.Info, error
 	if err != nil {
 		return lease.Info{}, err
 	}
-	arr, err := inspectScript.Exec(ctx, s.c, []string{lock, fk}, nil).ToArray()
+	arr, err := inspectScript.Exec(ctx, s.c, []string{lock, fk, schedHolderKey(lock)}, nil).ToArray()
 	if err != nil {
 		return lease.Info{}, s.fail(err)
 	}
-	if len(arr) != 2 {
+	if len(arr) != 3 {
 		return lease.Info{}, malformed("inspect")
 	}
 	pttl, err := arr[0].AsInt64()
