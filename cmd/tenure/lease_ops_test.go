@@ -12,11 +12,12 @@ import (
 	"github.com/tenurekit/tenure/lease"
 	"github.com/tenurekit/tenure/store/etcdstore"
 	"github.com/tenurekit/tenure/store/pgstore"
+	"github.com/tenurekit/tenure/store/redisstore"
 	"github.com/tenurekit/tenure/store/sqlitestore"
 )
 
 // tenure lease list and inspect show who holds a key, on the stores that
-// list (SQLite, PostgreSQL, etcd), against real servers.
+// list (SQLite, PostgreSQL, Redis, etcd), against real servers.
 func TestLeaseListAndHolder(t *testing.T) {
 	dir := t.TempDir()
 	sq, err := sqlitestore.Open(t.Context(), filepath.Join(dir, "tenure.db"), nil)
@@ -37,6 +38,8 @@ func TestLeaseListAndHolder(t *testing.T) {
 	}
 	et := testenv.Etcd(t)
 	est := etcdstore.New(et.Client(t), nil)
+	rd := testenv.Redis(t, nil)
+	rst := redisstore.New(rd.Client(t), nil)
 	for _, tg := range []struct {
 		name  string
 		flags []string
@@ -45,6 +48,7 @@ func TestLeaseListAndHolder(t *testing.T) {
 		{"embedded", []string{"--data-dir", dir}, sq.Leases()},
 		{"postgres", []string{"--store", dsn}, pst.Leases()},
 		{"etcd", []string{"--store", "etcd://" + et.Endpoints()[0][len("http://"):]}, est.Leases()},
+		{"redis", []string{"--store", "redis://" + rd.Addr()}, rst.Leases()},
 	} {
 		t.Run(tg.name, func(t *testing.T) {
 			ctx := t.Context()

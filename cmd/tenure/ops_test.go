@@ -106,16 +106,22 @@ func TestOpsCommands(t *testing.T) {
 				t.Fatal(err)
 			}
 			var info struct {
-				Key   string `json:"key"`
-				Held  bool   `json:"held"`
-				Fence uint64 `json:"fence"`
-				TTL   string `json:"ttl"`
+				Key    string `json:"key"`
+				Held   bool   `json:"held"`
+				Fence  uint64 `json:"fence"`
+				TTL    string `json:"ttl"`
+				Holder string `json:"holder"`
 			}
 			if code := runJSON(t, &info, cmd("lease", "inspect", "report:daily")...); code != 0 || !info.Held || info.Fence != l.Fence() || info.TTL == "" {
 				t.Fatalf("lease inspect of a held key: exit %d %+v, want held with fence %d", code, info, l.Fence())
 			}
+			// Every store keeps the Locker's default holder description.
+			if info.Holder != lk.Holder() || info.Holder == "" {
+				t.Fatalf("lease inspect of a held key: holder %q, want %q", info.Holder, lk.Holder())
+			}
+			info.Holder = ""
 			l.Release(ctx)
-			if code := runJSON(t, &info, cmd("lease", "inspect", "report:daily")...); code != 0 || info.Held || info.Fence != l.Fence() {
+			if code := runJSON(t, &info, cmd("lease", "inspect", "report:daily")...); code != 0 || info.Held || info.Fence != l.Fence() || info.Holder != "" {
 				t.Fatalf("lease inspect after release: exit %d %+v", code, info)
 			}
 			out, err := run(cmd("lease", "inspect", "report:daily")...)
