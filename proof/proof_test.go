@@ -153,7 +153,7 @@ func TestProofRedis(t *testing.T) {
 
 func TestProofRedisCluster(t *testing.T) {
 	c := testenv.SharedRedisCluster(t)
-	prove(t, options(t, "redis://"+c.Addrs()[0], 3*time.Second, "lease-counter", "idempotency"))
+	prove(t, options(t, "redis://"+c.Addrs()[0], 3*time.Second)) // every workload
 }
 
 func TestProofEtcd(t *testing.T) {
