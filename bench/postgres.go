@@ -33,16 +33,17 @@ var PostgresContenders = []string{"tenure", "tenure-locker", "raw"}
 // rawAcquire and rawRelease are pgstore's acquire and release statements
 // for the default schema "tenure" (see buildQueries in store/pgstore).
 const (
-	rawAcquire = `WITH c AS (SELECT clock_timestamp() AS now) INSERT INTO "tenure".leases AS l (key, token, fence, expires_at)
-SELECT $1, $2, greatest((extract(epoch FROM c.now) * 1000000)::bigint, 1), c.now + $3::interval FROM c
+	rawAcquire = `WITH c AS (SELECT clock_timestamp() AS now) INSERT INTO "tenure".leases AS l (key, token, fence, expires_at, holder)
+SELECT $1, $2, greatest((extract(epoch FROM c.now) * 1000000)::bigint, 1), c.now + $3::bigint * interval '1 microsecond', nullif($4::text, '') FROM c
 ON CONFLICT (key) DO UPDATE SET
 	fence = CASE WHEN l.token = excluded.token AND l.expires_at > (SELECT now FROM c) THEN l.fence
 		ELSE greatest(l.fence + 1, excluded.fence) END,
 	token = excluded.token,
-	expires_at = excluded.expires_at
+	expires_at = excluded.expires_at,
+	holder = excluded.holder
 WHERE l.token IS NULL OR l.expires_at <= (SELECT now FROM c) OR l.token = excluded.token
 RETURNING l.fence`
-	rawRelease = `WITH c AS (SELECT clock_timestamp() AS now) UPDATE "tenure".leases AS l SET token = NULL, expires_at = NULL FROM c
+	rawRelease = `WITH c AS (SELECT clock_timestamp() AS now) UPDATE "tenure".leases AS l SET token = NULL, holder = NULL, expires_at = c.now FROM c
 WHERE l.key = $1 AND l.token = $2 AND l.expires_at > c.now`
 )
 
@@ -120,7 +121,7 @@ func checkStatements(ctx context.Context, dsn string) error {
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	want := []recorded{
-		{rawAcquire, []string{"string", "string", "time.Duration"}},
+		{rawAcquire, []string{"string", "string", "int64", "string"}},
 		{rawRelease, []string{"string", "string"}},
 	}
 	if !reflect.DeepEqual(rec.stmts, want) {
@@ -171,7 +172,7 @@ func (e *Env) postgresCycle(name string) (newWorker, error) {
 			return func(ctx context.Context, key string) error {
 				tok := lease.NewToken()
 				var fence int64
-				if err := pool.QueryRow(ctx, rawAcquire, key, tok, TTL).Scan(&fence); err != nil {
+				if err := pool.QueryRow(ctx, rawAcquire, key, tok, TTL.Microseconds(), "").Scan(&fence); err != nil {
 					return err
 				}
 				tag, err := pool.Exec(ctx, rawRelease, key, tok)
