@@ -418,7 +418,11 @@ func (e *Env) Server(suite string) string {
 				version = strings.TrimSpace(v)
 			}
 		}
-		path, err := redisstore.New(r.rueidis, nil).ReleasePath(ctx)
+		path := ""
+		st, err := redisstore.New(r.rueidis, nil)
+		if err == nil {
+			path, err = st.ReleasePath(ctx)
+		}
 		if err != nil {
 			path = err.Error()
 		}

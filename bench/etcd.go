@@ -136,7 +136,10 @@ func (e *Env) buildEtcdContenders() (map[string]newWorker, error) {
 		return nil, err
 	}
 	ctx := context.Background()
-	st := etcdstore.New(ec.client, &etcdstore.Options{Prefix: "bench/tenure/"})
+	st, err := etcdstore.New(ec.client, &etcdstore.Options{Prefix: "bench/tenure/"})
+	if err != nil {
+		return nil, err
+	}
 	leases := st.Leases()
 	locker, err := lease.New(leases, nil)
 	if err != nil {

@@ -138,7 +138,10 @@ func (e *Env) keeper(ctx context.Context, store string) (*idempotency.Keeper, *c
 		if err != nil {
 			return nil, nil, err
 		}
-		st := redisstore.New(r.rueidis, &redisstore.Options{Prefix: "bench:idem:"})
+		st, err := redisstore.New(r.rueidis, &redisstore.Options{Prefix: "bench:idem:"})
+		if err != nil {
+			return nil, nil, err
+		}
 		if err := st.Check(ctx); err != nil {
 			return nil, nil, err
 		}
@@ -148,7 +151,10 @@ func (e *Env) keeper(ctx context.Context, store string) (*idempotency.Keeper, *c
 		if err != nil {
 			return nil, nil, err
 		}
-		st := pgstore.New(p.pool, nil)
+		st, err := pgstore.New(p.pool, nil)
+		if err != nil {
+			return nil, nil, err
+		}
 		if err := st.Migrate(ctx); err != nil {
 			return nil, nil, err
 		}

@@ -86,7 +86,10 @@ func TestIdempotencyRoundTrips(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer pool.Close()
-		st := pgstore.New(pool, nil)
+		st, err := pgstore.New(pool, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
 		if err := st.Migrate(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -108,7 +111,10 @@ func TestIdempotencyRoundTrips(t *testing.T) {
 	t.Run("redis", func(t *testing.T) {
 		r, err := env.Redis()
 		skipOrFatal(t, err)
-		st := redisstore.New(r.rueidis, nil)
+		st, err := redisstore.New(r.rueidis, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
 		if err := st.Check(ctx); err != nil {
 			t.Fatal(err)
 		}

@@ -54,7 +54,10 @@ type pgContenders struct {
 }
 
 func (p *pgClients) contenders(ctx context.Context) (*pgContenders, error) {
-	st := pgstore.New(p.pool, nil)
+	st, err := pgstore.New(p.pool, nil)
+	if err != nil {
+		return nil, err
+	}
 	if err := st.Migrate(ctx); err != nil {
 		return nil, err
 	}
@@ -109,7 +112,11 @@ func checkStatements(ctx context.Context, dsn string) error {
 		return err
 	}
 	defer pool.Close()
-	ls := pgstore.New(pool, nil).Leases()
+	st, err := pgstore.New(pool, nil)
+	if err != nil {
+		return err
+	}
+	ls := st.Leases()
 	const key = "bench:postgres:statements"
 	tok := lease.NewToken()
 	if _, err := ls.Acquire(ctx, key, tok, TTL); err != nil {

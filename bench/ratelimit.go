@@ -65,7 +65,10 @@ func (e *Env) buildRateContenders() (map[string]cycleFunc, error) {
 	cs := map[string]cycleFunc{}
 
 	// In process.
-	mem := memstore.New(nil)
+	mem, err := memstore.New(nil)
+	if err != nil {
+		return nil, err
+	}
 	tm, err := ratelimit.New(mem.Limits(), ratelimit.GCRA, ratelimit.Limit{Name: "bench", Rate: benchRate, Period: time.Second})
 	if err != nil {
 		return nil, err
@@ -101,7 +104,10 @@ func (e *Env) buildRateContenders() (map[string]cycleFunc, error) {
 		return nil, err
 	}
 	ctx := context.Background()
-	st := redisstore.New(r.rueidis, &redisstore.Options{Prefix: "bench:tenure-rl:"})
+	st, err := redisstore.New(r.rueidis, &redisstore.Options{Prefix: "bench:tenure-rl:"})
+	if err != nil {
+		return nil, err
+	}
 	if err := st.Check(ctx); err != nil {
 		return nil, fmt.Errorf("redisstore check: %w", err)
 	}
@@ -120,7 +126,10 @@ func (e *Env) buildRateContenders() (map[string]cycleFunc, error) {
 	if _, err := tf.Allow(ctx, "warm"); err != nil {
 		return nil, err
 	}
-	gst := redisstore.NewGoRedis(r.goredis, &redisstore.Options{Prefix: "bench:tenure-rl-go:"})
+	gst, err := redisstore.NewGoRedis(r.goredis, &redisstore.Options{Prefix: "bench:tenure-rl-go:"})
+	if err != nil {
+		return nil, err
+	}
 	if err := gst.Check(ctx); err != nil {
 		return nil, fmt.Errorf("redisstore (go-redis) check: %w", err)
 	}

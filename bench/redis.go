@@ -51,13 +51,19 @@ type redisContenders struct {
 }
 
 func (r *redisClients) contenders(ctx context.Context) (*redisContenders, error) {
-	st := redisstore.New(r.rueidis, nil)
+	st, err := redisstore.New(r.rueidis, nil)
+	if err != nil {
+		return nil, err
+	}
 	// The server check runs once before the first write; run it now so no
 	// measured cycle pays for it.
 	if err := st.Check(ctx); err != nil {
 		return nil, fmt.Errorf("redisstore check: %w", err)
 	}
-	gst := redisstore.NewGoRedis(r.goredis, nil)
+	gst, err := redisstore.NewGoRedis(r.goredis, nil)
+	if err != nil {
+		return nil, err
+	}
 	if err := gst.Check(ctx); err != nil {
 		return nil, fmt.Errorf("redisstore (go-redis) check: %w", err)
 	}
@@ -262,7 +268,11 @@ func (e *Env) redisClientCycle(name string) (newWorker, error) {
 				return
 			}
 			e.tb.Cleanup(rc.Close)
-			st := redisstore.New(rc, nil)
+			st, err := redisstore.New(rc, nil)
+			if err != nil {
+				x.err = fmt.Errorf("redisstore (%s): %w", c, err)
+				return
+			}
 			if err := st.Check(context.Background()); err != nil {
 				x.err = fmt.Errorf("redisstore check (%s): %w", c, err)
 				return

@@ -107,7 +107,11 @@ func (e *Env) schedPG() (*schedEnv, error) {
 			return
 		}
 		ctx := context.Background()
-		db := pgstore.New(p.pool, &pgstore.Options{Schema: schedSchema})
+		db, err := pgstore.New(p.pool, &pgstore.Options{Schema: schedSchema})
+		if err != nil {
+			se.pgErr = err
+			return
+		}
 		if err := db.Migrate(ctx); err != nil {
 			se.pgErr = err
 			return
@@ -135,7 +139,11 @@ func (e *Env) schedRedis() (*schedEnv, error) {
 			se.redErr = err
 			return
 		}
-		st := redisstore.New(r.rueidis, &redisstore.Options{Prefix: "bench-sched:"})
+		st, err := redisstore.New(r.rueidis, &redisstore.Options{Prefix: "bench-sched:"})
+		if err != nil {
+			se.redErr = err
+			return
+		}
 		if err := st.Check(context.Background()); err != nil {
 			se.redErr = err
 			return

@@ -146,7 +146,10 @@ func (e *Env) buildServeStore(store string) (*serveStore, error) {
 		if err != nil {
 			return nil, err
 		}
-		st := redisstore.New(r.rueidis, &redisstore.Options{Prefix: "bench:serve:"})
+		st, err := redisstore.New(r.rueidis, &redisstore.Options{Prefix: "bench:serve:"})
+		if err != nil {
+			return nil, err
+		}
 		if err := st.Check(ctx); err != nil {
 			return nil, fmt.Errorf("redisstore check: %w", err)
 		}
@@ -168,10 +171,14 @@ func (e *Env) buildServeStore(store string) (*serveStore, error) {
 	}
 	cfg := server.AdminConfig(secret.New(serveToken))
 	cfg.Rate, cfg.Period, cfg.Burst = serveAPIRate, time.Second, serveAPIRate
+	apiLimits, err := memstore.New(nil)
+	if err != nil {
+		return nil, err
+	}
 	srv, err := server.New(views, &server.Options{
 		Config:    cfg,
 		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
-		APILimits: memstore.New(nil).Limits(),
+		APILimits: apiLimits.Limits(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("server.New: %w", err)

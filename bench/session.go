@@ -70,7 +70,10 @@ type sessionContenders struct {
 }
 
 func (r *redisClients) sessionContenders(ctx context.Context) (*sessionContenders, error) {
-	st := redisstore.New(r.rueidis, &redisstore.Options{Prefix: "bench:tenure-session:"})
+	st, err := redisstore.New(r.rueidis, &redisstore.Options{Prefix: "bench:tenure-session:"})
+	if err != nil {
+		return nil, err
+	}
 	if err := st.Check(ctx); err != nil {
 		return nil, fmt.Errorf("redisstore check: %w", err)
 	}

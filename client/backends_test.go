@@ -21,7 +21,6 @@ import (
 	"github.com/tenurekit/tenure/lease/leasetest"
 	"github.com/tenurekit/tenure/server"
 	"github.com/tenurekit/tenure/session/sessiontest"
-	"github.com/tenurekit/tenure/store/pgstore"
 	"github.com/tenurekit/tenure/store/redisstore"
 )
 
@@ -75,7 +74,7 @@ func pgServe(t testing.TB, dsn string) (string, *fencedkv.KV, func()) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	s := pgstore.New(pool, nil)
+	s := newPG(t, pool, nil)
 	db := stdlib.OpenDBFromPool(pool)
 	t.Cleanup(func() { db.Close() })
 	kv, err := fencedkv.New(context.Background(), db, fencedkv.Postgres, `"tenure"."tenure_serve_values"`, s.Admit)
@@ -95,7 +94,7 @@ func pgDatabase(t testing.TB) string {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	if err := pgstore.New(pool, nil).Migrate(context.Background()); err != nil {
+	if err := newPG(t, pool, nil).Migrate(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	return dsn
@@ -136,7 +135,7 @@ func redisServe(t testing.TB, addr, prefix string) (string, *redisstore.Store, f
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Close)
-	s := redisstore.New(c, &redisstore.Options{Prefix: prefix})
+	s := newRedis(t, c, &redisstore.Options{Prefix: prefix})
 	u, stop := serve(t, server.Stores{Leases: s.Leases(), Idempotency: s.Idempotency(), Limits: s.Limits(),
 		Sessions: s.Sessions(), Schedules: s.Schedules(), Fenced: redisKV{s}}, nil)
 	return u, s, stop

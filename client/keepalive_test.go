@@ -13,7 +13,6 @@ import (
 
 	"github.com/tenurekit/tenure/client"
 	"github.com/tenurekit/tenure/server"
-	"github.com/tenurekit/tenure/store/memstore"
 )
 
 // TestDefaultClientKeepsConnections checks that the default HTTP client
@@ -26,7 +25,7 @@ func TestDefaultClientKeepsConnections(t *testing.T) {
 		callers = 20
 		rounds  = 5
 	)
-	m := memstore.New(nil)
+	m := newMem(t, nil)
 	srv, err := server.New(server.Stores{Leases: m.Leases()},
 		&server.Options{Config: testConfig(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {

@@ -32,7 +32,7 @@ func pgServeSchema(t testing.TB, dsn, schema string) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	s := pgstore.New(pool, &pgstore.Options{Schema: schema})
+	s := newPG(t, pool, &pgstore.Options{Schema: schema})
 	u, _ := serve(t, server.Stores{Leases: s.Leases(), Idempotency: s.Idempotency(), Limits: s.Limits(),
 		Sessions: s.Sessions(), Schedules: s.Schedules()}, nil)
 	return u
@@ -49,7 +49,7 @@ func TestRateLimitConformancePostgres(t *testing.T) {
 	direct := srv.Pool(t, dsn)
 	ratelimittest.Run(t, func(t *testing.T) ratelimittest.Target {
 		schema := fmt.Sprintf("serve_rl_%d", pgSchemaSeq.Add(1))
-		if err := pgstore.New(direct, &pgstore.Options{Schema: schema}).Migrate(t.Context()); err != nil {
+		if err := newPG(t, direct, &pgstore.Options{Schema: schema}).Migrate(t.Context()); err != nil {
 			t.Fatalf("Migrate: %v", err)
 		}
 		f := &faults{}

@@ -17,7 +17,11 @@ import (
 // reusing the key with other input is refused.
 func Example() {
 	ctx := context.Background()
-	store := memstore.New(nil) // or sqlitestore, pgstore, redisstore
+	store, err := memstore.New(nil) // or sqlitestore, pgstore, redisstore
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	k, err := idempotency.New(store.Idempotency(), nil)
 	if err != nil {
 		fmt.Println(err)
@@ -54,7 +58,12 @@ func Example() {
 // a final error is recorded and replayed.
 func ExampleFinal() {
 	ctx := context.Background()
-	k, err := idempotency.New(memstore.New(nil).Idempotency(), nil)
+	mem, err := memstore.New(nil)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	k, err := idempotency.New(mem.Idempotency(), nil)
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -83,7 +92,12 @@ func ExampleFinal() {
 // The HTTP middleware implements the IETF Idempotency-Key draft: the first
 // response is recorded and replayed byte for byte with Idempotent-Replayed.
 func ExampleKeeper_Middleware() {
-	k, err := idempotency.New(memstore.New(nil).Idempotency(), nil)
+	mem, err := memstore.New(nil)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	k, err := idempotency.New(mem.Idempotency(), nil)
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -11,7 +11,6 @@ import (
 	"testing"
 
 	"github.com/tenurekit/tenure/idempotency"
-	"github.com/tenurekit/tenure/store/memstore"
 )
 
 func fmtAll(v any) string { return fmt.Sprintf("%v %+v %#v %s %q %x %X %d", v, v, v, v, v, v, v, v) }
@@ -35,7 +34,7 @@ func (r *beginRecorder) Begin(ctx context.Context, b idempotency.Begin) (idempot
 // handler and no JSON encoding prints a claim token, and the Store still
 // gets the token's text.
 func TestTokensNeverPrinted(t *testing.T) {
-	rec := &beginRecorder{Store: memstore.New(nil).Idempotency()}
+	rec := &beginRecorder{Store: newMem(t, nil).Idempotency()}
 	k := newKeeper(t, rec, nil)
 	var (
 		claim *idempotency.Claim

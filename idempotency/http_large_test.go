@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/tenurekit/tenure/idempotency"
-	"github.com/tenurekit/tenure/store/memstore"
 )
 
 // countingWriter is a ResponseWriter that counts the body bytes it gets
@@ -27,7 +26,7 @@ func (c *countingWriter) Write(b []byte) (int, error) { c.n += int64(len(b)); re
 // recorder never holds more than the limit; only its status is recorded,
 // and a retry gets 409 ErrResponseNotRecorded without running the handler.
 func TestMiddlewareLargeResponse(t *testing.T) {
-	s := memstore.New(nil).Idempotency()
+	s := newMem(t, nil).Idempotency()
 	k := newKeeper(t, s, nil)
 	const chunk, chunks = 64 << 10, 256
 	runs := 0
@@ -76,7 +75,7 @@ func TestMiddlewareLargeResponse(t *testing.T) {
 		size int
 		want int
 	}{{10, http.StatusCreated}, {11, http.StatusConflict}} {
-		k := newKeeper(t, memstore.New(nil).Idempotency(), nil)
+		k := newKeeper(t, newMem(t, nil).Idempotency(), nil)
 		h := middleware(t, k, &idempotency.HTTPOptions{MaxRecordBytes: 10})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.WriteHeader(http.StatusCreated)
 			w.Write(bytes.Repeat([]byte("y"), tc.size-1))

@@ -13,7 +13,6 @@ import (
 	"testing"
 
 	"github.com/tenurekit/tenure/idempotency"
-	"github.com/tenurekit/tenure/store/memstore"
 )
 
 // scopeRecorder keeps the scopes of the Begin requests it sees.
@@ -56,7 +55,7 @@ func post(h http.Handler, key string, headers ...string) *httptest.ResponseRecor
 // same key and body never get each other's response; the same client gets
 // its replay; the scope holds no credential. Anonymous shares explicitly.
 func TestMiddlewareDefaultSeparatesCredentials(t *testing.T) {
-	rec := &scopeRecorder{Store: memstore.New(nil).Idempotency()}
+	rec := &scopeRecorder{Store: newMem(t, nil).Idempotency()}
 	k := newKeeper(t, rec, nil)
 	var runs atomic.Int32
 	h := middleware(t, k, nil)(userHandler(&runs))
@@ -132,7 +131,7 @@ func TestScopeInjective(t *testing.T) {
 		}
 	}
 	// Through the middleware: two principals that collided run separately.
-	k := newKeeper(t, memstore.New(nil).Idempotency(), nil)
+	k := newKeeper(t, newMem(t, nil).Idempotency(), nil)
 	var runs atomic.Int32
 	h := middleware(t, k, &idempotency.HTTPOptions{Principal: func(r *http.Request) string { return r.Header.Get("X-User") }})(userHandler(&runs))
 	first := post(h, `"k"`, "X-User", "\xff")

@@ -55,7 +55,7 @@ type fixture struct {
 
 func newFixture(t *testing.T, ko *idempotency.Options, ho *idempotency.HTTPOptions) *fixture {
 	t.Helper()
-	s := memstore.New(nil)
+	s := newMem(t, nil)
 	f := &fixture{store: s, k: newKeeper(t, s.Idempotency(), ko), h: &payments{}}
 	if ho == nil {
 		ho = &idempotency.HTTPOptions{}
@@ -240,7 +240,7 @@ func (g *gate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func TestMiddlewareInFlight(t *testing.T) {
 	for _, wait := range []bool{false, true} {
 		t.Run("wait="+strconv.FormatBool(wait), func(t *testing.T) {
-			s := memstore.New(nil)
+			s := newMem(t, nil)
 			k := newKeeper(t, s.Idempotency(), &idempotency.Options{ClaimTTL: 10 * time.Second, Wait: wait})
 			g := &gate{started: make(chan struct{}), release: make(chan struct{})}
 			h := middleware(t, k, nil)(g)
@@ -302,7 +302,7 @@ func TestMiddleware5xxAndPanicRelease(t *testing.T) {
 		t.Fatalf("handler ran %d times, want 3", f.h.runs.Load())
 	}
 
-	s := memstore.New(nil)
+	s := newMem(t, nil)
 	k := newKeeper(t, s.Idempotency(), nil)
 	var runs atomic.Int32
 	h := middleware(t, k, nil)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -332,7 +332,7 @@ func TestMiddleware5xxAndPanicRelease(t *testing.T) {
 }
 
 func TestMiddlewareStoreDown(t *testing.T) {
-	s := memstore.New(nil)
+	s := newMem(t, nil)
 	wrapped, faults := idempotencytest.Wrap(s.Idempotency())
 	k := newKeeper(t, wrapped, nil)
 	var runs atomic.Int32
@@ -348,7 +348,7 @@ func TestMiddlewareStoreDown(t *testing.T) {
 }
 
 func TestMiddlewareUnknownOutcome(t *testing.T) {
-	s := memstore.New(nil)
+	s := newMem(t, nil)
 	wrapped, faults := idempotencytest.Wrap(s.Idempotency())
 	stalled := newKeeper(t, wrapped, &idempotency.Options{ClaimTTL: 50 * time.Millisecond})
 	started, resume := make(chan *idempotency.Claim), make(chan struct{})

@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/tenurekit/tenure/idempotency"
-	"github.com/tenurekit/tenure/store/memstore"
 )
 
 type nilTxStore struct{}
@@ -20,7 +19,7 @@ func (nilTxStore) IdempotencyTx(*sql.Tx) idempotency.Tx { return nil }
 // TestTxMiddlewareInvalid checks that TxMiddleware refuses a nil Keeper,
 // database or TxStore and bad options with ErrInvalid.
 func TestTxMiddlewareInvalid(t *testing.T) {
-	k, err := idempotency.New(memstore.New(nil).Idempotency(), nil)
+	k, err := idempotency.New(newMem(t, nil).Idempotency(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +49,7 @@ func TestTxMiddlewareInvalid(t *testing.T) {
 // recorded, also on a Keeper whose Options.Errors is StoreErrors: the
 // retry runs the handler again.
 func TestMiddlewareStoreErrorsReleases5xx(t *testing.T) {
-	k, err := idempotency.New(memstore.New(nil).Idempotency(), &idempotency.Options{Errors: idempotency.StoreErrors})
+	k, err := idempotency.New(newMem(t, nil).Idempotency(), &idempotency.Options{Errors: idempotency.StoreErrors})
 	if err != nil {
 		t.Fatal(err)
 	}

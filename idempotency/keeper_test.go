@@ -11,7 +11,6 @@ import (
 
 	"github.com/tenurekit/tenure/idempotency"
 	"github.com/tenurekit/tenure/idempotency/idempotencytest"
-	"github.com/tenurekit/tenure/store/memstore"
 )
 
 // counting counts the store calls of each kind.
@@ -46,7 +45,7 @@ var req = idempotency.Request{Scope: "user:1 POST /orders", Key: "order-1", Fing
 // every 10s, and the first execution costs one Begin and one Complete.
 func TestKeepAliveOnFakeClock(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := &counting{Store: memstore.New(nil).Idempotency()}
+		s := &counting{Store: newMem(t, nil).Idempotency()}
 		k := newKeeper(t, s, nil)
 		res, err := k.Do(t.Context(), req, func(ctx context.Context, c *idempotency.Claim) ([]byte, error) {
 			time.Sleep(100 * time.Second)
@@ -79,7 +78,7 @@ func TestKeepAliveOnFakeClock(t *testing.T) {
 // claim expires (TTL minus drift and margin), with ErrClaimLost as cause.
 func TestValidityRunsOutWhenRenewalsFail(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		w, faults := idempotencytest.Wrap(memstore.New(nil).Idempotency())
+		w, faults := idempotencytest.Wrap(newMem(t, nil).Idempotency())
 		k := newKeeper(t, w, &idempotency.Options{ClaimTTL: 30 * time.Second})
 		start := time.Now()
 		_, err := k.Do(t.Context(), req, func(ctx context.Context, c *idempotency.Claim) ([]byte, error) {
@@ -106,7 +105,7 @@ func TestValidityRunsOutWhenRenewalsFail(t *testing.T) {
 // TTL of retries.
 func TestCompleteOutcomeUnknown(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		w, faults := idempotencytest.Wrap(memstore.New(nil).Idempotency())
+		w, faults := idempotencytest.Wrap(newMem(t, nil).Idempotency())
 		k := newKeeper(t, w, &idempotency.Options{ClaimTTL: 3 * time.Second})
 		res, err := k.Do(t.Context(), req, func(context.Context, *idempotency.Claim) ([]byte, error) {
 			faults.Cut()
@@ -142,7 +141,7 @@ func TestFinalAndRecorded(t *testing.T) {
 
 // TestClaimRedacts: a claim never prints its token.
 func TestClaimRedacts(t *testing.T) {
-	s := memstore.New(nil).Idempotency()
+	s := newMem(t, nil).Idempotency()
 	k := newKeeper(t, s, nil)
 	k.Do(t.Context(), req, func(_ context.Context, c *idempotency.Claim) ([]byte, error) {
 		for _, out := range []string{c.String(), fmtAll(c)} {

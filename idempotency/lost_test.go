@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/tenurekit/tenure/idempotency"
-	"github.com/tenurekit/tenure/store/memstore"
 )
 
 // stalling is a Store whose renewals fail as unreachable while stalled is
@@ -38,7 +37,7 @@ func TestClaimLostGivesNoValue(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				direct := memstore.New(nil).Idempotency()
+				direct := newMem(t, nil).Idempotency()
 				s := &stalling{Store: direct}
 				a := newKeeper(t, s, &idempotency.Options{ClaimTTL: 3 * time.Second})
 				b := newKeeper(t, direct, &idempotency.Options{Abandoned: idempotency.Rerun})
@@ -77,7 +76,7 @@ func TestClaimLostGivesNoValue(t *testing.T) {
 // lost claim, wraps fn's error, and the claim is released.
 func TestValidityRanOutWithError(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		direct := memstore.New(nil).Idempotency()
+		direct := newMem(t, nil).Idempotency()
 		s := &stalling{Store: direct}
 		k := newKeeper(t, s, &idempotency.Options{ClaimTTL: 3 * time.Second})
 		res, err := k.Do(t.Context(), req, func(ctx context.Context, c *idempotency.Claim) ([]byte, error) {

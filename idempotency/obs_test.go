@@ -12,12 +12,11 @@ import (
 
 	"github.com/tenurekit/tenure/idempotency"
 	"github.com/tenurekit/tenure/internal/obs/obstest"
-	"github.com/tenurekit/tenure/store/memstore"
 )
 
 func TestTelemetryCountsRequests(t *testing.T) {
 	tl := obstest.New()
-	k, err := idempotency.New(memstore.New(nil).Idempotency(), &idempotency.Options{MeterProvider: tl.Meter, TracerProvider: tl.Tracer})
+	k, err := idempotency.New(newMem(t, nil).Idempotency(), &idempotency.Options{MeterProvider: tl.Meter, TracerProvider: tl.Tracer})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +83,7 @@ func TestTelemetryCountsRequests(t *testing.T) {
 func TestTelemetryAbandonedClaimIsUnknownAndLogged(t *testing.T) {
 	tl := obstest.New()
 	var logs bytes.Buffer
-	store := memstore.New(nil).Idempotency()
+	store := newMem(t, nil).Idempotency()
 	k, err := idempotency.New(store, &idempotency.Options{MeterProvider: tl.Meter, TracerProvider: tl.Tracer,
 		ClaimTTL: 20 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/tenurekit/tenure/idempotency"
-	"github.com/tenurekit/tenure/store/memstore"
 )
 
 // nilStore is a Store implementation whose nil pointer is passed inside an
@@ -19,7 +18,7 @@ type nilStore struct{ idempotency.Store }
 // a nil Keeper and option values that are NaN, infinite, negative or out of
 // range are errors wrapping ErrInvalid, never panics.
 func TestNewRefusesBadInput(t *testing.T) {
-	s := memstore.New(nil).Idempotency()
+	s := newMem(t, nil).Idempotency()
 	if k, err := idempotency.New(nil, nil); !errors.Is(err, idempotency.ErrInvalid) || k != nil {
 		t.Fatalf("New(nil): %v, %v; want ErrInvalid", k, err)
 	}

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/tenurekit/tenure/idempotency"
-	"github.com/tenurekit/tenure/store/memstore"
 )
 
 // refusing is a Store whose renewals can be made to fail with
@@ -42,7 +41,7 @@ func TestPanicStopsKeepAliveAndReleases(t *testing.T) {
 	for name, end := range ends {
 		t.Run(name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				direct := memstore.New(nil).Idempotency()
+				direct := newMem(t, nil).Idempotency()
 				s := &refusing{counting: counting{Store: direct}}
 				defer s.refuse.Store(true) // ends a keep-alive left behind
 				k := newKeeper(t, s, &idempotency.Options{ClaimTTL: 30 * time.Second})
@@ -90,7 +89,7 @@ func TestPanicStopsKeepAliveAndReleases(t *testing.T) {
 // recovers it) leaves no live claim, and the retry runs at once.
 func TestMiddlewarePanicStopsKeepAlive(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		direct := memstore.New(nil).Idempotency()
+		direct := newMem(t, nil).Idempotency()
 		s := &refusing{counting: counting{Store: direct}}
 		defer s.refuse.Store(true)
 		k := newKeeper(t, s, &idempotency.Options{ClaimTTL: 3 * time.Second})

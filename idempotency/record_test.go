@@ -65,7 +65,7 @@ func TestTransientStatusesNotRecorded(t *testing.T) {
 		return w
 	}
 	for _, st := range []int{408, 409, 425, 429, 500, 503} {
-		s := memstore.New(nil)
+		s := newMem(t, nil)
 		h := &statusHandler{}
 		h.status.Store(int64(st))
 		srv := middleware(t, newKeeper(t, s.Idempotency(), nil), &idempotency.HTTPOptions{Anonymous: true})(h)
@@ -78,7 +78,7 @@ func TestTransientStatusesNotRecorded(t *testing.T) {
 		}
 	}
 	for _, st := range []int{200, 201, 400, 404, 422} {
-		s := memstore.New(nil)
+		s := newMem(t, nil)
 		h := &statusHandler{}
 		h.status.Store(int64(st))
 		srv := middleware(t, newKeeper(t, s.Idempotency(), nil), &idempotency.HTTPOptions{Anonymous: true})(h)
@@ -89,7 +89,7 @@ func TestTransientStatusesNotRecorded(t *testing.T) {
 		}
 	}
 	// Record decides: here 429 is recorded and 404 is not.
-	s := memstore.New(nil)
+	s := newMem(t, nil)
 	h := &statusHandler{}
 	h.status.Store(429)
 	srv := middleware(t, newKeeper(t, s.Idempotency(), nil), &idempotency.HTTPOptions{Anonymous: true,
@@ -110,7 +110,7 @@ func TestRateLimiterOrder(t *testing.T) {
 		t.Run(order, func(t *testing.T) {
 			var now atomic.Int64
 			now.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
-			s := memstore.New(&memstore.Options{Clock: func() time.Time { return time.Unix(0, now.Load()) }})
+			s := newMem(t, &memstore.Options{Clock: func() time.Time { return time.Unix(0, now.Load()) }})
 			lim, err := ratelimit.New(s.Limits(), ratelimit.FixedWindow, ratelimit.Limit{Name: "orders", Rate: 1, Period: time.Hour})
 			if err != nil {
 				t.Fatal(err)

@@ -82,7 +82,10 @@ func one(e *Env, err error) ([]*Env, error) {
 
 // OpenMemory prepares the in-process store.
 func OpenMemory(prefix string) (*Env, error) {
-	ms := memstore.New(nil)
+	ms, err := memstore.New(nil)
+	if err != nil {
+		return nil, err
+	}
 	ledger, err := tempLedger(context.Background())
 	if err != nil {
 		return nil, err
@@ -149,7 +152,11 @@ func OpenRedis(ctx context.Context, u, prefix string) (*Env, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lab: redis %s: %w", redactURL(u), err)
 	}
-	rs := redisstore.New(c, &redisstore.Options{Prefix: "tenure:" + prefix})
+	rs, err := redisstore.New(c, &redisstore.Options{Prefix: "tenure:" + prefix})
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
 	if err := rs.Check(ctx); err != nil {
 		c.Close()
 		return nil, err
@@ -179,7 +186,11 @@ func OpenPostgres(ctx context.Context, u, prefix string) (*Env, error) {
 		return nil, fmt.Errorf("lab: postgres %s: %w", redactURL(u), err)
 	}
 	const schema = "tenure_lab"
-	db := pgstore.New(pool, &pgstore.Options{Schema: schema})
+	db, err := pgstore.New(pool, &pgstore.Options{Schema: schema})
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
 	if err := db.Migrate(ctx); err != nil {
 		pool.Close()
 		return nil, err
@@ -217,7 +228,11 @@ func openEtcd(ctx context.Context, u storeurl.Spec, prefix string) (*Env, error)
 	if err != nil {
 		return nil, fmt.Errorf("lab: etcd: %w", err)
 	}
-	es := etcdstore.New(c, &etcdstore.Options{Prefix: "tenure/" + prefix})
+	es, err := etcdstore.New(c, &etcdstore.Options{Prefix: "tenure/" + prefix})
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
 	ledger, err := tempLedger(ctx)
 	if err != nil {
 		c.Close()

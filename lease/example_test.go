@@ -12,7 +12,10 @@ import (
 
 func Example() {
 	ctx := context.Background()
-	db := memstore.New(nil)
+	db, err := memstore.New(nil)
+	if err != nil {
+		panic(err)
+	}
 	locker, err := lease.New(db.Leases(), nil)
 	if err != nil {
 		panic(err)
@@ -38,7 +41,10 @@ func Example() {
 
 func ExampleLocker_Do() {
 	ctx := context.Background()
-	db := memstore.New(nil)
+	db, err := memstore.New(nil)
+	if err != nil {
+		panic(err)
+	}
 	locker, err := lease.New(db.Leases(), nil)
 	if err != nil {
 		panic(err)
@@ -58,7 +64,10 @@ func ExampleLocker_Do() {
 // another instance is already running is skipped, not queued.
 func ExampleLocker_TryDo() {
 	ctx := context.Background()
-	db := memstore.New(nil)
+	db, err := memstore.New(nil)
+	if err != nil {
+		panic(err)
+	}
 	locker, err := lease.New(db.Leases(), nil)
 	if err != nil {
 		panic(err)

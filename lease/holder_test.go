@@ -10,11 +10,10 @@ import (
 	"unicode/utf8"
 
 	"github.com/tenurekit/tenure/lease"
-	"github.com/tenurekit/tenure/store/memstore"
 )
 
 func TestLockerHolderOption(t *testing.T) {
-	s := memstore.New(nil)
+	s := newMem(t, nil)
 	if _, err := lease.New(s.Leases(), &lease.Options{Holder: "bad\nholder"}); !errors.Is(err, lease.ErrInvalid) {
 		t.Fatalf("bad holder: %v, want ErrInvalid", err)
 	}

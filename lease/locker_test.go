@@ -18,7 +18,6 @@ import (
 
 	"github.com/tenurekit/tenure/lease"
 	"github.com/tenurekit/tenure/lease/leasetest"
-	"github.com/tenurekit/tenure/store/memstore"
 )
 
 // The tests run inside synctest bubbles: memstore's default clock and the
@@ -27,7 +26,7 @@ import (
 
 func TestValidityEndsBeforeStoreExpiry(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := memstore.New(nil).Leases()
+		s := newMem(t, nil).Leases()
 		lk := leasetest.NewLocker(t, s, nil)
 		start := time.Now()
 		l, err := lk.TryAcquire(t.Context(), "k", time.Second)
@@ -54,7 +53,7 @@ func TestValidityEndsBeforeStoreExpiry(t *testing.T) {
 
 func TestRenewMovesValidity(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		lk := leasetest.NewLocker(t, memstore.New(nil).Leases(), nil)
+		lk := leasetest.NewLocker(t, newMem(t, nil).Leases(), nil)
 		l, err := lk.TryAcquire(t.Context(), "k", time.Second)
 		if err != nil {
 			t.Fatal(err)
@@ -79,7 +78,7 @@ func TestRenewMovesValidity(t *testing.T) {
 
 func TestAcquireWaitsForHolder(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		lk := leasetest.NewLocker(t, memstore.New(nil).Leases(), nil)
+		lk := leasetest.NewLocker(t, newMem(t, nil).Leases(), nil)
 		a, err := lk.TryAcquire(t.Context(), "k", time.Second)
 		if err != nil {
 			t.Fatal(err)
@@ -101,7 +100,7 @@ func TestAcquireWaitsForHolder(t *testing.T) {
 
 func TestAcquireGivesUpWithContext(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		lk := leasetest.NewLocker(t, memstore.New(nil).Leases(), nil)
+		lk := leasetest.NewLocker(t, newMem(t, nil).Leases(), nil)
 		if _, err := lk.TryAcquire(t.Context(), "k", time.Minute); err != nil {
 			t.Fatal(err)
 		}
@@ -120,7 +119,7 @@ func TestAcquireGivesUpWithContext(t *testing.T) {
 
 func TestTryAcquireHeld(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		lk := leasetest.NewLocker(t, memstore.New(nil).Leases(), nil)
+		lk := leasetest.NewLocker(t, newMem(t, nil).Leases(), nil)
 		if _, err := lk.TryAcquire(t.Context(), "k", 10*time.Second); err != nil {
 			t.Fatal(err)
 		}
@@ -135,7 +134,7 @@ func TestTryAcquireHeld(t *testing.T) {
 
 func TestDoKeepsAliveAndReleases(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := memstore.New(nil).Leases()
+		s := newMem(t, nil).Leases()
 		lk := leasetest.NewLocker(t, s, nil)
 		var fence uint64
 		err := lk.Do(t.Context(), "k", time.Second, func(ctx context.Context, l *lease.Lease) error {
@@ -163,7 +162,7 @@ func TestDoKeepsAliveAndReleases(t *testing.T) {
 
 func TestDoReturnsFnError(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := memstore.New(nil).Leases()
+		s := newMem(t, nil).Leases()
 		boom := errors.New("boom")
 		err := leasetest.NewLocker(t, s, nil).Do(t.Context(), "k", time.Second, func(context.Context, *lease.Lease) error { return boom })
 		if err != boom {
@@ -201,7 +200,7 @@ func (f *faulty) Renew(ctx context.Context, key, token string, ttl time.Duration
 
 func TestLostReplyReconciledWithSameToken(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := &faulty{Store: memstore.New(nil).Leases()}
+		f := &faulty{Store: newMem(t, nil).Leases()}
 		f.dropAcquires.Store(2)
 		l, err := leasetest.NewLocker(t, f, nil).TryAcquire(t.Context(), "k", time.Second)
 		if err != nil {
@@ -219,7 +218,7 @@ func TestLostReplyReconciledWithSameToken(t *testing.T) {
 
 func TestUnknownAcquireCleansUp(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := &faulty{Store: memstore.New(nil).Leases()}
+		f := &faulty{Store: newMem(t, nil).Leases()}
 		f.dropAcquires.Store(100)
 		_, err := leasetest.NewLocker(t, f, nil).TryAcquire(t.Context(), "k", time.Minute)
 		if !errors.Is(err, lease.ErrUnavailable) {
@@ -235,7 +234,7 @@ func TestUnknownAcquireCleansUp(t *testing.T) {
 
 func TestDoCancelsWhenRenewalFails(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := &faulty{Store: memstore.New(nil).Leases()}
+		f := &faulty{Store: newMem(t, nil).Leases()}
 		lk := leasetest.NewLocker(t, f, &lease.Options{ReleaseTimeout: time.Second})
 		start := time.Now()
 		boom := errors.New("fn saw cancellation")
@@ -258,7 +257,7 @@ func TestDoCancelsWhenRenewalFails(t *testing.T) {
 
 func TestTokenNeverPrinted(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		lk := leasetest.NewLocker(t, memstore.New(nil).Leases(), nil)
+		lk := leasetest.NewLocker(t, newMem(t, nil).Leases(), nil)
 		l, err := lk.TryAcquire(t.Context(), "k", time.Second)
 		if err != nil {
 			t.Fatal(err)
@@ -317,7 +316,7 @@ func TestTokenNeverPrinted(t *testing.T) {
 // it before the panic goes on.
 func TestDoPanicReleases(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := memstore.New(nil).Leases()
+		s := newMem(t, nil).Leases()
 		lk := leasetest.NewLocker(t, s, nil)
 		var got any
 		func() {
@@ -355,7 +354,7 @@ func TestDoPanicReleases(t *testing.T) {
 }
 
 func TestBadInputRefused(t *testing.T) {
-	s := memstore.New(nil).Leases()
+	s := newMem(t, nil).Leases()
 	if _, err := lease.New(nil, nil); !errors.Is(err, lease.ErrInvalid) {
 		t.Fatalf("New(nil) = %v, want ErrInvalid", err)
 	}
@@ -385,7 +384,7 @@ func TestBadInputRefused(t *testing.T) {
 
 func TestReleaseEndsLease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := memstore.New(nil).Leases()
+		s := newMem(t, nil).Leases()
 		l, err := leasetest.NewLocker(t, s, nil).TryAcquire(t.Context(), "k", time.Second)
 		if err != nil {
 			t.Fatal(err)
@@ -425,7 +424,7 @@ func TestNextFence(t *testing.T) {
 
 func TestTryDo(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := memstore.New(nil).Leases()
+		s := newMem(t, nil).Leases()
 		lk := leasetest.NewLocker(t, s, nil)
 		holder, err := lk.TryAcquire(t.Context(), "k", time.Second)
 		if err != nil {

@@ -16,13 +16,12 @@ import (
 
 	"github.com/tenurekit/tenure/internal/obs/obstest"
 	"github.com/tenurekit/tenure/lease"
-	"github.com/tenurekit/tenure/store/memstore"
 )
 
 func TestTelemetryCountsAcquiresAndStoreCalls(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		tl := obstest.New()
-		lk, err := lease.New(memstore.New(nil).Leases(), &lease.Options{MeterProvider: tl.Meter, TracerProvider: tl.Tracer})
+		lk, err := lease.New(newMem(t, nil).Leases(), &lease.Options{MeterProvider: tl.Meter, TracerProvider: tl.Tracer})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -63,7 +62,7 @@ func TestTelemetryCountsAndLogsLostLease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		tl := obstest.New()
 		var logs bytes.Buffer
-		lk, err := lease.New(memstore.New(nil).Leases(), &lease.Options{MeterProvider: tl.Meter, TracerProvider: tl.Tracer,
+		lk, err := lease.New(newMem(t, nil).Leases(), &lease.Options{MeterProvider: tl.Meter, TracerProvider: tl.Tracer,
 			Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 		if err != nil {
 			t.Fatal(err)
@@ -97,7 +96,7 @@ func TestTelemetrySpansWithoutKeys(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		for _, keys := range []bool{false, true} {
 			tl := obstest.New()
-			lk, err := lease.New(memstore.New(nil).Leases(), &lease.Options{MeterProvider: tl.Meter, TracerProvider: tl.Tracer, TraceKeys: keys})
+			lk, err := lease.New(newMem(t, nil).Leases(), &lease.Options{MeterProvider: tl.Meter, TracerProvider: tl.Tracer, TraceKeys: keys})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -137,7 +136,7 @@ func TestTelemetrySpansWithoutKeys(t *testing.T) {
 }
 
 func TestTelemetryOffWithNoopProviders(t *testing.T) {
-	s := memstore.New(nil).Leases()
+	s := newMem(t, nil).Leases()
 	lk, err := lease.New(s, &lease.Options{MeterProvider: metricnoop.NewMeterProvider(), TracerProvider: tracenoop.NewTracerProvider()})
 	if err != nil {
 		t.Fatal(err)
@@ -170,7 +169,7 @@ func BenchmarkLeaseCycle(b *testing.B) {
 		{"sdk", &lease.Options{MeterProvider: tl.Meter, TracerProvider: tl.Tracer}},
 	} {
 		b.Run(c.name, func(b *testing.B) {
-			lk, err := lease.New(memstore.New(nil).Leases(), c.o)
+			lk, err := lease.New(newMem(b, nil).Leases(), c.o)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -10,7 +10,6 @@ import (
 
 	"github.com/tenurekit/tenure/ratelimit"
 	"github.com/tenurekit/tenure/ratelimit/ratelimittest"
-	"github.com/tenurekit/tenure/store/memstore"
 )
 
 // TestAcquireWaitsForExpiry: a holder that died frees its permit after the
@@ -19,7 +18,7 @@ import (
 func TestAcquireWaitsForExpiry(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		c, _ := ratelimit.NewConcurrency(memstore.New(nil).Limits(), ratelimit.ConcurrencyLimit{Permits: 1, TTL: 10 * time.Second})
+		c, _ := ratelimit.NewConcurrency(newMem(t, nil).Limits(), ratelimit.ConcurrencyLimit{Permits: 1, TTL: 10 * time.Second})
 		if _, err := c.TryAcquire(ctx, "job"); err != nil { // and never released
 			t.Fatal(err)
 		}
@@ -40,7 +39,7 @@ func TestAcquireWaitsForExpiry(t *testing.T) {
 // the loss.
 func TestDoCancelsWhenPermitLost(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ms := memstore.New(nil)
+		ms := newMem(t, nil)
 		s, faults := ratelimittest.Wrap(ms.Limits())
 		ttl := 9 * time.Second
 		c, _ := ratelimit.NewConcurrency(s, ratelimit.ConcurrencyLimit{Permits: 1, TTL: ttl})
@@ -66,7 +65,7 @@ func TestDoCancelsWhenPermitLost(t *testing.T) {
 func TestDoRenews(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		c, _ := ratelimit.NewConcurrency(memstore.New(nil).Limits(), ratelimit.ConcurrencyLimit{Permits: 1, TTL: 3 * time.Second})
+		c, _ := ratelimit.NewConcurrency(newMem(t, nil).Limits(), ratelimit.ConcurrencyLimit{Permits: 1, TTL: 3 * time.Second})
 		err := c.Do(ctx, "job", func(ctx context.Context) error {
 			time.Sleep(20 * time.Second)
 			if _, err := c.TryAcquire(ctx, "job"); !errors.Is(err, ratelimit.ErrLimited) {
@@ -89,7 +88,7 @@ func TestDoRenews(t *testing.T) {
 func TestDoReleasesOnPanic(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		c, _ := ratelimit.NewConcurrency(memstore.New(nil).Limits(), ratelimit.ConcurrencyLimit{Permits: 1, TTL: 3 * time.Second})
+		c, _ := ratelimit.NewConcurrency(newMem(t, nil).Limits(), ratelimit.ConcurrencyLimit{Permits: 1, TTL: 3 * time.Second})
 		var got any
 		func() {
 			defer func() { got = recover() }()

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/tenurekit/tenure/ratelimit"
-	"github.com/tenurekit/tenure/store/memstore"
 )
 
 // nilStore is a store type whose nil pointer is not a usable store.
@@ -26,7 +25,7 @@ func TestConstructorsRefuseNilAndBadOptions(t *testing.T) {
 			t.Errorf("NewConcurrency(%T): %v", s, err)
 		}
 	}
-	l, err := ratelimit.New(memstore.New(nil).Limits(), ratelimit.GCRA, lim)
+	l, err := ratelimit.New(newMem(t, nil).Limits(), ratelimit.GCRA, lim)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +54,7 @@ func TestConstructorsRefuseNilAndBadOptions(t *testing.T) {
 		}
 	}
 	for _, cl := range []ratelimit.ConcurrencyLimit{{Permits: 0}, {Permits: ratelimit.MaxPermits + 1}, {Permits: 1, TTL: -time.Second}, {Permits: 1, TTL: math.MaxInt64}, {Permits: 1, Name: "a:b"}} {
-		if _, err := ratelimit.NewConcurrency(memstore.New(nil).Limits(), cl); !errors.Is(err, ratelimit.ErrInvalid) {
+		if _, err := ratelimit.NewConcurrency(newMem(t, nil).Limits(), cl); !errors.Is(err, ratelimit.ErrInvalid) {
 			t.Errorf("NewConcurrency(%+v): %v", cl, err)
 		}
 	}

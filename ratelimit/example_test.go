@@ -16,7 +16,11 @@ import (
 // with the exact time until it would pass.
 func Example() {
 	ctx := context.Background()
-	store := memstore.New(nil).Limits() // or sqlitestore, pgstore, redisstore
+	mem, err := memstore.New(nil) // or sqlitestore, pgstore, redisstore
+	if err != nil {
+		panic(err)
+	}
+	store := mem.Limits()
 	limiter, err := ratelimit.New(store, ratelimit.GCRA, ratelimit.Limit{Name: "api", Rate: 3, Period: time.Minute})
 	if err != nil {
 		panic(err)
@@ -37,8 +41,12 @@ func Example() {
 
 // Limits are validated before anything is written.
 func ExampleNew_invalid() {
-	store := memstore.New(nil).Limits()
-	_, err := ratelimit.New(store, ratelimit.FixedWindow, ratelimit.Limit{Rate: 10, Period: 500 * time.Microsecond})
+	mem, err := memstore.New(nil)
+	if err != nil {
+		panic(err)
+	}
+	store := mem.Limits()
+	_, err = ratelimit.New(store, ratelimit.FixedWindow, ratelimit.Limit{Rate: 10, Period: 500 * time.Microsecond})
 	fmt.Println(errors.Is(err, ratelimit.ErrInvalid))
 	fmt.Println(err)
 	// Output:
@@ -49,7 +57,11 @@ func ExampleNew_invalid() {
 // Peek tells what a request would get without consuming anything.
 func ExampleLimiter_Peek() {
 	ctx := context.Background()
-	limiter, _ := ratelimit.New(memstore.New(nil).Limits(), ratelimit.SlidingLog, ratelimit.Limit{Rate: 5, Period: time.Second})
+	mem, err := memstore.New(nil)
+	if err != nil {
+		panic(err)
+	}
+	limiter, _ := ratelimit.New(mem.Limits(), ratelimit.SlidingLog, ratelimit.Limit{Rate: 5, Period: time.Second})
 	limiter.AllowN(ctx, "k", 2)
 	d, _ := limiter.Peek(ctx, "k", 0)
 	fmt.Println("remaining:", d.Remaining)
@@ -64,7 +76,11 @@ func ExampleLimiter_Peek() {
 // one limit is charged to neither.
 func ExampleGroup() {
 	ctx := context.Background()
-	store := memstore.New(nil).Limits()
+	mem, err := memstore.New(nil)
+	if err != nil {
+		panic(err)
+	}
+	store := mem.Limits()
 	perUser, _ := ratelimit.New(store, ratelimit.GCRA, ratelimit.Limit{Name: "per-user", Rate: 2, Period: time.Minute})
 	global, _ := ratelimit.New(store, ratelimit.FixedWindow, ratelimit.Limit{Name: "global", Rate: 3, Period: time.Minute})
 	g, _ := ratelimit.NewGroup("api", perUser, global)
@@ -88,10 +104,14 @@ func ExampleGroup() {
 // whose holder dies expires after the TTL.
 func ExampleConcurrency() {
 	ctx := context.Background()
-	c, _ := ratelimit.NewConcurrency(memstore.New(nil).Limits(), ratelimit.ConcurrencyLimit{Name: "exports", Permits: 2, TTL: 30 * time.Second})
+	mem, err := memstore.New(nil)
+	if err != nil {
+		panic(err)
+	}
+	c, _ := ratelimit.NewConcurrency(mem.Limits(), ratelimit.ConcurrencyLimit{Name: "exports", Permits: 2, TTL: 30 * time.Second})
 	a, _ := c.TryAcquire(ctx, "tenant:7")
 	b, _ := c.TryAcquire(ctx, "tenant:7")
-	_, err := c.TryAcquire(ctx, "tenant:7")
+	_, err = c.TryAcquire(ctx, "tenant:7")
 	var le *ratelimit.LimitedError
 	fmt.Println(errors.As(err, &le), le.InUse, "of", le.Permits, "in use")
 	fmt.Println("fences increase:", b.Fence() > a.Fence())
@@ -108,7 +128,11 @@ func ExampleConcurrency() {
 // integer Retry-After, the RateLimit-Policy and RateLimit fields, and a
 // problem+json body.
 func ExampleMiddleware() {
-	store := memstore.New(nil).Limits()
+	mem, err := memstore.New(nil)
+	if err != nil {
+		panic(err)
+	}
+	store := mem.Limits()
 	perIP, _ := ratelimit.New(store, ratelimit.FixedWindow, ratelimit.Limit{Name: "per-ip", Rate: 2, Period: time.Minute})
 	m, err := ratelimit.NewMiddleware(ratelimit.MiddlewareOptions{
 		Rules:     []ratelimit.Rule{{Limiter: perIP, Key: ratelimit.ClientIP(nil)}},

@@ -51,13 +51,13 @@ func problem(t *testing.T, w *httptest.ResponseRecorder) problemBody {
 	return p
 }
 
-func fakeStore() (*ratelimittest.Clock, *memstore.Store) {
+func fakeStore(t testing.TB) (*ratelimittest.Clock, *memstore.Store) {
 	clock := ratelimittest.NewClock(time.Date(2041, 1, 2, 3, 4, 5, 0, time.UTC))
-	return clock, memstore.New(&memstore.Options{Clock: clock.Now})
+	return clock, newMem(t, &memstore.Options{Clock: clock.Now})
 }
 
 func TestMiddlewareLimitsAndFields(t *testing.T) {
-	clock, ms := fakeStore()
+	clock, ms := fakeStore(t)
 	l, _ := ratelimit.New(ms.Limits(), ratelimit.FixedWindow, ratelimit.Limit{Name: "per-ip", Rate: 3, Period: time.Minute})
 	m, err := ratelimit.NewMiddleware(ratelimit.MiddlewareOptions{Rules: []ratelimit.Rule{{Limiter: l, Key: ratelimit.ClientIP(nil)}}})
 	if err != nil {
@@ -115,7 +115,7 @@ func TestMiddlewareLimitsAndFields(t *testing.T) {
 }
 
 func TestMiddlewareGroupAllOrNothing(t *testing.T) {
-	_, ms := fakeStore()
+	_, ms := fakeStore(t)
 	user, _ := ratelimit.New(ms.Limits(), ratelimit.GCRA, ratelimit.Limit{Name: "per-user", Rate: 2, Period: time.Hour})
 	global, _ := ratelimit.New(ms.Limits(), ratelimit.SlidingLog, ratelimit.Limit{Name: "global", Rate: 3, Period: 1500 * time.Millisecond})
 	m, err := ratelimit.NewMiddleware(ratelimit.MiddlewareOptions{Rules: []ratelimit.Rule{
@@ -155,7 +155,7 @@ func TestMiddlewareGroupAllOrNothing(t *testing.T) {
 }
 
 func TestMiddlewareFailurePolicies(t *testing.T) {
-	_, ms := fakeStore()
+	_, ms := fakeStore(t)
 	s, faults := ratelimittest.Wrap(ms.Limits())
 	l, _ := ratelimit.New(s, ratelimit.GCRA, ratelimit.Limit{Name: "per-ip", Rate: 4, Period: time.Minute})
 	var logs bytes.Buffer
@@ -216,7 +216,7 @@ func TestMiddlewareFailurePolicies(t *testing.T) {
 }
 
 func TestMiddlewareCostAndSkips(t *testing.T) {
-	_, ms := fakeStore()
+	_, ms := fakeStore(t)
 	l, _ := ratelimit.New(ms.Limits(), ratelimit.GCRA, ratelimit.Limit{Name: "bytes", Rate: 1000, Period: time.Second})
 	m, _ := ratelimit.NewMiddleware(ratelimit.MiddlewareOptions{
 		Rules: []ratelimit.Rule{{Limiter: l, Key: ratelimit.User(func(r *http.Request) string { return r.Header.Get("X-User") })}},
@@ -300,7 +300,7 @@ func TestClientIPNonIPPeer(t *testing.T) {
 			t.Errorf("peer %q: %q, %v; want %q", remote, got, err, want)
 		}
 	}
-	_, ms := fakeStore()
+	_, ms := fakeStore(t)
 	l, _ := ratelimit.New(ms.Limits(), ratelimit.GCRA, ratelimit.Limit{Rate: 1, Period: time.Hour})
 	m, _ := ratelimit.NewMiddleware(ratelimit.MiddlewareOptions{Rules: []ratelimit.Rule{{Limiter: l, Key: ratelimit.ClientIP(nil)}}})
 	h := m.Handler(ok)

@@ -30,7 +30,7 @@ func TestMiddlewareInvalidKeysStillLimited(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			_, ms := fakeStore()
+			_, ms := fakeStore(t)
 			l, _ := ratelimit.New(ms.Limits(), ratelimit.GCRA, ratelimit.Limit{Name: "login", Rate: 1, Period: time.Hour})
 			m, err := ratelimit.NewMiddleware(ratelimit.MiddlewareOptions{
 				Rules:     []ratelimit.Rule{{Limiter: l, Key: c.key}},
@@ -71,7 +71,7 @@ func (invalidStore) Decide(context.Context, []ratelimit.Request, bool) ([]rateli
 // is answered with 500 under every failure policy, never let through by
 // FailOpen nor judged by FailLocal, and is not counted as a store error.
 func TestMiddlewareInvalidIsNotAnOutage(t *testing.T) {
-	_, ms := fakeStore()
+	_, ms := fakeStore(t)
 	s := invalidStore{ms.Limits()}
 	l, _ := ratelimit.New(s, ratelimit.GCRA, ratelimit.Limit{Name: "x", Rate: 1, Period: time.Hour})
 	for _, p := range []ratelimit.FailurePolicy{ratelimit.FailClosed, ratelimit.FailOpen, ratelimit.FailLocal} {

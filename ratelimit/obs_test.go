@@ -13,13 +13,12 @@ import (
 
 	"github.com/tenurekit/tenure/internal/obs/obstest"
 	"github.com/tenurekit/tenure/ratelimit"
-	"github.com/tenurekit/tenure/store/memstore"
 )
 
 func TestTelemetryCountsDecisions(t *testing.T) {
 	tl := obstest.New()
 	o := &ratelimit.Options{MeterProvider: tl.Meter, TracerProvider: tl.Tracer}
-	store := memstore.New(nil).Limits()
+	store := newMem(t, nil).Limits()
 	ctx := context.Background()
 	l, err := ratelimit.NewWithOptions(store, ratelimit.GCRA, ratelimit.Limit{Name: "api", Rate: 2, Period: time.Minute}, o)
 	if err != nil {
@@ -118,7 +117,7 @@ func BenchmarkGCRAAllow(b *testing.B) {
 			if c.o == nil && otel.GetMeterProvider() == nil {
 				b.Fatal("no global provider")
 			}
-			l, err := ratelimit.NewWithOptions(memstore.New(nil).Limits(), ratelimit.GCRA,
+			l, err := ratelimit.NewWithOptions(newMem(b, nil).Limits(), ratelimit.GCRA,
 				ratelimit.Limit{Name: "bench", Rate: 1 << 20, Period: time.Millisecond}, c.o)
 			if err != nil {
 				b.Fatal(err)

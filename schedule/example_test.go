@@ -14,7 +14,10 @@ import (
 // store holds) is completed together with the slot, so it happens once per
 // slot whatever the number of nodes.
 func Example() {
-	db := memstore.New(nil)
+	db, err := memstore.New(nil)
+	if err != nil {
+		panic(err)
+	}
 	s, err := schedule.New(db.Schedules(), &schedule.Options{Node: "node-1", PollInterval: 5 * time.Millisecond})
 	if err != nil {
 		panic(err)

@@ -13,7 +13,6 @@ import (
 
 	"github.com/tenurekit/tenure/internal/obs/obstest"
 	"github.com/tenurekit/tenure/schedule"
-	"github.com/tenurekit/tenure/store/memstore"
 )
 
 // Slots are counted by job and state: a job that succeeds every hour, and
@@ -22,7 +21,7 @@ func TestTelemetryCountsSlots(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		tl := obstest.New()
 		var logs bytes.Buffer
-		db := memstore.New(nil)
+		db := newMem(t, nil)
 		s, err := schedule.New(db.Schedules(), &schedule.Options{Node: "a", PollInterval: time.Second,
 			MeterProvider: tl.Meter, TracerProvider: tl.Tracer, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 		if err != nil {
@@ -86,7 +85,7 @@ func TestTelemetryCountsMissedSlots(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		tl := obstest.New()
 		var logs bytes.Buffer
-		db := memstore.New(nil)
+		db := newMem(t, nil)
 		run := func(d time.Duration) {
 			s, err := schedule.New(db.Schedules(), &schedule.Options{Node: "a", PollInterval: time.Second,
 				MeterProvider: tl.Meter, TracerProvider: tl.Tracer, Logger: slog.New(slog.NewTextHandler(&logs, nil))})

@@ -20,7 +20,7 @@ import (
 // clock of a synctest bubble, which the memory store shares.
 func TestLongHandlerKeepsItsClaim(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		db := memstore.New(nil)
+		db := newMem(t, nil)
 		const ttl = 30 * time.Second
 		calls := 0
 		job := schedule.Job{Name: "long", Schedule: schedule.Every(time.Hour), Overlap: schedule.OverlapAllow,
@@ -64,7 +64,7 @@ func TestLongHandlerKeepsItsClaim(t *testing.T) {
 // before the claim expires on the store.
 func TestCutNodeStopsBeforeClaimExpires(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		db := memstore.New(nil)
+		db := newMem(t, nil)
 		faulty := scheduletest.NewFaulty(db.Schedules())
 		const ttl = 30 * time.Second
 		var cause error
@@ -105,7 +105,7 @@ func nopRun(context.Context, *schedule.Slot) error { return nil }
 
 func newSchedulerForFuzz(t *testing.T) *schedule.Scheduler {
 	t.Helper()
-	s, err := schedule.New(memstore.New(nil).Schedules(), &schedule.Options{Node: "fuzz"})
+	s, err := schedule.New(newMem(t, nil).Schedules(), &schedule.Options{Node: "fuzz"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +115,7 @@ func newSchedulerForFuzz(t *testing.T) *schedule.Scheduler {
 // New refuses a nil store and options out of range, Add a job without a
 // handler: errors wrapping ErrInvalid, no panic.
 func TestNewAndAddRefuseBadInput(t *testing.T) {
-	store := memstore.New(nil).Schedules()
+	store := newMem(t, nil).Schedules()
 	bad := map[string]*schedule.Options{
 		"negative poll":        {PollInterval: -time.Second},
 		"negative claim ttl":   {ClaimTTL: -time.Second},
@@ -150,7 +150,7 @@ func TestNewAndAddRefuseBadInput(t *testing.T) {
 // runs the next slot.
 func TestGoexitHandlerFailsSlot(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		db := memstore.New(nil)
+		db := newMem(t, nil)
 		every := schedule.Every(time.Minute)
 		first := every.Next(time.Now())
 		s, err := schedule.New(db.Schedules(), &schedule.Options{Node: "a", ClaimTTL: 30 * time.Second, PollInterval: time.Second})

@@ -102,7 +102,10 @@ func (s *Server) mountDashboard(base string, opt Options) error {
 	// serves: they never show up in listSessions, revokeUserSessions of an
 	// API client never ends them, nothing derived from a bearer token is
 	// written to the store, and a restart ends them.
-	mem := memstore.New(nil)
+	mem, err := memstore.New(nil)
+	if err != nil {
+		return err
+	}
 	logins := mem.Sessions()
 	cookie := session.CookieOptions{Name: DashboardCookieName, Insecure: true, SameSite: http.SameSiteStrictMode}
 	if opt.HTTPS {

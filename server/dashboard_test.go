@@ -38,7 +38,7 @@ type dashEnv struct {
 
 func newDash(t *testing.T, opt *server.Options) *dashEnv {
 	t.Helper()
-	m := memstore.New(nil)
+	m := newMem(t, nil)
 	logs := &syncBuf{}
 	var o server.Options
 	if opt != nil {
@@ -527,7 +527,7 @@ func TestDashboardAssetsAreSelfContained(t *testing.T) {
 type noList struct{ lease.Store }
 
 func TestDashboardWatchesKeysWithoutList(t *testing.T) {
-	m := memstore.New(nil)
+	m := newMem(t, nil)
 	srv, err := server.New(server.Stores{Leases: noList{m.Leases()}}, &server.Options{Config: testConfig(), UIRefresh: 100 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {

@@ -13,7 +13,6 @@ import (
 
 	"github.com/tenurekit/tenure/internal/serveapi"
 	"github.com/tenurekit/tenure/server"
-	"github.com/tenurekit/tenure/store/memstore"
 )
 
 type openapiDoc struct {
@@ -96,7 +95,7 @@ func TestOpenAPIDescribesEveryRoute(t *testing.T) {
 // checks it answers with its documented success status.
 func TestOpenAPIEveryOperationExercised(t *testing.T) {
 	d := loadDoc(t)
-	m := memstore.New(nil)
+	m := newMem(t, nil)
 	srv, err := server.New(server.Stores{Leases: m.Leases(), Idempotency: m.Idempotency(), Limits: m.Limits(),
 		Sessions: m.Sessions(), Schedules: m.Schedules(), Fenced: fencedMem{m}},
 		&server.Options{Config: testConfig(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),

@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/tenurekit/tenure/server"
-	"github.com/tenurekit/tenure/store/memstore"
 )
 
 // allowRateAllocs returns the heap allocations of one allowRate request
@@ -41,7 +40,7 @@ func allowRateAllocs(t *testing.T, srv *server.Server) float64 {
 const maxAllowRateAllocs = 100
 
 func TestAllowRateBuildsNoTelemetry(t *testing.T) {
-	m := memstore.New(nil)
+	m := newMem(t, nil)
 	srv, err := server.New(server.Stores{Limits: m.Limits()},
 		&server.Options{Config: testConfig(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {

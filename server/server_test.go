@@ -67,7 +67,7 @@ func newEnv(t *testing.T, cfg *server.Config) *env {
 	if cfg == nil {
 		cfg = testConfig()
 	}
-	m := memstore.New(nil)
+	m := newMem(t, nil)
 	logs := &syncBuf{}
 	srv, err := server.New(server.Stores{Leases: m.Leases(), Idempotency: m.Idempotency(), Limits: m.Limits(),
 		Sessions: m.Sessions(), Schedules: m.Schedules(), Fenced: fencedMem{m}},

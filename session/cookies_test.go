@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/tenurekit/tenure/session"
-	"github.com/tenurekit/tenure/store/memstore"
 )
 
 // countingStore counts the store loads the middleware makes.
@@ -184,7 +183,7 @@ func TestSeveralSessionCookiesStoreDown(t *testing.T) {
 // sent before the valid one neither hides the session nor clears its
 // cookie.
 func TestPlantedCookieCustomName(t *testing.T) {
-	ms := memstore.New(nil)
+	ms := newMem(t, nil)
 	m, err := session.New(ms.Sessions(), &session.Options{Cookie: session.CookieOptions{Name: "sid"}})
 	if err != nil {
 		t.Fatal(err)

@@ -14,7 +14,10 @@ import (
 
 func Example() {
 	ctx := context.Background()
-	store := memstore.New(nil) // or sqlitestore, pgstore, redisstore
+	store, err := memstore.New(nil) // or sqlitestore, pgstore, redisstore
+	if err != nil {
+		panic(err)
+	}
 	m, err := session.New(store.Sessions(), nil)
 	if err != nil {
 		panic(err)
@@ -62,7 +65,11 @@ func Example() {
 }
 
 func ExampleToken() {
-	m, _ := session.New(memstore.New(nil).Sessions(), nil)
+	mem, err := memstore.New(nil)
+	if err != nil {
+		panic(err)
+	}
+	m, _ := session.New(mem.Sessions(), nil)
 	tok, _, _ := m.Create(context.Background(), "alice", nil)
 	fmt.Println(tok)
 	fmt.Printf("%v %q %#v\n", tok, tok, tok)
@@ -74,7 +81,11 @@ func ExampleToken() {
 }
 
 func ExampleManager_Handler() {
-	m, _ := session.New(memstore.New(nil).Sessions(), nil)
+	mem, err := memstore.New(nil)
+	if err != nil {
+		panic(err)
+	}
+	m, _ := session.New(mem.Sessions(), nil)
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /login", func(w http.ResponseWriter, r *http.Request) {
 		// ... check the credentials, then:

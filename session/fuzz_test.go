@@ -11,7 +11,6 @@ import (
 	"testing"
 
 	"github.com/tenurekit/tenure/session"
-	"github.com/tenurekit/tenure/store/memstore"
 )
 
 // wellFormed reports whether s has the form of a token: 46 characters of
@@ -129,7 +128,7 @@ func FuzzSessionCookies(f *testing.F) {
 	f.Add(`other=1; `+name+`="`+forged+`"; `+name+`=`, uint8(1))
 	f.Add(name+"=;;;"+name+"=\x00\r\n", uint8(2))
 
-	m, err := session.New(memstore.New(nil).Sessions(), nil)
+	m, err := session.New(newMem(f, nil).Sessions(), nil)
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -34,7 +34,7 @@ type fixture struct {
 
 func newFixture(t *testing.T) *fixture {
 	c := &clock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	ms := memstore.New(&memstore.Options{Clock: c.Now})
+	ms := newMem(t, &memstore.Options{Clock: c.Now})
 	s, faults := sessiontest.Wrap(ms.Sessions())
 	m, err := session.New(s, &session.Options{IdleTimeout: time.Hour, AbsoluteTimeout: 8 * time.Hour})
 	if err != nil {
@@ -156,7 +156,7 @@ func TestCookieDefaults(t *testing.T) {
 }
 
 func TestCookieOptions(t *testing.T) {
-	ms := memstore.New(nil)
+	ms := newMem(t, nil)
 	m, err := session.New(ms.Sessions(), &session.Options{Cookie: session.CookieOptions{
 		Name: "sid", Path: "/app", Insecure: true, SameSite: http.SameSiteStrictMode, Persistent: true,
 	}, AbsoluteTimeout: time.Hour})
@@ -404,7 +404,7 @@ func TestDefaultErrorHandler(t *testing.T) {
 // a __Host- name with Insecure is refused with an error that says what to
 // set.
 func TestPlainHTTPDevelopmentOneSetting(t *testing.T) {
-	ms := memstore.New(nil)
+	ms := newMem(t, nil)
 	m, err := session.New(ms.Sessions(), &session.Options{Cookie: session.CookieOptions{Insecure: true}})
 	if err != nil {
 		t.Fatal(err)

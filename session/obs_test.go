@@ -8,12 +8,11 @@ import (
 
 	"github.com/tenurekit/tenure/internal/obs/obstest"
 	"github.com/tenurekit/tenure/session"
-	"github.com/tenurekit/tenure/store/memstore"
 )
 
 func TestTelemetryCountsOperations(t *testing.T) {
 	tl := obstest.New()
-	m, err := session.New(memstore.New(nil).Sessions(), &session.Options{MeterProvider: tl.Meter, TracerProvider: tl.Tracer})
+	m, err := session.New(newMem(t, nil).Sessions(), &session.Options{MeterProvider: tl.Meter, TracerProvider: tl.Tracer})
 	if err != nil {
 		t.Fatal(err)
 	}

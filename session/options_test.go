@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/tenurekit/tenure/session"
-	"github.com/tenurekit/tenure/store/memstore"
 )
 
 // nilStore is a Store implementation whose nil pointer a caller might pass.
@@ -16,7 +15,7 @@ type nilStore struct{ session.Store }
 // New refuses a nil store and options out of range with ErrInvalid instead
 // of panicking then or later.
 func TestNewRefusesBadInput(t *testing.T) {
-	good := memstore.New(nil).Sessions()
+	good := newMem(t, nil).Sessions()
 	var typedNil *nilStore
 	var nilIface session.Store
 	for name, s := range map[string]session.Store{"nil": nil, "nil interface": nilIface, "nil pointer": typedNil} {

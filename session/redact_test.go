@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/tenurekit/tenure/session"
-	"github.com/tenurekit/tenure/store/memstore"
 )
 
 // Structs a caller might keep a token in.
@@ -59,7 +58,7 @@ func printables(tok session.Token, s *session.Session) map[string]any {
 
 // No fmt verb, slog handler or encoder prints a token, whatever holds it.
 func TestTokenRedactedEverywhere(t *testing.T) {
-	m, err := session.New(memstore.New(nil).Sessions(), nil)
+	m, err := session.New(newMem(t, nil).Sessions(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +109,7 @@ func TestTokenRedactedEverywhere(t *testing.T) {
 
 // A token keeps its text through ParseToken; Equal compares the secrets.
 func TestTokenEqual(t *testing.T) {
-	m, _ := session.New(memstore.New(nil).Sessions(), nil)
+	m, _ := session.New(newMem(t, nil).Sessions(), nil)
 	tok, _, err := m.Create(t.Context(), "alice", nil)
 	if err != nil {
 		t.Fatal(err)

@@ -10,11 +10,10 @@ import (
 	"testing"
 
 	"github.com/tenurekit/tenure/session"
-	"github.com/tenurekit/tenure/store/memstore"
 )
 
 func TestTokenRedacts(t *testing.T) {
-	m, _ := session.New(memstore.New(nil).Sessions(), nil)
+	m, _ := session.New(newMem(t, nil).Sessions(), nil)
 	tok, s, err := m.Create(t.Context(), "alice", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -54,7 +53,7 @@ func TestTokenRedacts(t *testing.T) {
 }
 
 func TestTokensAreRandom(t *testing.T) {
-	m, _ := session.New(memstore.New(nil).Sessions(), nil)
+	m, _ := session.New(newMem(t, nil).Sessions(), nil)
 	seen := map[string]bool{}
 	for range 100 {
 		tok, _, err := m.Create(t.Context(), "alice", nil)

@@ -10,9 +10,6 @@ import (
 
 	"github.com/tenurekit/tenure/internal/testenv"
 	"github.com/tenurekit/tenure/lease"
-	"github.com/tenurekit/tenure/store/etcdstore"
-	"github.com/tenurekit/tenure/store/pgstore"
-	"github.com/tenurekit/tenure/store/redisstore"
 	"github.com/tenurekit/tenure/store/sqlitestore"
 )
 
@@ -32,14 +29,14 @@ func TestLeaseListAndHolder(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	pst := pgstore.New(pool, nil)
+	pst := newPG(t, pool, nil)
 	if err := pst.Migrate(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	et := testenv.Etcd(t)
-	est := etcdstore.New(et.Client(t), nil)
+	est := newEtcd(t, et.Client(t), nil)
 	rd := testenv.Redis(t, nil)
-	rst := redisstore.New(rd.Client(t), nil)
+	rst := newRedis(t, rd.Client(t), nil)
 	for _, tg := range []struct {
 		name  string
 		flags []string

@@ -232,7 +232,9 @@ func (f *migrateFlags) with(cmd *cobra.Command, create bool, fn func(ctx context
 			return exitErr{code: 2, err: fmt.Errorf("postgres %s: %w", spec.Redacted(), err)}
 		}
 		defer pool.Close()
-		m = pgstore.New(pool, &pgstore.Options{Schema: f.schema})
+		if m, err = pgstore.New(pool, &pgstore.Options{Schema: f.schema}); err != nil {
+			return exitErr{code: 2, err: err}
+		}
 	case storeurl.SQLite, storeurl.Embedded:
 		path := spec.Path
 		if spec.Kind == storeurl.Embedded {

@@ -17,9 +17,6 @@ import (
 	"github.com/tenurekit/tenure/ratelimit"
 	"github.com/tenurekit/tenure/schedule"
 	"github.com/tenurekit/tenure/session"
-	"github.com/tenurekit/tenure/store/etcdstore"
-	"github.com/tenurekit/tenure/store/pgstore"
-	"github.com/tenurekit/tenure/store/redisstore"
 	"github.com/tenurekit/tenure/store/sqlitestore"
 )
 
@@ -54,13 +51,13 @@ func opsTargets(t *testing.T) []opsTarget {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	pst := pgstore.New(pool, nil)
+	pst := newPG(t, pool, nil)
 	if err := pst.Migrate(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 
 	rd := testenv.Redis(t, nil)
-	rst := redisstore.New(rd.Client(t), nil)
+	rst := newRedis(t, rd.Client(t), nil)
 
 	return []opsTarget{
 		{"embedded", []string{"--data-dir", dir}, views{sq.Leases(), sq.Idempotency(), sq.Sessions(), sq.Limits(), sq.Schedules()}},
@@ -253,7 +250,7 @@ func TestOpsCommands(t *testing.T) {
 
 func TestOpsLeaseOnEtcd(t *testing.T) {
 	e := testenv.Etcd(t)
-	es := etcdstore.New(e.Client(t), nil)
+	es := newEtcd(t, e.Client(t), nil)
 	lk, err := lease.New(es.Leases(), nil)
 	if err != nil {
 		t.Fatal(err)

@@ -141,14 +141,18 @@ func runServe(ctx context.Context, f *serveFlags, stdout, stderr io.Writer) erro
 		}
 		defer stopRLS()
 	}
+	// The API's own per-token limit is kept in this process: it costs no
+	// store round trip.
+	apiLimits, err := memstore.New(nil)
+	if err != nil {
+		return exitErr{code: 2, err: err}
+	}
 	srv, err := server.New(views, &server.Options{
 		Config: cfg, Logger: log, Metrics: metrics,
 		// The dashboard's login cookie is Secure only over HTTPS: a
 		// browser drops a Secure cookie set over plain HTTP.
-		HTTPS: f.tlsCert != "",
-		// The API's own per-token limit is kept in this process: it costs
-		// no store round trip.
-		APILimits: memstore.New(nil).Limits(),
+		HTTPS:     f.tlsCert != "",
+		APILimits: apiLimits.Limits(),
 	})
 	if err != nil {
 		return exitErr{code: 2, err: err}

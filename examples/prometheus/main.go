@@ -120,7 +120,12 @@ func NewWorkload(ctx context.Context, path string) (*Workload, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Workload{sqlite: db, mem: memstore.New(nil)}, nil
+	mem, err := memstore.New(nil)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	return &Workload{sqlite: db, mem: mem}, nil
 }
 
 // Close closes the SQLite file.

@@ -80,7 +80,10 @@ func Example_postgres() {
 		log.Fatal(err)
 	}
 	defer sqlDB.Close()
-	db := pgstore.NewDB(sqlDB, nil)
+	db, err := pgstore.NewDB(sqlDB, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
 	if err := db.Migrate(ctx); err != nil {
 		log.Fatal(err)
 	}

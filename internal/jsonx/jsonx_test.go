@@ -11,7 +11,6 @@ import (
 	"github.com/tenurekit/tenure/ratelimit"
 	"github.com/tenurekit/tenure/schedule"
 	"github.com/tenurekit/tenure/session"
-	"github.com/tenurekit/tenure/store/memstore"
 )
 
 func marshal(t *testing.T, v any) string {
@@ -55,7 +54,7 @@ func TestStateValuesMarshalReadably(t *testing.T) {
 }
 
 func TestSessionMarshalsWithoutValuesOrToken(t *testing.T) {
-	m, err := session.New(memstore.New(nil).Sessions(), nil)
+	m, err := session.New(newMem(t, nil).Sessions(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

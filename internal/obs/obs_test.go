@@ -10,7 +10,6 @@ import (
 
 	"github.com/tenurekit/tenure/internal/obs"
 	"github.com/tenurekit/tenure/internal/obs/obstest"
-	"github.com/tenurekit/tenure/store/memstore"
 )
 
 type named struct{}
@@ -20,7 +19,7 @@ func (named) ObsName() string { return "custom" }
 type plain struct{}
 
 func TestStoreName(t *testing.T) {
-	ms := memstore.New(nil)
+	ms := newMem(t, nil)
 	for _, c := range []struct {
 		s    any
 		want string

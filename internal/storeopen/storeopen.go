@@ -116,7 +116,10 @@ func Open(ctx context.Context, spec storeurl.Spec, o *Options) (*Stores, error) 
 	s := &Stores{Kind: spec.Kind, Target: spec.Redacted()}
 	switch spec.Kind {
 	case storeurl.Memory:
-		m := memstore.New(nil)
+		m, err := memstore.New(nil)
+		if err != nil {
+			return nil, err
+		}
 		s.Mem = m
 		s.Leases, s.Idempotency, s.Sessions, s.Limits, s.Schedules = m.Leases(), m.Idempotency(), m.Sessions(), m.Limits(), m.Schedules()
 	case storeurl.Embedded, storeurl.SQLite:
@@ -164,7 +167,11 @@ func Open(ctx context.Context, spec storeurl.Spec, o *Options) (*Stores, error) 
 			pool.Close()
 			return nil, fmt.Errorf("%w: postgres %s has no schema %q (migrate it first, or name the schema your service uses)", ErrNoData, spec.Redacted(), opt.Schema)
 		}
-		db := pgstore.New(pool, &pgstore.Options{Schema: opt.Schema})
+		db, err := pgstore.New(pool, &pgstore.Options{Schema: opt.Schema})
+		if err != nil {
+			pool.Close()
+			return nil, err
+		}
 		if err := db.Check(ctx); err != nil {
 			pool.Close()
 			return nil, err
@@ -183,7 +190,11 @@ func Open(ctx context.Context, spec storeurl.Spec, o *Options) (*Stores, error) 
 		if err != nil {
 			return nil, fmt.Errorf("redis %s: %w", spec.Redacted(), err)
 		}
-		db := redisstore.New(c, &redisstore.Options{Prefix: opt.Prefix, AllowEviction: true})
+		db, err := redisstore.New(c, &redisstore.Options{Prefix: opt.Prefix, AllowEviction: true})
+		if err != nil {
+			c.Close()
+			return nil, err
+		}
 		s.Redis = db
 		s.closers = append(s.closers, c.Close)
 		s.Leases, s.Idempotency, s.Sessions, s.Limits, s.Schedules = db.Leases(), db.Idempotency(), db.Sessions(), db.Limits(), db.Schedules()
@@ -192,7 +203,11 @@ func Open(ctx context.Context, spec storeurl.Spec, o *Options) (*Stores, error) 
 		if err != nil {
 			return nil, fmt.Errorf("etcd %s: %w", spec.Redacted(), err)
 		}
-		db := etcdstore.New(c, &etcdstore.Options{Prefix: opt.Prefix})
+		db, err := etcdstore.New(c, &etcdstore.Options{Prefix: opt.Prefix})
+		if err != nil {
+			c.Close()
+			return nil, err
+		}
 		s.Etcd = db
 		s.closers = append(s.closers, func() { c.Close() })
 		s.Leases = db.Leases()

@@ -117,7 +117,11 @@ type model struct {
 
 func newModel(sp spec) (*model, error) {
 	c := NewClock(time.Unix(0, 0))
-	sub, err := sp.build(memstore.New(&memstore.Options{Clock: c.Now}).Limits())
+	ms, err := memstore.New(&memstore.Options{Clock: c.Now})
+	if err != nil {
+		return nil, err
+	}
+	sub, err := sp.build(ms.Limits())
 	if err != nil {
 		return nil, err
 	}

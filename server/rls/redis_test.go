@@ -37,7 +37,7 @@ func TestRedisTwoInstances(t *testing.T) {
 					t.Fatal(err)
 				}
 				t.Cleanup(c.Close)
-				srv, err := rls.NewServer(redisstore.New(c, &redisstore.Options{Prefix: prefix}).Limits(), mustConfig(t, testConfig), nil)
+				srv, err := rls.NewServer(newRedis(t, c, &redisstore.Options{Prefix: prefix}).Limits(), mustConfig(t, testConfig), nil)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -75,7 +75,7 @@ type backend struct {
 
 var backends = []backend{
 	{"memstore", func(t *testing.T, _ string, clock func() time.Time) func() ratelimit.Store {
-		s := memstore.New(&memstore.Options{Clock: clock})
+		s := newMem(t, &memstore.Options{Clock: clock})
 		return func() ratelimit.Store { return s.Limits() }
 	}},
 	{"sqlitestore", func(t *testing.T, dir string, clock func() time.Time) func() ratelimit.Store {
@@ -323,7 +323,7 @@ func TestHitsAddend(t *testing.T) {
 // limits from counting it.
 func TestShadowMode(t *testing.T) {
 	clock := &fakeClock{t: epoch}
-	srv, err := rls.NewServer(memstore.New(&memstore.Options{Clock: clock.Now}).Limits(), mustConfig(t, testConfig), nil)
+	srv, err := rls.NewServer(newMem(t, &memstore.Options{Clock: clock.Now}).Limits(), mustConfig(t, testConfig), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -382,7 +382,7 @@ func TestTwoInstances(t *testing.T) {
 // TestBadRequests follows envoyproxy/ratelimit: an empty domain or
 // descriptor list is an error, an unknown domain limits nothing.
 func TestBadRequests(t *testing.T) {
-	srv, err := rls.NewServer(memstore.New(nil).Limits(), mustConfig(t, testConfig), nil)
+	srv, err := rls.NewServer(newMem(t, nil).Limits(), mustConfig(t, testConfig), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -414,7 +414,7 @@ func (failingStore) Decide(context.Context, []ratelimit.Request, bool) ([]rateli
 // with Unavailable (Envoy's failure_mode_deny then decides), unless no
 // descriptor needs the store.
 func TestStoreUnavailable(t *testing.T) {
-	srv, err := rls.NewServer(failingStore{memstore.New(nil).Limits()}, mustConfig(t, testConfig), nil)
+	srv, err := rls.NewServer(failingStore{newMem(t, nil).Limits()}, mustConfig(t, testConfig), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -439,7 +439,7 @@ func (slowStore) Decide(ctx context.Context, _ []ratelimit.Request, _ bool) ([]r
 // TestTimeout: Options.Timeout bounds the store's answer; the call fails
 // with DeadlineExceeded.
 func TestTimeout(t *testing.T) {
-	srv, err := rls.NewServer(slowStore{memstore.New(nil).Limits()}, mustConfig(t, testConfig), &rls.Options{Timeout: 10 * time.Millisecond})
+	srv, err := rls.NewServer(slowStore{newMem(t, nil).Limits()}, mustConfig(t, testConfig), &rls.Options{Timeout: 10 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -452,7 +452,7 @@ func TestTimeout(t *testing.T) {
 
 // TestHealth: Serve answers the gRPC health service.
 func TestHealth(t *testing.T) {
-	srv, err := rls.NewServer(memstore.New(nil).Limits(), &rls.Config{}, nil)
+	srv, err := rls.NewServer(newMem(t, nil).Limits(), &rls.Config{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -493,7 +493,7 @@ func TestConfigErrors(t *testing.T) {
 			t.Errorf("%s: %v, want ErrConfig", name, err)
 		}
 	}
-	srv, err := rls.NewServer(memstore.New(nil).Limits(), mustConfig(t, testConfig), nil)
+	srv, err := rls.NewServer(newMem(t, nil).Limits(), mustConfig(t, testConfig), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -513,7 +513,7 @@ func TestConfigErrors(t *testing.T) {
 	if _, err := rls.NewServer(typedNil, &rls.Config{}, nil); !errors.Is(err, ratelimit.ErrInvalid) {
 		t.Errorf("nil *failingStore: %v", err)
 	}
-	if _, err := rls.NewServer(memstore.New(nil).Limits(), &rls.Config{}, &rls.Options{Timeout: -1}); !errors.Is(err, ratelimit.ErrInvalid) {
+	if _, err := rls.NewServer(newMem(t, nil).Limits(), &rls.Config{}, &rls.Options{Timeout: -1}); !errors.Is(err, ratelimit.ErrInvalid) {
 		t.Errorf("negative timeout: %v", err)
 	}
 }
@@ -522,7 +522,7 @@ func TestConfigErrors(t *testing.T) {
 // whose limit name is unchanged keeps its counters.
 func TestSetConfig(t *testing.T) {
 	clock := &fakeClock{t: epoch}
-	srv, err := rls.NewServer(memstore.New(&memstore.Options{Clock: clock.Now}).Limits(), mustConfig(t, `{"domain":"d","descriptors":[{"key":"k","rate_limit":{"name":"kept","unit":"hour","requests_per_unit":5}}]}`), nil)
+	srv, err := rls.NewServer(newMem(t, &memstore.Options{Clock: clock.Now}).Limits(), mustConfig(t, `{"domain":"d","descriptors":[{"key":"k","rate_limit":{"name":"kept","unit":"hour","requests_per_unit":5}}]}`), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -550,7 +550,7 @@ func TestLoadFile(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", p, err)
 		}
-		srv, err := rls.NewServer(memstore.New(nil).Limits(), cfg, nil)
+		srv, err := rls.NewServer(newMem(t, nil).Limits(), cfg, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -24,14 +24,14 @@ func TestLeaseConformance(t *testing.T) {
 	leasetest.Run(t, func(t *testing.T) leasetest.Target {
 		p := testenv.NewProxy(t, hostPort(ep))
 		c, d := connected(t, "http://"+p.Addr()), newClient(t, ep)
-		ds := etcdstore.New(d, nil)
+		ds := newEtcd(t, d, nil)
 		return leasetest.Target{
-			Store:  etcdstore.New(c, nil).Leases(),
+			Store:  newEtcd(t, c, nil).Leases(),
 			Direct: ds.Leases(),
 			Faults: p,
 			Restart: func(t *testing.T) lease.Store {
 				srv.Restart(t)
-				return etcdstore.New(newClient(t, ep), nil).Leases()
+				return newEtcd(t, newClient(t, ep), nil).Leases()
 			},
 			Resource: &resource{s: ds, c: d, prefix: etcdstore.DefaultPrefix},
 			Unit:     unit,
@@ -53,14 +53,14 @@ func TestCluster(t *testing.T) {
 		leasetest.Run(t, func(t *testing.T) leasetest.Target {
 			p := testenv.NewProxy(t, hostPort(eps[0]))
 			c, d := connected(t, "http://"+p.Addr()), newClient(t, eps...)
-			ds := etcdstore.New(d, nil)
+			ds := newEtcd(t, d, nil)
 			return leasetest.Target{
-				Store:  etcdstore.New(c, nil).Leases(),
+				Store:  newEtcd(t, c, nil).Leases(),
 				Direct: ds.Leases(),
 				Faults: p,
 				Restart: func(t *testing.T) lease.Store {
 					srv.Restart(t)
-					return etcdstore.New(newClient(t, eps...), nil).Leases()
+					return newEtcd(t, newClient(t, eps...), nil).Leases()
 				},
 				Resource: &resource{s: ds, c: d, prefix: etcdstore.DefaultPrefix},
 				Unit:     unit,
@@ -70,7 +70,7 @@ func TestCluster(t *testing.T) {
 
 	t.Run("LeaderStoppedWhileHeld", func(t *testing.T) {
 		c := newClient(t, eps...)
-		s := etcdstore.New(c, &etcdstore.Options{Prefix: uniquePrefix(t)}).Leases()
+		s := newEtcd(t, c, &etcdstore.Options{Prefix: uniquePrefix(t)}).Leases()
 		k, a, b := "k", lease.NewToken(), lease.NewToken()
 		ga := eventually(t, "acquire", func(ctx context.Context) (lease.Grant, error) {
 			return s.Acquire(ctx, k, a, 5*unit)

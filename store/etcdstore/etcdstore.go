@@ -2,7 +2,6 @@ package etcdstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -37,19 +36,25 @@ const (
 // retries once the grant has answered.
 const pipelineDelay = 100 * time.Millisecond
 
-// Options configure a Store. Nil means the defaults.
+// Options configure a Store. Nil, and the zero value of each field, mean
+// the defaults. [New] refuses a value out of its bounds with an error
+// wrapping lease.ErrInvalid.
 type Options struct {
 	// Prefix is put before every key the store reads or writes (see the
-	// package documentation for the layout). Default "tenure/". It must be
-	// valid UTF-8 without NUL bytes and at most MaxPrefixLen bytes; New
-	// panics otherwise. Stores whose prefixes differ, neither being a prefix
-	// of the other, share nothing.
+	// package documentation for the layout). Default (empty) "tenure/"
+	// (DefaultPrefix). It must be valid UTF-8 without NUL bytes and at most
+	// MaxPrefixLen (256) bytes. Stores whose prefixes differ, neither being
+	// a prefix of the other, share nothing.
 	Prefix string
 	// RevokeTimeout bounds the best-effort clean-up calls the store makes
 	// in the background (deleting a lock put on a lease whose ID turned
-	// out to belong to another lease). Default 2s.
+	// out to belong to another lease). Default (0) 2s
+	// (DefaultRevokeTimeout). It must not be negative.
 	RevokeTimeout time.Duration
 }
+
+// DefaultRevokeTimeout is the default of Options.RevokeTimeout.
+const DefaultRevokeTimeout = 2 * time.Second
 
 // Store keeps tenure's leases and fenced values in etcd. It is safe for
 // concurrent use. Closing the client is the caller's business; the Store
@@ -63,34 +68,42 @@ type Store struct {
 	grants        grants // the current etcd lease of each TTL class
 }
 
-// New returns a Store on c. o may be nil for the defaults. It panics if
-// o.Prefix is invalid (see Options.Prefix).
-func New(c *clientv3.Client, o *Options) *Store {
-	s := &Store{c: c, rpc: newRPC(c), prefix: DefaultPrefix, revokeTimeout: 2 * time.Second}
+// New returns a Store on c. o may be nil for the defaults. A nil client or
+// a bad option (see [Options]) is an error wrapping lease.ErrInvalid. New
+// does not contact the server.
+func New(c *clientv3.Client, o *Options) (*Store, error) {
+	if c == nil {
+		return nil, fmt.Errorf("%w: etcdstore: nil *clientv3.Client", lease.ErrInvalid)
+	}
+	s := &Store{c: c, prefix: DefaultPrefix, revokeTimeout: DefaultRevokeTimeout}
 	if o != nil {
 		if o.Prefix != "" {
 			if err := validatePrefix(o.Prefix); err != nil {
-				panic(err)
+				return nil, err
 			}
 			s.prefix = o.Prefix
+		}
+		if o.RevokeTimeout < 0 {
+			return nil, fmt.Errorf("%w: etcdstore: Options.RevokeTimeout is %v, must not be negative (0 means the default %v)", lease.ErrInvalid, o.RevokeTimeout, DefaultRevokeTimeout)
 		}
 		if o.RevokeTimeout > 0 {
 			s.revokeTimeout = o.RevokeTimeout
 		}
 	}
-	return s
+	s.rpc = newRPC(c)
+	return s, nil
 }
 
 func validatePrefix(p string) error {
 	switch {
 	case len(p) > MaxPrefixLen:
-		return fmt.Errorf("etcdstore: prefix is %d bytes, longer than %d", len(p), MaxPrefixLen)
+		return fmt.Errorf("%w: etcdstore: prefix is %d bytes, longer than %d", lease.ErrInvalid, len(p), MaxPrefixLen)
 	case !utf8.ValidString(p):
-		return errors.New("etcdstore: prefix is not valid UTF-8")
+		return fmt.Errorf("%w: etcdstore: prefix is not valid UTF-8", lease.ErrInvalid)
 	}
 	for i := 0; i < len(p); i++ {
 		if p[i] == 0 {
-			return errors.New("etcdstore: prefix contains NUL")
+			return fmt.Errorf("%w: etcdstore: prefix contains NUL", lease.ErrInvalid)
 		}
 	}
 	return nil

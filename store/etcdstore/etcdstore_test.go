@@ -27,7 +27,7 @@ func shared(t *testing.T) (*clientv3.Client, *etcdstore.Store, string, time.Dura
 	srv := testenv.SharedEtcd(t)
 	c := newClient(t, srv.Endpoints()...)
 	prefix := uniquePrefix(t)
-	return c, etcdstore.New(c, &etcdstore.Options{Prefix: prefix}), prefix, minTTL(t, c)
+	return c, newEtcd(t, c, &etcdstore.Options{Prefix: prefix}), prefix, minTTL(t, c)
 }
 
 // lockKV reads the lock key of key straight from etcd.
@@ -416,7 +416,7 @@ func TestInvalidInputGrantsNoLease(t *testing.T) {
 	c := newClient(t, srv.Endpoints()...)
 	ctx := ctxT(t)
 	prefix := uniquePrefix(t)
-	es := etcdstore.New(c, &etcdstore.Options{Prefix: prefix})
+	es := newEtcd(t, c, &etcdstore.Options{Prefix: prefix})
 	s := es.Leases()
 	leases := func() int {
 		t.Helper()
@@ -478,7 +478,7 @@ func TestUnavailable(t *testing.T) {
 	srv := testenv.SharedEtcd(t)
 	p := testenv.NewProxy(t, hostPort(srv.Endpoints()[0]))
 	c := newClient(t, "http://"+p.Addr())
-	es := etcdstore.New(c, &etcdstore.Options{Prefix: uniquePrefix(t)})
+	es := newEtcd(t, c, &etcdstore.Options{Prefix: uniquePrefix(t)})
 	s := es.Leases()
 	tok := lease.NewToken()
 	if _, err := s.Acquire(ctxT(t), "held", tok, time.Minute); err != nil {
@@ -543,13 +543,13 @@ func TestOptions(t *testing.T) {
 					t.Errorf("New accepted the %s prefix", name)
 				}
 			}()
-			etcdstore.New(c, &etcdstore.Options{Prefix: prefix})
+			newEtcd(t, c, &etcdstore.Options{Prefix: prefix})
 		}()
 	}
 
 	// nil options: the default prefix.
 	key := uniquePrefix(t) + "k"
-	if _, err := etcdstore.New(c, nil).Leases().Acquire(ctx, key, lease.NewToken(), time.Minute); err != nil {
+	if _, err := newEtcd(t, c, nil).Leases().Acquire(ctx, key, lease.NewToken(), time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	if resp, err := c.Get(ctx, "tenure/lock/"+key); err != nil || len(resp.Kvs) != 1 {
@@ -557,8 +557,8 @@ func TestOptions(t *testing.T) {
 	}
 	// Stores with different prefixes share nothing.
 	p1, p2 := uniquePrefix(t)+"a/", uniquePrefix(t)+"b/"
-	s1 := etcdstore.New(c, &etcdstore.Options{Prefix: p1}).Leases()
-	s2 := etcdstore.New(c, &etcdstore.Options{Prefix: p2}).Leases()
+	s1 := newEtcd(t, c, &etcdstore.Options{Prefix: p1}).Leases()
+	s2 := newEtcd(t, c, &etcdstore.Options{Prefix: p2}).Leases()
 	if _, err := s1.Acquire(ctx, "k", lease.NewToken(), time.Minute); err != nil {
 		t.Fatal(err)
 	}

@@ -24,7 +24,10 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer c.Close()
-	es := etcdstore.New(c, nil) // keys under "tenure/"
+	es, err := etcdstore.New(c, nil) // keys under "tenure/"
+	if err != nil {
+		log.Fatal(err)
+	}
 	locker, err := lease.New(es.Leases(), nil)
 	if err != nil {
 		log.Fatal(err)

@@ -10,7 +10,6 @@ import (
 	"github.com/tenurekit/tenure/internal/obs"
 	"github.com/tenurekit/tenure/internal/obs/obstest"
 	"github.com/tenurekit/tenure/internal/testenv"
-	"github.com/tenurekit/tenure/store/etcdstore"
 )
 
 // Every write the fenced put refuses counts in tenure.guard.refusals.
@@ -20,7 +19,7 @@ func TestGuardRefusalsCounted(t *testing.T) {
 	otel.SetMeterProvider(tl.Meter)
 	defer otel.SetMeterProvider(prev)
 
-	es := etcdstore.New(testenv.Etcd(t).Client(t), nil)
+	es := newEtcd(t, testenv.Etcd(t).Client(t), nil)
 	ctx := t.Context()
 	if err := es.FencedPut(ctx, "r", "new", 5); err != nil {
 		t.Fatal(err)

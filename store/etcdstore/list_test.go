@@ -15,7 +15,7 @@ import (
 func TestListLeases(t *testing.T) {
 	t.Parallel()
 	srv := testenv.Etcd(t)
-	s := etcdstore.New(newClient(t, srv.Endpoints()...), &etcdstore.Options{Prefix: "list-test/"})
+	s := newEtcd(t, newClient(t, srv.Endpoints()...), &etcdstore.Options{Prefix: "list-test/"})
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	ha := s.Leases().(lease.HolderAcquirer)

@@ -11,7 +11,6 @@ import (
 	"github.com/tenurekit/tenure/internal/obs"
 	"github.com/tenurekit/tenure/internal/obs/obstest"
 	"github.com/tenurekit/tenure/lease/leasetest"
-	"github.com/tenurekit/tenure/store/memstore"
 )
 
 // Every write a guard refuses counts in tenure.guard.refusals, by store
@@ -22,7 +21,7 @@ func TestGuardRefusalsCounted(t *testing.T) {
 	otel.SetMeterProvider(tl.Meter)
 	defer otel.SetMeterProvider(prev)
 
-	s := memstore.New(nil)
+	s := newMem(t, nil)
 	ctx := t.Context()
 	if err := s.FencedSet(ctx, "r", 5, []byte("new")); err != nil {
 		t.Fatal(err)

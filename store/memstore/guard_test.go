@@ -13,7 +13,7 @@ import (
 
 func TestFencedSetModes(t *testing.T) {
 	ctx := t.Context()
-	s := memstore.New(nil)
+	s := newMem(t, nil)
 	if err := s.FencedSet(ctx, "r", 10, []byte("a")); err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +40,7 @@ func TestFencedSetModes(t *testing.T) {
 func TestHolderSetClosesTheTTLBlindWindow(t *testing.T) {
 	ctx := t.Context()
 	now := time.Unix(1_800_000_000, 0)
-	s := memstore.New(&memstore.Options{Clock: func() time.Time { return now }})
+	s := newMem(t, &memstore.Options{Clock: func() time.Time { return now }})
 	// The Locker measures validity on the real clock; only the store's
 	// judgement matters here.
 	lk := leasetest.NewLocker(t, s.Leases(), nil)

@@ -4,14 +4,13 @@ import (
 	"testing"
 
 	"github.com/tenurekit/tenure/idempotency/idempotencytest"
-	"github.com/tenurekit/tenure/store/memstore"
 )
 
 // TestIdempotencyConformance runs the idempotency suite on memstore, with
 // client-side faults (there is no network to break).
 func TestIdempotencyConformance(t *testing.T) {
 	idempotencytest.Run(t, func(t *testing.T) idempotencytest.Target {
-		s := memstore.New(nil)
+		s := newMem(t, nil)
 		wrapped, faults := idempotencytest.Wrap(s.Idempotency())
 		return idempotencytest.Target{Store: wrapped, Direct: s.Idempotency(), Faults: faults}
 	})

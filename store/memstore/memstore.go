@@ -21,6 +21,7 @@ package memstore
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -31,14 +32,16 @@ import (
 	"github.com/tenurekit/tenure/lease"
 )
 
-// Options configure a Store. Nil means the defaults.
+// Options configure a Store. Nil, and the zero value of each field, mean
+// the defaults. [New] refuses a value out of its bounds with an error
+// wrapping lease.ErrInvalid.
 type Options struct {
-	// Clock is the store's clock. Default time.Now.
+	// Clock is the store's clock. Default (nil) time.Now.
 	Clock func() time.Time
 	// LimitKeys is the most rate limit entries (one per key and limit) the
 	// Limits view holds; see Store.Limits for what happens when it is
-	// full. Default (0) DefaultLimitKeys; negative values count as the
-	// default.
+	// full. Default (0) DefaultLimitKeys. It must not be negative; there
+	// is no upper bound beyond memory.
 	LimitKeys int
 }
 
@@ -72,16 +75,24 @@ type fencedRec struct {
 	value []byte
 }
 
-// New returns an empty Store.
-func New(o *Options) *Store {
+// New returns an empty Store configured by o (nil: the defaults). An
+// option out of its bounds (see [Options]) is an error wrapping
+// lease.ErrInvalid.
+func New(o *Options) (*Store, error) {
 	s := &Store{now: time.Now, limitKeys: DefaultLimitKeys, leases: map[string]*leaseRec{}, fenced: map[string]fencedRec{}}
-	if o != nil && o.Clock != nil {
+	if o == nil {
+		return s, nil
+	}
+	if o.LimitKeys < 0 {
+		return nil, fmt.Errorf("%w: memstore: Options.LimitKeys is %d, must not be negative (0 means the default %d)", lease.ErrInvalid, o.LimitKeys, DefaultLimitKeys)
+	}
+	if o.Clock != nil {
 		s.now = o.Clock
 	}
-	if o != nil && o.LimitKeys > 0 {
+	if o.LimitKeys > 0 {
 		s.limitKeys = o.LimitKeys
 	}
-	return s
+	return s, nil
 }
 
 // Leases returns the store's lease.Store view.

@@ -42,13 +42,13 @@ func (r *resource) Read(ctx context.Context, name string) (string, error) {
 
 func TestLeaseConformance(t *testing.T) {
 	leasetest.Run(t, func(t *testing.T) leasetest.Target {
-		ms := memstore.New(nil)
+		ms := newMem(t, nil)
 		s, faults := leasetest.Wrap(ms.Leases())
 		return leasetest.Target{
 			Store:    s,
 			Direct:   ms.Leases(),
 			Faults:   faults,
-			Restart:  func(t *testing.T) lease.Store { return memstore.New(nil).Leases() },
+			Restart:  func(t *testing.T) lease.Store { return newMem(t, nil).Leases() },
 			Resource: &resource{s: ms, plain: map[string]string{}},
 		}
 	})

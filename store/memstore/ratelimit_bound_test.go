@@ -20,7 +20,7 @@ import (
 func TestRateLimitStateReleased(t *testing.T) {
 	ctx := context.Background()
 	clock := ratelimittest.NewClock(time.Date(2041, 3, 4, 5, 6, 7, 0, time.UTC))
-	ms := memstore.New(&memstore.Options{Clock: clock.Now})
+	ms := newMem(t, &memstore.Options{Clock: clock.Now})
 	l, _ := ratelimit.New(ms.Limits(), ratelimit.GCRA, ratelimit.Limit{Name: "a", Rate: 1, Period: time.Second})
 	w, _ := ratelimit.New(ms.Limits(), ratelimit.SlidingWindow, ratelimit.Limit{Name: "b", Rate: 5, Period: 500 * time.Millisecond})
 	g, _ := ratelimit.NewGroup("g", l, w)
@@ -74,7 +74,7 @@ func TestRateLimitStateReleased(t *testing.T) {
 func TestRateLimitKeysFull(t *testing.T) {
 	ctx := context.Background()
 	clock := ratelimittest.NewClock(time.Date(2041, 3, 4, 5, 6, 7, 0, time.UTC))
-	ms := memstore.New(&memstore.Options{Clock: clock.Now, LimitKeys: 4})
+	ms := newMem(t, &memstore.Options{Clock: clock.Now, LimitKeys: 4})
 	l, _ := ratelimit.New(ms.Limits(), ratelimit.FixedWindow, ratelimit.Limit{Name: "a", Rate: 2, Period: time.Minute})
 	for i := range 4 {
 		if d, err := l.Allow(ctx, "k"+strconv.Itoa(i)); err != nil || !d.Allowed {
@@ -125,7 +125,7 @@ func TestRateLimitKeysFullShards(t *testing.T) {
 	ctx := context.Background()
 	clock := ratelimittest.NewClock(time.Date(2041, 3, 4, 5, 6, 7, 0, time.UTC))
 	const max = 4 * 4096
-	ms := memstore.New(&memstore.Options{Clock: clock.Now, LimitKeys: max})
+	ms := newMem(t, &memstore.Options{Clock: clock.Now, LimitKeys: max})
 	l, _ := ratelimit.New(ms.Limits(), ratelimit.FixedWindow, ratelimit.Limit{Name: "a", Rate: 2, Period: time.Minute})
 	if d, err := l.Allow(ctx, "first"); err != nil || !d.Allowed {
 		t.Fatalf("first: %+v %v", d, err)

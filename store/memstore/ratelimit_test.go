@@ -14,7 +14,7 @@ import (
 func TestRateLimitConformance(t *testing.T) {
 	ratelimittest.Run(t, func(t *testing.T) ratelimittest.Target {
 		clock := ratelimittest.NewClock(time.Date(2041, 3, 4, 5, 6, 7, 0, time.UTC))
-		ms := memstore.New(&memstore.Options{Clock: clock.Now})
+		ms := newMem(t, &memstore.Options{Clock: clock.Now})
 		s, faults := ratelimittest.Wrap(ms.Limits())
 		return ratelimittest.Target{
 			Store:  s,

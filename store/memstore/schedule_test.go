@@ -34,8 +34,8 @@ func scheduleTarget(ms *memstore.Store, clock *scheduletest.Clock) scheduletest.
 func TestScheduleConformance(t *testing.T) {
 	scheduletest.RunClocks(t, func(t *testing.T, clock *scheduletest.Clock) scheduletest.Target {
 		if clock == nil {
-			return scheduleTarget(memstore.New(nil), nil)
+			return scheduleTarget(newMem(t, nil), nil)
 		}
-		return scheduleTarget(memstore.New(&memstore.Options{Clock: clock.Now}), clock)
+		return scheduleTarget(newMem(t, &memstore.Options{Clock: clock.Now}), clock)
 	})
 }

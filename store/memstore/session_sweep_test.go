@@ -42,7 +42,10 @@ func retained(st *sessionState) (recs, index, queue int) {
 func TestSessionSweepReleasesExpired(t *testing.T) {
 	ctx := context.Background()
 	clock := &sweepClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	ms := New(&Options{Clock: clock.Now})
+	ms, err := New(&Options{Clock: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
 	v, st := ms.Sessions(), ms.sessionState()
 	const batch = 1000
 	n := 0
@@ -110,7 +113,10 @@ func TestSessionSweepReleasesExpired(t *testing.T) {
 func TestSessionSweepOnLoad(t *testing.T) {
 	ctx := context.Background()
 	clock := &sweepClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	ms := New(&Options{Clock: clock.Now})
+	ms, err := New(&Options{Clock: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
 	v, st := ms.Sessions(), ms.sessionState()
 	if _, err := v.Create(ctx, session.Record{ID: sweepID(0), UserID: "live"}, time.Hour, 2*time.Hour); err != nil {
 		t.Fatal(err)

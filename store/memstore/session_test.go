@@ -27,7 +27,7 @@ func (c *fakeClock) Advance(d time.Duration) {
 func TestSessionConformance(t *testing.T) {
 	sessiontest.Run(t, func(t *testing.T) sessiontest.Target {
 		clock := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-		ms := memstore.New(&memstore.Options{Clock: clock.Now})
+		ms := newMem(t, &memstore.Options{Clock: clock.Now})
 		s, faults := sessiontest.Wrap(ms.Sessions())
 		return sessiontest.Target{
 			Store:   s,
@@ -38,4 +38,4 @@ func TestSessionConformance(t *testing.T) {
 	})
 }
 
-var _ session.Store = memstore.New(nil).Sessions()
+var _ func(*memstore.Store) session.Store = (*memstore.Store).Sessions

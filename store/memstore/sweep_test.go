@@ -30,7 +30,7 @@ func (c *clock) Add(d time.Duration) {
 func TestSweepLeases(t *testing.T) {
 	ctx := t.Context()
 	clk := &clock{t: time.Now()}
-	s := memstore.New(&memstore.Options{Clock: clk.Now})
+	s := newMem(t, &memstore.Options{Clock: clk.Now})
 	ls := s.Leases()
 	fences := map[string]uint64{}
 	for i := range 300 {
@@ -97,7 +97,7 @@ func TestSweepReleasesMemory(t *testing.T) {
 	}
 	ctx := t.Context()
 	clk := &clock{t: time.Now()}
-	s := memstore.New(&memstore.Options{Clock: clk.Now})
+	s := newMem(t, &memstore.Options{Clock: clk.Now})
 	ls := s.Leases()
 	tok := lease.NewToken()
 	for i := range 300_000 {

@@ -18,7 +18,10 @@ import (
 func BenchmarkAcquireRelease(b *testing.B) {
 	srv := testenv.SharedPostgres(b)
 	pool := srv.Pool(b, srv.NewDatabase(b))
-	s := New(pool, nil)
+	s, err := New(pool, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
 	ctx := context.Background()
 	if err := s.Migrate(ctx); err != nil {
 		b.Fatal(err)

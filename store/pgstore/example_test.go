@@ -26,7 +26,10 @@ func Example() {
 	}
 	defer pool.Close()
 
-	db := pgstore.New(pool, nil) // tables in schema "tenure"
+	db, err := pgstore.New(pool, nil) // tables in schema "tenure"
+	if err != nil {
+		log.Fatal(err)
+	}
 	if err := db.Migrate(ctx); err != nil {
 		log.Fatal(err)
 	}
@@ -66,7 +69,10 @@ func ExampleStore_CheckHolder() {
 		log.Fatal(err)
 	}
 	defer pool.Close()
-	db := pgstore.New(pool, nil)
+	db, err := pgstore.New(pool, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
 	locker, err := lease.New(db.Leases(), nil)
 	if err != nil {
 		log.Fatal(err)

@@ -12,7 +12,6 @@ import (
 	"github.com/tenurekit/tenure/internal/testenv"
 	"github.com/tenurekit/tenure/lease"
 	"github.com/tenurekit/tenure/lease/leasetest"
-	"github.com/tenurekit/tenure/store/pgstore"
 )
 
 // TestServerPausedPastTTL freezes PostgreSQL (SIGSTOP) while A holds a
@@ -24,7 +23,7 @@ import (
 func TestServerPausedPastTTL(t *testing.T) {
 	srv := testenv.Postgres(t)
 	pool := srv.Pool(t, srv.NewDatabase(t))
-	db := pgstore.New(pool, nil)
+	db := newPG(t, pool, nil)
 	ctx := ctxT(t)
 	if err := db.Migrate(ctx); err != nil {
 		t.Fatal(err)

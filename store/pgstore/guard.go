@@ -79,9 +79,6 @@ func (s *Store) admit(ctx context.Context, tx querier, resource string, f uint64
 	if tx == nil {
 		return fmt.Errorf("%w: pgstore: nil transaction", lease.ErrInvalid)
 	}
-	if s.err != nil {
-		return s.err
-	}
 	q := s.q.admitStrict
 	if mode == fence.AtLeast {
 		q = s.q.admitAtLeast
@@ -148,9 +145,6 @@ func (s *Store) checkHolder(ctx context.Context, tx querier, l *lease.Lease) err
 	}
 	if l.Fence() == 0 || l.Fence() > math.MaxInt64 {
 		return fmt.Errorf("%w: pgstore: fence %d out of range [1, %d]", lease.ErrInvalid, l.Fence(), int64(math.MaxInt64))
-	}
-	if s.err != nil {
-		return s.err
 	}
 	var f int64
 	err := tx.queryRow(ctx, s.q.checkHolder, []any{l.Key(), l.Token(), int64(l.Fence())}, &f)

@@ -14,7 +14,6 @@ import (
 	"github.com/tenurekit/tenure/internal/testenv"
 	"github.com/tenurekit/tenure/lease"
 	"github.com/tenurekit/tenure/lease/leasetest"
-	"github.com/tenurekit/tenure/store/pgstore"
 )
 
 // Every write a guard refuses counts in tenure.guard.refusals, by store
@@ -27,7 +26,7 @@ func TestGuardRefusalsCounted(t *testing.T) {
 
 	srv := testenv.SharedPostgres(t)
 	pool := srv.Pool(t, srv.NewDatabase(t))
-	db := pgstore.New(pool, nil)
+	db := newPG(t, pool, nil)
 	ctx := t.Context()
 	if err := db.Migrate(ctx); err != nil {
 		t.Fatal(err)

@@ -146,9 +146,6 @@ func (s *Store) IdempotencyPgx(tx pgx.Tx) idempotency.Tx {
 // clock) and returns how many. Run it now and then to reclaim space;
 // correctness never depends on it.
 func (s *Store) PurgeIdempotency(ctx context.Context) (int64, error) {
-	if s.err != nil {
-		return 0, fmt.Errorf("%w: %w", idempotency.ErrInvalid, s.err)
-	}
 	n, err := s.db.exec(ctx, s.idemQueries().purge)
 	if err != nil {
 		return 0, s.idemWrap(ctx, "purge", err)
@@ -170,9 +167,6 @@ func (s *Store) idemWrap(ctx context.Context, op string, err error) error {
 }
 
 func (v idemView) check() error {
-	if v.s.err != nil {
-		return fmt.Errorf("%w: %w", idempotency.ErrInvalid, v.s.err)
-	}
 	return nil
 }
 

@@ -75,7 +75,7 @@ func TestIdempotencyConformance(t *testing.T) {
 	idempotencytest.Run(t, func(t *testing.T) idempotencytest.Target {
 		dsn := srv.NewDatabase(t)
 		direct := srv.Pool(t, dsn)
-		db := pgstore.New(direct, nil)
+		db := newPG(t, direct, nil)
 		if err := db.Migrate(ctxT(t)); err != nil {
 			t.Fatalf("Migrate: %v", err)
 		}
@@ -83,7 +83,7 @@ func TestIdempotencyConformance(t *testing.T) {
 		viaPool := poolVia(t, dsn, proxy.Addr(), db, true)
 		prepareIdem(t, viaPool, db)
 		return idempotencytest.Target{
-			Store:  pgstore.New(viaPool, nil).Idempotency(),
+			Store:  newPG(t, viaPool, nil).Idempotency(),
 			Direct: db.Idempotency(),
 			NewClient: func(t *testing.T) idempotency.Store {
 				cfg, err := pgxpool.ParseConfig(dsn)
@@ -96,7 +96,7 @@ func TestIdempotencyConformance(t *testing.T) {
 					t.Fatal(err)
 				}
 				t.Cleanup(pool.Close)
-				return pgstore.New(pool, nil).Idempotency()
+				return newPG(t, pool, nil).Idempotency()
 			},
 			Faults: proxy,
 			Tx:     idemTxTarget(t, direct, db),
@@ -197,7 +197,7 @@ func TestIdempotencyPurgeAndSchema(t *testing.T) {
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM tenure.idempotency`).Scan(&rows); err != nil || rows != 1 {
 		t.Fatalf("%d rows left (%v), want 1", rows, err)
 	}
-	bad := pgstore.New(pool, &pgstore.Options{Schema: "Bad-Schema"})
+	bad := newPG(t, pool, &pgstore.Options{Schema: "Bad-Schema"})
 	badK, err := idempotency.New(bad.Idempotency(), nil)
 	if err != nil {
 		t.Fatal(err)

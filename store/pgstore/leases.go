@@ -44,10 +44,7 @@ func (s *Store) validate(key, token string, ttl time.Duration) error {
 	if err := lease.Validate(key, token, ttl); err != nil {
 		return err
 	}
-	if err := pgToken(token); err != nil {
-		return err
-	}
-	return s.err
+	return pgToken(token)
 }
 
 // grantTTL rounds ttl up to PostgreSQL's microsecond resolution, so the
@@ -125,9 +122,6 @@ func (v leases) Release(ctx context.Context, key, token string) error {
 	if err := pgToken(token); err != nil {
 		return err
 	}
-	if s.err != nil {
-		return s.err
-	}
 	n, err := s.db.exec(ctx, s.q.release, key, token)
 	if err != nil {
 		return s.wrap(ctx, fmt.Sprintf("release %q", key), err)
@@ -142,9 +136,6 @@ func (v leases) Inspect(ctx context.Context, key string) (lease.Info, error) {
 	s := v.s
 	if err := lease.ValidateKey(key); err != nil {
 		return lease.Info{}, err
-	}
-	if s.err != nil {
-		return lease.Info{}, s.err
 	}
 	var f, rem int64
 	var who string
@@ -177,9 +168,6 @@ func (v leases) List(ctx context.Context, prefix, after string, limit int) ([]le
 		return nil, err
 	}
 	s := v.s
-	if s.err != nil {
-		return nil, s.err
-	}
 	for _, p := range []string{prefix, after} {
 		if !utf8.ValidString(p) || strings.IndexByte(p, 0) >= 0 {
 			return nil, fmt.Errorf("%w: list prefix or start is not valid UTF-8 without NUL", lease.ErrInvalid)

@@ -13,7 +13,6 @@ import (
 
 	"github.com/tenurekit/tenure/lease"
 	"github.com/tenurekit/tenure/lease/leasetest"
-	"github.com/tenurekit/tenure/store/pgstore"
 )
 
 // serverMicros reads the server's clock in microseconds since the epoch.
@@ -149,7 +148,7 @@ func TestUnreachableServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	db := pgstore.New(pool, nil)
+	db := newPG(t, pool, nil)
 	ctx := ctxT(t)
 	s := db.Leases()
 	tok := lease.NewToken()

@@ -70,10 +70,14 @@ func MigrationFiles() fs.FS {
 // Open returns a Store on pool (see [New]) after checking that the schema
 // in o is at [SchemaVersion]: a schema older or newer than this code knows,
 // or one without tenure's tables, is an error wrapping [ErrSchemaVersion]
-// that names both versions. It does not change the database; run
-// [Store.Migrate] (or apply [Migrations] with your own tool) first.
+// that names both versions. A nil pool or a bad option is an error
+// wrapping lease.ErrInvalid, as from New. It does not change the database;
+// run [Store.Migrate] (or apply [Migrations] with your own tool) first.
 func Open(ctx context.Context, pool *pgxpool.Pool, o *Options) (*Store, error) {
-	s := New(pool, o)
+	s, err := New(pool, o)
+	if err != nil {
+		return nil, err
+	}
 	if err := s.Check(ctx); err != nil {
 		return nil, err
 	}
@@ -82,7 +86,10 @@ func Open(ctx context.Context, pool *pgxpool.Pool, o *Options) (*Store, error) {
 
 // OpenDB is [Open] on a database/sql handle (see [NewDB]).
 func OpenDB(ctx context.Context, db *sql.DB, o *Options) (*Store, error) {
-	s := NewDB(db, o)
+	s, err := NewDB(db, o)
+	if err != nil {
+		return nil, err
+	}
 	if err := s.Check(ctx); err != nil {
 		return nil, err
 	}
@@ -111,9 +118,6 @@ func migrateLockKey(schema string) int64 {
 // No other call of the Store migrates: the request paths never change the
 // schema.
 func (s *Store) Migrate(ctx context.Context) error {
-	if s.err != nil {
-		return s.err
-	}
 	err := s.db.inTx(ctx, func(tx querier) error {
 		if _, err := tx.exec(ctx, `SELECT pg_advisory_xact_lock($1)`, migrateLockKey(s.schema)); err != nil {
 			return err
@@ -149,9 +153,6 @@ func (s *Store) versionErr(current int) error {
 // MigrationStatus reports the schema's recorded version, the versions it
 // recorded and the migrations it lacks. It only reads.
 func (s *Store) MigrationStatus(ctx context.Context) (MigrationStatus, error) {
-	if s.err != nil {
-		return MigrationStatus{}, s.err
-	}
 	st, err := s.status(ctx, s.db)
 	if err != nil {
 		return MigrationStatus{}, s.wrap(ctx, "migration status of schema "+s.schema, err)

@@ -96,7 +96,7 @@ func TestMigrateConcurrently(t *testing.T) {
 			if err := pool.Ping(ctxT(t)); err != nil { // connect ahead of the start
 				t.Fatal(err)
 			}
-			stores[i] = pgstore.New(pool, &pgstore.Options{Schema: schema})
+			stores[i] = newPG(t, pool, &pgstore.Options{Schema: schema})
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -117,7 +117,7 @@ func TestMigrateConcurrently(t *testing.T) {
 	if got := tables(t, pool); !slices.Equal(got, want) {
 		t.Fatalf("tables %v, want %v", got, want)
 	}
-	works(t, pool, pgstore.New(pool, &pgstore.Options{Schema: "two"}))
+	works(t, pool, newPG(t, pool, &pgstore.Options{Schema: "two"}))
 }
 
 func TestCustomSchema(t *testing.T) {
@@ -134,7 +134,7 @@ func TestCustomSchema(t *testing.T) {
 		t.Fatalf("locks_v2.leases rows for k: %d, %v", n, err)
 	}
 	// The default schema is a separate namespace.
-	def := pgstore.New(pool, nil)
+	def := newPG(t, pool, nil)
 	if def.Schema() != pgstore.DefaultSchema {
 		t.Fatalf("default Schema() = %q", def.Schema())
 	}
@@ -156,7 +156,7 @@ func TestBadSchemaWritesNothing(t *testing.T) {
 		"ténure", "pg_tenure", strings.Repeat("a", 64), "a\x00b",
 	}
 	for _, name := range bad {
-		db := pgstore.New(pool, &pgstore.Options{Schema: name})
+		db := newPG(t, pool, &pgstore.Options{Schema: name})
 		wantBad := func(what string, err error) {
 			t.Helper()
 			if !errors.Is(err, lease.ErrInvalid) || !strings.Contains(err.Error(), "schema name") {
@@ -189,7 +189,7 @@ func TestBadSchemaWritesNothing(t *testing.T) {
 	}
 	// Positive control: the longest legal name works.
 	long := strings.Repeat("a", 63)
-	db := pgstore.New(pool, &pgstore.Options{Schema: long})
+	db := newPG(t, pool, &pgstore.Options{Schema: long})
 	if err := db.Migrate(ctx); err != nil {
 		t.Fatalf("schema of 63 bytes: %v", err)
 	}
@@ -202,7 +202,7 @@ func TestBadSchemaWritesNothing(t *testing.T) {
 func TestNotMigratedIsAPlainError(t *testing.T) {
 	srv := testenv.SharedPostgres(t)
 	pool := srv.Pool(t, srv.NewDatabase(t))
-	db := pgstore.New(pool, nil)
+	db := newPG(t, pool, nil)
 	_, err := db.Leases().Acquire(ctxT(t), "k", lease.NewToken(), time.Second)
 	if err == nil || errors.Is(err, lease.ErrUnavailable) || errors.Is(err, lease.ErrHeld) || errors.Is(err, lease.ErrInvalid) {
 		t.Fatalf("Acquire before Migrate: %v, want a plain error", err)

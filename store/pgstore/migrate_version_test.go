@@ -72,7 +72,7 @@ INSERT INTO tenure.schedule_ledger (job, slot_id, fence, completed_at) VALUES ('
 	if err != nil {
 		t.Fatal(err)
 	}
-	db := pgstore.New(pool, nil)
+	db := newPG(t, pool, nil)
 	st, err := db.MigrationStatus(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -206,7 +206,7 @@ func TestMigrateConcurrentlyRecordsOnce(t *testing.T) {
 		if err := pool.Ping(ctxT(t)); err != nil {
 			t.Fatal(err)
 		}
-		db := pgstore.New(pool, nil)
+		db := newPG(t, pool, nil)
 		wg.Go(func() {
 			<-start
 			errs[i] = db.Migrate(context.Background())
@@ -243,7 +243,7 @@ func TestMigrateConcurrentlyRecordsOnce(t *testing.T) {
 	if got := versions(t, pool, "tenure"); !slices.Equal(got, allVersions()) {
 		t.Fatalf("versions %v, want %v", got, allVersions())
 	}
-	works(t, pool, pgstore.New(pool, nil))
+	works(t, pool, newPG(t, pool, nil))
 }
 
 // TestMigrateChildProcess is the second process of
@@ -258,7 +258,7 @@ func TestMigrateChildProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	if err := pgstore.New(pool, nil).Migrate(ctxT(t)); err != nil {
+	if err := newPG(t, pool, nil).Migrate(ctxT(t)); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -26,14 +26,14 @@ const DefaultSchema = "tenure"
 // maxIdentLen is PostgreSQL's limit on identifiers (NAMEDATALEN-1).
 const maxIdentLen = 63
 
-// Options configure a Store. Nil means the defaults.
+// Options configure a Store. Nil, and the zero value of each field, mean
+// the defaults. [New] and [NewDB] refuse a value out of its bounds with an
+// error wrapping lease.ErrInvalid.
 type Options struct {
 	// Schema is the schema that holds tenure's tables (leases, fences). It
 	// must be a plain lower-case identifier: a letter or underscore, then
 	// letters, digits or underscores, at most 63 bytes, not starting with
-	// "pg_". Default "tenure" (DefaultSchema). A bad name does not make New
-	// fail: Migrate and every call report it (wrapping lease.ErrInvalid)
-	// and write nothing.
+	// "pg_". Default (empty) "tenure" (DefaultSchema).
 	Schema string
 }
 
@@ -44,7 +44,6 @@ type Store struct {
 	views  // per-primitive state; see views.go
 	db     conn
 	schema string
-	err    error // a bad Options.Schema, reported by every call
 	q      queries
 
 	sweepMu    sync.Mutex
@@ -62,43 +61,40 @@ type queries struct {
 	checkHolder, list                   string
 }
 
-// New returns a Store on pool using the schema in o (nil: defaults). It
-// does not touch the database; call [Store.Migrate] once to create the
-// tables.
-func New(pool *pgxpool.Pool, o *Options) *Store {
+// New returns a Store on pool using the schema in o (nil: defaults). A nil
+// pool or a bad option (see [Options]) is an error wrapping
+// lease.ErrInvalid. New does not touch the database; call [Store.Migrate]
+// once to create the tables.
+func New(pool *pgxpool.Pool, o *Options) (*Store, error) {
 	if pool == nil {
-		return newStore(nil, o, "nil pool")
+		return nil, fmt.Errorf("%w: pgstore: nil *pgxpool.Pool", lease.ErrInvalid)
 	}
-	return newStore(pgxQ{pool}, o, "")
+	return newStore(pgxQ{pool}, o)
 }
 
 // NewDB returns a Store on db, a database/sql handle to PostgreSQL opened
 // with any driver (pgx's stdlib driver "pgx", lib/pq "postgres"), using the
 // schema in o (nil: defaults). It runs the same statements as a Store made
-// by [New] and behaves the same. It does not touch the database; call
-// [Store.Migrate] once to create the tables.
-func NewDB(db *sql.DB, o *Options) *Store {
+// by [New] and behaves the same. A nil db or a bad option (see [Options])
+// is an error wrapping lease.ErrInvalid. NewDB does not touch the
+// database; call [Store.Migrate] once to create the tables.
+func NewDB(db *sql.DB, o *Options) (*Store, error) {
 	if db == nil {
-		return newStore(nil, o, "nil database")
+		return nil, fmt.Errorf("%w: pgstore: nil *sql.DB", lease.ErrInvalid)
 	}
-	return newStore(sqlDBConn{sqlQ{db}, db}, o, "")
+	return newStore(sqlDBConn{sqlQ{db}, db}, o)
 }
 
-func newStore(c conn, o *Options, bad string) *Store {
+func newStore(c conn, o *Options) (*Store, error) {
 	s := &Store{db: c, schema: DefaultSchema}
 	if o != nil && o.Schema != "" {
 		s.schema = o.Schema
 	}
 	if err := validateSchema(s.schema); err != nil {
-		s.err = err
-		return s
-	}
-	if bad != "" {
-		s.err = fmt.Errorf("%w: pgstore: %s", lease.ErrInvalid, bad)
-		return s
+		return nil, err
 	}
 	s.q = buildQueries(pgx.Identifier{s.schema}.Sanitize())
-	return s
+	return s, nil
 }
 
 // Schema returns the schema that holds the Store's tables.

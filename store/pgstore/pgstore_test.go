@@ -81,7 +81,7 @@ func fresh(t *testing.T, o *pgstore.Options) (*pgxpool.Pool, *pgstore.Store) {
 	t.Helper()
 	srv := testenv.SharedPostgres(t)
 	pool := srv.Pool(t, srv.NewDatabase(t))
-	db := pgstore.New(pool, o)
+	db := newPG(t, pool, o)
 	if err := db.Migrate(ctxT(t)); err != nil {
 		t.Fatalf("Migrate: %v", err)
 	}
@@ -140,18 +140,18 @@ func TestLeaseConformance(t *testing.T) {
 	leasetest.Run(t, func(t *testing.T) leasetest.Target {
 		dsn := srv.NewDatabase(t)
 		direct := srv.Pool(t, dsn)
-		db := pgstore.New(direct, nil)
+		db := newPG(t, direct, nil)
 		if err := db.Migrate(ctxT(t)); err != nil {
 			t.Fatalf("Migrate: %v", err)
 		}
 		proxy := testenv.NewProxy(t, srv.Addr())
 		return leasetest.Target{
-			Store:  pgstore.New(poolVia(t, dsn, proxy.Addr(), db, true), nil).Leases(),
+			Store:  newPG(t, poolVia(t, dsn, proxy.Addr(), db, true), nil).Leases(),
 			Direct: db.Leases(),
 			Faults: proxy,
 			Restart: func(t *testing.T) lease.Store {
 				srv.Restart(t)
-				return pgstore.New(poolVia(t, dsn, proxy.Addr(), db, false), nil).Leases()
+				return newPG(t, poolVia(t, dsn, proxy.Addr(), db, false), nil).Leases()
 			},
 			Resource: newSQLResource(t, openSQL(t, driverPQ, dsn, nil), db),
 		}

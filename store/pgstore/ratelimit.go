@@ -54,9 +54,6 @@ WHERE key = $1`,
 // SweepLimits deletes the rate limit and permit rows that expired and
 // returns how many it deleted.
 func (s *Store) SweepLimits(ctx context.Context) (int64, error) {
-	if s.err != nil {
-		return 0, s.err
-	}
 	sch := pgx.Identifier{s.schema}.Sanitize()
 	var n int64
 	for _, t := range []string{"ratelimits", "ratelimit_permits"} {
@@ -90,9 +87,6 @@ func rateErr(err error) error {
 // check reports a bad Options.Schema (keys are valid UTF-8 without NUL
 // and permit ids visible ASCII already, as PostgreSQL text needs).
 func (l *rateLimits) check() error {
-	if l.s.err != nil {
-		return rateErr(l.s.err)
-	}
 	return nil
 }
 

@@ -51,13 +51,13 @@ func TestRateLimitConformance(t *testing.T) {
 		rateSchemaSeq++
 		schema := fmt.Sprintf("rl_%d", rateSchemaSeq)
 		o := &pgstore.Options{Schema: schema}
-		db := pgstore.New(direct, o)
+		db := newPG(t, direct, o)
 		if err := db.Migrate(ctxT(t)); err != nil {
 			t.Fatalf("Migrate: %v", err)
 		}
 		proxy := testenv.NewProxy(t, srv.Addr())
 		pool := poolVia(t, dsn, proxy.Addr(), db, true)
-		s := pgstore.New(pool, o)
+		s := newPG(t, pool, o)
 		warmRate(t, pool, s)
 		return ratelimittest.Target{
 			Store:  s.Limits(),
@@ -129,7 +129,7 @@ func TestRateLimitSweep(t *testing.T) {
 func TestRateLimitNotMigrated(t *testing.T) {
 	srv := testenv.SharedPostgres(t)
 	pool := srv.Pool(t, srv.NewDatabase(t))
-	l, _ := ratelimit.New(pgstore.New(pool, nil).Limits(), ratelimit.GCRA, ratelimit.Limit{Rate: 1, Period: time.Second})
+	l, _ := ratelimit.New(newPG(t, pool, nil).Limits(), ratelimit.GCRA, ratelimit.Limit{Rate: 1, Period: time.Second})
 	d, err := l.Allow(ctxT(t), "k")
 	if err == nil || d.Allowed || !strings.Contains(err.Error(), "Migrate") {
 		t.Fatalf("Allow before Migrate: %+v, %v", d, err)

@@ -118,9 +118,6 @@ func (v schedules) fail(ctx context.Context, op string, err error) error {
 }
 
 func (v schedules) Now(ctx context.Context) (time.Time, error) {
-	if v.s.err != nil {
-		return time.Time{}, v.s.err
-	}
 	var now time.Time
 	if err := v.s.db.queryRow(ctx, `SELECT clock_timestamp()`, nil, &now); err != nil {
 		return time.Time{}, v.fail(ctx, "read the clock", err)
@@ -178,9 +175,6 @@ func schedScan(scan func(dest ...any) error) (schedule.Record, error) {
 // the slot's record (nil if none), whether the ledger has it, and the
 // server's clock, all read after the lock was taken.
 func (v schedules) slotTx(ctx context.Context, job, id, fp string, fn func(tx querier, cur *schedule.Record, completed bool, now time.Time) error) error {
-	if v.s.err != nil {
-		return v.s.err
-	}
 	q := v.s.schedQ()
 	return v.s.db.inTx(ctx, func(tx querier) error {
 		var (
@@ -246,9 +240,6 @@ func (v schedules) Register(ctx context.Context, req schedule.RegisterRequest) (
 	if err := req.Validate(); err != nil {
 		return schedule.Definition{}, err
 	}
-	if v.s.err != nil {
-		return schedule.Definition{}, v.s.err
-	}
 	q := v.s.schedQ()
 	var prev schedule.Definition
 	err := v.s.db.inTx(ctx, func(tx querier) error {
@@ -279,9 +270,6 @@ func (v schedules) Register(ctx context.Context, req schedule.RegisterRequest) (
 func (v schedules) Definition(ctx context.Context, job string) (schedule.Definition, error) {
 	if err := schedule.ValidateName(job); err != nil {
 		return schedule.Definition{}, err
-	}
-	if v.s.err != nil {
-		return schedule.Definition{}, v.s.err
 	}
 	var (
 		fp, spec, node pgtype.Text
@@ -391,9 +379,6 @@ func (v schedules) query(ctx context.Context, job, q string, args ...any) ([]sch
 	if err := schedule.ValidateName(job); err != nil {
 		return nil, err
 	}
-	if v.s.err != nil {
-		return nil, v.s.err
-	}
 	var out []schedule.Record
 	err := v.s.db.query(ctx, q, args, func(scan func(dest ...any) error) error {
 		r, err := schedScan(scan)
@@ -427,9 +412,6 @@ func (v schedules) Unfinished(ctx context.Context, job string, limit int) ([]sch
 func (v schedules) Last(ctx context.Context, job string) (time.Time, bool, error) {
 	if err := schedule.ValidateName(job); err != nil {
 		return time.Time{}, false, err
-	}
-	if v.s.err != nil {
-		return time.Time{}, false, v.s.err
 	}
 	var t pgtype.Timestamptz
 	if err := v.s.db.queryRow(ctx, v.s.schedQ().last, []any{job}, &t); err != nil {
@@ -520,9 +502,6 @@ func (s *Store) completeArgs(slot *schedule.Slot) ([]any, error) {
 	}
 	if err := pgToken(l.Token()); err != nil {
 		return nil, err
-	}
-	if s.err != nil {
-		return nil, s.err
 	}
 	return []any{l.Key(), l.Token(), int64(l.Fence()), slot.Job, slot.ID}, nil
 }

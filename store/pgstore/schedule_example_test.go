@@ -19,7 +19,10 @@ func ExampleStore_CompleteSlot() {
 	if err != nil {
 		panic(err)
 	}
-	db := pgstore.New(pool, nil)
+	db, err := pgstore.New(pool, nil)
+	if err != nil {
+		panic(err)
+	}
 	if err := db.Migrate(ctx); err != nil {
 		panic(err)
 	}

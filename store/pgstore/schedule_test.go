@@ -38,7 +38,7 @@ func TestScheduleConformance(t *testing.T) {
 			dsn = fakeServerClock(t, srv, dsn, clock)
 		}
 		pool := srv.Pool(t, dsn)
-		db := pgstore.New(pool, nil)
+		db := newPG(t, pool, nil)
 		if err := db.Migrate(ctxT(t)); err != nil {
 			t.Fatal(err)
 		}
@@ -47,7 +47,7 @@ func TestScheduleConformance(t *testing.T) {
 		}
 		return scheduletest.Target{
 			Store: db.Schedules(),
-			Node:  func(t *testing.T) schedule.Store { return pgstore.New(srv.Pool(t, dsn), nil).Schedules() },
+			Node:  func(t *testing.T) schedule.Store { return newPG(t, srv.Pool(t, dsn), nil).Schedules() },
 			Complete: func(ctx context.Context, slot *schedule.Slot) error {
 				return schedCompleteCounted(ctx, pool, db, slot)
 			},

@@ -90,9 +90,6 @@ func (s *Store) sessionQueries() *sessionQueries {
 // returns how many. Run it now and then to reclaim space; correctness
 // never depends on it.
 func (s *Store) SweepSessions(ctx context.Context) (int, error) {
-	if s.err != nil {
-		return 0, fmt.Errorf("%w: %w", session.ErrInvalid, s.err)
-	}
 	n, err := s.db.exec(ctx, s.sessionQueries().sweep)
 	if err != nil {
 		return 0, s.sessionErr(ctx, "sweep", err)
@@ -115,9 +112,6 @@ func (s *Store) sessionErr(ctx context.Context, op string, err error) error {
 }
 
 func (v sessions) check() error {
-	if v.s.err != nil {
-		return fmt.Errorf("%w: %w", session.ErrInvalid, v.s.err)
-	}
 	return nil
 }
 

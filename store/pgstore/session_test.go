@@ -10,7 +10,6 @@ import (
 	"github.com/tenurekit/tenure/internal/testenv"
 	"github.com/tenurekit/tenure/session"
 	"github.com/tenurekit/tenure/session/sessiontest"
-	"github.com/tenurekit/tenure/store/pgstore"
 )
 
 func dumpSessions(t *testing.T, pool *pgxpool.Pool) string {
@@ -40,14 +39,14 @@ func TestSessionConformance(t *testing.T) {
 	srv := testenv.SharedPostgres(t)
 	dsn := srv.NewDatabase(t)
 	direct := srv.Pool(t, dsn)
-	db := pgstore.New(direct, nil)
+	db := newPG(t, direct, nil)
 	if err := db.Migrate(ctxT(t)); err != nil {
 		t.Fatalf("Migrate: %v", err)
 	}
 	sessiontest.Run(t, func(t *testing.T) sessiontest.Target {
 		proxy := testenv.NewProxy(t, srv.Addr())
 		return sessiontest.Target{
-			Store:  pgstore.New(poolVia(t, dsn, proxy.Addr(), db, false), nil).Sessions(),
+			Store:  newPG(t, poolVia(t, dsn, proxy.Addr(), db, false), nil).Sessions(),
 			Direct: db.Sessions(),
 			Faults: proxy,
 			Unit:   200 * time.Millisecond,

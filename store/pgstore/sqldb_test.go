@@ -122,7 +122,7 @@ func freshSQL(t *testing.T, driver string) (*sql.DB, *pgstore.Store) {
 	t.Helper()
 	srv := testenv.SharedPostgres(t)
 	sqlDB := openSQL(t, driver, srv.NewDatabase(t), nil)
-	db := pgstore.NewDB(sqlDB, nil)
+	db := newPGDB(t, sqlDB, nil)
 	if err := db.Migrate(ctxT(t)); err != nil {
 		t.Fatalf("Migrate: %v", err)
 	}
@@ -189,19 +189,19 @@ func TestLeaseConformanceSQLDB(t *testing.T) {
 	leasetest.Run(t, func(t *testing.T) leasetest.Target {
 		dsn := srv.NewDatabase(t)
 		direct := openSQL(t, driverPgx, dsn, nil)
-		db := pgstore.NewDB(direct, nil)
+		db := newPGDB(t, direct, nil)
 		if err := db.Migrate(ctxT(t)); err != nil {
 			t.Fatalf("Migrate: %v", err)
 		}
 		proxy := testenv.NewProxy(t, srv.Addr())
 		proxied := via(dsn, srv.Addr(), proxy.Addr())
 		return leasetest.Target{
-			Store:  pgstore.NewDB(openSQL(t, driverPgx, proxied, db), nil).Leases(),
+			Store:  newPGDB(t, openSQL(t, driverPgx, proxied, db), nil).Leases(),
 			Direct: db.Leases(),
 			Faults: proxy,
 			Restart: func(t *testing.T) lease.Store {
 				srv.Restart(t)
-				return pgstore.NewDB(openSQL(t, driverPgx, proxied, nil), nil).Leases()
+				return newPGDB(t, openSQL(t, driverPgx, proxied, nil), nil).Leases()
 			},
 			Resource: newSQLResource(t, direct, db),
 		}
@@ -243,18 +243,18 @@ func TestIdempotencyConformanceSQLDB(t *testing.T) {
 	idempotencytest.Run(t, func(t *testing.T) idempotencytest.Target {
 		dsn := srv.NewDatabase(t)
 		direct := openSQL(t, driverPgx, dsn, nil)
-		db := pgstore.NewDB(direct, nil)
+		db := newPGDB(t, direct, nil)
 		if err := db.Migrate(ctxT(t)); err != nil {
 			t.Fatalf("Migrate: %v", err)
 		}
 		proxy := testenv.NewProxy(t, srv.Addr())
 		return idempotencytest.Target{
-			Store:  pgstore.NewDB(openSQL(t, driverPgx, via(dsn, srv.Addr(), proxy.Addr()), db), nil).Idempotency(),
+			Store:  newPGDB(t, openSQL(t, driverPgx, via(dsn, srv.Addr(), proxy.Addr()), db), nil).Idempotency(),
 			Direct: db.Idempotency(),
 			NewClient: func(t *testing.T) idempotency.Store {
 				c := openSQL(t, driverPgx, dsn, nil)
 				c.SetMaxOpenConns(1)
-				return pgstore.NewDB(c, nil).Idempotency()
+				return newPGDB(t, c, nil).Idempotency()
 			},
 			Faults: proxy,
 			Tx:     idemSQLTxTarget(t, openSQL(t, driverPQ, dsn, nil), db),
@@ -273,12 +273,12 @@ func TestRateLimitConformanceSQLDB(t *testing.T) {
 		seq++
 		schema := fmt.Sprintf("rl_%d", seq)
 		o := &pgstore.Options{Schema: schema}
-		db := pgstore.NewDB(direct, o)
+		db := newPGDB(t, direct, o)
 		if err := db.Migrate(ctxT(t)); err != nil {
 			t.Fatalf("Migrate: %v", err)
 		}
 		proxy := testenv.NewProxy(t, srv.Addr())
-		s := pgstore.NewDB(openSQL(t, driverPgx, via(dsn, srv.Addr(), proxy.Addr()), db), o)
+		s := newPGDB(t, openSQL(t, driverPgx, via(dsn, srv.Addr(), proxy.Addr()), db), o)
 		return ratelimittest.Target{
 			Store:  s.Limits(),
 			Faults: proxy,
@@ -316,14 +316,14 @@ func TestSessionConformanceSQLDB(t *testing.T) {
 	srv := testenv.SharedPostgres(t)
 	dsn := srv.NewDatabase(t)
 	direct := openSQL(t, driverPgx, dsn, nil)
-	db := pgstore.NewDB(direct, nil)
+	db := newPGDB(t, direct, nil)
 	if err := db.Migrate(ctxT(t)); err != nil {
 		t.Fatalf("Migrate: %v", err)
 	}
 	sessiontest.Run(t, func(t *testing.T) sessiontest.Target {
 		proxy := testenv.NewProxy(t, srv.Addr())
 		return sessiontest.Target{
-			Store:  pgstore.NewDB(openSQL(t, driverPgx, via(dsn, srv.Addr(), proxy.Addr()), nil), nil).Sessions(),
+			Store:  newPGDB(t, openSQL(t, driverPgx, via(dsn, srv.Addr(), proxy.Addr()), nil), nil).Sessions(),
 			Direct: db.Sessions(),
 			Faults: proxy,
 			Unit:   200 * time.Millisecond,
@@ -349,7 +349,7 @@ func TestScheduleConformanceSQLDB(t *testing.T) {
 			dsn = fakeServerClock(t, srv, dsn, clock)
 		}
 		sqlDB := openSQL(t, driverPQ, dsn, nil)
-		db := pgstore.NewDB(sqlDB, nil)
+		db := newPGDB(t, sqlDB, nil)
 		if err := db.Migrate(ctxT(t)); err != nil {
 			t.Fatal(err)
 		}
@@ -359,7 +359,7 @@ func TestScheduleConformanceSQLDB(t *testing.T) {
 		return scheduletest.Target{
 			Store: db.Schedules(),
 			Node: func(t *testing.T) schedule.Store {
-				return pgstore.NewDB(openSQL(t, driverPQ, dsn, nil), nil).Schedules()
+				return newPGDB(t, openSQL(t, driverPQ, dsn, nil), nil).Schedules()
 			},
 			Complete: func(ctx context.Context, slot *schedule.Slot) error {
 				return inSQLTx(ctx, sqlDB, func(tx *sql.Tx) error {
@@ -399,9 +399,9 @@ func TestSQLTxEntryPoints(t *testing.T) {
 				txDB := openSQL(t, driver, dsn, nil)
 				var db *pgstore.Store
 				if form == "pool" {
-					db = pgstore.New(srv.Pool(t, dsn), nil)
+					db = newPG(t, srv.Pool(t, dsn), nil)
 				} else {
-					db = pgstore.NewDB(openSQL(t, driverPgx, dsn, nil), nil)
+					db = newPGDB(t, openSQL(t, driverPgx, dsn, nil), nil)
 				}
 				if err := db.Migrate(ctx); err != nil {
 					t.Fatal(err)

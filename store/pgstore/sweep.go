@@ -96,9 +96,6 @@ AND NOT EXISTS (SELECT 1 FROM ` + q("schedule_slots") + ` AS s WHERE s.job = h.j
 // not come round. Sweep never changes the schema; run it from a periodic
 // job, [Store.StartSweeper] or `tenure sweep`.
 func (s *Store) Sweep(ctx context.Context, o retention.Options) (retention.Result, error) {
-	if s.err != nil {
-		return retention.Result{}, s.err
-	}
 	o, err := o.Resolve()
 	if err != nil {
 		return retention.Result{}, err
@@ -169,9 +166,6 @@ func (s *Store) Sweep(ctx context.Context, o retention.Options) (retention.Resul
 // or stop is called (see retention.Start). Errors are retried at the next
 // interval.
 func (s *Store) StartSweeper(ctx context.Context, interval time.Duration, o retention.Options) (stop func(), err error) {
-	if s.err != nil {
-		return nil, s.err
-	}
 	if interval <= 0 {
 		return nil, fmt.Errorf("%w: pgstore: sweep interval %v must be positive", retention.ErrInvalid, interval)
 	}

@@ -45,14 +45,14 @@ func TestConformance(t *testing.T) {
 		p := testenv.NewProxy(t, srv.Addr())
 		s := checked(t, newProxiedClient(t, p.Addr()), nil)
 		dc := srv.Client(t)
-		direct := redisstore.New(dc, nil)
+		direct := newRedis(t, dc, nil)
 		return leasetest.Target{
 			Store:  s.Leases(),
 			Direct: direct.Leases(),
 			Faults: p,
 			Restart: func(t *testing.T) lease.Store {
 				srv.Restart(t)
-				return redisstore.New(srv.Client(t), nil).Leases()
+				return newRedis(t, srv.Client(t), nil).Leases()
 			},
 			Resource: &resource{s: s, direct: direct, c: dc},
 		}
@@ -96,14 +96,14 @@ func TestCluster(t *testing.T) {
 			}
 			s := checked(t, newClusterClient(t, cl.Addrs(), via), nil)
 			dc := newClusterClient(t, cl.Addrs(), nil)
-			direct := redisstore.New(dc, nil)
+			direct := newRedis(t, dc, nil)
 			return leasetest.Target{
 				Store:  s.Leases(),
 				Direct: direct.Leases(),
 				Faults: ps,
 				Restart: func(t *testing.T) lease.Store {
 					restartCluster(t, cl)
-					return redisstore.New(newClusterClient(t, cl.Addrs(), nil), nil).Leases()
+					return newRedis(t, newClusterClient(t, cl.Addrs(), nil), nil).Leases()
 				},
 				Resource: &resource{s: s, direct: direct, c: dc},
 			}
@@ -118,7 +118,7 @@ func TestCluster(t *testing.T) {
 	})
 	t.Run("Check", func(t *testing.T) {
 		c := newClusterClient(t, cl.Addrs(), nil)
-		s := redisstore.New(c, nil)
+		s := newRedis(t, c, nil)
 		if err := s.Check(ctxT(t)); err != nil {
 			t.Fatalf("Check on the cluster: %v", err)
 		}

@@ -27,7 +27,10 @@ func Example() {
 	}
 	defer c.Close()
 
-	db := redisstore.New(c, nil)
+	db, err := redisstore.New(c, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
 	// Optional: refuse an evicting server at start-up rather than at the
 	// first write.
 	if err := db.Check(ctx); err != nil {
@@ -65,7 +68,10 @@ func ExampleNewGoRedis() {
 	})
 	defer rdb.Close()
 
-	db := redisstore.NewGoRedis(rdb, nil)
+	db, err := redisstore.NewGoRedis(rdb, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
 	locker, err := lease.New(db.Leases(), nil)
 	if err != nil {
 		log.Fatal(err)

@@ -64,7 +64,7 @@ func newGoClusterClient(t testing.TB, addrs []string, via map[string]string) *re
 // handshake and the request would never be sent.
 func checkedGo(t testing.TB, c redis.UniversalClient, o *redisstore.Options) *redisstore.Store {
 	t.Helper()
-	s := redisstore.NewGoRedis(c, o)
+	s := newGoRedis(t, c, o)
 	if err := s.Check(ctxT(t)); err != nil {
 		t.Fatalf("Check: %v", err)
 	}
@@ -103,14 +103,14 @@ func TestGoRedisConformance(t *testing.T) {
 		p := testenv.NewProxy(t, srv.Addr())
 		s := checkedGo(t, newGoClient(t, p.Addr()), nil)
 		dc := srv.Client(t)
-		direct := redisstore.NewGoRedis(newGoClient(t, srv.Addr()), nil)
+		direct := newGoRedis(t, newGoClient(t, srv.Addr()), nil)
 		return leasetest.Target{
 			Store:  s.Leases(),
 			Direct: direct.Leases(),
 			Faults: p,
 			Restart: func(t *testing.T) lease.Store {
 				srv.Restart(t)
-				return redisstore.NewGoRedis(newGoClient(t, srv.Addr()), nil).Leases()
+				return newGoRedis(t, newGoClient(t, srv.Addr()), nil).Leases()
 			},
 			Resource: &resource{s: s, direct: direct, c: dc},
 		}
@@ -123,9 +123,9 @@ func TestGoRedisIdempotencyConformance(t *testing.T) {
 		p := testenv.NewProxy(t, srv.Addr())
 		return idempotencytest.Target{
 			Store:  checkedGo(t, newGoClient(t, p.Addr()), nil).Idempotency(),
-			Direct: redisstore.NewGoRedis(newGoClient(t, srv.Addr()), nil).Idempotency(),
+			Direct: newGoRedis(t, newGoClient(t, srv.Addr()), nil).Idempotency(),
 			NewClient: func(t *testing.T) idempotency.Store {
-				return redisstore.NewGoRedis(newGoClient(t, srv.Addr()), nil).Idempotency()
+				return newGoRedis(t, newGoClient(t, srv.Addr()), nil).Idempotency()
 			},
 			Faults: p,
 		}
@@ -151,7 +151,7 @@ func TestGoRedisSessionConformance(t *testing.T) {
 		p := testenv.NewProxy(t, srv.Addr())
 		s := checkedGo(t, newGoClient(t, p.Addr()), &redisstore.Options{Prefix: prefix})
 		dc := newClient(t, srv.Addr())
-		direct := redisstore.NewGoRedis(newGoClient(t, srv.Addr()), &redisstore.Options{Prefix: prefix})
+		direct := newGoRedis(t, newGoClient(t, srv.Addr()), &redisstore.Options{Prefix: prefix})
 		tg := sessiontest.Target{Store: s.Sessions(), Direct: direct.Sessions(), Faults: p}
 		sessionHooks(&tg, direct, dc)
 		tg.Dump = func(t *testing.T) string { return dumpKeys(t, dc, prefix) }
@@ -163,7 +163,7 @@ func TestGoRedisScheduleConformance(t *testing.T) {
 	srv := testenv.SharedRedis(t)
 	scheduletest.Run(t, func(t *testing.T) scheduletest.Target {
 		return schedTargetOn(t, func(t *testing.T, o *redisstore.Options) *redisstore.Store {
-			return redisstore.NewGoRedis(newGoClient(t, srv.Addr()), o)
+			return newGoRedis(t, newGoClient(t, srv.Addr()), o)
 		})
 	})
 }
@@ -177,14 +177,14 @@ func TestGoRedisCluster(t *testing.T) {
 		leasetest.Run(t, func(t *testing.T) leasetest.Target {
 			ps, via := clusterProxies(t, cl)
 			s := checkedGo(t, newGoClusterClient(t, cl.Addrs(), via), nil)
-			direct := redisstore.NewGoRedis(newGoClusterClient(t, cl.Addrs(), nil), nil)
+			direct := newGoRedis(t, newGoClusterClient(t, cl.Addrs(), nil), nil)
 			return leasetest.Target{
 				Store:  s.Leases(),
 				Direct: direct.Leases(),
 				Faults: ps,
 				Restart: func(t *testing.T) lease.Store {
 					restartCluster(t, cl)
-					return redisstore.NewGoRedis(newGoClusterClient(t, cl.Addrs(), nil), nil).Leases()
+					return newGoRedis(t, newGoClusterClient(t, cl.Addrs(), nil), nil).Leases()
 				},
 				Resource: &resource{s: s, direct: direct, c: newClusterClient(t, cl.Addrs(), nil)},
 			}
@@ -197,7 +197,7 @@ func TestGoRedisCluster(t *testing.T) {
 			ps, via := clusterProxies(t, cl)
 			s := checkedGo(t, newGoClusterClient(t, cl.Addrs(), via), &redisstore.Options{Prefix: prefix})
 			dc := newClusterClient(t, cl.Addrs(), nil)
-			direct := redisstore.NewGoRedis(newGoClusterClient(t, cl.Addrs(), nil), &redisstore.Options{Prefix: prefix})
+			direct := newGoRedis(t, newGoClusterClient(t, cl.Addrs(), nil), &redisstore.Options{Prefix: prefix})
 			tg := sessiontest.Target{Store: s.Sessions(), Direct: direct.Sessions(), Faults: ps}
 			sessionHooks(&tg, direct, dc)
 			return tg
@@ -206,7 +206,7 @@ func TestGoRedisCluster(t *testing.T) {
 	t.Run("CheckAndHolderSet", func(t *testing.T) {
 		cl := testenv.SharedRedisCluster(t)
 		c := newGoClusterClient(t, cl.Addrs(), nil)
-		s := redisstore.NewGoRedis(c, nil)
+		s := newGoRedis(t, c, nil)
 		if err := s.Check(ctxT(t)); err != nil {
 			t.Fatalf("Check on the cluster: %v", err)
 		}
@@ -239,7 +239,7 @@ func TestGoRedisRingRefused(t *testing.T) {
 	srv := testenv.SharedRedis(t)
 	r := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": srv.Addr()}, MaxRetries: -1})
 	t.Cleanup(func() { _ = r.Close() })
-	s := redisstore.NewGoRedis(r, nil)
+	s := newGoRedis(t, r, nil)
 	if err := s.Check(ctxT(t)); !errors.Is(err, lease.ErrInvalid) {
 		t.Fatalf("Check on a Ring: %v, want ErrInvalid", err)
 	}

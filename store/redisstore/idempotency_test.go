@@ -23,9 +23,9 @@ func TestIdempotencyConformance(t *testing.T) {
 		p := testenv.NewProxy(t, srv.Addr())
 		return idempotencytest.Target{
 			Store:  checked(t, newProxiedClient(t, p.Addr()), nil).Idempotency(),
-			Direct: redisstore.New(newClient(t, srv.Addr()), nil).Idempotency(),
+			Direct: newRedis(t, newClient(t, srv.Addr()), nil).Idempotency(),
 			NewClient: func(t *testing.T) idempotency.Store {
-				return redisstore.New(newClient(t, srv.Addr()), nil).Idempotency()
+				return newRedis(t, newClient(t, srv.Addr()), nil).Idempotency()
 			},
 			Faults: p,
 		}
@@ -47,9 +47,9 @@ func TestIdempotencyCluster(t *testing.T) {
 		}
 		return idempotencytest.Target{
 			Store:  checked(t, newClusterClient(t, cl.Addrs(), via), nil).Idempotency(),
-			Direct: redisstore.New(newClusterClient(t, cl.Addrs(), nil), nil).Idempotency(),
+			Direct: newRedis(t, newClusterClient(t, cl.Addrs(), nil), nil).Idempotency(),
 			NewClient: func(t *testing.T) idempotency.Store {
-				return redisstore.New(newClusterClient(t, cl.Addrs(), nil), nil).Idempotency()
+				return newRedis(t, newClusterClient(t, cl.Addrs(), nil), nil).Idempotency()
 			},
 			Faults: ps,
 		}

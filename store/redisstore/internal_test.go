@@ -32,12 +32,20 @@ var forms = []struct {
 			t.Fatal(err)
 		}
 		t.Cleanup(c.Close)
-		return New(c, o)
+		s, err := New(c, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
 	}},
 	{"goredis", func(t *testing.T, addr string, o *Options) *Store {
 		c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, ContextTimeoutEnabled: true})
 		t.Cleanup(func() { c.Close() })
-		return NewGoRedis(c, o)
+		s, err := NewGoRedis(c, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
 	}},
 }
 
@@ -258,15 +266,24 @@ func testCheckIsCached(t *testing.T, open func(t *testing.T, addr string, o *Opt
 
 // The retention sent to the scripts stays within what they accept.
 func TestFenceRetentionBounds(t *testing.T) {
-	for _, d := range []time.Duration{time.Nanosecond, time.Hour, MaxFenceRetention, 1 << 62} {
-		s := New(stubClient{}, &Options{FenceRetention: d})
+	for _, d := range []time.Duration{time.Nanosecond, time.Hour, MaxFenceRetention} {
+		s, err := New(stubClient{}, &Options{FenceRetention: d})
+		if err != nil {
+			t.Fatalf("FenceRetention %v: %v", d, err)
+		}
 		ms, err := strconv.ParseInt(s.keep, 10, 64)
 		if err != nil || ms < 1 || ms > 315360000000 {
 			t.Errorf("FenceRetention %v sends %q", d, s.keep)
 		}
 	}
-	if s := New(stubClient{}, nil); s.keep != "604800000" {
-		t.Errorf("default retention sends %q, want 7 days", s.keep)
+	for _, o := range []*Options{nil, {}} {
+		s, err := New(stubClient{}, o)
+		if err != nil {
+			t.Fatalf("New(%+v): %v", o, err)
+		}
+		if s.keep != "604800000" {
+			t.Errorf("default retention sends %q, want 7 days", s.keep)
+		}
 	}
 }
 

@@ -79,7 +79,7 @@ func TestListLeases(t *testing.T) {
 			if err := s.FencedSet(ctx, "jobs/r", 1, []byte("v")); err != nil {
 				t.Fatal(err)
 			}
-			other := redisstore.New(tg.c, &redisstore.Options{Prefix: tg.o.Prefix + "x"})
+			other := newRedis(t, tg.c, &redisstore.Options{Prefix: tg.o.Prefix + "x"})
 			if _, err := other.Leases().Acquire(ctx, "jobs/o", lease.NewToken(), 30*time.Second); err != nil {
 				t.Fatal(err)
 			}

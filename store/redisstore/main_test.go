@@ -76,7 +76,7 @@ func ctxT(t testing.TB) context.Context {
 // checked returns a store on c whose server check already passed.
 func checked(t testing.TB, c rueidis.Client, o *redisstore.Options) *redisstore.Store {
 	t.Helper()
-	s := redisstore.New(c, o)
+	s := newRedis(t, c, o)
 	if err := s.Check(ctxT(t)); err != nil {
 		t.Fatalf("Check: %v", err)
 	}

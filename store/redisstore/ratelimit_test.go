@@ -55,7 +55,11 @@ func rateTarget(s *redisstore.Store, direct rueidis.Client, prefix string, fault
 			return scanKeys(ctx, direct, prefix)
 		},
 		Poison: func(ctx context.Context, key ratelimit.StateKey) error {
-			k := redisstore.New(direct, &redisstore.Options{Prefix: prefix}).RateKey(key)
+			ks, err := redisstore.New(direct, &redisstore.Options{Prefix: prefix})
+			if err != nil {
+				return err
+			}
+			k := ks.RateKey(key)
 			return direct.Do(ctx, direct.B().Set().Key(k).Value("not a state").Px(time.Minute).Build()).Error()
 		},
 	}
@@ -101,7 +105,7 @@ func TestRateLimitCluster(t *testing.T) {
 // group's hash slot, whatever the caller's keys; a single limiter's keys
 // spread over the cluster by limit and key.
 func TestRateLimitKeysShareASlot(t *testing.T) {
-	s := redisstore.New(newClient(t, testenv.SharedRedis(t).Addr()), nil)
+	s := newRedis(t, newClient(t, testenv.SharedRedis(t).Addr()), nil)
 	slots := map[int]bool{}
 	for _, k := range []ratelimit.StateKey{
 		{Group: "api", Kind: "g", Name: "user", Key: "alice"},
@@ -121,7 +125,7 @@ func TestRateLimitKeysShareASlot(t *testing.T) {
 		t.Fatalf("20 keys of one limiter fall in only %d slots", len(spread))
 	}
 	// Braces in keys and prefixes never end the tag early.
-	k := redisstore.New(newClient(t, testenv.SharedRedis(t).Addr()), &redisstore.Options{Prefix: "{x}"}).RateKey(ratelimit.StateKey{Kind: "g", Name: "n", Key: "{a}"})
+	k := newRedis(t, newClient(t, testenv.SharedRedis(t).Addr()), &redisstore.Options{Prefix: "{x}"}).RateKey(ratelimit.StateKey{Kind: "g", Name: "n", Key: "{a}"})
 	if strings.Count(k, "{") != 1 || strings.Count(k, "}") != 1 {
 		t.Fatalf("key %q has more than one hash tag", k)
 	}
@@ -229,7 +233,7 @@ func TestRateLimitEvictingServerRefused(t *testing.T) {
 	ctx := ctxT(t)
 	srv := testenv.Redis(t, &testenv.RedisOptions{MaxMemoryPolicy: "allkeys-lru"})
 	c := srv.Client(t)
-	s := redisstore.New(c, nil)
+	s := newRedis(t, c, nil)
 	l, _ := ratelimit.New(s.Limits(), ratelimit.GCRA, ratelimit.Limit{Rate: 1, Period: time.Second})
 	if _, err := l.Allow(ctx, "k"); !errors.Is(err, redisstore.ErrEvictionPolicy) {
 		t.Fatalf("Allow on an evicting server: %v, want ErrEvictionPolicy", err)

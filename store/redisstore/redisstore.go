@@ -50,8 +50,10 @@ var (
 	ErrOutOfMemory = errors.New("redisstore: the server is out of memory, nothing was written")
 )
 
-// Options configure a Store. Nil means the defaults; each field documents
-// its own.
+// Options configure a Store. Nil, and the zero value of each field, mean
+// the defaults; each field documents its own. [New] and [NewGoRedis]
+// refuse a value out of its bounds with an error wrapping
+// lease.ErrInvalid.
 type Options struct {
 	// Prefix is put in front of every key the store writes. Default
 	// "tenure:" (an empty Prefix means the default). The characters '%',
@@ -70,7 +72,7 @@ type Options struct {
 	// extends it. Once the fence key of an idle lease expires, the next
 	// fence falls back to the store clock floor (Redis TIME in
 	// microseconds), which is still above every fence granted before.
-	// Values above MaxFenceRetention are capped.
+	// It must not be negative nor above MaxFenceRetention (ten years).
 	FenceRetention time.Duration
 }
 
@@ -100,7 +102,9 @@ type ttlString struct {
 	s  string
 }
 
-// New returns a Store on c. o may be nil for the defaults. The client is
+// New returns a Store on c. o may be nil for the defaults. A nil client or
+// a bad option (see [Options]) is an error wrapping lease.ErrInvalid. The
+// client is
 // the caller's: it is neither configured nor closed by the store. Create it
 // with DisableRetry: the store's writes are idempotent per token, but the
 // caller, not the client, should decide when to send one again (the
@@ -108,8 +112,14 @@ type ttlString struct {
 //
 // New does not contact the server. The server check ([Store.Check]) runs
 // before the first write and whenever a connection failed since.
-func New(c rueidis.Client, o *Options) *Store {
-	return newStore(rclient.Rueidis(c), o)
+func New(c rueidis.Client, o *Options) (*Store, error) {
+	if c == nil {
+		return nil, fmt.Errorf("%w: redisstore: nil rueidis.Client", lease.ErrInvalid)
+	}
+	if err := validate(o); err != nil {
+		return nil, err
+	}
+	return newStore(rclient.Rueidis(c), o), nil
 }
 
 // NewGoRedis returns a Store on a go-redis v9 client: a *redis.Client (one
@@ -118,9 +128,10 @@ func New(c rueidis.Client, o *Options) *Store {
 // nil for the defaults. The store runs the same Lua scripts on the same
 // keys as a Store made by [New], so the two can share a server and its
 // data. The client is the caller's: it is neither configured nor closed by
-// the store. A *redis.Ring is refused (every write fails with an error
-// wrapping lease.ErrInvalid): it moves keys to another shard when one is
-// down, which would hand a held lease to a second holder.
+// the store. A nil client, a *redis.Ring or a bad option (see [Options])
+// is an error wrapping lease.ErrInvalid. A Ring is refused because it
+// moves keys to another shard when one is down, which would hand a held
+// lease to a second holder.
 //
 // Recommended client options:
 //
@@ -134,8 +145,36 @@ func New(c rueidis.Client, o *Options) *Store {
 //
 // NewGoRedis does not contact the server. The server check ([Store.Check])
 // runs before the first write and whenever a connection failed since.
-func NewGoRedis(c redis.UniversalClient, o *Options) *Store {
-	return newStore(rclient.GoRedis(c), o)
+func NewGoRedis(c redis.UniversalClient, o *Options) (*Store, error) {
+	switch cc := c.(type) {
+	case nil:
+		return nil, fmt.Errorf("%w: redisstore: nil redis.UniversalClient", lease.ErrInvalid)
+	case *redis.Client:
+		if cc == nil {
+			return nil, fmt.Errorf("%w: redisstore: nil *redis.Client", lease.ErrInvalid)
+		}
+	case *redis.ClusterClient:
+		if cc == nil {
+			return nil, fmt.Errorf("%w: redisstore: nil *redis.ClusterClient", lease.ErrInvalid)
+		}
+	case *redis.Ring:
+		return nil, fmt.Errorf("%w: redisstore: a *redis.Ring moves keys to another shard when one is down; use a *redis.Client or *redis.ClusterClient", lease.ErrInvalid)
+	}
+	if err := validate(o); err != nil {
+		return nil, err
+	}
+	return newStore(rclient.GoRedis(c), o), nil
+}
+
+// validate checks o against the bounds documented on [Options].
+func validate(o *Options) error {
+	if o == nil {
+		return nil
+	}
+	if o.FenceRetention < 0 || o.FenceRetention > MaxFenceRetention {
+		return fmt.Errorf("%w: redisstore: Options.FenceRetention is %v, want 0 (the default %v) up to %v", lease.ErrInvalid, o.FenceRetention, DefaultFenceRetention, MaxFenceRetention)
+	}
+	return nil
 }
 
 func newStore(c rclient.Client, o *Options) *Store {
@@ -147,7 +186,7 @@ func newStore(c rclient.Client, o *Options) *Store {
 		}
 		s.evict = o.AllowEviction
 		if o.FenceRetention > 0 {
-			keep = min(o.FenceRetention, MaxFenceRetention)
+			keep = o.FenceRetention
 		}
 	}
 	s.keep = strconv.FormatInt(ceilMillis(keep), 10)

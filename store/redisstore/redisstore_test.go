@@ -50,7 +50,7 @@ func serverVersion(t *testing.T, c rueidis.Client) string {
 func TestReleasePath(t *testing.T) {
 	ctx := ctxT(t)
 	c := testenv.SharedRedis(t).Client(t)
-	s := redisstore.New(c, nil)
+	s := newRedis(t, c, nil)
 	want := wantReleasePath(t, c)
 	if v := serverVersion(t, c); strings.HasPrefix(v, "7.") && want != redisstore.ReleaseLua {
 		t.Fatalf("Redis %s reports DELEX", v)
@@ -146,7 +146,7 @@ func TestEvictionPolicyRefused(t *testing.T) {
 	ctx := ctxT(t)
 	srv := testenv.Redis(t, &testenv.RedisOptions{MaxMemoryPolicy: "allkeys-lru"})
 	c := srv.Client(t)
-	s := redisstore.New(c, nil)
+	s := newRedis(t, c, nil)
 	k := "k"
 	tok := lease.NewToken()
 	err := s.Check(ctx)
@@ -186,7 +186,7 @@ func TestEvictionPolicyRefused(t *testing.T) {
 	}
 
 	// Opting in.
-	allow := redisstore.New(c, &redisstore.Options{AllowEviction: true})
+	allow := newRedis(t, c, &redisstore.Options{AllowEviction: true})
 	if err := allow.Check(ctx); err != nil {
 		t.Fatalf("Check with AllowEviction: %v", err)
 	}
@@ -208,7 +208,7 @@ func TestCheckRunsAgain(t *testing.T) {
 	ctx := ctxT(t)
 	srv := testenv.Redis(t, nil)
 	c := srv.Client(t)
-	s := redisstore.New(c, nil)
+	s := newRedis(t, c, nil)
 	setPolicy := func(p string) {
 		t.Helper()
 		if err := c.Do(ctx, c.B().ConfigSet().ParameterValue().ParameterValue("maxmemory-policy", p).Build()).Error(); err != nil {

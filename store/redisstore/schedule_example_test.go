@@ -17,7 +17,10 @@ func ExampleStore_CompleteSlot() {
 	if err != nil {
 		panic(err)
 	}
-	db := redisstore.New(c, nil)
+	db, err := redisstore.New(c, nil)
+	if err != nil {
+		panic(err)
+	}
 	s, err := schedule.New(db.Schedules(), nil)
 	if err != nil {
 		panic(err)

@@ -18,7 +18,7 @@ import (
 // nodes get clients of their own.
 func schedTarget(t *testing.T, newClient func(t *testing.T) rueidis.Client) scheduletest.Target {
 	return schedTargetOn(t, func(t *testing.T, o *redisstore.Options) *redisstore.Store {
-		return redisstore.New(newClient(t), o)
+		return newRedis(t, newClient(t), o)
 	})
 }
 

@@ -65,7 +65,7 @@ func TestSessionConformance(t *testing.T) {
 		p := testenv.NewProxy(t, srv.Addr())
 		s := checked(t, newProxiedClient(t, p.Addr()), &redisstore.Options{Prefix: prefix})
 		dc := newClient(t, srv.Addr())
-		direct := redisstore.New(dc, &redisstore.Options{Prefix: prefix})
+		direct := newRedis(t, dc, &redisstore.Options{Prefix: prefix})
 		tg := sessiontest.Target{Store: s.Sessions(), Direct: direct.Sessions(), Faults: p}
 		sessionHooks(&tg, direct, dc)
 		tg.Dump = func(t *testing.T) string { return dumpKeys(t, dc, prefix) }
@@ -88,7 +88,7 @@ func TestSessionCluster(t *testing.T) {
 		}
 		s := checked(t, newClusterClient(t, cl.Addrs(), via), &redisstore.Options{Prefix: prefix})
 		dc := newClusterClient(t, cl.Addrs(), nil)
-		direct := redisstore.New(dc, &redisstore.Options{Prefix: prefix})
+		direct := newRedis(t, dc, &redisstore.Options{Prefix: prefix})
 		tg := sessiontest.Target{Store: s.Sessions(), Direct: direct.Sessions(), Faults: ps}
 		sessionHooks(&tg, direct, dc)
 		return tg
@@ -97,7 +97,7 @@ func TestSessionCluster(t *testing.T) {
 
 // A user's session keys and index share one slot.
 func TestSessionKeysShareSlot(t *testing.T) {
-	s := redisstore.New(newClient(t, testenv.SharedRedis(t).Addr()), &redisstore.Options{Prefix: "p{x}:"})
+	s := newRedis(t, newClient(t, testenv.SharedRedis(t).Addr()), &redisstore.Options{Prefix: "p{x}:"})
 	m, err := session.New(s.Sessions(), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -121,7 +121,7 @@ func TestSessionKeysShareSlot(t *testing.T) {
 func TestSessionInterruptedRevoke(t *testing.T) {
 	ctx := ctxT(t)
 	dc := newClient(t, testenv.SharedRedis(t).Addr())
-	s := redisstore.New(dc, &redisstore.Options{Prefix: "revoke:" + rand.Text()[:8] + ":"})
+	s := newRedis(t, dc, &redisstore.Options{Prefix: "revoke:" + rand.Text()[:8] + ":"})
 	m, err := session.New(s.Sessions(), &session.Options{IdleTimeout: time.Hour, AbsoluteTimeout: 2 * time.Hour})
 	if err != nil {
 		t.Fatal(err)

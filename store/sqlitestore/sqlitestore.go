@@ -3,7 +3,6 @@ package sqlitestore
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -42,15 +41,18 @@ func DSN(path string) string {
 	return "file:" + p + "?" + DSNParams
 }
 
-// Options configure a Store. Nil means the defaults.
+// Options configure a Store. Nil, and the zero value of each field, mean
+// the defaults. [Open] and [New] refuse a value out of its bounds with an
+// error wrapping lease.ErrInvalid, before they touch the database.
 type Options struct {
 	// TablePrefix is prepended to the names of the store's tables
 	// (<prefix>leases, <prefix>fences). It must be an SQL identifier: a
 	// letter or underscore, then letters, digits or underscores, at most 48
-	// bytes, not starting with "sqlite_". Default "tenure_".
+	// bytes, not starting with "sqlite_". Default (empty) "tenure_"
+	// (DefaultTablePrefix).
 	TablePrefix string
 	// Clock is the store's clock: expiry is judged and fences are floored on
-	// it. Default time.Now. Every process that opens the same file must use
+	// it. Default (nil) time.Now. Every process that opens the same file must use
 	// the same clock; SQLite files are shared only between processes on one
 	// machine, which share its clock.
 	Clock func() time.Time
@@ -58,7 +60,8 @@ type Options struct {
 	// store's tables. Default (MigrateDefault): [Open] applies the pending
 	// migrations, [New] only checks that the tables are at SchemaVersion
 	// and fails otherwise (set MigrateApply to have New apply them, or
-	// apply [Migrations] with your own tool).
+	// apply [Migrations] with your own tool). It must be one of the
+	// MigrateMode constants.
 	Migrate MigrateMode
 }
 
@@ -89,10 +92,12 @@ type Store struct {
 // transactions) and, unless Options.Migrate says otherwise, applies the
 // pending migrations (see [Store.Migrate]): the file's tenure tables are
 // tenure's own. Tables at a version newer than this code knows are an error
-// naming both versions. Close closes the database.
+// naming both versions. An empty path or a bad option (see [Options]) is an
+// error wrapping lease.ErrInvalid, and no file is opened. Close closes the
+// database.
 func Open(ctx context.Context, path string, o *Options) (*Store, error) {
 	if path == "" {
-		return nil, errors.New("sqlitestore: empty database path")
+		return nil, fmt.Errorf("%w: sqlitestore: empty database path", lease.ErrInvalid)
 	}
 	if _, _, err := resolve(o); err != nil {
 		return nil, err
@@ -122,11 +127,12 @@ func Open(ctx context.Context, path string, o *Options) (*Store, error) {
 // [DSNParams]): without a busy timeout concurrent writers fail with
 // SQLITE_BUSY, and deferred
 // transactions of the caller's own can fail with SQLITE_BUSY halfway. The
-// store's own operations are correct on a deferred database too. Close does
-// not close db.
+// store's own operations are correct on a deferred database too. A nil db
+// or a bad option (see [Options]) is an error wrapping lease.ErrInvalid,
+// and the database is not touched. Close does not close db.
 func New(ctx context.Context, db *sql.DB, o *Options) (*Store, error) {
 	if db == nil {
-		return nil, errors.New("sqlitestore: nil *sql.DB")
+		return nil, fmt.Errorf("%w: sqlitestore: nil *sql.DB", lease.ErrInvalid)
 	}
 	return newStore(ctx, db, o, false)
 }
@@ -139,6 +145,9 @@ func resolve(o *Options) (prefix string, clock func() time.Time, err error) {
 		}
 		if o.Clock != nil {
 			clock = o.Clock
+		}
+		if o.Migrate < MigrateDefault || o.Migrate > MigrateSkip {
+			return "", nil, fmt.Errorf("%w: sqlitestore: unknown Options.Migrate %d", lease.ErrInvalid, o.Migrate)
 		}
 	}
 	if err := validatePrefix(prefix); err != nil {
@@ -159,7 +168,7 @@ func validatePrefix(p string) error {
 		}
 	}
 	if bad {
-		return fmt.Errorf("sqlitestore: invalid TablePrefix %q: want a letter or underscore, then letters, digits or underscores, at most %d bytes, not starting with \"sqlite_\"", p, maxPrefixLen)
+		return fmt.Errorf("%w: sqlitestore: invalid TablePrefix %q: want a letter or underscore, then letters, digits or underscores, at most %d bytes, not starting with \"sqlite_\"", lease.ErrInvalid, p, maxPrefixLen)
 	}
 	return nil
 }

@@ -1,0 +1,18 @@
+package etcdstore_test
+
+import (
+	"testing"
+
+	"github.com/tenurekit/tenure/store/etcdstore"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// newEtcd returns etcdstore.New(c, o), failing t on an error.
+func newEtcd(t testing.TB, c *clientv3.Client, o *etcdstore.Options) *etcdstore.Store {
+	t.Helper()
+	s, err := etcdstore.New(c, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}

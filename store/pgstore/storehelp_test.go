@@ -1,0 +1,29 @@
+package pgstore_test
+
+import (
+	"database/sql"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/tenurekit/tenure/store/pgstore"
+)
+
+// newPG returns pgstore.New(pool, o), failing t on an error.
+func newPG(t testing.TB, pool *pgxpool.Pool, o *pgstore.Options) *pgstore.Store {
+	t.Helper()
+	s, err := pgstore.New(pool, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// newPGDB returns pgstore.NewDB(db, o), failing t on an error.
+func newPGDB(t testing.TB, db *sql.DB, o *pgstore.Options) *pgstore.Store {
+	t.Helper()
+	s, err := pgstore.NewDB(db, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
