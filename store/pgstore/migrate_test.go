@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/tenurekit/tenure/internal/testenv"
 	"github.com/tenurekit/tenure/lease"
@@ -156,30 +157,23 @@ func TestBadSchemaWritesNothing(t *testing.T) {
 		"ténure", "pg_tenure", strings.Repeat("a", 64), "a\x00b",
 	}
 	for _, name := range bad {
-		db := newPG(t, pool, &pgstore.Options{Schema: name})
-		wantBad := func(what string, err error) {
+		wantBad := func(what string, s *pgstore.Store, err error) {
 			t.Helper()
-			if !errors.Is(err, lease.ErrInvalid) || !strings.Contains(err.Error(), "schema name") {
-				t.Errorf("schema %q: %s: %v, want a schema name error wrapping lease.ErrInvalid", name, what, err)
+			if s != nil || !errors.Is(err, lease.ErrInvalid) || !strings.Contains(err.Error(), "schema name") {
+				t.Errorf("schema %q: %s: %v, %v; want a schema name error wrapping lease.ErrInvalid", name, what, s, err)
 			}
 		}
-		wantBad("Migrate", db.Migrate(ctx))
-		tok := lease.NewToken()
-		_, err := db.Leases().Acquire(ctx, "k", tok, time.Second)
-		wantBad("Acquire", err)
-		_, err = db.Leases().Renew(ctx, "k", tok, time.Second)
-		wantBad("Renew", err)
-		wantBad("Release", db.Leases().Release(ctx, "k", tok))
-		_, err = db.Leases().Inspect(ctx, "k")
-		wantBad("Inspect", err)
-		err = inTx(t, pool, func(ctx context.Context, tx pgx.Tx) error {
-			wantBad("Admit", db.AdmitPgx(ctx, tx, "r", 1))
-			wantBad("AdmitAtLeast", db.AdmitAtLeastPgx(ctx, tx, "r", 1))
-			return nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
+		o := &pgstore.Options{Schema: name}
+		s, err := pgstore.New(pool, o)
+		wantBad("New", s, err)
+		s, err = pgstore.Open(ctx, pool, o)
+		wantBad("Open", s, err)
+		sqlDB := stdlib.OpenDBFromPool(pool)
+		s, err = pgstore.NewDB(sqlDB, o)
+		wantBad("NewDB", s, err)
+		s, err = pgstore.OpenDB(ctx, sqlDB, o)
+		wantBad("OpenDB", s, err)
+		sqlDB.Close()
 	}
 	if after := schemas(t, pool); !slices.Equal(before, after) {
 		t.Fatalf("schemas changed from %v to %v", before, after)
