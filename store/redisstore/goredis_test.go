@@ -3,7 +3,6 @@ package redisstore_test
 import (
 	"context"
 	"crypto/rand"
-	"errors"
 	"fmt"
 	"net"
 	"testing"
@@ -234,16 +233,3 @@ func TestGoRedisCluster(t *testing.T) {
 	})
 }
 
-// A go-redis Ring is refused: it moves keys between shards.
-func TestGoRedisRingRefused(t *testing.T) {
-	srv := testenv.SharedRedis(t)
-	r := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": srv.Addr()}, MaxRetries: -1})
-	t.Cleanup(func() { _ = r.Close() })
-	s := newGoRedis(t, r, nil)
-	if err := s.Check(ctxT(t)); !errors.Is(err, lease.ErrInvalid) {
-		t.Fatalf("Check on a Ring: %v, want ErrInvalid", err)
-	}
-	if _, err := s.Leases().Acquire(ctxT(t), uniq(t, "k"), lease.NewToken(), time.Minute); !errors.Is(err, lease.ErrInvalid) {
-		t.Fatalf("Acquire on a Ring: %v, want ErrInvalid", err)
-	}
-}
