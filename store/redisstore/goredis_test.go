@@ -232,4 +232,3 @@ func TestGoRedisCluster(t *testing.T) {
 		}
 	})
 }
-
