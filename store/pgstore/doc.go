@@ -3,12 +3,14 @@
 // through a pgx v5 pool or through database/sql with any driver (pgx's
 // stdlib driver, lib/pq):
 //
-//	db := pgstore.New(pool, nil)    // *pgxpool.Pool; Options.Schema defaults to "tenure"
-//	db := pgstore.NewDB(sqlDB, nil) // *sql.DB
+//	db, err := pgstore.New(pool, nil)    // *pgxpool.Pool; Options.Schema defaults to "tenure"
+//	db, err := pgstore.NewDB(sqlDB, nil) // *sql.DB
 //	if err := db.Migrate(ctx); err != nil { … }
 //	locker, err := lease.New(db.Leases(), nil)
 //
-// Both forms run the same statements and behave the same.
+// Both forms run the same statements and behave the same. A nil pool or
+// database, or a bad Options.Schema, is an error wrapping
+// lease.ErrInvalid; neither constructor touches the database.
 //
 // # One transactional surface
 //
