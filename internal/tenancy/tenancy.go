@@ -109,7 +109,7 @@ type Grant struct {
 func New(c Config, sent time.Time, ttl time.Duration) *Grant {
 	g := &Grant{c: c, token: secret.New(c.Token), done: make(chan struct{})}
 	g.c.Token = "" // kept only as a secret.Text
-	g.mu.Lock() // the timer may fire before it is assigned
+	g.mu.Lock()    // the timer may fire before it is assigned
 	g.until = c.Margin.Until(sent, ttl)
 	g.timer = time.AfterFunc(time.Until(g.until), g.checkValidity)
 	g.mu.Unlock()
