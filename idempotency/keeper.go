@@ -10,15 +10,14 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"math/rand/v2"
 	"reflect"
-	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/tenurekit/tenure/internal/secret"
+	"github.com/tenurekit/tenure/internal/tenancy"
 )
 
 // Request identifies one logical request.
@@ -142,7 +141,8 @@ type Options struct {
 	// DriftFactor and Margin are subtracted from the claim time to get the
 	// client's validity (measured on the monotonic clock from when the
 	// request was sent), so fn's context ends before the store can expire
-	// the claim: the validity is ClaimTTL*(1-DriftFactor) - Margin.
+	// the claim: the validity is ClaimTTL*(1-DriftFactor) - Margin, where
+	// at most a quarter of the ClaimTTL of Margin is subtracted.
 	// Defaults 0.01 and 2ms (a quarter of a shorter ClaimTTL); DriftFactor in [0, 0.5) (0 means the
 	// default), Margin below half the ClaimTTL.
 	DriftFactor float64
@@ -479,17 +479,16 @@ func (k *Keeper) outcome(value []byte, err error) Outcome {
 
 func (k *Keeper) run(ctx context.Context, req Request, token Token, b Begun, sent time.Time, fn Func) (Result, error) {
 	id := req.ID()
-	c := newClaim(id, token, b.Fence, b.TTL, sent, k.margin(b.TTL))
-	fnCtx, cancel := context.WithCancelCause(ctx)
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() { k.keepAlive(fnCtx, c, stop, cancel) })
+	c := k.newClaim(id, token, b.Fence, b.TTL, sent)
+	// fn's context ends with the claim's error the moment it is lost or
+	// its validity runs out.
+	ka := tenancy.NewGroup(ctx, k.o.Logger, "idempotency: claim")
+	ka.Add(c.g)
+	fnCtx := ka.Context()
 	var lost error // the claim's error when fn returned: it was lost or ran out
 	finish := func() {
-		close(stop)
-		wg.Wait()
+		ka.Stop()
 		lost = c.Err()
-		cancel(context.Canceled)
 		c.end(errFinished)
 	}
 
@@ -600,68 +599,17 @@ func (k *Keeper) cleanup(ctx context.Context, id ID, token Token) {
 	go func() { _ = k.release(ctx, id, token) }()
 }
 
-// keepAlive renews c every ClaimTTL/3 until stop closes or the claim ends,
-// and then cancels fn's context with the claim's error. A renewal never
-// waits past the claim's validity, so the cancellation is not delayed by a
-// renewal in flight.
-func (k *Keeper) keepAlive(ctx context.Context, c *Claim, stop <-chan struct{}, cancel context.CancelCauseFunc) {
-	interval := max(c.ttl/3, time.Millisecond)
-	retry := max(c.ttl/10, time.Millisecond)
-	next := time.NewTimer(interval)
-	defer next.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-c.Done():
-			cancel(c.Err())
-			return
-		case <-next.C:
-			sent := time.Now()
-			rctx, rcancel := context.WithDeadline(context.WithoutCancel(ctx), c.ValidUntil())
-			err := k.st.Renew(rctx, c.id, c.token.Reveal(), c.fence, c.ttl)
-			rcancel()
-			switch {
-			case err == nil:
-				c.extend(sent.Add(c.ttl - k.margin(c.ttl)))
-				next.Reset(interval)
-			case errors.Is(err, ErrClaimLost), errors.Is(err, ErrInvalid):
-				c.end(fmt.Errorf("%w: renewal refused: %w", ErrClaimLost, err))
-				cancel(c.Err())
-				return
-			default:
-				k.o.Logger.DebugContext(ctx, "idempotency: claim renewal failed, retrying while valid",
-					"scope", c.id.Scope, "key", c.id.Key, "err", err)
-				next.Reset(retry)
-			}
-		}
-	}
-}
-
-func (k *Keeper) margin(ttl time.Duration) time.Duration {
-	return time.Duration(float64(ttl)*k.o.DriftFactor) + k.o.Margin
+// margin is the rule by which the claim's validity ends before the store
+// lets another attempt take it over: DriftFactor of the claim TTL plus
+// Margin (at most a quarter of the claim TTL).
+func (k *Keeper) margin() tenancy.Margin {
+	return tenancy.Margin{DriftFactor: k.o.DriftFactor, Fixed: k.o.Margin}
 }
 
 // backoff returns a jittered exponential delay for attempt (1-based).
 func (k *Keeper) backoff(attempt int) time.Duration {
-	d := k.o.RetryMin << min(attempt-1, 20)
-	if d <= 0 || d > k.o.RetryMax {
-		d = k.o.RetryMax
-	}
-	return d/2 + rand.N(d/2+1)
+	return tenancy.Backoff(k.o.RetryMin, k.o.RetryMax, attempt)
 }
 
 // sleep waits d or until ctx ends; it reports whether the full time passed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	if ctx.Err() != nil {
-		return false
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
+func sleep(ctx context.Context, d time.Duration) bool { return tenancy.Sleep(ctx, d) }
