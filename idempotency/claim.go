@@ -50,10 +50,10 @@ func (k *Keeper) newClaim(id ID, token Token, fence uint64, ttl time.Duration, s
 	return c
 }
 
-// NewTxClaim returns the claim of the transactional form: it lasts as long
+// newTxClaim returns the claim of the transactional form: it lasts as long
 // as the caller's transaction, which holds the record's row, so it has no
 // validity of its own and Done never closes.
-func NewTxClaim(id ID, token Token, fence uint64) *Claim {
+func newTxClaim(id ID, token Token, fence uint64) *Claim {
 	return &Claim{id: id, token: token, fence: fence}
 }
 

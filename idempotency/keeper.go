@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/tenurekit/tenure/idempotency/driver"
 	"log/slog"
 	"math"
 	"reflect"
@@ -223,10 +224,10 @@ func Defaults(o *Options) (Options, error) {
 	if r.Logger == nil {
 		r.Logger = slog.New(slog.DiscardHandler)
 	}
-	if err := ValidateClaimTTL(r.ClaimTTL); err != nil {
+	if err := driver.ValidateClaimTTL(r.ClaimTTL); err != nil {
 		return r, fmt.Errorf("idempotency: Options.ClaimTTL: %w", err)
 	}
-	if err := ValidateRetention(r.Retention); err != nil {
+	if err := driver.ValidateRetention(r.Retention); err != nil {
 		return r, fmt.Errorf("idempotency: Options.Retention: %w", err)
 	}
 	if r.Margin >= r.ClaimTTL/2 {
@@ -300,12 +301,12 @@ func Fingerprint(parts ...[]byte) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// ValidateRequest checks a request's scope, key and fingerprint.
-func ValidateRequest(req Request) error {
-	if err := ValidateID(req.ID()); err != nil {
+// validateRequest checks a request's scope, key and fingerprint.
+func validateRequest(req Request) error {
+	if err := driver.ValidateID(req.ID()); err != nil {
 		return err
 	}
-	return ValidateFingerprint(req.Fingerprint)
+	return driver.ValidateFingerprint(req.Fingerprint)
 }
 
 // Do runs fn at most once for req and returns its value; later calls with
@@ -377,7 +378,7 @@ func (k *Keeper) check(ctx context.Context, req Request, fn Func) error {
 	if ctx == nil {
 		return fmt.Errorf("%w: idempotency: nil context", ErrInvalid)
 	}
-	if err := ValidateRequest(req); err != nil {
+	if err := validateRequest(req); err != nil {
 		return err
 	}
 	if fn == nil {
@@ -386,8 +387,8 @@ func (k *Keeper) check(ctx context.Context, req Request, fn Func) error {
 	return nil
 }
 
-func (k *Keeper) begin(req Request, token Token, takeover bool) Begin {
-	return Begin{ID: req.ID(), Fingerprint: req.Fingerprint, Token: token,
+func (k *Keeper) begin(req Request, token Token, takeover bool) driver.Begin {
+	return driver.Begin{ID: req.ID(), Fingerprint: req.Fingerprint, Token: token,
 		ClaimTTL: k.o.ClaimTTL, Retention: k.o.Retention, Takeover: takeover}
 }
 
@@ -415,7 +416,7 @@ func (k *Keeper) do(ctx context.Context, req Request, fn Func, takeover bool) (R
 			}
 			return Result{}, err
 		}
-		if b.State == InProgress && k.o.Wait {
+		if b.State == driver.InProgress && k.o.Wait {
 			waited = &InProgressError{Scope: req.Scope, Key: req.Key, RetryAfter: b.TTL}
 			wait := k.backoff(attempt)
 			if b.TTL > 0 && b.TTL < wait {
@@ -426,7 +427,7 @@ func (k *Keeper) do(ctx context.Context, req Request, fn Func, takeover bool) (R
 			}
 			continue
 		}
-		if b.State == Claimed {
+		if b.State == driver.Claimed {
 			return k.run(ctx, req, token, b, sent, fn)
 		}
 		k.abandoned(ctx, req, b)
@@ -435,30 +436,30 @@ func (k *Keeper) do(ctx context.Context, req Request, fn Func, takeover bool) (R
 }
 
 // abandoned logs an abandoned claim that Do reports as unknown.
-func (k *Keeper) abandoned(ctx context.Context, req Request, b Begun) {
-	if b.State == Abandoned {
+func (k *Keeper) abandoned(ctx context.Context, req Request, b driver.Begun) {
+	if b.State == driver.Abandoned {
 		k.o.Logger.WarnContext(ctx, "idempotency: an earlier attempt's claim expired without a recorded result; its outcome is unknown until reconciled",
 			"scope", req.Scope, "key", req.Key, "fence", b.Fence)
 	}
 }
 
 // answer turns a Begun that is not Claimed into Do's return values.
-func (k *Keeper) answer(req Request, b Begun) (Result, error) {
+func (k *Keeper) answer(req Request, b driver.Begun) (Result, error) {
 	switch b.State {
-	case Completed:
+	case driver.Completed:
 		res := Result{Value: b.Outcome.Value, Replayed: true}
 		if b.Outcome.Failed {
 			return res, &FinalError{Err: errors.New(b.Outcome.Message)}
 		}
 		return res, nil
-	case Mismatch:
+	case driver.Mismatch:
 		return Result{}, fmt.Errorf("%w: key %q in scope %q", ErrMismatch, req.Key, req.Scope)
-	case InProgress:
+	case driver.InProgress:
 		return Result{}, &InProgressError{Scope: req.Scope, Key: req.Key, RetryAfter: b.TTL}
-	case Abandoned:
+	case driver.Abandoned:
 		return Result{}, &UnknownError{Scope: req.Scope, Key: req.Key, Fence: b.Fence}
 	}
-	return Result{}, fmt.Errorf("idempotency: the store answered Begin with state %v", b.State)
+	return Result{}, fmt.Errorf("idempotency: the store answered driver.Begin with state %v", b.State)
 }
 
 // final reports whether fn's error is recorded.
@@ -477,7 +478,7 @@ func (k *Keeper) outcome(value []byte, err error) Outcome {
 	return out
 }
 
-func (k *Keeper) run(ctx context.Context, req Request, token Token, b Begun, sent time.Time, fn Func) (Result, error) {
+func (k *Keeper) run(ctx context.Context, req Request, token Token, b driver.Begun, sent time.Time, fn Func) (Result, error) {
 	id := req.ID()
 	c := k.newClaim(id, token, b.Fence, b.TTL, sent)
 	// fn's context ends with the claim's error the moment it is lost or
