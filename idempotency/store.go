@@ -52,7 +52,7 @@ func (e *UnknownError) Unwrap() error { return e.Err }
 // Store is the contract every backend implements. Each call is one atomic
 // step judged on the store's own clock (Redis TIME, PostgreSQL
 // clock_timestamp(), the process owning a SQLite file or memory store).
-// Implementations validate their input with the Validate functions before
+// Implementations validate their input with package driver's Validate functions before
 // writing, wrap transport failures in ErrUnavailable, and are safe for
 // concurrent use.
 type Store interface {

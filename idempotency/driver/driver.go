@@ -28,7 +28,7 @@ import (
 // "REDACTED"; only Reveal gives the text, for a Store to send or compare.
 type Token = secret.Text
 
-// Limits on what Do and every Store accept. Input outside them is refused
+// Limits on what Keeper.Do and every Store accept. Input outside them is refused
 // with an error wrapping ErrInvalid before anything is written.
 const (
 	// MaxKeyLen is the longest client key in bytes (as the IETF draft and
@@ -40,7 +40,7 @@ const (
 	MaxScopeLen = 512
 	// MaxFingerprintLen is the longest fingerprint in bytes. Fingerprints
 	// are 0 to MaxFingerprintLen bytes of visible ASCII (0x21 to 0x7E), such
-	// as the hex digest [Fingerprint] returns.
+	// as the hex digest idempotency.Fingerprint returns.
 	MaxFingerprintLen = 256
 	// MaxTokenLen is the longest claim token in bytes (visible ASCII).
 	MaxTokenLen = 128
@@ -73,7 +73,7 @@ var (
 	ErrOutcomeUnknown = errors.New("idempotency: the outcome of an attempt is unknown")
 	// ErrClaimLost reports that a claim is no longer held by its token: it
 	// expired and a later attempt took it over (with a greater fence), or it
-	// was released. A completion under a lost claim is refused; Do returns
+	// was released. A completion under a lost claim is refused; Keeper.Do returns
 	// an error wrapping ErrClaimLost, and the later attempt's result stands.
 	ErrClaimLost = errors.New("idempotency: claim lost to a later attempt")
 	// ErrUnavailable reports that the store could not be reached or did not
@@ -351,7 +351,7 @@ func (r Record) MarshalJSON() ([]byte, error) {
 		jsonx.Duration(r.Expires), r.Outcome.Failed, r.Outcome.Message, len(r.Outcome.Value)})
 }
 
-// Operators settle records whose outcome is unknown through [Admin]. An
+// Operators settle records whose outcome is unknown through idempotency.Admin. An
 // operator holds no claim token, so every change is guarded by the fence
 // of the record the operator inspected: a compare-and-set that refuses
 // when another attempt claimed the record since.
