@@ -272,6 +272,7 @@ func TestGroupManyGrantsOneLoop(t *testing.T) {
 		a := New(config(fa, 3*time.Second), time.Now(), 3*time.Second)
 		b := New(config(fb, 600*time.Millisecond), time.Now(), 600*time.Millisecond)
 		k := NewGroup(t.Context(), nil, "test")
+		defer k.Stop()
 		k.Add(a)
 		k.Add(b)
 		time.Sleep(3 * time.Second)
@@ -284,6 +285,7 @@ func TestGroupManyGrantsOneLoop(t *testing.T) {
 		b.End(errors.New("released"))
 		nb := fb.renewals()
 		time.Sleep(3 * time.Second)
+		synctest.Wait()
 		if fb.renewals() != nb || fa.renewals() != 6 {
 			t.Fatalf("after Remove: b %d (was %d), a %d", fb.renewals(), nb, fa.renewals())
 		}
