@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"github.com/tenurekit/tenure/idempotency/driver"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -80,7 +81,7 @@ type countingStore struct {
 	calls atomic.Int64
 }
 
-func (c *countingStore) Begin(ctx context.Context, b idempotency.Begin) (idempotency.Begun, error) {
+func (c *countingStore) Begin(ctx context.Context, b driver.Begin) (driver.Begun, error) {
 	c.calls.Add(1)
 	return c.Store.Begin(ctx, b)
 }

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"github.com/tenurekit/tenure/idempotency/driver"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -181,9 +182,9 @@ func (c *Client) Idempotency() idempotency.Store { return idem{c} }
 
 type idem struct{ c *Client }
 
-var states = map[string]idempotency.State{
-	"claimed": idempotency.Claimed, "completed": idempotency.Completed, "in-progress": idempotency.InProgress,
-	"abandoned": idempotency.Abandoned, "mismatch": idempotency.Mismatch,
+var states = map[string]driver.State{
+	"claimed": driver.Claimed, "completed": driver.Completed, "in-progress": driver.InProgress,
+	"abandoned": driver.Abandoned, "mismatch": driver.Mismatch,
 }
 
 func outcomeIn(o *serveapi.IdemOutcome) idempotency.Outcome {
@@ -193,9 +194,9 @@ func outcomeIn(o *serveapi.IdemOutcome) idempotency.Outcome {
 	return idempotency.Outcome{Value: o.Value, Failed: o.Failed, Message: o.Message}
 }
 
-func (v idem) Begin(ctx context.Context, b idempotency.Begin) (idempotency.Begun, error) {
-	if err := idempotency.ValidateBegin(b); err != nil {
-		return idempotency.Begun{}, err
+func (v idem) Begin(ctx context.Context, b driver.Begin) (driver.Begun, error) {
+	if err := driver.ValidateBegin(b); err != nil {
+		return driver.Begun{}, err
 	}
 	var out serveapi.IdemBegun
 	err := v.c.call(ctx, idemMapping(b.ID), http.MethodPost, "/v1/idempotency/begin", nil, serveapi.IdemBegin{
@@ -203,18 +204,18 @@ func (v idem) Begin(ctx context.Context, b idempotency.Begin) (idempotency.Begun
 		ClaimTTL: d(b.ClaimTTL), Retention: d(b.Retention), Takeover: b.Takeover,
 	}, &out)
 	if err != nil {
-		return idempotency.Begun{}, err
+		return driver.Begun{}, err
 	}
 	st, ok := states[out.State]
 	if !ok {
-		return idempotency.Begun{}, &Error{Type: serveapi.TypeInternal, Status: http.StatusOK, Title: "malformed answer",
+		return driver.Begun{}, &Error{Type: serveapi.TypeInternal, Status: http.StatusOK, Title: "malformed answer",
 			Detail: "unknown state " + strconv.Quote(out.State), err: idempotency.ErrUnavailable}
 	}
-	return idempotency.Begun{State: st, Fence: out.Fence, TTL: out.TTL.D(), Outcome: outcomeIn(out.Outcome)}, nil
+	return driver.Begun{State: st, Fence: out.Fence, TTL: out.TTL.D(), Outcome: outcomeIn(out.Outcome)}, nil
 }
 
 func (v idem) Renew(ctx context.Context, id idempotency.ID, token string, f uint64, ttl time.Duration) error {
-	if err := idempotency.ValidateClaim(id, token, f); err != nil {
+	if err := driver.ValidateClaim(id, token, f); err != nil {
 		return err
 	}
 	return v.c.call(ctx, idemMapping(id), http.MethodPost, "/v1/idempotency/renew", nil,
@@ -222,7 +223,7 @@ func (v idem) Renew(ctx context.Context, id idempotency.ID, token string, f uint
 }
 
 func (v idem) Complete(ctx context.Context, id idempotency.ID, token string, f uint64, out idempotency.Outcome, retention time.Duration) error {
-	if err := idempotency.ValidateClaim(id, token, f); err != nil {
+	if err := driver.ValidateClaim(id, token, f); err != nil {
 		return err
 	}
 	return v.c.call(ctx, idemMapping(id), http.MethodPost, "/v1/idempotency/complete", nil,
@@ -231,10 +232,10 @@ func (v idem) Complete(ctx context.Context, id idempotency.ID, token string, f u
 }
 
 func (v idem) Release(ctx context.Context, id idempotency.ID, token string) error {
-	if err := idempotency.ValidateID(id); err != nil {
+	if err := driver.ValidateID(id); err != nil {
 		return err
 	}
-	if err := idempotency.ValidateToken(token); err != nil {
+	if err := driver.ValidateToken(token); err != nil {
 		return err
 	}
 	return v.c.call(ctx, idemMapping(id), http.MethodPost, "/v1/idempotency/release", nil,
@@ -242,7 +243,7 @@ func (v idem) Release(ctx context.Context, id idempotency.ID, token string) erro
 }
 
 func (v idem) Inspect(ctx context.Context, id idempotency.ID) (idempotency.Record, error) {
-	if err := idempotency.ValidateID(id); err != nil {
+	if err := driver.ValidateID(id); err != nil {
 		return idempotency.Record{}, err
 	}
 	var r serveapi.IdemRecord

@@ -1,11 +1,13 @@
 package idempotency
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
+
+	"github.com/tenurekit/tenure/internal/tenancy"
 )
 
 // errFinished ends a claim whose fn returned.
@@ -24,30 +26,35 @@ type Claim struct {
 	id    ID
 	token Token
 	fence uint64
-	ttl   time.Duration
-	tx    bool
-
-	mu    sync.Mutex
-	until time.Time
-	timer *time.Timer
-	done  chan struct{}
-	err   error
+	g     *tenancy.Grant // nil for a transactional claim
 }
 
-func newClaim(id ID, token Token, fence uint64, ttl time.Duration, sent time.Time, margin time.Duration) *Claim {
-	c := &Claim{id: id, token: token, fence: fence, ttl: ttl, done: make(chan struct{})}
-	c.mu.Lock()
-	c.until = sent.Add(ttl - margin)
-	c.timer = time.AfterFunc(time.Until(c.until), c.checkValidity)
-	c.mu.Unlock()
+// newClaim returns the claim of a Begin sent at sent that the store
+// granted for ttl; its validity timer starts at once.
+func (k *Keeper) newClaim(id ID, token Token, fence uint64, ttl time.Duration, sent time.Time) *Claim {
+	c := &Claim{id: id, token: token, fence: fence}
+	c.g = tenancy.New(tenancy.Config{
+		Token: token.Reveal(), Fence: fence, TTL: ttl, Margin: k.margin(),
+		Renew: func(ctx context.Context) (time.Duration, error) {
+			return ttl, k.st.Renew(ctx, id, token.Reveal(), fence, ttl)
+		},
+		Lost: func(err error) error {
+			if errors.Is(err, ErrClaimLost) || errors.Is(err, ErrInvalid) {
+				return fmt.Errorf("%w: renewal refused: %w", ErrClaimLost, err)
+			}
+			return nil
+		},
+		Expired: fmt.Errorf("%w: the claim's validity ran out", ErrClaimLost),
+		Log:     []any{"scope", id.Scope, "key", id.Key},
+	}, sent, ttl)
 	return c
 }
 
-// NewTxClaim returns the claim of the transactional form: it lasts as long
+// newTxClaim returns the claim of the transactional form: it lasts as long
 // as the caller's transaction, which holds the record's row, so it has no
 // validity of its own and Done never closes.
-func NewTxClaim(id ID, token Token, fence uint64) *Claim {
-	return &Claim{id: id, token: token, fence: fence, tx: true}
+func newTxClaim(id ID, token Token, fence uint64) *Claim {
+	return &Claim{id: id, token: token, fence: fence}
 }
 
 // ID returns the record the claim is on.
@@ -63,55 +70,35 @@ func (c *Claim) Token() string { return c.token.Reveal() }
 // ValidUntil returns the end of the client's validity (zero for a
 // transactional claim). It carries a monotonic clock reading.
 func (c *Claim) ValidUntil() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.until
+	if c.g == nil {
+		return time.Time{}
+	}
+	return c.g.ValidUntil()
 }
 
 // Done returns a channel closed when the claim is lost or its validity
 // runs out (nil, never closed, for a transactional claim).
-func (c *Claim) Done() <-chan struct{} { return c.done }
+func (c *Claim) Done() <-chan struct{} {
+	if c.g == nil {
+		return nil
+	}
+	return c.g.Done()
+}
 
 // Err returns nil while the claim is valid, and afterwards an error
 // wrapping ErrClaimLost (lost or validity ran out) or saying that fn
 // returned.
 func (c *Claim) Err() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.err
-}
-
-func (c *Claim) extend(until time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.err != nil || until.Before(c.until) {
-		return
+	if c.g == nil {
+		return nil
 	}
-	c.until = until
-	c.timer.Reset(time.Until(until))
+	return c.g.Err()
 }
 
-func (c *Claim) checkValidity() {
-	c.mu.Lock()
-	if wait := time.Until(c.until); wait > 0 && c.err == nil {
-		c.timer.Reset(wait)
-		c.mu.Unlock()
-		return
-	}
-	c.mu.Unlock()
-	c.end(fmt.Errorf("%w: the claim's validity ran out", ErrClaimLost))
-}
-
+// end ends the claim with err unless it already ended.
 func (c *Claim) end(err error) {
-	if c.tx {
-		return
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.err == nil {
-		c.err = err
-		c.timer.Stop()
-		close(c.done)
+	if c.g != nil {
+		c.g.End(err)
 	}
 }
 

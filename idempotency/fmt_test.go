@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/tenurekit/tenure/idempotency/driver"
 	"log/slog"
 	"strings"
 	"sync"
@@ -19,10 +20,10 @@ func fmtAll(v any) string { return fmt.Sprintf("%v %+v %#v %s %q %x %X %d", v, v
 type beginRecorder struct {
 	idempotency.Store
 	mu     sync.Mutex
-	begins []idempotency.Begin
+	begins []driver.Begin
 }
 
-func (r *beginRecorder) Begin(ctx context.Context, b idempotency.Begin) (idempotency.Begun, error) {
+func (r *beginRecorder) Begin(ctx context.Context, b driver.Begin) (driver.Begun, error) {
 	r.mu.Lock()
 	r.begins = append(r.begins, b)
 	r.mu.Unlock()
@@ -51,24 +52,24 @@ func TestTokensNeverPrinted(t *testing.T) {
 	}
 	b := rec.begins[0]
 	type inner struct {
-		b     idempotency.Begin
+		b     driver.Begin
 		c     *idempotency.Claim
 		token idempotency.Token
 	}
 	type outer struct {
-		B      idempotency.Begin
-		PB     *idempotency.Begin
+		B      driver.Begin
+		PB     *driver.Begin
 		C      *idempotency.Claim
 		Token  idempotency.Token
 		hidden inner
 		ptr    *inner
 		Any    any
-		List   []idempotency.Begin
+		List   []driver.Begin
 		Map    map[string]idempotency.Token
 	}
 	in := inner{b: b, c: claim, token: b.Token}
 	o := outer{B: b, PB: &b, C: claim, Token: b.Token, hidden: in, ptr: &in, Any: b,
-		List: []idempotency.Begin{b}, Map: map[string]idempotency.Token{"t": b.Token}}
+		List: []driver.Begin{b}, Map: map[string]idempotency.Token{"t": b.Token}}
 	values := map[string]any{
 		"Begin": b, "*Begin": &b, "Token": b.Token, "*Token": &b.Token, "Claim": claim,
 		"inner": in, "*inner": &in, "outer": o, "*outer": &o, "**outer": &[]*outer{&o},

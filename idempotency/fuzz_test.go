@@ -2,6 +2,7 @@ package idempotency_test
 
 import (
 	"errors"
+	"github.com/tenurekit/tenure/idempotency/driver"
 	"strings"
 	"testing"
 
@@ -32,7 +33,7 @@ func FuzzParseKey(f *testing.F) {
 			}
 			return
 		}
-		if err := idempotency.ValidateKey(key); err != nil {
+		if err := driver.ValidateKey(key); err != nil {
 			t.Fatalf("ParseKey(%q) = %q, not a valid key: %v", v, key, err)
 		}
 		again, err := idempotency.ParseKey([]string{sfString(key)})
@@ -63,7 +64,7 @@ func FuzzScope(f *testing.F) {
 	f.Fuzz(func(t *testing.T, p1, r1, p2, r2 string) {
 		s1, s2 := idempotency.Scope(p1, r1), idempotency.Scope(p2, r2)
 		for _, s := range []string{s1, s2} {
-			if err := idempotency.ValidateID(idempotency.ID{Scope: s, Key: "k"}); err != nil {
+			if err := driver.ValidateID(idempotency.ID{Scope: s, Key: "k"}); err != nil {
 				t.Fatalf("scope %q is not valid: %v", s, err)
 			}
 		}

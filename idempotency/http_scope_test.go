@@ -3,6 +3,7 @@ package idempotency_test
 import (
 	"context"
 	"errors"
+	"github.com/tenurekit/tenure/idempotency/driver"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -22,7 +23,7 @@ type scopeRecorder struct {
 	scopes []string
 }
 
-func (r *scopeRecorder) Begin(ctx context.Context, b idempotency.Begin) (idempotency.Begun, error) {
+func (r *scopeRecorder) Begin(ctx context.Context, b driver.Begin) (driver.Begun, error) {
 	r.mu.Lock()
 	r.scopes = append(r.scopes, b.Scope)
 	r.mu.Unlock()
@@ -125,7 +126,7 @@ func TestScopeInjective(t *testing.T) {
 			t.Errorf("principals %q and %q share scope %q", p[0], p[1], a)
 		}
 		for _, sc := range []string{a, b} {
-			if err := idempotency.ValidateID(idempotency.ID{Scope: sc, Key: "k"}); err != nil {
+			if err := driver.ValidateID(idempotency.ID{Scope: sc, Key: "k"}); err != nil {
 				t.Errorf("scope %q: %v", sc, err)
 			}
 		}

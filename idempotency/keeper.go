@@ -8,17 +8,17 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/tenurekit/tenure/idempotency/driver"
 	"log/slog"
 	"math"
-	"math/rand/v2"
 	"reflect"
-	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/tenurekit/tenure/internal/secret"
+	"github.com/tenurekit/tenure/internal/tenancy"
 )
 
 // Request identifies one logical request.
@@ -142,7 +142,8 @@ type Options struct {
 	// DriftFactor and Margin are subtracted from the claim time to get the
 	// client's validity (measured on the monotonic clock from when the
 	// request was sent), so fn's context ends before the store can expire
-	// the claim: the validity is ClaimTTL*(1-DriftFactor) - Margin.
+	// the claim: the validity is ClaimTTL*(1-DriftFactor) - Margin, where
+	// at most a quarter of the ClaimTTL of Margin is subtracted.
 	// Defaults 0.01 and 2ms (a quarter of a shorter ClaimTTL); DriftFactor in [0, 0.5) (0 means the
 	// default), Margin below half the ClaimTTL.
 	DriftFactor float64
@@ -223,10 +224,10 @@ func Defaults(o *Options) (Options, error) {
 	if r.Logger == nil {
 		r.Logger = slog.New(slog.DiscardHandler)
 	}
-	if err := ValidateClaimTTL(r.ClaimTTL); err != nil {
+	if err := driver.ValidateClaimTTL(r.ClaimTTL); err != nil {
 		return r, fmt.Errorf("idempotency: Options.ClaimTTL: %w", err)
 	}
-	if err := ValidateRetention(r.Retention); err != nil {
+	if err := driver.ValidateRetention(r.Retention); err != nil {
 		return r, fmt.Errorf("idempotency: Options.Retention: %w", err)
 	}
 	if r.Margin >= r.ClaimTTL/2 {
@@ -300,12 +301,12 @@ func Fingerprint(parts ...[]byte) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// ValidateRequest checks a request's scope, key and fingerprint.
-func ValidateRequest(req Request) error {
-	if err := ValidateID(req.ID()); err != nil {
+// validateRequest checks a request's scope, key and fingerprint.
+func validateRequest(req Request) error {
+	if err := driver.ValidateID(req.ID()); err != nil {
 		return err
 	}
-	return ValidateFingerprint(req.Fingerprint)
+	return driver.ValidateFingerprint(req.Fingerprint)
 }
 
 // Do runs fn at most once for req and returns its value; later calls with
@@ -377,7 +378,7 @@ func (k *Keeper) check(ctx context.Context, req Request, fn Func) error {
 	if ctx == nil {
 		return fmt.Errorf("%w: idempotency: nil context", ErrInvalid)
 	}
-	if err := ValidateRequest(req); err != nil {
+	if err := validateRequest(req); err != nil {
 		return err
 	}
 	if fn == nil {
@@ -386,8 +387,8 @@ func (k *Keeper) check(ctx context.Context, req Request, fn Func) error {
 	return nil
 }
 
-func (k *Keeper) begin(req Request, token Token, takeover bool) Begin {
-	return Begin{ID: req.ID(), Fingerprint: req.Fingerprint, Token: token,
+func (k *Keeper) begin(req Request, token Token, takeover bool) driver.Begin {
+	return driver.Begin{ID: req.ID(), Fingerprint: req.Fingerprint, Token: token,
 		ClaimTTL: k.o.ClaimTTL, Retention: k.o.Retention, Takeover: takeover}
 }
 
@@ -415,7 +416,7 @@ func (k *Keeper) do(ctx context.Context, req Request, fn Func, takeover bool) (R
 			}
 			return Result{}, err
 		}
-		if b.State == InProgress && k.o.Wait {
+		if b.State == driver.InProgress && k.o.Wait {
 			waited = &InProgressError{Scope: req.Scope, Key: req.Key, RetryAfter: b.TTL}
 			wait := k.backoff(attempt)
 			if b.TTL > 0 && b.TTL < wait {
@@ -426,7 +427,7 @@ func (k *Keeper) do(ctx context.Context, req Request, fn Func, takeover bool) (R
 			}
 			continue
 		}
-		if b.State == Claimed {
+		if b.State == driver.Claimed {
 			return k.run(ctx, req, token, b, sent, fn)
 		}
 		k.abandoned(ctx, req, b)
@@ -435,30 +436,30 @@ func (k *Keeper) do(ctx context.Context, req Request, fn Func, takeover bool) (R
 }
 
 // abandoned logs an abandoned claim that Do reports as unknown.
-func (k *Keeper) abandoned(ctx context.Context, req Request, b Begun) {
-	if b.State == Abandoned {
+func (k *Keeper) abandoned(ctx context.Context, req Request, b driver.Begun) {
+	if b.State == driver.Abandoned {
 		k.o.Logger.WarnContext(ctx, "idempotency: an earlier attempt's claim expired without a recorded result; its outcome is unknown until reconciled",
 			"scope", req.Scope, "key", req.Key, "fence", b.Fence)
 	}
 }
 
 // answer turns a Begun that is not Claimed into Do's return values.
-func (k *Keeper) answer(req Request, b Begun) (Result, error) {
+func (k *Keeper) answer(req Request, b driver.Begun) (Result, error) {
 	switch b.State {
-	case Completed:
+	case driver.Completed:
 		res := Result{Value: b.Outcome.Value, Replayed: true}
 		if b.Outcome.Failed {
 			return res, &FinalError{Err: errors.New(b.Outcome.Message)}
 		}
 		return res, nil
-	case Mismatch:
+	case driver.Mismatch:
 		return Result{}, fmt.Errorf("%w: key %q in scope %q", ErrMismatch, req.Key, req.Scope)
-	case InProgress:
+	case driver.InProgress:
 		return Result{}, &InProgressError{Scope: req.Scope, Key: req.Key, RetryAfter: b.TTL}
-	case Abandoned:
+	case driver.Abandoned:
 		return Result{}, &UnknownError{Scope: req.Scope, Key: req.Key, Fence: b.Fence}
 	}
-	return Result{}, fmt.Errorf("idempotency: the store answered Begin with state %v", b.State)
+	return Result{}, fmt.Errorf("idempotency: the store answered driver.Begin with state %v", b.State)
 }
 
 // final reports whether fn's error is recorded.
@@ -477,19 +478,18 @@ func (k *Keeper) outcome(value []byte, err error) Outcome {
 	return out
 }
 
-func (k *Keeper) run(ctx context.Context, req Request, token Token, b Begun, sent time.Time, fn Func) (Result, error) {
+func (k *Keeper) run(ctx context.Context, req Request, token Token, b driver.Begun, sent time.Time, fn Func) (Result, error) {
 	id := req.ID()
-	c := newClaim(id, token, b.Fence, b.TTL, sent, k.margin(b.TTL))
-	fnCtx, cancel := context.WithCancelCause(ctx)
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() { k.keepAlive(fnCtx, c, stop, cancel) })
+	c := k.newClaim(id, token, b.Fence, b.TTL, sent)
+	// fn's context ends with the claim's error the moment it is lost or
+	// its validity runs out.
+	ka := tenancy.NewGroup(ctx, k.o.Logger, "idempotency: claim")
+	ka.Add(c.g)
+	fnCtx := ka.Context()
 	var lost error // the claim's error when fn returned: it was lost or ran out
 	finish := func() {
-		close(stop)
-		wg.Wait()
+		ka.Stop()
 		lost = c.Err()
-		cancel(context.Canceled)
 		c.end(errFinished)
 	}
 
@@ -600,68 +600,17 @@ func (k *Keeper) cleanup(ctx context.Context, id ID, token Token) {
 	go func() { _ = k.release(ctx, id, token) }()
 }
 
-// keepAlive renews c every ClaimTTL/3 until stop closes or the claim ends,
-// and then cancels fn's context with the claim's error. A renewal never
-// waits past the claim's validity, so the cancellation is not delayed by a
-// renewal in flight.
-func (k *Keeper) keepAlive(ctx context.Context, c *Claim, stop <-chan struct{}, cancel context.CancelCauseFunc) {
-	interval := max(c.ttl/3, time.Millisecond)
-	retry := max(c.ttl/10, time.Millisecond)
-	next := time.NewTimer(interval)
-	defer next.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-c.Done():
-			cancel(c.Err())
-			return
-		case <-next.C:
-			sent := time.Now()
-			rctx, rcancel := context.WithDeadline(context.WithoutCancel(ctx), c.ValidUntil())
-			err := k.st.Renew(rctx, c.id, c.token.Reveal(), c.fence, c.ttl)
-			rcancel()
-			switch {
-			case err == nil:
-				c.extend(sent.Add(c.ttl - k.margin(c.ttl)))
-				next.Reset(interval)
-			case errors.Is(err, ErrClaimLost), errors.Is(err, ErrInvalid):
-				c.end(fmt.Errorf("%w: renewal refused: %w", ErrClaimLost, err))
-				cancel(c.Err())
-				return
-			default:
-				k.o.Logger.DebugContext(ctx, "idempotency: claim renewal failed, retrying while valid",
-					"scope", c.id.Scope, "key", c.id.Key, "err", err)
-				next.Reset(retry)
-			}
-		}
-	}
-}
-
-func (k *Keeper) margin(ttl time.Duration) time.Duration {
-	return time.Duration(float64(ttl)*k.o.DriftFactor) + k.o.Margin
+// margin is the rule by which the claim's validity ends before the store
+// lets another attempt take it over: DriftFactor of the claim TTL plus
+// Margin (at most a quarter of the claim TTL).
+func (k *Keeper) margin() tenancy.Margin {
+	return tenancy.Margin{DriftFactor: k.o.DriftFactor, Fixed: k.o.Margin}
 }
 
 // backoff returns a jittered exponential delay for attempt (1-based).
 func (k *Keeper) backoff(attempt int) time.Duration {
-	d := k.o.RetryMin << min(attempt-1, 20)
-	if d <= 0 || d > k.o.RetryMax {
-		d = k.o.RetryMax
-	}
-	return d/2 + rand.N(d/2+1)
+	return tenancy.Backoff(k.o.RetryMin, k.o.RetryMax, attempt)
 }
 
 // sleep waits d or until ctx ends; it reports whether the full time passed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	if ctx.Err() != nil {
-		return false
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
+func sleep(ctx context.Context, d time.Duration) bool { return tenancy.Sleep(ctx, d) }

@@ -3,6 +3,7 @@ package idempotency_test
 import (
 	"context"
 	"errors"
+	"github.com/tenurekit/tenure/idempotency/driver"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -19,7 +20,7 @@ type counting struct {
 	begins, renews, completes, releases atomic.Int32
 }
 
-func (c *counting) Begin(ctx context.Context, b idempotency.Begin) (idempotency.Begun, error) {
+func (c *counting) Begin(ctx context.Context, b driver.Begin) (driver.Begun, error) {
 	c.begins.Add(1)
 	return c.Store.Begin(ctx, b)
 }

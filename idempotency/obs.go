@@ -3,6 +3,7 @@ package idempotency
 import (
 	"context"
 	"errors"
+	"github.com/tenurekit/tenure/idempotency/driver"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -143,7 +144,7 @@ func newTimedStore(s Store, t *telemetry) Store {
 	return timedStore{s: s, c: t.calls}
 }
 
-func (ts timedStore) Begin(ctx context.Context, b Begin) (Begun, error) {
+func (ts timedStore) Begin(ctx context.Context, b driver.Begin) (driver.Begun, error) {
 	cctx, call := ts.c.Start(ctx, opBegin)
 	r, err := ts.s.Begin(cctx, b)
 	call.End(ctx, storeOutcome(err))
@@ -192,7 +193,7 @@ func newTimedTx(tx Tx, t *telemetry) Tx {
 	return timedTx{tx: tx, c: t.calls}
 }
 
-func (tt timedTx) Claim(ctx context.Context, b Begin) (Begun, error) {
+func (tt timedTx) Claim(ctx context.Context, b driver.Begin) (driver.Begun, error) {
 	cctx, call := tt.c.Start(ctx, opTxClaim)
 	r, err := tt.tx.Claim(cctx, b)
 	call.End(ctx, storeOutcome(err))

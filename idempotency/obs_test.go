@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/tenurekit/tenure/idempotency/driver"
 	"log/slog"
 	"slices"
 	"strings"
@@ -92,7 +93,7 @@ func TestTelemetryAbandonedClaimIsUnknownAndLogged(t *testing.T) {
 	ctx := context.Background()
 	req := idempotency.Request{Scope: "s", Key: "abandoned"}
 	// A claim whose executor died: taken directly on the store, never completed.
-	if _, err := store.Begin(ctx, idempotency.Begin{ID: req.ID(), Token: idempotency.NewToken(), ClaimTTL: 20 * time.Millisecond, Retention: time.Hour}); err != nil {
+	if _, err := store.Begin(ctx, driver.Begin{ID: req.ID(), Token: idempotency.NewToken(), ClaimTTL: 20 * time.Millisecond, Retention: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(5 * time.Second)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/tenurekit/tenure/idempotency/driver"
 )
 
 // DoTx is Do inside the caller's own database transaction, for SQL stores
@@ -52,7 +53,7 @@ func (k *Keeper) doTx(ctx context.Context, tx Tx, req Request, fn Func) (Result,
 			}
 			return Result{}, err
 		}
-		if b.State == InProgress && k.o.Wait {
+		if b.State == driver.InProgress && k.o.Wait {
 			waited = &InProgressError{Scope: req.Scope, Key: req.Key, RetryAfter: b.TTL}
 			wait := k.backoff(attempt)
 			if b.TTL > 0 && b.TTL < wait {
@@ -63,7 +64,7 @@ func (k *Keeper) doTx(ctx context.Context, tx Tx, req Request, fn Func) (Result,
 			}
 			continue
 		}
-		if b.State != Claimed {
+		if b.State != driver.Claimed {
 			k.abandoned(ctx, req, b)
 			return k.answer(req, b)
 		}
@@ -87,7 +88,7 @@ func (k *Keeper) runTx(ctx context.Context, tx Tx, req Request, token Token, fen
 			}
 		}
 	}()
-	value, fnErr := fn(ctx, NewTxClaim(id, token, fence))
+	value, fnErr := fn(ctx, newTxClaim(id, token, fence))
 	returned = true
 	if fnErr != nil && !k.final(fnErr) {
 		if err := tx.Undo(ctx); err != nil {

@@ -5,10 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
-	"github.com/tenurekit/tenure/internal/secret"
+	"github.com/tenurekit/tenure/internal/tenancy"
 )
 
 // errReleased is the Err of a lease its holder released.
@@ -16,33 +15,46 @@ var errReleased = fmt.Errorf("%w: released", ErrNotHeld)
 
 // Lease is one tenure of a key: a fresh random token, a fence, and a
 // validity measured on the client's monotonic clock from the moment the
-// request was sent, minus a margin, so it ends before the store expires
-// the lease. It is safe for concurrent use.
+// request was sent, minus a margin (Options.DriftFactor of the TTL plus
+// Options.Margin, at most a quarter of the TTL), so it ends before the
+// store expires the lease. It is safe for concurrent use.
 //
 // Pass Fence to the guard where the protected write lands; that, not the
 // lease, is what stops a paused holder's late write.
 type Lease struct {
-	lk    *Locker
-	key   string
-	token secret.Text // unprintable through fmt, slog and encoders, even when a Lease is printed by value
-	ttl   time.Duration
-	fence uint64
-
-	renewMu sync.Mutex // one renewal at a time, so validity follows the last one applied
-
-	mu    sync.Mutex
-	until time.Time // carries a monotonic reading
-	timer *time.Timer
-	done  chan struct{}
-	err   error
+	lk  *Locker
+	key string
+	g   *tenancy.Grant // the token is a secret.Text in it: unprintable through fmt, slog and encoders
 }
 
 func (lk *Locker) newLease(key, token string, ttl time.Duration, g Grant, sent time.Time) *Lease {
-	l := &Lease{lk: lk, key: key, token: secret.New(token), ttl: ttl, fence: g.Fence, done: make(chan struct{})}
-	l.until = sent.Add(g.TTL - lk.margin(g.TTL))
-	l.mu.Lock() // the timer may fire before it is assigned
-	l.timer = time.AfterFunc(time.Until(l.until), l.checkValidity)
-	l.mu.Unlock()
+	l := &Lease{lk: lk, key: key}
+	fence := g.Fence
+	l.g = tenancy.New(tenancy.Config{
+		Token: token, Fence: fence, TTL: ttl, Margin: lk.margin(),
+		Renew: func(ctx context.Context) (time.Duration, error) {
+			g, err := lk.st.Renew(ctx, key, token, ttl)
+			if err == nil && g.Fence != fence {
+				err = fmt.Errorf("%w: the store reports fence %d, this lease has %d", ErrLost, g.Fence, fence)
+			}
+			return g.TTL, err
+		},
+		Lost: func(err error) error {
+			switch {
+			case errors.Is(err, ErrLost):
+				return err
+			case errors.Is(err, ErrNotHeld):
+				return fmt.Errorf("%w: %w", ErrLost, err)
+			}
+			return nil
+		},
+		Expired: fmt.Errorf("%w: validity of %q ran out", ErrLost, key),
+		Log:     []any{"key", key},
+		OnLost: func(err error) {
+			lk.log.Warn("lease: lost before its holder released it", "key", key, "fence", fence, "err", err)
+			lk.tel.lostLease()
+		},
+	}, sent, g.TTL)
 	return l
 }
 
@@ -51,36 +63,28 @@ func (l *Lease) Key() string { return l.key }
 
 // Token returns the secret random token of this tenure. Guards that check the
 // current holder need it; never log it.
-func (l *Lease) Token() string { return l.token.Reveal() }
+func (l *Lease) Token() string { return l.g.Token() }
 
 // Fence returns the fencing token: strictly greater than every fence granted
 // for the key before this tenure.
-func (l *Lease) Fence() uint64 { return l.fence }
+func (l *Lease) Fence() uint64 { return l.g.Fence() }
 
 // TTL returns the lease time asked for at acquisition and on each renewal.
-func (l *Lease) TTL() time.Duration { return l.ttl }
+func (l *Lease) TTL() time.Duration { return l.g.TTL() }
 
 // ValidUntil returns the end of the client's validity. It carries a
 // monotonic clock reading, so time.Until(l.ValidUntil()) is immune to wall
 // clock jumps.
-func (l *Lease) ValidUntil() time.Time {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.until
-}
+func (l *Lease) ValidUntil() time.Time { return l.g.ValidUntil() }
 
 // Done returns a channel closed when the lease is released, lost, or its
 // validity runs out, whichever comes first.
-func (l *Lease) Done() <-chan struct{} { return l.done }
+func (l *Lease) Done() <-chan struct{} { return l.g.Done() }
 
 // Err returns nil while the lease is valid, an error wrapping ErrLost once it
 // was lost or its validity ran out, and one wrapping ErrNotHeld once it was
 // released.
-func (l *Lease) Err() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.err
-}
+func (l *Lease) Err() error { return l.g.Err() }
 
 // lostErr returns Err if it wraps ErrLost, else nil.
 func (l *Lease) lostErr() error {
@@ -95,34 +99,7 @@ func (l *Lease) lostErr() error {
 // the error wraps both ErrLost and ErrNotHeld. Any other error (the store
 // did not answer) leaves the lease valid until its current validity runs
 // out.
-func (l *Lease) Renew(ctx context.Context) error {
-	l.renewMu.Lock()
-	defer l.renewMu.Unlock()
-	if err := l.Err(); err != nil {
-		return err
-	}
-	sent := time.Now()
-	g, err := l.lk.st.Renew(ctx, l.key, l.token.Reveal(), l.ttl)
-	if errors.Is(err, ErrNotHeld) {
-		return l.end(fmt.Errorf("%w: %w", ErrLost, err))
-	}
-	if err != nil {
-		return err
-	}
-	if g.Fence != l.fence {
-		return l.end(fmt.Errorf("%w: the store reports fence %d, this lease has %d", ErrLost, g.Fence, l.fence))
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.err != nil {
-		// Validity ran out while the request was in flight: the lease was
-		// already reported lost and stays so.
-		return l.err
-	}
-	l.until = sent.Add(g.TTL - l.lk.margin(g.TTL))
-	l.timer.Reset(time.Until(l.until))
-	return nil
-}
+func (l *Lease) Renew(ctx context.Context) error { return l.g.Renew(ctx) }
 
 // Release ends the lease. Only this tenure's token is released; a later
 // holder is never touched. A request whose outcome is unknown is sent again
@@ -136,53 +113,21 @@ func (l *Lease) Release(ctx context.Context) error {
 		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), l.lk.o.ReleaseTimeout)
 		defer cancel()
 	}
-	err := l.lk.releaseToken(ctx, l.key, l.token.Reveal())
-	l.end(errReleased)
-	return err
-}
-
-// checkValidity runs when the validity timer fires.
-func (l *Lease) checkValidity() {
-	l.mu.Lock()
-	if wait := time.Until(l.until); wait > 0 && l.err == nil {
-		l.timer.Reset(wait) // renewed meanwhile
-		l.mu.Unlock()
-		return
-	}
-	l.mu.Unlock()
-	l.end(fmt.Errorf("%w: validity of %q ran out", ErrLost, l.key))
-}
-
-// end closes Done with err unless the lease already ended; it returns the
-// lease's final error.
-func (l *Lease) end(err error) error {
-	l.mu.Lock()
-	first := l.err == nil
-	if first {
-		l.err = err
-		l.timer.Stop()
-		close(l.done)
-	}
-	err = l.err
-	l.mu.Unlock()
-	if first && errors.Is(err, ErrLost) {
-		// Outside the lock: a log handler may call back into the lease.
-		l.lk.log.Warn("lease: lost before its holder released it", "key", l.key, "fence", l.fence, "err", err)
-		l.lk.tel.lostLease()
-	}
+	err := l.lk.releaseToken(ctx, l.key, l.g.Token())
+	l.g.End(errReleased)
 	return err
 }
 
 // String describes the lease without its token.
 func (l *Lease) String() string {
-	return fmt.Sprintf("lease{key=%q fence=%d token=REDACTED}", l.key, l.fence)
+	return fmt.Sprintf("lease{key=%q fence=%d token=REDACTED}", l.key, l.g.Fence())
 }
 
 // LogValue describes the lease to log/slog without its token.
 func (l *Lease) LogValue() slog.Value {
 	return slog.GroupValue(
 		slog.String("key", l.key),
-		slog.Uint64("fence", l.fence),
+		slog.Uint64("fence", l.g.Fence()),
 		slog.Time("valid_until", l.ValidUntil()),
 	)
 }

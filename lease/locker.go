@@ -7,10 +7,9 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"math/rand/v2"
-	"sync"
 	"time"
 
+	"github.com/tenurekit/tenure/internal/tenancy"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -23,8 +22,9 @@ type Options struct {
 	// It must be in [0, 0.5); default 0.01.
 	DriftFactor float64
 	// Margin is a fixed time subtracted from the client's validity on top of
-	// DriftFactor, so that Done closes before the store expires the lease.
-	// Default 2ms; negative is an error.
+	// DriftFactor, so that Done closes before the store expires the lease;
+	// at most a quarter of the TTL is subtracted. Default 2ms; negative is
+	// an error.
 	Margin time.Duration
 	// RetryMin and RetryMax bound the jittered exponential backoff of
 	// Acquire while another holder has the key. A waiter never sleeps past
@@ -278,24 +278,14 @@ func (lk *Locker) doHold(ctx context.Context, acquire func(context.Context, stri
 // panic goes on up the stack, so a caller that recovers the panic (as
 // net/http does for handlers) leaves no lease renewed behind it.
 func (lk *Locker) hold(ctx context.Context, l *Lease, fn func(ctx context.Context, l *Lease) error) error {
-	fnCtx, cancel := context.WithCancelCause(ctx)
 	// fn's context ends the moment the lease does, whatever the renewal
 	// loop is doing.
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		select {
-		case <-l.Done():
-			cancel(fmt.Errorf("%w: %q", ErrLost, l.key))
-		case <-stop:
-		}
-	})
-	wg.Go(func() { lk.keepAlive(fnCtx, l, stop) })
+	ka := lk.KeepAlive(ctx)
+	ka.Add(l)
+	fnCtx := ka.Context()
 
 	finish := func() error {
-		close(stop)
-		wg.Wait()
-		cancel(context.Canceled)
+		ka.Stop()
 		lost := l.lostErr()
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), lk.o.ReleaseTimeout)
 		defer rcancel()
@@ -328,36 +318,40 @@ func (lk *Locker) hold(ctx context.Context, l *Lease, fn func(ctx context.Contex
 	return fnErr
 }
 
-// keepAlive renews l every ttl/3 until stop closes or the lease ends. A
-// renewal never waits past the lease's validity: a renewal whose reply is
-// late cannot help, and the lease ends on its own at that point.
-func (lk *Locker) keepAlive(ctx context.Context, l *Lease, stop <-chan struct{}) {
-	interval := max(l.ttl/3, time.Millisecond)
-	retry := max(l.ttl/10, time.Millisecond)
-	next := time.NewTimer(interval)
-	defer next.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-l.Done():
-			return
-		case <-next.C:
-			rctx, rcancel := context.WithDeadline(context.WithoutCancel(ctx), l.ValidUntil())
-			err := l.Renew(rctx)
-			rcancel()
-			switch {
-			case err == nil:
-				next.Reset(interval)
-			case errors.Is(err, ErrLost):
-				return
-			default:
-				lk.log.DebugContext(ctx, "lease: renewal failed, retrying while valid", "key", l.key, "err", err)
-				next.Reset(retry)
-			}
-		}
-	}
+// Group keeps several leases of one holder alive with one renewal loop, as
+// Do keeps its lease: each is renewed every third of its TTL (sooner again,
+// with jittered backoff, while the store does not answer), and a lease
+// whose validity runs out or whose renewal the store refuses ends the
+// group's context with a cause wrapping ErrLost. Make one with
+// Locker.KeepAlive. It is safe for concurrent use.
+type Group struct {
+	g *tenancy.Group
 }
+
+// KeepAlive starts an empty Group under ctx: its Context ends when ctx
+// does, when a member lease is lost (the cause wraps ErrLost) and on Stop
+// (the cause is context.Canceled). Renewals keep ctx's values but not its
+// cancellation, so leases stay alive until Remove or Stop. Call Stop when
+// done.
+func (lk *Locker) KeepAlive(ctx context.Context) *Group {
+	return &Group{g: tenancy.NewGroup(ctx, lk.log, "lease")}
+}
+
+// Context returns the group's context: pass it to the work the leases
+// protect.
+func (k *Group) Context() context.Context { return k.g.Context() }
+
+// Add keeps l alive from now on, its first renewal a third of its TTL
+// away. A lease already lost ends the group's context at once.
+func (k *Group) Add(l *Lease) { k.g.Add(l.g) }
+
+// Remove stops keeping l alive. Once it returns no renewal of l is in
+// flight, so l can be released.
+func (k *Group) Remove(l *Lease) { k.g.Remove(l.g) }
+
+// Stop stops every renewal and waits for one in flight, then ends the
+// group's context. The leases are not released.
+func (k *Group) Stop() { k.g.Stop() }
 
 // cleanup releases token in the background after an acquire whose outcome
 // is unknown, retrying until Options.ReleaseTimeout.
@@ -385,31 +379,14 @@ func (lk *Locker) releaseToken(ctx context.Context, key, token string) error {
 
 // backoff returns a jittered exponential delay for the given attempt (1-based).
 func (lk *Locker) backoff(attempt int) time.Duration {
-	d := lk.o.RetryMin << min(attempt-1, 20)
-	if d <= 0 || d > lk.o.RetryMax {
-		d = lk.o.RetryMax
-	}
-	// Equal jitter: half fixed, half random, so waiters spread out but
-	// still back off.
-	return d/2 + rand.N(d/2+1)
+	return tenancy.Backoff(lk.o.RetryMin, lk.o.RetryMax, attempt)
 }
 
-// margin is what the client subtracts from a grant's TTL.
-func (lk *Locker) margin(ttl time.Duration) time.Duration {
-	return time.Duration(float64(ttl)*lk.o.DriftFactor) + lk.o.Margin
+// margin is the rule by which the client's validity ends before the store's
+// expiry: DriftFactor of the TTL plus Margin (at most a quarter of the TTL).
+func (lk *Locker) margin() tenancy.Margin {
+	return tenancy.Margin{DriftFactor: lk.o.DriftFactor, Fixed: lk.o.Margin}
 }
 
 // sleep waits d or until ctx ends; it reports whether the full time passed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	if ctx.Err() != nil {
-		return false
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
+func sleep(ctx context.Context, d time.Duration) bool { return tenancy.Sleep(ctx, d) }

@@ -8,10 +8,9 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"strconv"
-	"sync"
 	"time"
 
-	"github.com/tenurekit/tenure/internal/secret"
+	"github.com/tenurekit/tenure/internal/tenancy"
 )
 
 // ConcurrencyLimit is a limit on how many holders may work on a key at
@@ -114,9 +113,7 @@ func (c *Concurrency) try(ctx context.Context, key, id string) (*Permit, error) 
 	if !g.Acquired {
 		return nil, &LimitedError{Key: key, Permits: c.lim.Permits, InUse: g.InUse, RetryAfter: g.RetryAfter}
 	}
-	p := &Permit{c: c, key: key, id: secret.New(id), fence: g.Fence, done: make(chan struct{})}
-	p.validUntil = p.valid(sent, g.TTL)
-	return p, nil
+	return c.newPermit(key, id, g.Fence, sent, g.TTL), nil
 }
 
 // Acquire takes a permit on key, waiting until one is free or ctx ends.
@@ -185,15 +182,14 @@ func (c *Concurrency) Do(ctx context.Context, key string, fn func(ctx context.Co
 	if err != nil {
 		return err
 	}
-	fctx, cancel := context.WithCancel(ctx)
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() { p.keepAlive(fctx, stop, cancel) })
+	// fn's context ends the moment the permit is lost or its validity
+	// runs out.
+	ka := tenancy.NewGroup(ctx, nil, "ratelimit: permit")
+	ka.Add(p.g)
+	fctx := ka.Context()
 	var rerr error
 	finish := func() {
-		close(stop)
-		wg.Wait()
-		cancel()
+		ka.Stop()
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer rcancel()
 		rerr = p.Release(rctx)
@@ -219,131 +215,84 @@ func (c *Concurrency) Do(ctx context.Context, key string, fn func(ctx context.Co
 }
 
 // Permit is a held concurrency permit: a lease on one of the limit's
-// places for a key.
+// places for a key, valid on the client's monotonic clock from when its
+// request was sent for the granted TTL minus a margin (1% of the TTL plus
+// 2ms, at most a quarter of the TTL), so that its holder stops before the
+// store expires it.
 type Permit struct {
-	c     *Concurrency
-	key   string
-	id    secret.Text // releases the permit: never printed
-	fence uint64
-
-	mu         sync.Mutex
-	validUntil time.Time
-	lost       error
-	done       chan struct{}
-	closed     bool
+	c   *Concurrency
+	key string
+	g   *tenancy.Grant // holds the id, which releases the permit: never printed
 }
 
-// valid computes the client-side validity of a grant for ttl whose
-// request was sent at sent: sent + 9/10 of ttl on the monotonic clock, so
-// that the holder stops before the store expires the permit.
-func (p *Permit) valid(sent time.Time, ttl time.Duration) time.Time {
-	return sent.Add(ttl - ttl/10)
+// errReleased is the error of a permit its holder released.
+var errReleased = fmt.Errorf("%w: released", ErrPermitLost)
+
+// newPermit returns the permit id on key whose request was sent at sent and
+// granted for ttl; its validity timer starts at once.
+func (c *Concurrency) newPermit(key, id string, fence uint64, sent time.Time, ttl time.Duration) *Permit {
+	p := &Permit{c: c, key: key}
+	p.g = tenancy.New(tenancy.Config{
+		Token: id, Fence: fence, TTL: c.lim.TTL, Margin: tenancy.DefaultMargin,
+		Renew: func(ctx context.Context) (time.Duration, error) {
+			g, err := c.s.RenewPermit(ctx, c.stateKey(key), id, c.lim.TTL)
+			return g.TTL, err
+		},
+		Lost: func(err error) error {
+			if errors.Is(err, ErrPermitLost) {
+				return err
+			}
+			return nil
+		},
+		Expired: fmt.Errorf("%w: validity ran out", ErrPermitLost),
+	}, sent, ttl)
+	return p
 }
 
 // Key returns the key the permit is for.
 func (p *Permit) Key() string { return p.key }
 
 // Fence returns the permit's fencing token.
-func (p *Permit) Fence() uint64 { return p.fence }
+func (p *Permit) Fence() uint64 { return p.g.Fence() }
 
 // ValidUntil is the time, on this process's monotonic clock, until which
 // the permit is certainly still held (if it was not released).
-func (p *Permit) ValidUntil() time.Time {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.validUntil
-}
+func (p *Permit) ValidUntil() time.Time { return p.g.ValidUntil() }
 
-// Done is closed when the permit is released or lost.
-func (p *Permit) Done() <-chan struct{} { return p.done }
+// Done is closed when the permit is released, lost, or its validity runs
+// out.
+func (p *Permit) Done() <-chan struct{} { return p.g.Done() }
 
 // String describes the permit without its id (which can release it).
 func (p *Permit) String() string {
-	return fmt.Sprintf("permit{key=%q fence=%d id=<redacted>}", p.key, p.fence)
+	return fmt.Sprintf("permit{key=%q fence=%d id=<redacted>}", p.key, p.g.Fence())
 }
 
 // LogValue redacts the permit's id in structured logs.
 func (p *Permit) LogValue() slog.Value {
-	return slog.GroupValue(slog.String("key", p.key), slog.Uint64("fence", p.fence))
+	return slog.GroupValue(slog.String("key", p.key), slog.Uint64("fence", p.g.Fence()))
 }
 
-func (p *Permit) end(err error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if err != nil && p.lost == nil {
-		p.lost = err
-	}
-	if !p.closed {
-		p.closed = true
-		close(p.done)
-	}
-}
-
+// lostErr returns the permit's error if it was lost or its validity ran
+// out, else nil.
 func (p *Permit) lostErr() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.lost
-}
-
-// Renew extends the permit to a full TTL from now (store clock). It fails
-// with ErrPermitLost if the permit expired or was released.
-func (p *Permit) Renew(ctx context.Context) error {
-	sent := p.c.now()
-	g, err := p.c.s.RenewPermit(ctx, p.c.stateKey(p.key), p.id.Reveal(), p.c.lim.TTL)
-	if errors.Is(err, ErrPermitLost) {
-		p.end(err)
-		return err
+	if p.g.Lost() {
+		return p.g.Err()
 	}
-	if err != nil {
-		return err
-	}
-	p.mu.Lock()
-	p.validUntil = p.valid(sent, g.TTL)
-	p.mu.Unlock()
 	return nil
 }
+
+// Renew extends the permit to a full TTL from now (store clock), and its
+// validity to the TTL from when the renewal was sent. It fails with
+// ErrPermitLost if the permit expired or was released.
+func (p *Permit) Renew(ctx context.Context) error { return p.g.Renew(ctx) }
 
 // Release frees the permit. It fails with ErrPermitLost if the permit had
 // expired (another holder may have taken its place meanwhile).
 func (p *Permit) Release(ctx context.Context) error {
-	err := p.c.s.ReleasePermit(ctx, p.c.stateKey(p.key), p.id.Reveal())
+	err := p.c.s.ReleasePermit(ctx, p.c.stateKey(p.key), p.g.Token())
 	if err == nil || errors.Is(err, ErrPermitLost) {
-		p.end(nil)
+		p.g.End(errReleased)
 	}
 	return err
-}
-
-// keepAlive renews p every TTL/3 until stop is closed, and cancels fn's
-// context when the permit is lost or its validity runs out.
-func (p *Permit) keepAlive(ctx context.Context, stop <-chan struct{}, cancel context.CancelFunc) {
-	every := p.c.lim.TTL / 3
-	for {
-		left := time.Until(p.ValidUntil())
-		if left <= 0 {
-			p.end(fmt.Errorf("%w: validity ran out", ErrPermitLost))
-			cancel()
-			return
-		}
-		t := time.NewTimer(min(every, left))
-		select {
-		case <-stop:
-			t.Stop()
-			return
-		case <-p.done:
-			t.Stop()
-			cancel()
-			return
-		case <-t.C:
-		}
-		if time.Until(p.ValidUntil()) > 2*every {
-			continue
-		}
-		rctx, rcancel := context.WithDeadline(context.WithoutCancel(ctx), p.ValidUntil())
-		err := p.Renew(rctx)
-		rcancel()
-		if errors.Is(err, ErrPermitLost) {
-			cancel()
-			return
-		}
-	}
 }

@@ -24,7 +24,7 @@ func TestPermitTokenNeverPrinted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	id := p.id.Reveal()
+	id := p.g.Token()
 	if len(id) < 16 {
 		t.Fatalf("permit id %q", id)
 	}
@@ -41,7 +41,7 @@ func TestPermitTokenNeverPrinted(t *testing.T) {
 		"nested pointer":  &h,
 		"slice":           []*Permit{p},
 		"map":             map[string]*Permit{"p": p},
-		"unexported id":   reflect.ValueOf(p).Elem().FieldByName("id"),
+		"unexported id":   reflect.ValueOf(p).Elem().FieldByName("g"),
 		"interface slice": []any{p, &h},
 	}
 	var out []string

@@ -37,12 +37,6 @@ type outcome struct {
 	at    time.Time // else look at it again at this time (store clock)
 }
 
-// held is a lease of a run with its keep-alive.
-type held struct {
-	l    *lease.Lease
-	stop func()
-}
-
 // slotRun is one attempt at a pending slot.
 type slotRun struct {
 	s   *Scheduler
@@ -55,12 +49,16 @@ type slotRun struct {
 	// waiting after it.
 	stop context.Context
 	// ctx is the attempt's context: it ends at the stop deadline (the
-	// handlers' context) and, with cause lease.ErrLost, when a lease of
-	// the attempt is lost. It grows a layer for each lease taken.
+	// handlers' context) and, with a cause wrapping lease.ErrLost, when a
+	// lease of the attempt is lost. Once the claim is taken it is the
+	// keep-alive group's context.
 	ctx context.Context
 
-	claim  *held
-	leases []*held // the catch-up permit and the run lease, in order taken
+	// ka keeps every lease of the attempt alive with one loop, from the
+	// claim on.
+	ka     *lease.Group
+	claim  *lease.Lease
+	leases []*lease.Lease // the catch-up permit and the run lease, in order taken
 
 	begun, finished bool
 	rec             Record
@@ -83,29 +81,35 @@ func (r *slotRun) catchUp() bool { return r.p.late && r.j.Misfire == MisfireCatc
 // later is an outcome that looks at the slot again d after sent.
 func later(sent time.Time, d time.Duration) outcome { return outcome{at: sent.Add(d)} }
 
-// hold starts the keep-alive of l under the attempt's context.
-func (r *slotRun) hold(l *lease.Lease) *held {
-	var stop func()
-	r.ctx, stop = keepAlive(r.ctx, l, r.s.log)
-	return &held{l: l, stop: stop}
+// hold keeps l alive with the attempt's other leases, starting the
+// attempt's keep-alive group with its first lease.
+func (r *slotRun) hold(l *lease.Lease) *lease.Lease {
+	if r.ka == nil {
+		r.ka = r.s.locker.KeepAlive(r.ctx)
+		r.ctx = r.ka.Context()
+	}
+	r.ka.Add(l)
+	return l
 }
 
-// endLeases stops the keep-alives of the permit and the run lease and
-// releases them, newest first.
+// endLeases stops keeping the permit and the run lease alive and releases
+// them, newest first.
 func (r *slotRun) endLeases() {
 	for i := len(r.leases) - 1; i >= 0; i-- {
-		r.leases[i].stop()
-		r.s.release(r.leases[i].l)
+		r.ka.Remove(r.leases[i])
+		r.s.release(r.leases[i])
 	}
 	r.leases = nil
 }
 
-// close ends every lease of the run, the claim last.
+// close ends every lease of the run, the claim last, and the keep-alive.
 func (r *slotRun) close() {
 	r.endLeases()
+	if r.ka != nil {
+		r.ka.Stop()
+	}
 	if r.claim != nil {
-		r.claim.stop()
-		r.s.release(r.claim.l)
+		r.s.release(r.claim)
 		r.claim = nil
 	}
 }
@@ -272,7 +276,7 @@ func (r *slotRun) earlierRunning() (string, error) {
 // skip records the slot skipped for the run of slot running.
 func (r *slotRun) skip(running string) (outcome, bool) {
 	sent := r.s.storeNow()
-	_, err := r.s.begin(r.ctx, r.js, r.p, r.claim.l, "overlap: the run of slot "+running+" was still running")
+	_, err := r.s.begin(r.ctx, r.js, r.p, r.claim, "overlap: the run of slot "+running+" was still running")
 	if err == nil {
 		r.state = slotSkipped
 		r.s.tel.slot(r.ctx, r.j.Name, slotSkipped)
@@ -290,7 +294,7 @@ func (r *slotRun) skip(running string) (outcome, bool) {
 // beginAttempt records the attempt's start.
 func (r *slotRun) beginAttempt() (outcome, bool) {
 	sent := r.s.storeNow()
-	rec, err := r.s.begin(r.ctx, r.js, r.p, r.claim.l, "")
+	rec, err := r.s.begin(r.ctx, r.js, r.p, r.claim, "")
 	var notDue *NotDueError
 	switch {
 	case errors.Is(err, ErrSuperseded):
@@ -320,7 +324,7 @@ var errGoexit = errors.New("schedule: handler exited without returning (runtime.
 // Timeout). A panic becomes the attempt's error, its stack logged; a
 // runtime.Goexit is recorded by execute's deferred finish.
 func (r *slotRun) handle() (err error) {
-	slot := &Slot{Job: r.j.Name, Time: r.p.at, ID: r.p.id, Fence: r.claim.l.Fence(), Attempt: r.rec.Attempts, lease: r.claim.l}
+	slot := &Slot{Job: r.j.Name, Time: r.p.at, ID: r.p.id, Fence: r.claim.Fence(), Attempt: r.rec.Attempts, lease: r.claim}
 	ctx := r.ctx
 	if r.j.Timeout > 0 {
 		var cancel context.CancelFunc
@@ -357,7 +361,7 @@ func (r *slotRun) claimLost(runErr error) bool {
 	if runErr == nil || !(errors.Is(runErr, ErrStale) || errors.Is(runErr, lease.ErrNotHeld) || errors.Is(runErr, lease.ErrLost)) {
 		return false
 	}
-	if r.claim.l.Err() != nil {
+	if r.claim.Err() != nil {
 		return true
 	}
 	// A completion refused the claim before the keep-alive saw it go:
@@ -366,7 +370,7 @@ func (r *slotRun) claimLost(runErr error) bool {
 	// refuses proves it lost; no answer leaves the refusal's word.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), storeTimeout)
 	defer cancel()
-	err := r.claim.l.Renew(ctx)
+	err := r.claim.Renew(ctx)
 	return err != nil
 }
 
@@ -379,7 +383,7 @@ func (r *slotRun) finish(runErr error) outcome {
 	// the bookkeeping, so that the next slot does not wait for a run that
 	// is over.
 	r.endLeases()
-	fin := FinishRequest{Job: r.j.Name, SlotID: r.p.id, Fence: r.claim.l.Fence(), State: Done}
+	fin := FinishRequest{Job: r.j.Name, SlotID: r.p.id, Fence: r.claim.Fence(), State: Done}
 	if runErr != nil {
 		fin.State = Failed
 		fin.Error = CutError(runErr.Error())

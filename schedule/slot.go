@@ -1,8 +1,6 @@
 package schedule
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -54,47 +52,3 @@ func (s *Slot) LogValue() slog.Value {
 // Format makes every fmt verb print the String form (never the lease's
 // token).
 func (s *Slot) Format(f fmt.State, _ rune) { fmt.Fprint(f, s.String()) }
-
-// keepAlive renews l every ttl/3 until the returned stop function is
-// called, and returns a context that is cancelled (cause lease.ErrLost)
-// the moment the lease ends or its validity runs out.
-func keepAlive(ctx context.Context, l *lease.Lease, log *slog.Logger) (context.Context, func()) {
-	kctx, cancel := context.WithCancelCause(ctx)
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		interval := max(l.TTL()/3, time.Millisecond)
-		retry := max(l.TTL()/10, time.Millisecond)
-		t := time.NewTimer(interval)
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-l.Done():
-				cancel(fmt.Errorf("%w: %s", lease.ErrLost, l.Key()))
-				return
-			case <-t.C:
-				rctx, rcancel := context.WithDeadline(context.WithoutCancel(ctx), l.ValidUntil())
-				err := l.Renew(rctx)
-				rcancel()
-				switch {
-				case err == nil:
-					t.Reset(interval)
-				case errors.Is(err, lease.ErrLost):
-					cancel(err)
-					return
-				default:
-					log.Debug("schedule: renewal failed, retrying while valid", "key", l.Key(), "err", err)
-					t.Reset(retry)
-				}
-			}
-		}
-	}()
-	return kctx, func() {
-		close(stop)
-		<-done
-		cancel(context.Canceled)
-	}
-}

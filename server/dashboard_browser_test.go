@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/tenurekit/tenure/idempotency/driver"
 	"net/http"
 	"os"
 	"os/exec"
@@ -163,7 +164,7 @@ func TestBrowserDashboard(t *testing.T) {
 
 	// Some history for the other panels.
 	seedSlots(t, e, "nightly")
-	if _, err := e.mem.Idempotency().Begin(bg, idempotency.Begin{ID: idempotency.ID{Scope: "payments", Key: "order-1042"},
+	if _, err := e.mem.Idempotency().Begin(bg, driver.Begin{ID: idempotency.ID{Scope: "payments", Key: "order-1042"},
 		Fingerprint: "f", Token: secret.New("claim-token-0123456789"), ClaimTTL: 10 * time.Minute, Retention: time.Hour}); err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/tenurekit/tenure/idempotency/driver"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -294,7 +295,7 @@ func TestDashboardEvents(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := e.mem.Idempotency().Begin(ctx, idempotency.Begin{ID: idempotency.ID{Scope: "pay", Key: "k1"},
+	if _, err := e.mem.Idempotency().Begin(ctx, driver.Begin{ID: idempotency.ID{Scope: "pay", Key: "k1"},
 		Fingerprint: "f", Token: secret.New("claim-token-0123456789"), ClaimTTL: time.Minute, Retention: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
@@ -424,7 +425,7 @@ func TestDashboardSettlesIdempotencyRecords(t *testing.T) {
 	ctx := context.Background()
 	idem := e.mem.Idempotency()
 	begin := func(key string) uint64 {
-		b, err := idem.Begin(ctx, idempotency.Begin{ID: idempotency.ID{Scope: "pay", Key: key}, Fingerprint: "f",
+		b, err := idem.Begin(ctx, driver.Begin{ID: idempotency.ID{Scope: "pay", Key: key}, Fingerprint: "f",
 			Token: secret.New("claim-token-" + key + "-0123456789"), ClaimTTL: time.Minute, Retention: time.Hour})
 		if err != nil {
 			t.Fatal(err)

@@ -3,6 +3,7 @@ package server
 import (
 	crand "crypto/rand"
 	"errors"
+	"github.com/tenurekit/tenure/idempotency/driver"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
@@ -335,7 +336,7 @@ func (s *Server) beginIdem(w http.ResponseWriter, r *http.Request, p principal) 
 	if !guard(w, p, "idempotency scope", req.Scope) {
 		return
 	}
-	b, err := s.st.Idempotency.Begin(r.Context(), idempotency.Begin{
+	b, err := s.st.Idempotency.Begin(r.Context(), driver.Begin{
 		ID: idempotency.ID{Scope: req.Scope, Key: req.Key}, Fingerprint: req.Fingerprint,
 		Token: secret.New(req.Token), ClaimTTL: req.ClaimTTL.D(), Retention: req.Retention.D(), Takeover: req.Takeover,
 	})
@@ -344,7 +345,7 @@ func (s *Server) beginIdem(w http.ResponseWriter, r *http.Request, p principal) 
 		return
 	}
 	out := serveapi.IdemBegun{State: b.State.String(), Fence: b.Fence, TTL: serveapi.Duration(b.TTL)}
-	if b.State == idempotency.Completed {
+	if b.State == driver.Completed {
 		out.Outcome = outcomeOut(b.Outcome)
 	}
 	writeJSON(w, http.StatusOK, out)

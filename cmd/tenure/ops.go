@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/tenurekit/tenure/idempotency/driver"
 	"io"
 	"os"
 	"os/signal"
@@ -454,7 +455,7 @@ the recorded value is shown by size only.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id := idempotency.ID{Scope: args[0], Key: args[1]}
-			if err := idempotency.ValidateID(id); err != nil {
+			if err := driver.ValidateID(id); err != nil {
 				return exitErr{code: 2, err: err}
 			}
 			return f.with(cmd, func(ctx context.Context, s *storeopen.Stores) error {

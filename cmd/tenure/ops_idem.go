@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/tenurekit/tenure/idempotency/driver"
 	"os"
 	"strconv"
 	"strings"
@@ -88,7 +89,7 @@ reconcile them, then settle them with resolve or release.`,
 			if err != nil {
 				return exitErr{code: 2, err: err}
 			}
-			filter, err := idempotency.ValidateFilter(idempotency.Filter{State: st, ScopePrefix: scopePrefix, Limit: limit})
+			filter, err := driver.ValidateFilter(idempotency.Filter{State: st, ScopePrefix: scopePrefix, Limit: limit})
 			if err != nil || limit == 0 {
 				if err == nil {
 					err = fmt.Errorf("--limit must be positive, got %d", limit)
@@ -128,7 +129,7 @@ reconcile them, then settle them with resolve or release.`,
 	)
 	settleArgs := func(args []string) (idempotency.Settle, error) {
 		s := idempotency.Settle{ID: idempotency.ID{Scope: args[0], Key: args[1]}, Fence: fence, Force: force}
-		if err := idempotency.ValidateSettle(s); err != nil {
+		if err := driver.ValidateSettle(s); err != nil {
 			return s, fmt.Errorf("--fence (the record's fence, as show or list report it): %w", err)
 		}
 		return s, nil
@@ -188,7 +189,7 @@ live is refused unless --force (its executor's result is then refused).`,
 				}
 				out.Failed, out.Message = true, msg
 			}
-			if err := idempotency.ValidateRetention(retention); err != nil {
+			if err := driver.ValidateRetention(retention); err != nil {
 				return exitErr{code: 2, err: fmt.Errorf("--retention: %w", err)}
 			}
 			return f.with(cmd, func(ctx context.Context, st *storeopen.Stores) error {

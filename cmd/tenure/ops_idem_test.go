@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/tenurekit/tenure/idempotency/driver"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -51,8 +52,8 @@ func TestIdempotencyAdminCommands(t *testing.T) {
 				return idempotency.Request{Scope: id(key).Scope, Key: key, Fingerprint: "f"}
 			}
 			begin := func(key string, ttl time.Duration) uint64 {
-				b, err := s.Begin(ctx, idempotency.Begin{ID: id(key), Fingerprint: "f", Token: idempotency.NewToken(), ClaimTTL: ttl, Retention: time.Hour})
-				if err != nil || b.State != idempotency.Claimed {
+				b, err := s.Begin(ctx, driver.Begin{ID: id(key), Fingerprint: "f", Token: idempotency.NewToken(), ClaimTTL: ttl, Retention: time.Hour})
+				if err != nil || b.State != driver.Claimed {
 					t.Fatalf("Begin %s: %+v %v", key, b, err)
 				}
 				return b.Fence

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/tenurekit/tenure/idempotency/driver"
 	"testing"
 	"time"
 
@@ -30,9 +31,9 @@ var adminCases = []struct {
 func claimDirect(t *testing.T, s idempotency.Store, req idempotency.Request, ttl time.Duration) (idempotency.Token, uint64) {
 	t.Helper()
 	tok := idempotency.NewToken()
-	b, err := s.Begin(ctxT(t), idempotency.Begin{ID: req.ID(), Fingerprint: req.Fingerprint, Token: tok,
+	b, err := s.Begin(ctxT(t), driver.Begin{ID: req.ID(), Fingerprint: req.Fingerprint, Token: tok,
 		ClaimTTL: ttl, Retention: time.Hour})
-	if err != nil || b.State != idempotency.Claimed {
+	if err != nil || b.State != driver.Claimed {
 		t.Fatalf("Begin: %+v %v, want claimed", b, err)
 	}
 	return tok, b.Fence

@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/tenurekit/tenure/idempotency/driver"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -808,24 +809,24 @@ func testInvalid(t *testing.T, tg Target) {
 	}
 	// The store itself refuses bad arguments.
 	s, id, tok := tg.Store, good.ID(), idempotency.NewToken()
-	b := idempotency.Begin{ID: id, Fingerprint: good.Fingerprint, Token: tok, ClaimTTL: time.Second, Retention: time.Hour}
-	bw := func(f func(b *idempotency.Begin)) idempotency.Begin {
+	b := driver.Begin{ID: id, Fingerprint: good.Fingerprint, Token: tok, ClaimTTL: time.Second, Retention: time.Hour}
+	bw := func(f func(b *driver.Begin)) driver.Begin {
 		x := b
 		f(&x)
 		return x
 	}
 	calls := map[string]func() error{
 		"begin empty token": func() error {
-			_, err := s.Begin(ctx, bw(func(b *idempotency.Begin) { b.Token = idempotency.Token{} }))
+			_, err := s.Begin(ctx, bw(func(b *driver.Begin) { b.Token = idempotency.Token{} }))
 			return err
 		},
 		"begin token with SP": func() error {
-			_, err := s.Begin(ctx, bw(func(b *idempotency.Begin) { b.Token = secret.New("a b") }))
+			_, err := s.Begin(ctx, bw(func(b *driver.Begin) { b.Token = secret.New("a b") }))
 			return err
 		},
-		"begin zero claim TTL": func() error { _, err := s.Begin(ctx, bw(func(b *idempotency.Begin) { b.ClaimTTL = 0 })); return err },
-		"begin zero retention": func() error { _, err := s.Begin(ctx, bw(func(b *idempotency.Begin) { b.Retention = 0 })); return err },
-		"begin bad key":        func() error { _, err := s.Begin(ctx, bw(func(b *idempotency.Begin) { b.Key = "" })); return err },
+		"begin zero claim TTL": func() error { _, err := s.Begin(ctx, bw(func(b *driver.Begin) { b.ClaimTTL = 0 })); return err },
+		"begin zero retention": func() error { _, err := s.Begin(ctx, bw(func(b *driver.Begin) { b.Retention = 0 })); return err },
+		"begin bad key":        func() error { _, err := s.Begin(ctx, bw(func(b *driver.Begin) { b.Key = "" })); return err },
 		"renew fence 0":        func() error { return s.Renew(ctx, id, tok.Reveal(), 0, time.Second) },
 		"renew zero ttl":       func() error { return s.Renew(ctx, id, tok.Reveal(), 1, 0) },
 		"complete fence 0":     func() error { return s.Complete(ctx, id, tok.Reveal(), 0, idempotency.Outcome{}, time.Hour) },
@@ -844,7 +845,7 @@ func testInvalid(t *testing.T, tg Target) {
 	}
 	wantAbsent(t, tg.Direct, id)
 	for _, r := range reqs {
-		if r.Scope != "" && idempotency.ValidateID(r.ID()) == nil {
+		if r.Scope != "" && driver.ValidateID(r.ID()) == nil {
 			wantAbsent(t, tg.Direct, r.ID())
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/tenurekit/tenure/idempotency/driver"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -292,8 +293,8 @@ func testTxHTTP409(t *testing.T, tg SQLTarget) {
 	}
 	// Unknown: a claim that expired without a result.
 	tok := idempotency.NewToken()
-	if b, err := tg.Direct.Begin(ctxT(t), idempotency.Begin{ID: idempotency.ID{Scope: x.scope, Key: "lost"}, Fingerprint: fp,
-		Token: tok, ClaimTTL: tg.Unit, Retention: time.Hour}); err != nil || b.State != idempotency.Claimed {
+	if b, err := tg.Direct.Begin(ctxT(t), driver.Begin{ID: idempotency.ID{Scope: x.scope, Key: "lost"}, Fingerprint: fp,
+		Token: tok, ClaimTTL: tg.Unit, Retention: time.Hour}); err != nil || b.State != driver.Claimed {
 		t.Fatalf("Begin: %+v %v", b, err)
 	}
 	waitFor(t, 30*time.Second, "the claim's expiry", func() bool { return x.record(t, "lost").State() == idempotency.StateUnknown })

@@ -3,6 +3,7 @@ package idempotencytest
 import (
 	"context"
 	"errors"
+	"github.com/tenurekit/tenure/idempotency/driver"
 	"sync/atomic"
 	"time"
 
@@ -49,13 +50,13 @@ func (w *wrapped) call(ctx context.Context, op func(ctx context.Context) error) 
 	return op(ctx)
 }
 
-func (w *wrapped) Begin(ctx context.Context, b idempotency.Begin) (r idempotency.Begun, err error) {
+func (w *wrapped) Begin(ctx context.Context, b driver.Begin) (r driver.Begun, err error) {
 	err = w.call(ctx, func(ctx context.Context) (err error) {
 		r, err = w.inner.Begin(ctx, b)
 		return err
 	})
 	if err != nil {
-		return idempotency.Begun{}, err
+		return driver.Begun{}, err
 	}
 	return r, nil
 }

@@ -3,6 +3,7 @@ package memstore
 import (
 	"context"
 	"fmt"
+	"github.com/tenurekit/tenure/idempotency/driver"
 	"sync"
 	"time"
 
@@ -68,22 +69,22 @@ func cloneOutcome(o idempotency.Outcome) idempotency.Outcome {
 	return o
 }
 
-func (v idemView) Begin(ctx context.Context, b idempotency.Begin) (idempotency.Begun, error) {
-	if err := idempotency.ValidateBegin(b); err != nil {
-		return idempotency.Begun{}, err
+func (v idemView) Begin(ctx context.Context, b driver.Begin) (driver.Begun, error) {
+	if err := driver.ValidateBegin(b); err != nil {
+		return driver.Begun{}, err
 	}
 	if err := ctx.Err(); err != nil {
-		return idempotency.Begun{}, fmt.Errorf("%w: %w", idempotency.ErrUnavailable, err)
+		return driver.Begun{}, fmt.Errorf("%w: %w", idempotency.ErrUnavailable, err)
 	}
 	v.st.mu.Lock()
 	defer v.st.mu.Unlock()
 	now := v.s.now()
 	v.sweep(now)
-	claim := func(last uint64) idempotency.Begun {
-		r := &idemRec{fp: b.Fingerprint, token: b.Token.Reveal(), fence: idempotency.NextFence(last, now),
+	claim := func(last uint64) driver.Begun {
+		r := &idemRec{fp: b.Fingerprint, token: b.Token.Reveal(), fence: driver.NextFence(last, now),
 			claimUntil: now.Add(b.ClaimTTL), expires: now.Add(max(b.ClaimTTL, b.Retention))}
 		v.st.recs[b.ID] = r
-		return idempotency.Begun{State: idempotency.Claimed, Fence: r.fence, TTL: b.ClaimTTL}
+		return driver.Begun{State: driver.Claimed, Fence: r.fence, TTL: b.ClaimTTL}
 	}
 	r := v.live(b.ID, now)
 	switch {
@@ -94,19 +95,19 @@ func (v idemView) Begin(ctx context.Context, b idempotency.Begin) (idempotency.B
 		}
 		return claim(last), nil
 	case r.fp != b.Fingerprint:
-		return idempotency.Begun{State: idempotency.Mismatch}, nil
+		return driver.Begun{State: driver.Mismatch}, nil
 	case r.done:
-		return idempotency.Begun{State: idempotency.Completed, Outcome: cloneOutcome(r.out)}, nil
+		return driver.Begun{State: driver.Completed, Outcome: cloneOutcome(r.out)}, nil
 	case r.token == b.Token.Reveal():
 		r.claimUntil = now.Add(b.ClaimTTL)
 		r.expires = maxTime(r.expires, r.claimUntil)
-		return idempotency.Begun{State: idempotency.Claimed, Fence: r.fence, TTL: b.ClaimTTL}, nil
+		return driver.Begun{State: driver.Claimed, Fence: r.fence, TTL: b.ClaimTTL}, nil
 	case r.claimUntil.After(now):
-		return idempotency.Begun{State: idempotency.InProgress, TTL: r.claimUntil.Sub(now)}, nil
+		return driver.Begun{State: driver.InProgress, TTL: r.claimUntil.Sub(now)}, nil
 	case b.Takeover:
 		return claim(r.fence), nil
 	}
-	return idempotency.Begun{State: idempotency.Abandoned, Fence: r.fence}, nil
+	return driver.Begun{State: driver.Abandoned, Fence: r.fence}, nil
 }
 
 func maxTime(a, b time.Time) time.Time {
@@ -117,10 +118,10 @@ func maxTime(a, b time.Time) time.Time {
 }
 
 func (v idemView) Renew(ctx context.Context, id idempotency.ID, token string, fence uint64, ttl time.Duration) error {
-	if err := idempotency.ValidateClaim(id, token, fence); err != nil {
+	if err := driver.ValidateClaim(id, token, fence); err != nil {
 		return err
 	}
-	if err := idempotency.ValidateClaimTTL(ttl); err != nil {
+	if err := driver.ValidateClaimTTL(ttl); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -139,10 +140,10 @@ func (v idemView) Renew(ctx context.Context, id idempotency.ID, token string, fe
 }
 
 func (v idemView) Complete(ctx context.Context, id idempotency.ID, token string, fence uint64, out idempotency.Outcome, retention time.Duration) error {
-	if err := idempotency.ValidateClaim(id, token, fence); err != nil {
+	if err := driver.ValidateClaim(id, token, fence); err != nil {
 		return err
 	}
-	if err := idempotency.ValidateRetention(retention); err != nil {
+	if err := driver.ValidateRetention(retention); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -167,10 +168,10 @@ func (v idemView) Complete(ctx context.Context, id idempotency.ID, token string,
 }
 
 func (v idemView) Release(ctx context.Context, id idempotency.ID, token string) error {
-	if err := idempotency.ValidateID(id); err != nil {
+	if err := driver.ValidateID(id); err != nil {
 		return err
 	}
-	if err := idempotency.ValidateToken(token); err != nil {
+	if err := driver.ValidateToken(token); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -188,7 +189,7 @@ func (v idemView) Release(ctx context.Context, id idempotency.ID, token string) 
 }
 
 func (v idemView) Inspect(ctx context.Context, id idempotency.ID) (idempotency.Record, error) {
-	if err := idempotency.ValidateID(id); err != nil {
+	if err := driver.ValidateID(id); err != nil {
 		return idempotency.Record{}, err
 	}
 	if err := ctx.Err(); err != nil {

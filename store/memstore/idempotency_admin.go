@@ -3,6 +3,7 @@ package memstore
 import (
 	"context"
 	"fmt"
+	"github.com/tenurekit/tenure/idempotency/driver"
 	"slices"
 	"strings"
 	"time"
@@ -35,7 +36,7 @@ func (v idemView) record(id idempotency.ID, r *idemRec, now time.Time) idempoten
 
 // List returns the live records that match f, ordered by scope and key.
 func (v idemView) List(ctx context.Context, f idempotency.Filter) ([]idempotency.Record, error) {
-	f, err := idempotency.ValidateFilter(f)
+	f, err := driver.ValidateFilter(f)
 	if err != nil {
 		return nil, err
 	}
@@ -69,7 +70,7 @@ func (v idemView) settle(ctx context.Context, s idempotency.Settle, now time.Tim
 		return nil, fmt.Errorf("%w: %w", idempotency.ErrUnavailable, err)
 	}
 	r := v.live(s.ID, now)
-	if err := idempotency.SettleError(s, v.record(s.ID, r, now)); err != nil {
+	if err := driver.SettleError(s, v.record(s.ID, r, now)); err != nil {
 		return nil, err
 	}
 	return r, nil
@@ -77,10 +78,10 @@ func (v idemView) settle(ctx context.Context, s idempotency.Settle, now time.Tim
 
 // Resolve records out for the record s names, guarded by its fence.
 func (v idemView) Resolve(ctx context.Context, s idempotency.Settle, out idempotency.Outcome, retention time.Duration) error {
-	if err := idempotency.ValidateSettle(s); err != nil {
+	if err := driver.ValidateSettle(s); err != nil {
 		return err
 	}
-	if err := idempotency.ValidateRetention(retention); err != nil {
+	if err := driver.ValidateRetention(retention); err != nil {
 		return err
 	}
 	v.st.mu.Lock()
@@ -102,7 +103,7 @@ func (v idemView) Resolve(ctx context.Context, s idempotency.Settle, out idempot
 // ForceRelease drops the claim of the record s names, guarded by its
 // fence. The record keeps its fence, so the next claim's is greater.
 func (v idemView) ForceRelease(ctx context.Context, s idempotency.Settle) error {
-	if err := idempotency.ValidateSettle(s); err != nil {
+	if err := driver.ValidateSettle(s); err != nil {
 		return err
 	}
 	v.st.mu.Lock()

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/tenurekit/tenure/idempotency/driver"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -186,12 +187,12 @@ type beginRow struct {
 
 // answer turns a run's row into a Begun; ok is false when the run was
 // inconclusive.
-func (r beginRow) answer(b idempotency.Begin) (idempotency.Begun, bool) {
+func (r beginRow) answer(b driver.Begin) (driver.Begun, bool) {
 	if r.claimed {
-		return idempotency.Begun{State: idempotency.Claimed, Fence: uint64(r.fence), TTL: grantTTL(b.ClaimTTL)}, true
+		return driver.Begun{State: driver.Claimed, Fence: uint64(r.fence), TTL: grantTTL(b.ClaimTTL)}, true
 	}
 	if r.live == nil || !*r.live || r.fp == nil || r.state == nil {
-		return idempotency.Begun{}, false
+		return driver.Begun{}, false
 	}
 	left := int64(0)
 	if r.claimUS != nil {
@@ -199,7 +200,7 @@ func (r beginRow) answer(b idempotency.Begin) (idempotency.Begun, bool) {
 	}
 	switch {
 	case *r.fp != b.Fingerprint:
-		return idempotency.Begun{State: idempotency.Mismatch}, true
+		return driver.Begun{State: driver.Mismatch}, true
 	case *r.state == idemDone:
 		out := idempotency.Outcome{Value: r.value}
 		if r.failed != nil {
@@ -208,20 +209,20 @@ func (r beginRow) answer(b idempotency.Begin) (idempotency.Begun, bool) {
 		if r.message != nil {
 			out.Message = *r.message
 		}
-		return idempotency.Begun{State: idempotency.Completed, Outcome: out}, true
+		return driver.Begun{State: driver.Completed, Outcome: out}, true
 	case r.token != nil && *r.token == b.Token.Reveal():
-		return idempotency.Begun{}, false // claimable: the claim lost a race
+		return driver.Begun{}, false // claimable: the claim lost a race
 	case left > 0:
-		return idempotency.Begun{State: idempotency.InProgress, TTL: time.Duration(left) * time.Microsecond}, true
+		return driver.Begun{State: driver.InProgress, TTL: time.Duration(left) * time.Microsecond}, true
 	case b.Takeover:
-		return idempotency.Begun{}, false
+		return driver.Begun{}, false
 	}
-	return idempotency.Begun{State: idempotency.Abandoned, Fence: uint64(r.fence)}, true
+	return driver.Begun{State: driver.Abandoned, Fence: uint64(r.fence)}, true
 }
 
 // runBegin runs the begin statement once on q (and, with savepoint, the
 // savepoint after it, in the same round trip where q can).
-func (v idemView) runBegin(ctx context.Context, q querier, b idempotency.Begin, savepoint bool) (beginRow, bool, error) {
+func (v idemView) runBegin(ctx context.Context, q querier, b driver.Begin, savepoint bool) (beginRow, bool, error) {
 	args := []any{b.Scope, b.Key, b.Fingerprint, b.Token.Reveal(), b.ClaimTTL, b.Retention, b.Takeover}
 	var r beginRow
 	dest := []any{&r.claimed, &r.fence, &r.fp, &r.token, &r.state, &r.claimUS, &r.live, &r.failed, &r.message, &r.value}
@@ -242,12 +243,12 @@ func (v idemView) runBegin(ctx context.Context, q querier, b idempotency.Begin, 
 
 // begin runs the begin statement until it is conclusive. In a transaction
 // (tx != nil), the savepoint is marked after the claim.
-func (v idemView) begin(ctx context.Context, tx querier, b idempotency.Begin) (idempotency.Begun, error) {
-	if err := idempotency.ValidateBegin(b); err != nil {
-		return idempotency.Begun{}, err
+func (v idemView) begin(ctx context.Context, tx querier, b driver.Begin) (driver.Begun, error) {
+	if err := driver.ValidateBegin(b); err != nil {
+		return driver.Begun{}, err
 	}
 	if err := v.check(); err != nil {
-		return idempotency.Begun{}, err
+		return driver.Begun{}, err
 	}
 	for attempt := 1; attempt <= idemBeginAttempts; attempt++ {
 		// The first run in a transaction sends the savepoint along; it
@@ -258,7 +259,7 @@ func (v idemView) begin(ctx context.Context, tx querier, b idempotency.Begin) (i
 		}
 		r, found, err := v.runBegin(ctx, q, b, tx != nil && attempt == 1)
 		if err != nil {
-			return idempotency.Begun{}, v.s.idemWrap(ctx, "begin", err)
+			return driver.Begun{}, v.s.idemWrap(ctx, "begin", err)
 		}
 		if !found {
 			continue
@@ -267,25 +268,25 @@ func (v idemView) begin(ctx context.Context, tx querier, b idempotency.Begin) (i
 		if !ok {
 			continue
 		}
-		if tx != nil && got.State == idempotency.Claimed && attempt > 1 {
+		if tx != nil && got.State == driver.Claimed && attempt > 1 {
 			if _, err := tx.exec(ctx, `SAVEPOINT `+idemSavepoint); err != nil {
-				return idempotency.Begun{}, v.s.idemWrap(ctx, "begin", err)
+				return driver.Begun{}, v.s.idemWrap(ctx, "begin", err)
 			}
 		}
 		return got, nil
 	}
-	return idempotency.Begun{}, fmt.Errorf("pgstore: idempotency begin: the record of key %q kept changing during %d attempts", b.Key, idemBeginAttempts)
+	return driver.Begun{}, fmt.Errorf("pgstore: idempotency begin: the record of key %q kept changing during %d attempts", b.Key, idemBeginAttempts)
 }
 
-func (v idemView) Begin(ctx context.Context, b idempotency.Begin) (idempotency.Begun, error) {
+func (v idemView) Begin(ctx context.Context, b driver.Begin) (driver.Begun, error) {
 	return v.begin(ctx, nil, b)
 }
 
 func (v idemView) Renew(ctx context.Context, id idempotency.ID, token string, fence uint64, ttl time.Duration) error {
-	if err := idempotency.ValidateClaim(id, token, fence); err != nil {
+	if err := driver.ValidateClaim(id, token, fence); err != nil {
 		return err
 	}
-	if err := idempotency.ValidateClaimTTL(ttl); err != nil {
+	if err := driver.ValidateClaimTTL(ttl); err != nil {
 		return err
 	}
 	if err := v.check(); err != nil {
@@ -302,10 +303,10 @@ func (v idemView) Renew(ctx context.Context, id idempotency.ID, token string, fe
 }
 
 func (v idemView) complete(ctx context.Context, tx querier, id idempotency.ID, token string, fence uint64, out idempotency.Outcome, retention time.Duration) error {
-	if err := idempotency.ValidateClaim(id, token, fence); err != nil {
+	if err := driver.ValidateClaim(id, token, fence); err != nil {
 		return err
 	}
-	if err := idempotency.ValidateRetention(retention); err != nil {
+	if err := driver.ValidateRetention(retention); err != nil {
 		return err
 	}
 	if err := v.check(); err != nil {
@@ -335,10 +336,10 @@ func (v idemView) Complete(ctx context.Context, id idempotency.ID, token string,
 }
 
 func (v idemView) release(ctx context.Context, tx querier, id idempotency.ID, token string) error {
-	if err := idempotency.ValidateID(id); err != nil {
+	if err := driver.ValidateID(id); err != nil {
 		return err
 	}
-	if err := idempotency.ValidateToken(token); err != nil {
+	if err := driver.ValidateToken(token); err != nil {
 		return err
 	}
 	if err := v.check(); err != nil {
@@ -363,7 +364,7 @@ func (v idemView) Release(ctx context.Context, id idempotency.ID, token string) 
 }
 
 func (v idemView) Inspect(ctx context.Context, id idempotency.ID) (idempotency.Record, error) {
-	if err := idempotency.ValidateID(id); err != nil {
+	if err := driver.ValidateID(id); err != nil {
 		return idempotency.Record{}, err
 	}
 	if err := v.check(); err != nil {
@@ -406,9 +407,9 @@ type idemTx struct {
 	tx querier // nil for a nil transaction
 }
 
-func (t idemTx) Claim(ctx context.Context, b idempotency.Begin) (idempotency.Begun, error) {
+func (t idemTx) Claim(ctx context.Context, b driver.Begin) (driver.Begun, error) {
 	if t.tx == nil {
-		return idempotency.Begun{}, fmt.Errorf("%w: pgstore: nil transaction", idempotency.ErrInvalid)
+		return driver.Begun{}, fmt.Errorf("%w: pgstore: nil transaction", idempotency.ErrInvalid)
 	}
 	return t.v.begin(ctx, t.tx, b)
 }

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/tenurekit/tenure/idempotency/driver"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -93,7 +94,7 @@ func (x *idemScan) fill(rec *idempotency.Record) {
 // List returns the live records that match f, ordered by scope and key
 // (bytes), from one statement.
 func (v idemView) List(ctx context.Context, f idempotency.Filter) ([]idempotency.Record, error) {
-	f, err := idempotency.ValidateFilter(f)
+	f, err := driver.ValidateFilter(f)
 	if err != nil {
 		return nil, err
 	}
@@ -139,7 +140,7 @@ func (v idemView) settle(ctx context.Context, op string, s idempotency.Settle, c
 		case !errors.Is(err, sql.ErrNoRows):
 			return err
 		}
-		if refused = idempotency.SettleError(s, rec); refused != nil {
+		if refused = driver.SettleError(s, rec); refused != nil {
 			return refused
 		}
 		n, err := change(q)
@@ -164,10 +165,10 @@ func (v idemView) settle(ctx context.Context, op string, s idempotency.Settle, c
 // Resolve records out for the record s names, guarded by its fence, in
 // one transaction that locks the row.
 func (v idemView) Resolve(ctx context.Context, s idempotency.Settle, out idempotency.Outcome, retention time.Duration) error {
-	if err := idempotency.ValidateSettle(s); err != nil {
+	if err := driver.ValidateSettle(s); err != nil {
 		return err
 	}
-	if err := idempotency.ValidateRetention(retention); err != nil {
+	if err := driver.ValidateRetention(retention); err != nil {
 		return err
 	}
 	value := out.Value
@@ -183,7 +184,7 @@ func (v idemView) Resolve(ctx context.Context, s idempotency.Settle, out idempot
 // ForceRelease drops the claim of the record s names, guarded by its
 // fence, in one transaction that locks the row. The row keeps its fence.
 func (v idemView) ForceRelease(ctx context.Context, s idempotency.Settle) error {
-	if err := idempotency.ValidateSettle(s); err != nil {
+	if err := driver.ValidateSettle(s); err != nil {
 		return err
 	}
 	return v.settle(ctx, "release", s, func(q querier) (int64, error) {

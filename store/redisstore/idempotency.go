@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"github.com/tenurekit/tenure/idempotency/driver"
 	"strconv"
 	"time"
 
@@ -81,12 +82,12 @@ func (v idemView) ready(ctx context.Context) error {
 
 func msArg(d time.Duration) string { return strconv.FormatInt(ceilMillis(d), 10) }
 
-func (v idemView) Begin(ctx context.Context, b idempotency.Begin) (idempotency.Begun, error) {
-	if err := idempotency.ValidateBegin(b); err != nil {
-		return idempotency.Begun{}, err
+func (v idemView) Begin(ctx context.Context, b driver.Begin) (driver.Begun, error) {
+	if err := driver.ValidateBegin(b); err != nil {
+		return driver.Begun{}, err
 	}
 	if err := v.ready(ctx); err != nil {
-		return idempotency.Begun{}, err
+		return driver.Begun{}, err
 	}
 	take := "0"
 	if b.Takeover {
@@ -95,15 +96,15 @@ func (v idemView) Begin(ctx context.Context, b idempotency.Begin) (idempotency.B
 	arr, err := idemBeginScript.Exec(ctx, v.s.c, []string{v.s.idemKey(b.ID)},
 		[]string{b.Fingerprint, b.Token.Reveal(), msArg(b.ClaimTTL), msArg(b.Retention), take}).ToArray()
 	if err != nil {
-		return idempotency.Begun{}, v.s.idemErr(err)
+		return driver.Begun{}, v.s.idemErr(err)
 	}
 	bad := malformed("idempotency begin")
 	if len(arr) < 1 {
-		return idempotency.Begun{}, bad
+		return driver.Begun{}, bad
 	}
 	kind, err := arr[0].AsInt64()
 	if err != nil {
-		return idempotency.Begun{}, bad
+		return driver.Begun{}, bad
 	}
 	ints := func(i int) int64 {
 		if len(arr) <= i {
@@ -116,33 +117,33 @@ func (v idemView) Begin(ctx context.Context, b idempotency.Begin) (idempotency.B
 		}
 		return n
 	}
-	var got idempotency.Begun
+	var got driver.Begun
 	switch kind {
 	case 1:
-		got = idempotency.Begun{State: idempotency.Claimed, Fence: uint64(ints(1)), TTL: time.Duration(ints(2)) * time.Millisecond}
+		got = driver.Begun{State: driver.Claimed, Fence: uint64(ints(1)), TTL: time.Duration(ints(2)) * time.Millisecond}
 	case 2:
-		got.State = idempotency.Completed
+		got.State = driver.Completed
 		got.Outcome.Failed = ints(1) == 1
 		if len(arr) != 4 {
-			return idempotency.Begun{}, bad
+			return driver.Begun{}, bad
 		}
 		value, e1 := arr[2].AsBytes()
 		msg, e2 := arr[3].ToString()
 		if e1 != nil || e2 != nil {
-			return idempotency.Begun{}, bad
+			return driver.Begun{}, bad
 		}
 		got.Outcome.Value, got.Outcome.Message = value, msg
 	case 3:
-		got = idempotency.Begun{State: idempotency.InProgress, TTL: time.Duration(ints(1)) * time.Microsecond}
+		got = driver.Begun{State: driver.InProgress, TTL: time.Duration(ints(1)) * time.Microsecond}
 	case 4:
-		got = idempotency.Begun{State: idempotency.Abandoned, Fence: uint64(ints(1))}
+		got = driver.Begun{State: driver.Abandoned, Fence: uint64(ints(1))}
 	case 5:
-		got.State = idempotency.Mismatch
+		got.State = driver.Mismatch
 	default:
-		return idempotency.Begun{}, bad
+		return driver.Begun{}, bad
 	}
 	if err != nil {
-		return idempotency.Begun{}, err
+		return driver.Begun{}, err
 	}
 	return got, nil
 }
@@ -163,20 +164,20 @@ func (v idemView) exec(ctx context.Context, op string, script *rclient.Script, i
 }
 
 func (v idemView) Renew(ctx context.Context, id idempotency.ID, token string, fence uint64, ttl time.Duration) error {
-	if err := idempotency.ValidateClaim(id, token, fence); err != nil {
+	if err := driver.ValidateClaim(id, token, fence); err != nil {
 		return err
 	}
-	if err := idempotency.ValidateClaimTTL(ttl); err != nil {
+	if err := driver.ValidateClaimTTL(ttl); err != nil {
 		return err
 	}
 	return v.exec(ctx, "renew", idemRenewScript, id, []string{token, strconv.FormatUint(fence, 10), msArg(ttl)})
 }
 
 func (v idemView) Complete(ctx context.Context, id idempotency.ID, token string, fence uint64, out idempotency.Outcome, retention time.Duration) error {
-	if err := idempotency.ValidateClaim(id, token, fence); err != nil {
+	if err := driver.ValidateClaim(id, token, fence); err != nil {
 		return err
 	}
-	if err := idempotency.ValidateRetention(retention); err != nil {
+	if err := driver.ValidateRetention(retention); err != nil {
 		return err
 	}
 	failed := "0"
@@ -188,17 +189,17 @@ func (v idemView) Complete(ctx context.Context, id idempotency.ID, token string,
 }
 
 func (v idemView) Release(ctx context.Context, id idempotency.ID, token string) error {
-	if err := idempotency.ValidateID(id); err != nil {
+	if err := driver.ValidateID(id); err != nil {
 		return err
 	}
-	if err := idempotency.ValidateToken(token); err != nil {
+	if err := driver.ValidateToken(token); err != nil {
 		return err
 	}
 	return v.exec(ctx, "release", idemReleaseScript, id, []string{token})
 }
 
 func (v idemView) Inspect(ctx context.Context, id idempotency.ID) (idempotency.Record, error) {
-	if err := idempotency.ValidateID(id); err != nil {
+	if err := driver.ValidateID(id); err != nil {
 		return idempotency.Record{}, err
 	}
 	arr, err := idemInspectScript.Exec(ctx, v.s.c, []string{v.s.idemKey(id)}, nil).ToArray()

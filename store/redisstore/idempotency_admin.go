@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	_ "embed"
+	"github.com/tenurekit/tenure/idempotency/driver"
 	"slices"
 	"strconv"
 	"strings"
@@ -33,7 +34,7 @@ const scanCount = "1000"
 // it found are sorted by scope and key. Records written during the scan
 // may or may not be listed.
 func (v idemView) List(ctx context.Context, f idempotency.Filter) ([]idempotency.Record, error) {
-	f, err := idempotency.ValidateFilter(f)
+	f, err := driver.ValidateFilter(f)
 	if err != nil {
 		return nil, err
 	}
@@ -119,7 +120,7 @@ func (s *Store) idemID(key string) (idempotency.ID, bool) {
 	scope, ok1 := unescape(rest[:size])
 	k, ok2 := unescape(rest[size:])
 	id := idempotency.ID{Scope: scope, Key: k}
-	if !ok1 || !ok2 || idempotency.ValidateID(id) != nil || s.idemKey(id) != key {
+	if !ok1 || !ok2 || driver.ValidateID(id) != nil || s.idemKey(id) != key {
 		return idempotency.ID{}, false
 	}
 	return id, true
@@ -170,7 +171,7 @@ func globEscape(s string) string {
 }
 
 // settle runs the settle script for s and turns a refusal into the error
-// idempotency.SettleError gives for the record the script saw.
+// driver.SettleError gives for the record the script saw.
 func (v idemView) settle(ctx context.Context, s idempotency.Settle, mode string, retention time.Duration, out idempotency.Outcome) error {
 	if err := v.ready(ctx); err != nil {
 		return err
@@ -210,7 +211,7 @@ func (v idemView) settle(ctx context.Context, s idempotency.Settle, mode string,
 	}
 	rec := idempotency.Record{ID: s.ID, Exists: exists == 1, Completed: completed == 1, Fence: fence,
 		ClaimTTL: time.Duration(left) * time.Microsecond}
-	if err := idempotency.SettleError(s, rec); err != nil {
+	if err := driver.SettleError(s, rec); err != nil {
 		return err
 	}
 	return bad // the script refused a record that can be settled
@@ -219,10 +220,10 @@ func (v idemView) settle(ctx context.Context, s idempotency.Settle, mode string,
 // Resolve records out for the record s names, guarded by its fence, in
 // one script.
 func (v idemView) Resolve(ctx context.Context, s idempotency.Settle, out idempotency.Outcome, retention time.Duration) error {
-	if err := idempotency.ValidateSettle(s); err != nil {
+	if err := driver.ValidateSettle(s); err != nil {
 		return err
 	}
-	if err := idempotency.ValidateRetention(retention); err != nil {
+	if err := driver.ValidateRetention(retention); err != nil {
 		return err
 	}
 	return v.settle(ctx, s, "resolve", retention, out)
@@ -231,7 +232,7 @@ func (v idemView) Resolve(ctx context.Context, s idempotency.Settle, out idempot
 // ForceRelease drops the claim of the record s names, guarded by its
 // fence, in one script. The record keeps its fence until it expires.
 func (v idemView) ForceRelease(ctx context.Context, s idempotency.Settle) error {
-	if err := idempotency.ValidateSettle(s); err != nil {
+	if err := driver.ValidateSettle(s); err != nil {
 		return err
 	}
 	return v.settle(ctx, s, "release", time.Millisecond, idempotency.Outcome{})

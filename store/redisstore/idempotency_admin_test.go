@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"github.com/tenurekit/tenure/idempotency/driver"
 	"strings"
 	"testing"
 
@@ -23,12 +24,12 @@ func FuzzIdempotencyKey(f *testing.F) {
 		id := idempotency.ID{Scope: scope, Key: key}
 		k := s.idemKey(id)
 		got, ok := s.idemID(k)
-		if idempotency.ValidateID(id) == nil && (!ok || got != id) {
+		if driver.ValidateID(id) == nil && (!ok || got != id) {
 			t.Fatalf("key %q of %+v parsed as %+v, %v", k, id, got, ok)
 		}
 		for _, raw := range []string{scope, key, s.prefix + "idem{" + scope + "}", k + key, strings.TrimSuffix(k, "}")} {
 			if got, ok := s.idemID(raw); ok {
-				if again := s.idemKey(got); again != raw || idempotency.ValidateID(got) != nil {
+				if again := s.idemKey(got); again != raw || driver.ValidateID(got) != nil {
 					t.Fatalf("%q parsed as %+v, whose key is %q", raw, got, again)
 				}
 			}

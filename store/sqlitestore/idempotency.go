@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/tenurekit/tenure/idempotency/driver"
 	"strings"
 	"time"
 
@@ -196,58 +197,58 @@ func (r idemRow) outcome() idempotency.Outcome {
 
 // begin answers b inside tx, which holds the write lock; now was read
 // under it.
-func (v idemView) begin(ctx context.Context, tx *sql.Tx, b idempotency.Begin, now int64) (idempotency.Begun, error) {
+func (v idemView) begin(ctx context.Context, tx *sql.Tx, b driver.Begin, now int64) (driver.Begun, error) {
 	r, err := v.get(ctx, tx, b.ID)
 	if err != nil {
-		return idempotency.Begun{}, idemErr("begin", err)
+		return driver.Begun{}, idemErr("begin", err)
 	}
 	ttl := micros(b.ClaimTTL)
-	claim := func(last int64) (idempotency.Begun, error) {
-		f := idempotency.NextFence(uint64(max(last, 0)), time.UnixMicro(now))
+	claim := func(last int64) (driver.Begun, error) {
+		f := driver.NextFence(uint64(max(last, 0)), time.UnixMicro(now))
 		_, err := tx.ExecContext(ctx, v.q.upsert, b.Scope, b.Key, b.Fingerprint, b.Token.Reveal(), int64(f),
 			now+ttl, now+max(ttl, micros(b.Retention)))
 		if err != nil {
-			return idempotency.Begun{}, idemErr("begin", err)
+			return driver.Begun{}, idemErr("begin", err)
 		}
-		return idempotency.Begun{State: idempotency.Claimed, Fence: f, TTL: time.Duration(ttl) * time.Microsecond}, nil
+		return driver.Begun{State: driver.Claimed, Fence: f, TTL: time.Duration(ttl) * time.Microsecond}, nil
 	}
 	switch {
 	case !r.live(now):
 		return claim(r.fence)
 	case r.fp != b.Fingerprint:
-		return idempotency.Begun{State: idempotency.Mismatch}, nil
+		return driver.Begun{State: driver.Mismatch}, nil
 	case r.state == idemDone:
-		return idempotency.Begun{State: idempotency.Completed, Outcome: r.outcome()}, nil
+		return driver.Begun{State: driver.Completed, Outcome: r.outcome()}, nil
 	case r.token.String == b.Token.Reveal():
 		if _, err := tx.ExecContext(ctx, v.q.reclaim, b.Scope, b.Key, now+ttl); err != nil {
-			return idempotency.Begun{}, idemErr("begin", err)
+			return driver.Begun{}, idemErr("begin", err)
 		}
-		return idempotency.Begun{State: idempotency.Claimed, Fence: uint64(r.fence), TTL: time.Duration(ttl) * time.Microsecond}, nil
+		return driver.Begun{State: driver.Claimed, Fence: uint64(r.fence), TTL: time.Duration(ttl) * time.Microsecond}, nil
 	case r.claimUS.Int64 > now:
-		return idempotency.Begun{State: idempotency.InProgress, TTL: time.Duration(r.claimUS.Int64-now) * time.Microsecond}, nil
+		return driver.Begun{State: driver.InProgress, TTL: time.Duration(r.claimUS.Int64-now) * time.Microsecond}, nil
 	case b.Takeover:
 		return claim(r.fence)
 	}
-	return idempotency.Begun{State: idempotency.Abandoned, Fence: uint64(r.fence)}, nil
+	return driver.Begun{State: driver.Abandoned, Fence: uint64(r.fence)}, nil
 }
 
-func (v idemView) Begin(ctx context.Context, b idempotency.Begin) (idempotency.Begun, error) {
-	if err := idempotency.ValidateBegin(b); err != nil {
-		return idempotency.Begun{}, err
+func (v idemView) Begin(ctx context.Context, b driver.Begin) (driver.Begun, error) {
+	if err := driver.ValidateBegin(b); err != nil {
+		return driver.Begun{}, err
 	}
 	// A completed record changes only by its expiry: answer a replay or a
 	// mismatch from a read, without the write lock.
 	r, err := v.get(ctx, v.s.db, b.ID)
 	if err != nil {
-		return idempotency.Begun{}, idemUnavailable("begin", err)
+		return driver.Begun{}, idemUnavailable("begin", err)
 	}
 	if r.live(v.s.nowUS()) && r.state == idemDone {
 		if r.fp != b.Fingerprint {
-			return idempotency.Begun{State: idempotency.Mismatch}, nil
+			return driver.Begun{State: driver.Mismatch}, nil
 		}
-		return idempotency.Begun{State: idempotency.Completed, Outcome: r.outcome()}, nil
+		return driver.Begun{State: driver.Completed, Outcome: r.outcome()}, nil
 	}
-	var got idempotency.Begun
+	var got driver.Begun
 	err = v.write(ctx, "begin", func(tx *sql.Tx, now int64) (err error) {
 		got, err = v.begin(ctx, tx, b, now)
 		return err
@@ -280,10 +281,10 @@ func lostUnless(res sql.Result, op string) error {
 }
 
 func (v idemView) Renew(ctx context.Context, id idempotency.ID, token string, fence uint64, ttl time.Duration) error {
-	if err := idempotency.ValidateClaim(id, token, fence); err != nil {
+	if err := driver.ValidateClaim(id, token, fence); err != nil {
 		return err
 	}
-	if err := idempotency.ValidateClaimTTL(ttl); err != nil {
+	if err := driver.ValidateClaimTTL(ttl); err != nil {
 		return err
 	}
 	return v.write(ctx, "renew", func(tx *sql.Tx, now int64) error {
@@ -318,10 +319,10 @@ func (v idemView) complete(ctx context.Context, ex execer, id idempotency.ID, to
 }
 
 func validateComplete(id idempotency.ID, token string, fence uint64, retention time.Duration) error {
-	if err := idempotency.ValidateClaim(id, token, fence); err != nil {
+	if err := driver.ValidateClaim(id, token, fence); err != nil {
 		return err
 	}
-	return idempotency.ValidateRetention(retention)
+	return driver.ValidateRetention(retention)
 }
 
 func (v idemView) Complete(ctx context.Context, id idempotency.ID, token string, fence uint64, out idempotency.Outcome, retention time.Duration) error {
@@ -334,10 +335,10 @@ func (v idemView) Complete(ctx context.Context, id idempotency.ID, token string,
 }
 
 func validateRelease(id idempotency.ID, token string) error {
-	if err := idempotency.ValidateID(id); err != nil {
+	if err := driver.ValidateID(id); err != nil {
 		return err
 	}
-	return idempotency.ValidateToken(token)
+	return driver.ValidateToken(token)
 }
 
 func (v idemView) release(ctx context.Context, ex execer, id idempotency.ID, token string) error {
@@ -356,7 +357,7 @@ func (v idemView) Release(ctx context.Context, id idempotency.ID, token string) 
 }
 
 func (v idemView) Inspect(ctx context.Context, id idempotency.ID) (idempotency.Record, error) {
-	if err := idempotency.ValidateID(id); err != nil {
+	if err := driver.ValidateID(id); err != nil {
 		return idempotency.Record{}, err
 	}
 	r, err := v.get(ctx, v.s.db, id)
@@ -388,24 +389,24 @@ type idemTx struct {
 	tx *sql.Tx
 }
 
-func (t idemTx) Claim(ctx context.Context, b idempotency.Begin) (idempotency.Begun, error) {
-	if err := idempotency.ValidateBegin(b); err != nil {
-		return idempotency.Begun{}, err
+func (t idemTx) Claim(ctx context.Context, b driver.Begin) (driver.Begun, error) {
+	if err := driver.ValidateBegin(b); err != nil {
+		return driver.Begun{}, err
 	}
 	if t.tx == nil {
-		return idempotency.Begun{}, fmt.Errorf("%w: sqlitestore: nil transaction", idempotency.ErrInvalid)
+		return driver.Begun{}, fmt.Errorf("%w: sqlitestore: nil transaction", idempotency.ErrInvalid)
 	}
 	// Take the write lock before reading the clock or the row (a
 	// no-op where the transaction began IMMEDIATE).
 	if _, err := t.tx.ExecContext(ctx, t.v.s.q.lock); err != nil {
-		return idempotency.Begun{}, idemErr("claim", err)
+		return driver.Begun{}, idemErr("claim", err)
 	}
 	got, err := t.v.begin(ctx, t.tx, b, t.v.s.nowUS())
-	if err != nil || got.State != idempotency.Claimed {
+	if err != nil || got.State != driver.Claimed {
 		return got, err
 	}
 	if _, err := t.tx.ExecContext(ctx, `SAVEPOINT `+idemSavepoint); err != nil {
-		return idempotency.Begun{}, idemErr("claim", err)
+		return driver.Begun{}, idemErr("claim", err)
 	}
 	return got, nil
 }

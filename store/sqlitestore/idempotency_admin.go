@@ -3,6 +3,7 @@ package sqlitestore
 import (
 	"context"
 	"database/sql"
+	"github.com/tenurekit/tenure/idempotency/driver"
 	"strings"
 	"time"
 
@@ -71,7 +72,7 @@ func (r idemRow) record(id idempotency.ID, now int64) idempotency.Record {
 // List returns the live records that match f, ordered by scope and key
 // (bytes), from one read that does not take the write lock.
 func (v idemView) List(ctx context.Context, f idempotency.Filter) ([]idempotency.Record, error) {
-	f, err := idempotency.ValidateFilter(f)
+	f, err := driver.ValidateFilter(f)
 	if err != nil {
 		return nil, err
 	}
@@ -109,7 +110,7 @@ func (v idemView) settle(ctx context.Context, op string, s idempotency.Settle, c
 		if err != nil {
 			return idemErr(op, err)
 		}
-		if err := idempotency.SettleError(s, r.record(s.ID, now)); err != nil {
+		if err := driver.SettleError(s, r.record(s.ID, now)); err != nil {
 			return err
 		}
 		return change(tx, now)
@@ -119,10 +120,10 @@ func (v idemView) settle(ctx context.Context, op string, s idempotency.Settle, c
 // Resolve records out for the record s names, guarded by its fence, in
 // one write transaction.
 func (v idemView) Resolve(ctx context.Context, s idempotency.Settle, out idempotency.Outcome, retention time.Duration) error {
-	if err := idempotency.ValidateSettle(s); err != nil {
+	if err := driver.ValidateSettle(s); err != nil {
 		return err
 	}
-	if err := idempotency.ValidateRetention(retention); err != nil {
+	if err := driver.ValidateRetention(retention); err != nil {
 		return err
 	}
 	value := out.Value
@@ -142,7 +143,7 @@ func (v idemView) Resolve(ctx context.Context, s idempotency.Settle, out idempot
 // ForceRelease drops the claim of the record s names, guarded by its
 // fence, in one write transaction. The row keeps its fence.
 func (v idemView) ForceRelease(ctx context.Context, s idempotency.Settle) error {
-	if err := idempotency.ValidateSettle(s); err != nil {
+	if err := driver.ValidateSettle(s); err != nil {
 		return err
 	}
 	return v.settle(ctx, "release", s, func(tx *sql.Tx, _ int64) error {
