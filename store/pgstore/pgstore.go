@@ -66,7 +66,7 @@ type Store struct {
 	err    error // a bad Options.Schema, reported by every call
 
 	unlogged bool // Options.UnloggedLeases
-	q      queries
+	q        queries
 
 	sweepMu    sync.Mutex
 	sweepAfter string        // the lease key the next Sweep scans after
