@@ -64,9 +64,9 @@ type Store struct {
 	db     conn
 	schema string
 	err    error // a bad Options.Schema, reported by every call
+	q      queries
 
 	unlogged bool // Options.UnloggedLeases
-	q        queries
 
 	sweepMu    sync.Mutex
 	sweepAfter string        // the lease key the next Sweep scans after
