@@ -55,7 +55,6 @@ type Options struct {
 // concurrent use. Closing the client is the caller's business; the Store
 // holds no other resources.
 type Store struct {
-	views         // per-primitive state; see views.go
 	c             *clientv3.Client
 	rpc           rpc
 	prefix        string
