@@ -319,7 +319,8 @@ func printTargets(out io.Writer, groups []*group) {
 		g := groups[i]
 		peer := median(g.samples[t.peer])
 		for _, c := range []string{"tenure", "tenure-goredis", "tenure-locker", "tenure-unlogged"} {
-			if len(g.samples[c]) == 0 {
+			// tenure-unlogged has a target against advisory only.
+			if len(g.samples[c]) == 0 || c == "tenure-unlogged" && t.peer != "advisory" {
 				continue
 			}
 			r := median(g.samples[c]) / peer
