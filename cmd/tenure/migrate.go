@@ -232,7 +232,13 @@ func (f *migrateFlags) with(cmd *cobra.Command, create bool, fn func(ctx context
 			return exitErr{code: 2, err: fmt.Errorf("postgres %s: %w", spec.Redacted(), err)}
 		}
 		defer pool.Close()
-		m = pgstore.New(pool, &pgstore.Options{Schema: f.schema})
+		st := pgstore.New(pool, &pgstore.Options{Schema: f.schema})
+		// Keep the leases table's persistence (pgstore.Options.UnloggedLeases)
+		// as the service chose it.
+		if u, err := st.LeasesUnlogged(ctx); err == nil && u {
+			st = pgstore.New(pool, &pgstore.Options{Schema: f.schema, UnloggedLeases: true})
+		}
+		m = st
 	case storeurl.SQLite, storeurl.Embedded:
 		path := spec.Path
 		if spec.Kind == storeurl.Embedded {

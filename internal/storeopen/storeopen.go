@@ -165,6 +165,10 @@ func Open(ctx context.Context, spec storeurl.Spec, o *Options) (*Stores, error) 
 			return nil, fmt.Errorf("%w: postgres %s has no schema %q (migrate it first, or name the schema your service uses)", ErrNoData, spec.Redacted(), opt.Schema)
 		}
 		db := pgstore.New(pool, &pgstore.Options{Schema: opt.Schema})
+		// Follow the leases table's persistence, whichever the service chose.
+		if u, err := db.LeasesUnlogged(ctx); err == nil && u {
+			db = pgstore.New(pool, &pgstore.Options{Schema: opt.Schema, UnloggedLeases: true})
+		}
 		if err := db.Check(ctx); err != nil {
 			pool.Close()
 			return nil, err

@@ -214,11 +214,28 @@ func persistence(unlogged bool) string {
 	return "LOGGED"
 }
 
+// LeasesUnlogged reports whether the schema's leases table is UNLOGGED
+// (see Options.UnloggedLeases), whatever the Store's Options say. It only
+// reads. A schema without a leases table is an error.
+func (s *Store) LeasesUnlogged(ctx context.Context) (bool, error) {
+	if s.err != nil {
+		return false, s.err
+	}
+	u, err := s.leasesUnlogged(ctx, s.db)
+	if err != nil {
+		return false, s.wrap(ctx, "leases table persistence in schema "+s.schema, err)
+	}
+	return u, nil
+}
+
 // leasesUnlogged reports whether the schema's leases table is UNLOGGED.
 func (s *Store) leasesUnlogged(ctx context.Context, q querier) (bool, error) {
 	var p string
 	err := q.queryRow(ctx, `SELECT relpersistence::text FROM pg_class WHERE oid = to_regclass(format('%I.leases', $1::text))`,
 		[]any{s.schema}, &p)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, fmt.Errorf("no leases table in schema %q (run Migrate)", s.schema)
+	}
 	if err != nil {
 		return false, err
 	}

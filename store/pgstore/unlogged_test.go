@@ -66,6 +66,10 @@ func TestUnloggedLeasesMigrateAndCheck(t *testing.T) {
 	if err := unlogged.Check(ctx); err != nil {
 		t.Fatalf("Check(unlogged) after Migrate: %v", err)
 	}
+	// Any Store reads the table's persistence, whatever its Options.
+	if u, err := logged.LeasesUnlogged(ctx); err != nil || !u {
+		t.Fatalf("LeasesUnlogged = %v, %v; want true", u, err)
+	}
 	if err := logged.Check(ctx); !errors.Is(err, pgstore.ErrLeasesPersistence) {
 		t.Fatalf("Check(logged) on an unlogged table = %v, want ErrLeasesPersistence", err)
 	}
@@ -87,6 +91,9 @@ func TestUnloggedLeasesMigrateAndCheck(t *testing.T) {
 	if err := logged.Check(ctx); err != nil {
 		t.Fatal(err)
 	}
+	if u, err := unlogged.LeasesUnlogged(ctx); err != nil || u {
+		t.Fatalf("LeasesUnlogged after SET LOGGED = %v, %v; want false", u, err)
+	}
 	if info, err := logged.Leases().Inspect(ctx, "k"); err != nil || info.Fence != g.Fence {
 		t.Fatalf("Inspect after SET LOGGED = %+v, %v; want fence %d", info, err, g.Fence)
 	}
@@ -95,6 +102,11 @@ func TestUnloggedLeasesMigrateAndCheck(t *testing.T) {
 // TestUnloggedLeasesNewSchema: Migrate with UnloggedLeases on an empty
 // database creates the tables and the leases table UNLOGGED.
 func TestUnloggedLeasesNewSchema(t *testing.T) {
+	srv := testenv.SharedPostgres(t)
+	empty := pgstore.New(srv.Pool(t, srv.NewDatabase(t)), nil)
+	if _, err := empty.LeasesUnlogged(ctxT(t)); err == nil {
+		t.Fatal("LeasesUnlogged on a database without tenure's tables: no error")
+	}
 	pool, db := fresh(t, unloggedOpts)
 	if p := persistenceOf(t, pool, "leases"); p != "u" {
 		t.Fatalf("leases persistence = %q, want u", p)
