@@ -28,7 +28,19 @@ import (
 //     around them. Before measuring, the store's statements are recorded
 //     with a pgx tracer and compared with these, so the baseline cannot
 //     drift from the store.
-var PostgresContenders = []string{"tenure", "tenure-locker", "raw"}
+//   - tenure-unlogged: the tenure contender on a second schema
+//     ("tenure_unlogged") whose leases table is UNLOGGED
+//     (pgstore.Options.UnloggedLeases).
+//   - advisory: the session advisory-lock pair PostgreSQL users reach for
+//     first: take a connection from the pool, SELECT
+//     pg_try_advisory_lock(hashtextextended(key, 0)), then SELECT
+//     pg_advisory_unlock(...) on the same connection, and give the
+//     connection back. No table and no WAL, but the lock holds the
+//     connection and has neither a TTL nor a fence.
+var PostgresContenders = []string{"tenure", "tenure-locker", "raw", "tenure-unlogged", "advisory"}
+
+// UnloggedSchema is the schema of the tenure-unlogged contender.
+const UnloggedSchema = "tenure_unlogged"
 
 // rawAcquire and rawRelease are pgstore's acquire and release statements
 // for the default schema "tenure" (see buildQueries in store/pgstore).
@@ -48,9 +60,10 @@ WHERE l.key = $1 AND l.token = $2 AND l.expires_at > c.now`
 )
 
 type pgContenders struct {
-	store  lease.Store
-	locker *lease.Locker
-	pool   *pgxpool.Pool
+	store    lease.Store
+	unlogged lease.Store
+	locker   *lease.Locker
+	pool     *pgxpool.Pool
 }
 
 func (p *pgClients) contenders(ctx context.Context) (*pgContenders, error) {
@@ -69,7 +82,14 @@ func (p *pgClients) contenders(ctx context.Context) (*pgContenders, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &pgContenders{store: ls, locker: lk, pool: p.pool}, nil
+	un, err := pgstore.New(p.pool, &pgstore.Options{Schema: UnloggedSchema, UnloggedLeases: true})
+	if err != nil {
+		return nil, err
+	}
+	if err := un.Migrate(ctx); err != nil {
+		return nil, err
+	}
+	return &pgContenders{store: ls, unlogged: un.Leases(), locker: lk, pool: p.pool}, nil
 }
 
 // recorder is a pgx tracer that records the statements a connection runs.
@@ -171,6 +191,41 @@ func (e *Env) postgresCycle(name string) (newWorker, error) {
 					return err
 				}
 				return l.Release(ctx)
+			}
+		}, nil
+	case "tenure-unlogged":
+		return func(int) cycleFunc {
+			return func(ctx context.Context, key string) error {
+				tok := lease.NewToken()
+				if _, err := c.unlogged.Acquire(ctx, key, tok, TTL); err != nil {
+					return err
+				}
+				return c.unlogged.Release(ctx, key, tok)
+			}
+		}, nil
+	case "advisory":
+		pool := c.pool
+		return func(int) cycleFunc {
+			return func(ctx context.Context, key string) error {
+				conn, err := pool.Acquire(ctx)
+				if err != nil {
+					return err
+				}
+				defer conn.Release()
+				var ok bool
+				if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(hashtextextended($1, 0))`, key).Scan(&ok); err != nil {
+					return err
+				}
+				if !ok {
+					return fmt.Errorf("bench: advisory lock on %q is taken", key)
+				}
+				if err := conn.QueryRow(ctx, `SELECT pg_advisory_unlock(hashtextextended($1, 0))`, key).Scan(&ok); err != nil {
+					return err
+				}
+				if !ok {
+					return fmt.Errorf("bench: advisory unlock of %q found no lock", key)
+				}
+				return nil
 			}
 		}, nil
 	case "raw":

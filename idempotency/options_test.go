@@ -67,6 +67,7 @@ func TestNewRefusesBadInput(t *testing.T) {
 	if _, err := k.Do(ctx, req, nil); !errors.Is(err, idempotency.ErrInvalid) {
 		t.Fatalf("nil fn: %v", err)
 	}
+	//lint:ignore SA1012 a nil context is the invalid input under test
 	if _, err := k.Do(nil, req, fn); !errors.Is(err, idempotency.ErrInvalid) {
 		t.Fatalf("nil ctx: %v", err)
 	}

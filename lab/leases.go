@@ -81,16 +81,16 @@ func expiredThenTaken(ctx context.Context, env *Env, key string, aTTL, bTTL time
 		return nil, nil, err
 	}
 	if a, err = lk.TryAcquire(ctx, key, aTTL); err != nil {
-		return nil, nil, fmt.Errorf("A acquire: %w", err)
+		return nil, nil, fmt.Errorf("acquire A: %w", err)
 	}
 	if err := waitFree(ctx, env.Leases, key); err != nil {
 		return nil, nil, err
 	}
 	if b, err = lk.TryAcquire(ctx, key, bTTL); err != nil {
-		return nil, nil, fmt.Errorf("B acquire: %w", err)
+		return nil, nil, fmt.Errorf("acquire B: %w", err)
 	}
 	if b.Fence() <= a.Fence() {
-		return nil, nil, fmt.Errorf("B's fence %d is not above A's %d", b.Fence(), a.Fence())
+		return nil, nil, fmt.Errorf("fence %d of B is not above A's %d", b.Fence(), a.Fence())
 	}
 	return a, b, nil
 }

@@ -53,7 +53,7 @@ func TestPermitTokenNeverPrinted(t *testing.T) {
 		slog.New(slog.NewTextHandler(&text, nil)).Info("m", "v", v, slog.Any("a", v))
 		slog.New(slog.NewJSONHandler(&js, nil)).Info("m", "v", v, slog.Any("a", v))
 		out = append(out, name+" slog text: "+text.String(), name+" slog json: "+js.String())
-		if v, ok := v.(reflect.Value); !ok || v.CanInterface() {
+		if rv, ok := v.(reflect.Value); !ok || rv.CanInterface() {
 			b, err := json.Marshal(v)
 			out = append(out, name+" json: "+string(b)+fmt.Sprint(err))
 		}

@@ -169,7 +169,7 @@ func TestGoexitHandlerFailsSlot(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan struct{})
 		go func() { s.Run(ctx); close(done) }()
-		time.Sleep(first.Sub(time.Now()) + 90*time.Second)
+		time.Sleep(time.Until(first) + 90*time.Second)
 		cancel()
 		<-done
 		r, err := s.Slot(t.Context(), "exit", every.ID(first))

@@ -66,7 +66,7 @@ func (f *fixture) app(hooks ...func(w http.ResponseWriter, r *http.Request)) htt
 	mux.HandleFunc("POST /cart", func(w http.ResponseWriter, r *http.Request) {
 		s := session.FromContext(r.Context())
 		if s == nil {
-			http.Error(w, "anonymous", 401)
+			http.Error(w, "anonymous", http.StatusUnauthorized)
 			return
 		}
 		for _, h := range hooks {

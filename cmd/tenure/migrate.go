@@ -232,9 +232,18 @@ func (f *migrateFlags) with(cmd *cobra.Command, create bool, fn func(ctx context
 			return exitErr{code: 2, err: fmt.Errorf("postgres %s: %w", spec.Redacted(), err)}
 		}
 		defer pool.Close()
-		if m, err = pgstore.New(pool, &pgstore.Options{Schema: f.schema}); err != nil {
+		st, err := pgstore.New(pool, &pgstore.Options{Schema: f.schema})
+		if err != nil {
 			return exitErr{code: 2, err: err}
 		}
+		// Keep the leases table's persistence (pgstore.Options.UnloggedLeases)
+		// as the service chose it.
+		if u, err := st.LeasesUnlogged(ctx); err == nil && u {
+			if st, err = pgstore.New(pool, &pgstore.Options{Schema: f.schema, UnloggedLeases: true}); err != nil {
+				return exitErr{code: 2, err: err}
+			}
+		}
+		m = st
 	case storeurl.SQLite, storeurl.Embedded:
 		path := spec.Path
 		if spec.Kind == storeurl.Embedded {

@@ -68,11 +68,26 @@ func TestMigrateCommandPostgres(t *testing.T) {
 	if _, err := pgstore.Open(t.Context(), pool, &pgstore.Options{Schema: "ops"}); err != nil {
 		t.Fatalf("Open after migrate up: %v", err)
 	}
+	// An UNLOGGED leases table stays UNLOGGED.
+	unlogged := &pgstore.Options{Schema: "ops", UnloggedLeases: true}
+	ust, err := pgstore.New(pool, unlogged)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ust.Migrate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if code := runJSON(t, &st, "migrate", "up", "--store", dsn, "--schema", "ops"); code != 0 {
+		t.Fatalf("up on an unlogged leases table: exit %d", code)
+	}
+	if _, err := pgstore.Open(t.Context(), pool, unlogged); err != nil {
+		t.Fatalf("Open(unlogged) after migrate up: %v", err)
+	}
 	// A newer version is an error naming both.
 	if _, err := pool.Exec(t.Context(), `INSERT INTO ops.tenure_migrations (version, name) VALUES (999, 'x')`); err != nil {
 		t.Fatal(err)
 	}
-	_, err := run("migrate", "up", "--store", dsn, "--schema", "ops")
+	_, err = run("migrate", "up", "--store", dsn, "--schema", "ops")
 	if err == nil || !strings.Contains(err.Error(), "version 999") {
 		t.Fatalf("up on a newer schema: %v", err)
 	}

@@ -56,7 +56,7 @@ func TestGuardRefusedOn(t *testing.T) {
 
 func TestForCachesPerProvider(t *testing.T) {
 	tl := obstest.New()
-	if obs.For(tl.Meter) != obs.For(tl.Meter) {
+	if a, b := obs.For(tl.Meter), obs.For(tl.Meter); a != b {
 		t.Error("instruments of one provider are created twice")
 	}
 	if obs.For(tl.Meter) == obs.For(obstest.New().Meter) {

@@ -172,6 +172,13 @@ func Open(ctx context.Context, spec storeurl.Spec, o *Options) (*Stores, error) 
 			pool.Close()
 			return nil, err
 		}
+		// Follow the leases table's persistence, whichever the service chose.
+		if u, err := db.LeasesUnlogged(ctx); err == nil && u {
+			if db, err = pgstore.New(pool, &pgstore.Options{Schema: opt.Schema, UnloggedLeases: true}); err != nil {
+				pool.Close()
+				return nil, err
+			}
+		}
 		if err := db.Check(ctx); err != nil {
 			pool.Close()
 			return nil, err

@@ -60,7 +60,6 @@ const DefaultRevokeTimeout = 2 * time.Second
 // concurrent use. Closing the client is the caller's business; the Store
 // holds no other resources.
 type Store struct {
-	views         // per-primitive state; see views.go
 	c             *clientv3.Client
 	rpc           rpc
 	prefix        string

@@ -89,6 +89,23 @@
 // fence granted before, provided the database server's clock did not go
 // back by more than the counter ran ahead of it.
 //
+// # An UNLOGGED leases table
+//
+// With Options.UnloggedLeases, [Store.Migrate] makes the leases table
+// UNLOGGED (ALTER TABLE ... SET UNLOGGED; without the option it sets it
+// LOGGED again). Lease writes then skip the write-ahead log: on a server
+// that flushes its log at commit (fsync and synchronous_commit on), a lease
+// cycle no longer waits for two flushes. PostgreSQL empties an UNLOGGED
+// table when it recovers from a crash (not after a clean shutdown) and
+// does not replicate it: after a crash or a failover every lease is free,
+// and a holder from before learns it on its next Renew (lease.ErrNotHeld).
+// Fences still never go back (see above: the next fence is above the
+// clock), and the guards refuse the old holder: the fences table (Admit)
+// stays logged, and [Store.CheckHolder] and schedule completions look for
+// the holder's row, which is gone. [Store.Check] and [Open] refuse a
+// leases table whose persistence differs from the Options (an error
+// wrapping [ErrLeasesPersistence]); [Store.LeasesUnlogged] reports it.
+//
 // # Guards in the caller's transaction
 //
 // A lease coordinates; the resource has the last word. Where the protected

@@ -36,6 +36,11 @@ var SchemaVersion = len(migrations)
 // [SchemaVersion]. The error names both versions.
 var ErrSchemaVersion = sqlmigrate.ErrVersion
 
+// ErrLeasesPersistence reports a leases table that is LOGGED while the
+// Store's Options.UnloggedLeases asks for UNLOGGED, or the other way
+// round. [Store.Migrate] changes the table to match.
+var ErrLeasesPersistence = errors.New("leases table persistence differs from Options.UnloggedLeases")
+
 // Migration is one numbered migration file (NNNN_name.up.sql).
 type Migration = sqlmigrate.Migration
 
@@ -108,9 +113,16 @@ func migrateLockKey(schema string) int64 {
 // in one transaction under a transaction-scoped advisory lock (per schema
 // and database), so it is safe to run from several processes at once: one
 // applies them, the others wait and find nothing left to do. It creates the
-// schema if it does not exist and keeps the rows in existing tables; a
-// schema at [SchemaVersion] is left untouched (and needs no privileges
-// beyond reading the version table). Tables created by tenure before
+// schema if it does not exist and keeps the rows in existing tables. Then
+// it makes the leases table UNLOGGED or LOGGED as Options.UnloggedLeases
+// asks, if it is not already (ALTER TABLE ... SET UNLOGGED / SET LOGGED:
+// the table is rewritten under an exclusive lock, briefly blocking lease
+// calls; its rows are kept). A schema at [SchemaVersion] whose leases
+// table already has that persistence is left untouched (and needs no
+// privileges beyond reading the version table and the catalog). The
+// migration files ([Migrations]) create a logged table; a team that
+// applies them with its own tool and wants an unlogged one runs
+// ALTER TABLE <schema>.leases SET UNLOGGED itself. Tables created by tenure before
 // versions were recorded are adopted as version 1. A schema at a version
 // newer than this code knows is refused with an error wrapping
 // [ErrSchemaVersion] that names both versions, and nothing changes.
@@ -133,6 +145,16 @@ func (s *Store) Migrate(ctx context.Context) error {
 		for _, m := range st.Pending {
 			if _, err := tx.exec(ctx, sqlmigrate.Resolve(m.SQL, SchemaPlaceholder, quoted)); err != nil {
 				return fmt.Errorf("migration %s: %w", m.File, err)
+			}
+		}
+		unlogged, err := s.leasesUnlogged(ctx, tx)
+		if err != nil {
+			return err
+		}
+		if unlogged != s.unlogged {
+			to := persistence(s.unlogged)
+			if _, err := tx.exec(ctx, `ALTER TABLE `+quoted+`.leases SET `+to); err != nil {
+				return fmt.Errorf("make leases table %s: %w", to, err)
 			}
 		}
 		return nil
@@ -160,16 +182,62 @@ func (s *Store) MigrationStatus(ctx context.Context) (MigrationStatus, error) {
 	return st, nil
 }
 
-// Check returns nil if the schema is at [SchemaVersion], and otherwise an
-// error wrapping [ErrSchemaVersion] that names the schema's version and the
-// one this code needs (a schema without tenure's tables is version 0). It
-// only reads. Call it at start-up when the service does not run Migrate.
+// Check returns nil if the schema is at [SchemaVersion] and its leases
+// table is UNLOGGED exactly when Options.UnloggedLeases says so. A schema
+// at another version is an error wrapping [ErrSchemaVersion] that names the
+// schema's version and the one this code needs (a schema without tenure's
+// tables is version 0); a leases table of the other persistence is an error
+// wrapping [ErrLeasesPersistence] that names both. It only reads. Call it at
+// start-up when the service does not run Migrate.
 func (s *Store) Check(ctx context.Context) error {
 	st, err := s.MigrationStatus(ctx)
 	if err != nil {
 		return err
 	}
-	return s.versionErr(st.Current)
+	if err := s.versionErr(st.Current); err != nil {
+		return err
+	}
+	unlogged, err := s.leasesUnlogged(ctx, s.db)
+	if err != nil {
+		return s.wrap(ctx, "check schema "+s.schema, err)
+	}
+	if unlogged != s.unlogged {
+		return fmt.Errorf("pgstore: schema %q: leases table is %s, Options.UnloggedLeases is %t: %w (run Migrate with the same Options, or change them)",
+			s.schema, persistence(unlogged), s.unlogged, ErrLeasesPersistence)
+	}
+	return nil
+}
+
+func persistence(unlogged bool) string {
+	if unlogged {
+		return "UNLOGGED"
+	}
+	return "LOGGED"
+}
+
+// LeasesUnlogged reports whether the schema's leases table is UNLOGGED
+// (see Options.UnloggedLeases), whatever the Store's Options say. It only
+// reads. A schema without a leases table is an error.
+func (s *Store) LeasesUnlogged(ctx context.Context) (bool, error) {
+	u, err := s.leasesUnlogged(ctx, s.db)
+	if err != nil {
+		return false, s.wrap(ctx, "leases table persistence in schema "+s.schema, err)
+	}
+	return u, nil
+}
+
+// leasesUnlogged reports whether the schema's leases table is UNLOGGED.
+func (s *Store) leasesUnlogged(ctx context.Context, q querier) (bool, error) {
+	var p string
+	err := q.queryRow(ctx, `SELECT relpersistence::text FROM pg_class WHERE oid = to_regclass(format('%I.leases', $1::text))`,
+		[]any{s.schema}, &p)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, fmt.Errorf("no leases table in schema %q (run Migrate)", s.schema)
+	}
+	if err != nil {
+		return false, err
+	}
+	return p == "u", nil
 }
 
 func (s *Store) status(ctx context.Context, q querier) (MigrationStatus, error) {

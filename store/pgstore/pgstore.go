@@ -35,6 +35,25 @@ type Options struct {
 	// letters, digits or underscores, at most 63 bytes, not starting with
 	// "pg_". Default (empty) "tenure" (DefaultSchema).
 	Schema string
+
+	// UnloggedLeases keeps the leases table UNLOGGED: its writes skip the
+	// write-ahead log, which makes each Acquire, Renew and Release
+	// cheaper, and PostgreSQL empties the table when it recovers from a
+	// crash (a clean shutdown keeps it) and does not replicate it to
+	// standbys. After such a crash every lease is free, and the fence of
+	// the next grant of a key is still above every fence granted before,
+	// because fences are floored at the server's clock in microseconds
+	// (as long as the clock does not step back across the crash). The
+	// fence guards' table (Admit) and every other table stay logged.
+	//
+	// It is part of the schema, not of the requests: [Store.Migrate]
+	// makes the table UNLOGGED or LOGGED to match (ALTER TABLE ... SET
+	// UNLOGGED / SET LOGGED, which rewrites the table under an exclusive
+	// lock), and [Store.Check] (and so [Open]) reports a table whose
+	// persistence differs with an error wrapping [ErrLeasesPersistence].
+	// Every Store on a schema should use the same value. Default false: a
+	// logged table, whose leases survive a crash and are replicated.
+	UnloggedLeases bool
 }
 
 // Store keeps tenure's state in PostgreSQL, through a pgx pool ([New]) or
@@ -45,6 +64,8 @@ type Store struct {
 	db     conn
 	schema string
 	q      queries
+
+	unlogged bool // Options.UnloggedLeases
 
 	sweepMu    sync.Mutex
 	sweepAfter string        // the lease key the next Sweep scans after
@@ -89,6 +110,9 @@ func newStore(c conn, o *Options) (*Store, error) {
 	s := &Store{db: c, schema: DefaultSchema}
 	if o != nil && o.Schema != "" {
 		s.schema = o.Schema
+	}
+	if o != nil {
+		s.unlogged = o.UnloggedLeases
 	}
 	if err := validateSchema(s.schema); err != nil {
 		return nil, err

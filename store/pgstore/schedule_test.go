@@ -30,7 +30,15 @@ func schedCompleteCounted(ctx context.Context, pool *pgxpool.Pool, db *pgstore.S
 // TestScheduleConformance runs the suite on the shared server, a fresh
 // database per case, other nodes with pools of their own: on a faked
 // server clock (every case) and on the server's own clock.
-func TestScheduleConformance(t *testing.T) {
+func TestScheduleConformance(t *testing.T) { scheduleConformance(t, nil) }
+
+// TestScheduleConformanceUnlogged is TestScheduleConformance with an
+// UNLOGGED leases table (Options.UnloggedLeases), where claims live.
+func TestScheduleConformanceUnlogged(t *testing.T) {
+	scheduleConformance(t, &pgstore.Options{UnloggedLeases: true})
+}
+
+func scheduleConformance(t *testing.T, o *pgstore.Options) {
 	target := func(t *testing.T, clock *scheduletest.Clock) scheduletest.Target {
 		srv := testenv.SharedPostgres(t)
 		dsn := srv.NewDatabase(t)
@@ -38,7 +46,7 @@ func TestScheduleConformance(t *testing.T) {
 			dsn = fakeServerClock(t, srv, dsn, clock)
 		}
 		pool := srv.Pool(t, dsn)
-		db := newPG(t, pool, nil)
+		db := newPG(t, pool, o)
 		if err := db.Migrate(ctxT(t)); err != nil {
 			t.Fatal(err)
 		}
@@ -47,7 +55,7 @@ func TestScheduleConformance(t *testing.T) {
 		}
 		return scheduletest.Target{
 			Store: db.Schedules(),
-			Node:  func(t *testing.T) schedule.Store { return newPG(t, srv.Pool(t, dsn), nil).Schedules() },
+			Node:  func(t *testing.T) schedule.Store { return newPG(t, srv.Pool(t, dsn), o).Schedules() },
 			Complete: func(ctx context.Context, slot *schedule.Slot) error {
 				return schedCompleteCounted(ctx, pool, db, slot)
 			},

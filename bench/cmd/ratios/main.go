@@ -39,6 +39,8 @@ var targets = []target{
 	{"redis", bench.MaxWorkers, "redislock", 2.0},
 	{"postgres", 1, "raw", 0.8},
 	{"postgres", bench.MaxWorkers, "raw", 0.8},
+	{"postgres", 1, "advisory", 0.5},
+	{"postgres", bench.MaxWorkers, "advisory", 0.5},
 	{"redis-session", 1, "scs", 1.0},
 	{"redis-session", bench.MaxWorkers, "scs", 1.0},
 	{"ratelimit-gcra", 1, "redis_rate", 1.0},
@@ -316,8 +318,9 @@ func printTargets(out io.Writer, groups []*group) {
 		}
 		g := groups[i]
 		peer := median(g.samples[t.peer])
-		for _, c := range []string{"tenure", "tenure-goredis", "tenure-locker"} {
-			if len(g.samples[c]) == 0 {
+		for _, c := range []string{"tenure", "tenure-goredis", "tenure-locker", "tenure-unlogged"} {
+			// tenure-unlogged has a target against advisory only.
+			if len(g.samples[c]) == 0 || c == "tenure-unlogged" && t.peer != "advisory" {
 				continue
 			}
 			r := median(g.samples[c]) / peer

@@ -50,7 +50,7 @@ func (tl *Telemetry) collect(t testing.TB) []metricdata.Metrics {
 func matches(set attribute.Set, want map[string]string) bool {
 	for k, v := range want {
 		got, ok := set.Value(attribute.Key(k))
-		if !ok || got.Emit() != v {
+		if !ok || got.String() != v {
 			return false
 		}
 	}
@@ -141,13 +141,13 @@ func (tl *Telemetry) AttributeValues(t testing.TB) []string {
 	for _, sets := range tl.AttributeSets(t) {
 		for _, s := range sets {
 			for _, kv := range s.ToSlice() {
-				out = append(out, kv.Value.Emit())
+				out = append(out, kv.Value.String())
 			}
 		}
 	}
 	for _, s := range tl.spans.Ended() {
 		for _, kv := range s.Attributes() {
-			out = append(out, kv.Value.Emit())
+			out = append(out, kv.Value.String())
 		}
 		out = append(out, s.Status().Description)
 	}
