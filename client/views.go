@@ -12,6 +12,7 @@ import (
 	"github.com/tenurekit/tenure/internal/serveapi"
 	"github.com/tenurekit/tenure/lease"
 	"github.com/tenurekit/tenure/ratelimit"
+	"github.com/tenurekit/tenure/ratelimit/driver"
 	"github.com/tenurekit/tenure/session"
 )
 
@@ -270,7 +271,7 @@ func (c *Client) Limits() ratelimit.Store { return limits{c} }
 
 type limits struct{ c *Client }
 
-func stateOut(k ratelimit.StateKey) *serveapi.StateKey {
+func stateOut(k driver.StateKey) *serveapi.StateKey {
 	return &serveapi.StateKey{Group: k.Group, Name: k.Name, Kind: k.Kind, Key: k.Key}
 }
 
@@ -282,8 +283,8 @@ var algorithmNames = map[string]ratelimit.Algorithm{
 	"gcra": ratelimit.GCRA, "fixed-window": ratelimit.FixedWindow, "sliding-log": ratelimit.SlidingLog, "sliding-window": ratelimit.SlidingWindow,
 }
 
-func (v limits) Decide(ctx context.Context, reqs []ratelimit.Request, commit bool) ([]ratelimit.Decision, error) {
-	if err := ratelimit.ValidateRequests(reqs, commit); err != nil {
+func (v limits) Decide(ctx context.Context, reqs []driver.Request, commit bool) ([]ratelimit.Decision, error) {
+	if err := driver.ValidateRequests(reqs, commit); err != nil {
 		return nil, err
 	}
 	in := serveapi.RateAllow{Peek: !commit, Requests: make([]serveapi.RateRequest, 0, len(reqs))}
@@ -308,8 +309,8 @@ func (v limits) Decide(ctx context.Context, reqs []ratelimit.Request, commit boo
 	return ds, nil
 }
 
-func (v limits) Reset(ctx context.Context, keys []ratelimit.StateKey) error {
-	if err := ratelimit.ValidateStateKeys(keys); err != nil {
+func (v limits) Reset(ctx context.Context, keys []driver.StateKey) error {
+	if err := driver.ValidateStateKeys(keys); err != nil {
 		return err
 	}
 	in := serveapi.RateReset{Requests: make([]serveapi.RateRequest, 0, len(keys))}
@@ -319,31 +320,31 @@ func (v limits) Reset(ctx context.Context, keys []ratelimit.StateKey) error {
 	return v.c.call(ctx, rateErrs, http.MethodPost, "/v1/rate/reset", nil, in, nil)
 }
 
-func permitIn(p serveapi.PermitGrant) ratelimit.PermitGrant {
-	return ratelimit.PermitGrant{Acquired: p.Acquired, Fence: p.Fence, InUse: p.InUse, RetryAfter: p.RetryAfter.D(), TTL: p.TTL.D(), At: p.At}
+func permitIn(p serveapi.PermitGrant) driver.PermitGrant {
+	return driver.PermitGrant{Acquired: p.Acquired, Fence: p.Fence, InUse: p.InUse, RetryAfter: p.RetryAfter.D(), TTL: p.TTL.D(), At: p.At}
 }
 
-func (v limits) AcquirePermit(ctx context.Context, key ratelimit.StateKey, id string, permits int, ttl time.Duration) (ratelimit.PermitGrant, error) {
+func (v limits) AcquirePermit(ctx context.Context, key driver.StateKey, id string, permits int, ttl time.Duration) (driver.PermitGrant, error) {
 	var out serveapi.PermitGrant
 	err := v.c.call(ctx, rateErrs, http.MethodPost, "/v1/permits/acquire", nil,
 		serveapi.Permit{State: stateOut(key), ID: id, Permits: permits, TTL: d(ttl)}, &out)
 	if err != nil {
-		return ratelimit.PermitGrant{}, err
+		return driver.PermitGrant{}, err
 	}
 	return permitIn(out), nil
 }
 
-func (v limits) RenewPermit(ctx context.Context, key ratelimit.StateKey, id string, ttl time.Duration) (ratelimit.PermitGrant, error) {
+func (v limits) RenewPermit(ctx context.Context, key driver.StateKey, id string, ttl time.Duration) (driver.PermitGrant, error) {
 	var out serveapi.PermitGrant
 	err := v.c.call(ctx, rateErrs, http.MethodPost, "/v1/permits/renew", nil,
 		serveapi.Permit{State: stateOut(key), ID: id, TTL: d(ttl)}, &out)
 	if err != nil {
-		return ratelimit.PermitGrant{}, err
+		return driver.PermitGrant{}, err
 	}
 	return permitIn(out), nil
 }
 
-func (v limits) ReleasePermit(ctx context.Context, key ratelimit.StateKey, id string) error {
+func (v limits) ReleasePermit(ctx context.Context, key driver.StateKey, id string) error {
 	return v.c.call(ctx, rateErrs, http.MethodPost, "/v1/permits/release", nil, serveapi.Permit{State: stateOut(key), ID: id}, nil)
 }
 

@@ -1,4 +1,4 @@
-package ratelimit
+package driver
 
 import (
 	"encoding/binary"
@@ -11,7 +11,7 @@ import (
 )
 
 // State is the stored state of one StateKey, in the form in-process stores
-// (memstore, sqlitestore) keep it and [Evaluate] reads and writes it. The
+// (memstore, sqlitestore, the ratelimit middleware's local limiter) keep it and [Evaluate] reads and writes it. The
 // fields mean, per algorithm (times in microseconds since the Unix epoch):
 //
 //   - GCRA: the theoretical arrival time A + B/C (C is the Rate it was

@@ -1,4 +1,4 @@
-package ratelimit
+package driver
 
 import (
 	"math"
@@ -200,7 +200,7 @@ func drawSpecLimit(t *rapid.T, alg Algorithm) Limit {
 	if alg == GCRA {
 		l.Burst = rapid.IntRange(0, 10).Draw(t, "burst")
 	}
-	nl, err := normalize(alg, l)
+	nl, err := Normalize(alg, l)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,7 +218,7 @@ func TestEvaluateMatchesSpec(t *testing.T) {
 				now := rapid.Int64Range(1_700_000_000_000_000, 1_800_000_000_000_000).Draw(rt, "start")
 				var st *State
 				spec := &specState{}
-				key := stateKey("", l.Name, alg.code(), "k")
+				key := StateKey{Group: "", Name: l.Name, Kind: alg.code(), Key: "k"}
 				// Boundaries are where off-by-one errors hide: the moment a
 				// RetryAfter or ResetAfter ends (and the microsecond
 				// before), when an admitted request leaves the window, the
@@ -318,11 +318,11 @@ func checkWindows(t *rapid.T, alg Algorithm, l Limit, events []event) {
 // none.
 func TestEvaluateGroupAllOrNothing(t *testing.T) {
 	now := time.UnixMicro(1_750_000_000_000_000)
-	a, _ := normalize(GCRA, Limit{Name: "a", Rate: 2, Period: time.Second})
-	b, _ := normalize(FixedWindow, Limit{Name: "b", Rate: 4, Period: time.Second})
+	a, _ := Normalize(GCRA, Limit{Name: "a", Rate: 2, Period: time.Second})
+	b, _ := Normalize(FixedWindow, Limit{Name: "b", Rate: 4, Period: time.Second})
 	reqs := []Request{
-		{Key: stateKey("g", "a", "g", "u"), Algorithm: GCRA, Limit: a, N: 2},
-		{Key: stateKey("g", "b", "f", "all"), Algorithm: FixedWindow, Limit: b, N: 2},
+		{Key: StateKey{Group: "g", Name: "a", Kind: "g", Key: "u"}, Algorithm: GCRA, Limit: a, N: 2},
+		{Key: StateKey{Group: "g", Name: "b", Kind: "f", Key: "all"}, Algorithm: FixedWindow, Limit: b, N: 2},
 	}
 	states := []*State{nil, nil}
 	ds, next := Evaluate(now, reqs, states, true)
