@@ -65,7 +65,6 @@ type Engine struct {
 	seed   maphash.Seed
 	mask   uint64
 	shards []shard
-	turn   atomic.Uint32 // the next shard a write sweeps besides its own
 }
 
 // New returns an empty engine.
@@ -85,6 +84,7 @@ func New(o Options) *Engine {
 	for i := range l.shards {
 		l.shards[i].m = map[uint64]*slot{}
 		l.shards[i].top.Store(math.MaxInt64)
+		l.shards[i].self = uint64(i)
 	}
 	return l
 }
@@ -113,7 +113,12 @@ type shard struct {
 	// last write: a hint that lets other shards' writes skip sweeping it
 	// without taking its lock.
 	top atomic.Int64
-	_   [64]byte // keeps shards' locks on their own cache lines
+	// turn counts the shard's writes: each also sweeps the shard turn
+	// places after it (skipping itself), so every shard takes its turn
+	// without a counter that all cores write.
+	turn uint64
+	self uint64   // the shard's index
+	_    [64]byte // keeps shards' locks on their own cache lines
 }
 
 // slot is the state of one limit for one caller's key; the slots of a hash
@@ -267,7 +272,8 @@ func (l *Engine) wrote(sh *shard, now int64) {
 	if len(l.shards) == 1 {
 		return
 	}
-	o := &l.shards[uint64(l.turn.Add(1))&l.mask]
+	sh.turn++
+	o := &l.shards[(sh.self+sh.turn)&l.mask]
 	if o != sh && o.top.Load() <= now-l.grace && o.mu.TryLock() {
 		l.sweep(o, now)
 		o.mu.Unlock()
@@ -275,11 +281,10 @@ func (l *Engine) wrote(sh *shard, now int64) {
 }
 
 func (l *Engine) sweep(sh *shard, now int64) {
-	defer sh.setTop()
 	old := now - l.grace
 	for range sweepOps {
 		if len(sh.h) == 0 || sh.h[0].at > old {
-			return
+			break
 		}
 		sl := sh.h[0]
 		if sl.st.Expires > old {
@@ -289,6 +294,7 @@ func (l *Engine) sweep(sh *shard, now int64) {
 		}
 		l.remove(sh, sl)
 	}
+	sh.setTop()
 }
 
 // setTop records the shard's soonest place in its heap (sh locked).

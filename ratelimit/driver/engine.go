@@ -94,6 +94,9 @@ func Evaluate(now time.Time, reqs []Request, states []*State, commit bool) (ds [
 // place, when s is not nil.
 func EvaluateOne(now time.Time, r *Request, s *State, commit bool) (Decision, *State) {
 	us := now.UnixMicro()
+	if r.Algorithm == GCRA {
+		return gcraOne(now, us, r, s, commit)
+	}
 	var e eval
 	e.judge(us, r, s)
 	consume := commit && e.allowed
@@ -103,6 +106,59 @@ func EvaluateOne(now time.Time, r *Request, s *State, commit bool) (Decision, *S
 		return d, nil
 	}
 	return d, e.next(us, r, s)
+}
+
+// gcraOne is EvaluateOne for a GCRA request: the arithmetic of judge,
+// decision and next for GCRA alone, on the request's cached constants.
+func gcraOne(now time.Time, us int64, r *Request, s *State, commit bool) (Decision, *State) {
+	g := r.gcra
+	if g == nil || g.rate != int64(r.Limit.Rate) || g.period != int64(r.Limit.Period/time.Microsecond) || g.burst != int64(r.Limit.Burst) {
+		p := newGCRA(r.Limit)
+		g = &p
+	}
+	nowp := pair{us, 0}
+	tat := nowp
+	if s.live(us) {
+		t := pair{s.A, s.B}
+		if s.C != g.rate && s.C > 0 {
+			// Stored under another rate: convert the fraction, rounding
+			// up.
+			t.b = (s.B*g.rate + s.C - 1) / s.C
+			if t.b >= g.rate {
+				t.a++
+				t.b -= g.rate
+			}
+		}
+		if nowp.less(t) {
+			tat = t
+		}
+	}
+	newTAT := tat.add(g.mul(int64(r.N)), g.rate)
+	allowAt := newTAT.sub(g.tau, g.rate)
+	d := Decision{Allowed: !nowp.less(allowAt), Limit: r.Limit, Algorithm: GCRA}
+	d.At = now.Add(-time.Duration(now.Nanosecond() % 1000)).Round(0) // time.UnixMicro(us)
+	consume := commit && d.Allowed
+	base := tat
+	if consume {
+		base = newTAT
+	}
+	// Remaining = floor((tau - (base - now)) / T).
+	ahead := base.sub(nowp, g.rate)
+	d.Remaining = int(min(g.floorDiv(g.tau.sub(ahead, g.rate)), int64(r.Limit.Burst)))
+	if !d.Allowed {
+		d.RetryAfter = micros(allowAt.sub(nowp, g.rate).ceil())
+	}
+	if rst := ahead.ceil(); rst > 0 {
+		d.ResetAfter = micros(rst)
+	}
+	if !consume {
+		return d, nil
+	}
+	if s == nil {
+		s = new(State)
+	}
+	*s = State{A: newTAT.a, B: newTAT.b, C: g.rate, Expires: newTAT.ceil()}
+	return d, s
 }
 
 // eval is the judgement of one request before the call's outcome is known:

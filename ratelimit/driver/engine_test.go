@@ -3,6 +3,7 @@ package driver
 import (
 	"math"
 	"math/big"
+	"reflect"
 	"testing"
 	"time"
 
@@ -243,7 +244,27 @@ func TestEvaluateMatchesSpec(t *testing.T) {
 					}
 					n := rapid.IntRange(lo, l.Capacity()).Draw(rt, "n")
 					r := Request{Key: key, Algorithm: alg, Limit: l, N: n}
+					var gd Decision
+					var gs *State
+					if alg == GCRA {
+						// The general path, on a copy: the single-request
+						// fast path must agree with it.
+						var cp *State
+						if st != nil {
+							c := *st
+							cp = &c
+						}
+						gd, gs = evalGeneric(now, &r, cp, commit)
+					}
 					ds, next := Evaluate(time.UnixMicro(now), []Request{r}, []*State{st}, commit)
+					if alg == GCRA {
+						fd := ds[0]
+						sameAt := fd.At.Equal(gd.At)
+						fd.At, gd.At = time.Time{}, time.Time{}
+						if fd != gd || !sameAt || (gs == nil) != (next == nil) || (gs != nil && !reflect.DeepEqual(gs, next[0])) {
+							rt.Fatalf("at %d, n=%d commit=%v: fast path %+v %v, general path %+v %v", now, n, commit, ds[0], next, gd, gs)
+						}
+					}
 					want := specDecide(alg, l, spec, now, int64(n), commit)
 					got := ds[0]
 					if got.Allowed != want.Allowed || got.Remaining != want.Remaining || got.RetryAfter != want.RetryAfter || got.ResetAfter != want.ResetAfter {
@@ -366,4 +387,18 @@ func TestStateEncoding(t *testing.T) {
 			}
 		}
 	})
+}
+
+// evalGeneric is EvaluateOne through the general path (eval), which groups
+// take.
+func evalGeneric(us int64, r *Request, s *State, commit bool) (Decision, *State) {
+	var e eval
+	e.judge(us, r, s)
+	consume := commit && e.allowed
+	d := e.decision(us, r, consume)
+	d.At = time.UnixMicro(us)
+	if !consume {
+		return d, nil
+	}
+	return d, e.next(us, r, s)
 }
