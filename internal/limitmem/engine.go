@@ -26,7 +26,6 @@
 package limitmem
 
 import (
-	"container/heap"
 	"context"
 	"fmt"
 	"hash/maphash"
@@ -135,26 +134,72 @@ type slot struct {
 	idx int
 }
 
-// expiryHeap is a min-heap of slots by at (container/heap).
+// expiryHeap is a min-heap of slots by at, each slot knowing its index
+// (the algorithms of container/heap, without its interface calls).
 type expiryHeap []*slot
 
-func (h expiryHeap) Len() int           { return len(h) }
-func (h expiryHeap) Less(i, j int) bool { return h[i].at < h[j].at }
-func (h expiryHeap) Swap(i, j int) {
+func (h expiryHeap) swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
 	h[i].idx, h[j].idx = i, j
 }
-func (h *expiryHeap) Push(x any) {
-	sl := x.(*slot)
+
+func (h expiryHeap) up(j int) {
+	for j > 0 {
+		i := (j - 1) / 2
+		if i == j || h[i].at <= h[j].at {
+			break
+		}
+		h.swap(i, j)
+		j = i
+	}
+}
+
+// down moves h[i0] down; it reports whether it moved.
+func (h expiryHeap) down(i0 int) bool {
+	i, n := i0, len(h)
+	for {
+		j := 2*i + 1
+		if j >= n || j < 0 {
+			break
+		}
+		if r := j + 1; r < n && h[r].at < h[j].at {
+			j = r
+		}
+		if h[j].at >= h[i].at {
+			break
+		}
+		h.swap(i, j)
+		i = j
+	}
+	return i > i0
+}
+
+// push adds sl.
+func (h *expiryHeap) push(sl *slot) {
 	sl.idx = len(*h)
 	*h = append(*h, sl)
+	h.up(sl.idx)
 }
-func (h *expiryHeap) Pop() any {
+
+// fix restores the order after h[i].at changed.
+func (h expiryHeap) fix(i int) {
+	if !h.down(i) {
+		h.up(i)
+	}
+}
+
+// remove deletes h[i].
+func (h *expiryHeap) remove(i int) {
 	old := *h
-	sl := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	return sl
+	n := len(old) - 1
+	if n != i {
+		old.swap(i, n)
+	}
+	old[n] = nil
+	*h = old[:n]
+	if n != i {
+		h.fix(i)
+	}
 }
 
 // ObsName returns Options.Name, the store name in telemetry.
@@ -189,7 +234,7 @@ func (sh *shard) get(k *driver.StateKey, h uint64, now int64) *driver.State {
 func (sh *shard) stored(sl *slot) {
 	if sl.st.Expires < sl.at {
 		sl.at = sl.st.Expires
-		heap.Fix(&sh.h, sl.idx)
+		sh.h.fix(sl.idx)
 	}
 }
 
@@ -209,7 +254,7 @@ func (l *Engine) set(sh *shard, k *driver.StateKey, h uint64, st *driver.State) 
 	if st != nil {
 		sl := &slot{key: k.Key, group: k.Group, name: k.Name, kind: k.Kind, hash: h, st: st, next: sh.m[h], at: st.Expires}
 		sh.m[h] = sl
-		heap.Push(&sh.h, sl)
+		sh.h.push(sl)
 	}
 }
 
@@ -230,7 +275,7 @@ func (l *Engine) remove(sh *shard, sl *slot) {
 			}
 		}
 	}
-	heap.Remove(&sh.h, sl.idx)
+	sh.h.remove(sl.idx)
 	sl.next = nil
 	l.n.Add(-1)
 }
@@ -289,7 +334,7 @@ func (l *Engine) sweep(sh *shard, now int64) {
 		sl := sh.h[0]
 		if sl.st.Expires > old {
 			sl.at = sl.st.Expires
-			heap.Fix(&sh.h, 0)
+			sh.h.fix(0)
 			continue
 		}
 		l.remove(sh, sl)
@@ -321,7 +366,7 @@ func (l *Engine) evict(sh *shard, now int64) int64 {
 			l.remove(sh, sl)
 		case sl.at < sl.st.Expires:
 			sl.at = sl.st.Expires
-			heap.Fix(&sh.h, 0)
+			sh.h.fix(0)
 		default:
 			return sl.st.Expires
 		}
@@ -653,7 +698,7 @@ func (l *Engine) Keys() map[string]time.Duration {
 }
 
 // Entries counts the entries held, expired ones included, and checks that
-// the maps, the expiry heaps and the count agree.
+// the maps, the expiry heaps (and their order) and the count agree.
 func (l *Engine) Entries() (int, error) {
 	total := 0
 	for i := range l.shards {
@@ -673,6 +718,12 @@ func (l *Engine) Entries() (int, error) {
 		if n != len(sh.h) {
 			sh.mu.Unlock()
 			return 0, fmt.Errorf("%d slots in the map of shard %d, %d in its heap", n, i, len(sh.h))
+		}
+		for j := 1; j < len(sh.h); j++ {
+			if sh.h[(j-1)/2].at > sh.h[j].at {
+				sh.mu.Unlock()
+				return 0, fmt.Errorf("the heap of shard %d is out of order at %d", i, j)
+			}
 		}
 		sh.mu.Unlock()
 		total += n

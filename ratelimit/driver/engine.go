@@ -93,10 +93,17 @@ func Evaluate(now time.Time, reqs []Request, states []*State, commit bool) (ds [
 // state to store (nil when nothing must be written) is s itself, updated in
 // place, when s is not nil.
 func EvaluateOne(now time.Time, r *Request, s *State, commit bool) (Decision, *State) {
-	us := now.UnixMicro()
 	if r.Algorithm == GCRA {
-		return gcraOne(now, us, r, s, commit)
+		var d Decision // filled in place: the decision is copied once
+		st := gcraOne(&d, now, r, s, commit)
+		return d, st
 	}
+	return evaluateOne(now, r, s, commit)
+}
+
+// evaluateOne is EvaluateOne for the window and log algorithms.
+func evaluateOne(now time.Time, r *Request, s *State, commit bool) (Decision, *State) {
+	us := now.UnixMicro()
 	var e eval
 	e.judge(us, r, s)
 	consume := commit && e.allowed
@@ -109,8 +116,10 @@ func EvaluateOne(now time.Time, r *Request, s *State, commit bool) (Decision, *S
 }
 
 // gcraOne is EvaluateOne for a GCRA request: the arithmetic of judge,
-// decision and next for GCRA alone, on the request's cached constants.
-func gcraOne(now time.Time, us int64, r *Request, s *State, commit bool) (Decision, *State) {
+// decision and next for GCRA alone, on the request's cached constants. It
+// fills d and returns the state to store (nil: nothing to write).
+func gcraOne(d *Decision, now time.Time, r *Request, s *State, commit bool) *State {
+	us := now.UnixMicro()
 	g := r.gcra
 	if g == nil || g.rate != int64(r.Limit.Rate) || g.period != int64(r.Limit.Period/time.Microsecond) || g.burst != int64(r.Limit.Burst) {
 		p := newGCRA(r.Limit)
@@ -135,7 +144,7 @@ func gcraOne(now time.Time, us int64, r *Request, s *State, commit bool) (Decisi
 	}
 	newTAT := tat.add(g.mul(int64(r.N)), g.rate)
 	allowAt := newTAT.sub(g.tau, g.rate)
-	d := Decision{Allowed: !nowp.less(allowAt), Limit: r.Limit, Algorithm: GCRA}
+	*d = Decision{Allowed: !nowp.less(allowAt), Limit: r.Limit, Algorithm: GCRA}
 	d.At = now.Add(-time.Duration(now.Nanosecond() % 1000)).Round(0) // time.UnixMicro(us)
 	consume := commit && d.Allowed
 	base := tat
@@ -152,13 +161,13 @@ func gcraOne(now time.Time, us int64, r *Request, s *State, commit bool) (Decisi
 		d.ResetAfter = micros(rst)
 	}
 	if !consume {
-		return d, nil
+		return nil
 	}
 	if s == nil {
 		s = new(State)
 	}
 	*s = State{A: newTAT.a, B: newTAT.b, C: g.rate, Expires: newTAT.ceil()}
-	return d, s
+	return s
 }
 
 // eval is the judgement of one request before the call's outcome is known:
