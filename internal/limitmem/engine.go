@@ -126,7 +126,7 @@ type shard struct {
 type slot struct {
 	key, group, name, kind string
 	hash                   uint64
-	st                     *driver.State
+	st                     driver.State // in the slot: one pointer less to follow
 	next                   *slot
 	// at is the slot's place in h: at most st.Expires (it is brought up to
 	// date when the slot reaches the top of h), and idx its index there.
@@ -224,7 +224,7 @@ func (sh *shard) find(k *driver.StateKey, h uint64) *slot {
 // get returns the live state of k (nil if none).
 func (sh *shard) get(k *driver.StateKey, h uint64, now int64) *driver.State {
 	if sl := sh.find(k, h); sl != nil && sl.st.Expires > now {
-		return sl.st
+		return &sl.st
 	}
 	return nil
 }
@@ -246,13 +246,13 @@ func (l *Engine) set(sh *shard, k *driver.StateKey, h uint64, st *driver.State) 
 		if st == nil {
 			l.remove(sh, sl)
 		} else {
-			sl.st = st
+			sl.st = *st
 			sh.stored(sl)
 		}
 		return
 	}
 	if st != nil {
-		sl := &slot{key: k.Key, group: k.Group, name: k.Name, kind: k.Kind, hash: h, st: st, next: sh.m[h], at: st.Expires}
+		sl := &slot{key: k.Key, group: k.Group, name: k.Name, kind: k.Kind, hash: h, st: *st, next: sh.m[h], at: st.Expires}
 		sh.m[h] = sl
 		sh.h.push(sl)
 	}
@@ -465,7 +465,7 @@ func (l *Engine) Decide(ctx context.Context, reqs []driver.Request, commit bool)
 			if sl == nil {
 				fresh++
 			} else if sl.st.Expires > us {
-				states[i] = sl.st
+				states[i] = &sl.st
 			}
 		}
 		if commit && fresh > reserved {
@@ -543,7 +543,7 @@ func (l *Engine) DecideOne(ctx context.Context, r driver.Request, commit bool) (
 	}
 	var st *driver.State
 	if sl != nil {
-		st = sl.st
+		st = &sl.st
 	}
 	d, next := driver.EvaluateOne(now, &r, st, commit)
 	switch {
@@ -558,7 +558,9 @@ func (l *Engine) DecideOne(ctx context.Context, r driver.Request, commit bool) (
 		if reserved {
 			l.n.Add(-1)
 		}
-		sl.st = next
+		if next != &sl.st {
+			sl.st = *next
+		}
 		sh.stored(sl)
 		l.wrote(sh, us)
 	}
