@@ -386,13 +386,14 @@ type Middleware struct {
 // NewMiddleware validates o and returns the middleware. Errors wrap
 // ErrInvalid.
 func NewMiddleware(o MiddlewareOptions) (*Middleware, error) {
-	return newMiddleware(o, time.Now)
+	return newMiddleware(o, nil)
 }
 
 // DefaultLocalMaxKeys is the default of MiddlewareOptions.LocalMaxKeys.
 const DefaultLocalMaxKeys = 100_000
 
-// newMiddleware is NewMiddleware with the local limiter's clock.
+// newMiddleware is NewMiddleware with the local limiter's clock (nil: the
+// process's).
 func newMiddleware(o MiddlewareOptions, now func() time.Time) (*Middleware, error) {
 	if len(o.Rules) == 0 || len(o.Rules) > MaxGroup {
 		return nil, fmt.Errorf("%w: a middleware needs 1 to %d rules", ErrInvalid, MaxGroup)

@@ -17,7 +17,7 @@ import (
 type Limiter struct {
 	s    Store             // as given
 	st   Store             // s, timed when instrumentation is on
-	one  driver.OneDecider // st, when s has a single-request path
+	one  driver.OneDecider // s, when it has a single-request path (timed by decide)
 	alg  Algorithm
 	lim  Limit
 	spec *driver.Spec // the validated limit the requests are built from
@@ -91,7 +91,13 @@ func (l *Limiter) decide(ctx context.Context, key string, n int, commit bool) (D
 		return Decision{}, err
 	}
 	if l.one != nil {
-		return l.one.DecideOne(ctx, r, commit)
+		if l.tel == nil {
+			return l.one.DecideOne(ctx, r, commit)
+		}
+		cctx, call := l.tel.calls.Start(ctx, opDecide)
+		d, err := l.one.DecideOne(cctx, r, commit)
+		call.End(ctx, storeOutcome(err))
+		return d, err
 	}
 	ds, err := l.st.Decide(ctx, []driver.Request{r}, commit)
 	if err != nil {

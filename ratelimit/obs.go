@@ -143,23 +143,20 @@ func storeOutcome(err error) int {
 
 // timedStore times every call to a Store.
 type timedStore struct {
-	s   Store
-	one driver.OneDecider // s's, or nil
-	c   *obs.Calls
+	s Store
+	c *obs.Calls
 }
 
-// timed returns s timed by t (s itself when t is nil) and its single-request
-// path, if s has one.
+// timed returns s timed by t (s itself when t is nil) and s's
+// single-request path, if it has one: Limiter times the calls to it
+// itself (see Limiter.decide), one layer fewer on the path that matters
+// most for in-process stores.
 func timed(s Store, t *telemetry) (Store, driver.OneDecider) {
 	one, _ := s.(driver.OneDecider)
 	if t == nil {
 		return s, one
 	}
-	ts := &timedStore{s: s, one: one, c: t.calls}
-	if one == nil {
-		return ts, nil
-	}
-	return ts, ts
+	return &timedStore{s: s, c: t.calls}, one
 }
 
 func (ts *timedStore) Decide(ctx context.Context, reqs []driver.Request, commit bool) ([]Decision, error) {
@@ -167,13 +164,6 @@ func (ts *timedStore) Decide(ctx context.Context, reqs []driver.Request, commit 
 	ds, err := ts.s.Decide(cctx, reqs, commit)
 	call.End(ctx, storeOutcome(err))
 	return ds, err
-}
-
-func (ts *timedStore) DecideOne(ctx context.Context, r driver.Request, commit bool) (Decision, error) {
-	cctx, call := ts.c.Start(ctx, opDecide)
-	d, err := ts.one.DecideOne(cctx, r, commit)
-	call.End(ctx, storeOutcome(err))
-	return d, err
 }
 
 func (ts *timedStore) Reset(ctx context.Context, keys []driver.StateKey) error {

@@ -40,7 +40,8 @@ import (
 
 // Options configure an Engine.
 type Options struct {
-	// Now is the engine's clock. Default time.Now.
+	// Now is the engine's clock. Default (nil): the process's wall clock,
+	// read as wallClock does.
 	Now func() time.Time
 	// MaxKeys is the most entries held (one per key and limit). Default
 	// (0) 1<<20.
@@ -69,7 +70,7 @@ type Engine struct {
 // New returns an empty engine.
 func New(o Options) *Engine {
 	if o.Now == nil {
-		o.Now = time.Now
+		o.Now = new(wallClock).now
 	}
 	if o.MaxKeys <= 0 {
 		o.MaxKeys = 1 << 20
@@ -200,6 +201,28 @@ func (h *expiryHeap) remove(i int) {
 	if n != i {
 		h.fix(i)
 	}
+}
+
+// wallClock reads the process's wall clock with one clock read instead of
+// time.Now's two: it takes time.Now at most every clockRebase and advances
+// it by the monotonic clock in between. It differs from time.Now by the
+// drift of the wall clock against the monotonic one over clockRebase
+// (under a microsecond while NTP slews the wall clock; decisions are in
+// whole microseconds), and follows a step of the wall clock within
+// clockRebase.
+type wallClock struct{ base atomic.Pointer[time.Time] }
+
+const clockRebase = time.Millisecond
+
+func (c *wallClock) now() time.Time {
+	if b := c.base.Load(); b != nil {
+		if el := time.Since(*b); el >= 0 && el < clockRebase {
+			return b.Add(el)
+		}
+	}
+	t := time.Now()
+	c.base.Store(&t)
+	return t
 }
 
 // ObsName returns Options.Name, the store name in telemetry.

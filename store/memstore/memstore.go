@@ -46,7 +46,8 @@ type Options struct {
 type Store struct {
 	views     // per-primitive state; see views.go
 	now       func() time.Time
-	limitKeys int // Options.LimitKeys, defaulted
+	clock     func() time.Time // Options.Clock (nil: the process's clock)
+	limitKeys int              // Options.LimitKeys, defaulted
 
 	mu     sync.Mutex
 	leases map[string]*leaseRec
@@ -76,7 +77,7 @@ type fencedRec struct {
 func New(o *Options) *Store {
 	s := &Store{now: time.Now, limitKeys: DefaultLimitKeys, leases: map[string]*leaseRec{}, fenced: map[string]fencedRec{}}
 	if o != nil && o.Clock != nil {
-		s.now = o.Clock
+		s.now, s.clock = o.Clock, o.Clock
 	}
 	if o != nil && o.LimitKeys > 0 {
 		s.limitKeys = o.LimitKeys

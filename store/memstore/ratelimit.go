@@ -37,7 +37,7 @@ func (s *Store) Limits() ratelimit.Store { return s.limits() }
 // limits returns the engine that holds the store's rate limit state.
 func (s *Store) limits() *limitmem.Engine {
 	return s.view("ratelimit", func() any {
-		return limitmem.New(limitmem.Options{Name: "memstore", Now: s.now, MaxKeys: s.limitKeys, Grace: time.Second})
+		return limitmem.New(limitmem.Options{Name: "memstore", Now: s.clock, MaxKeys: s.limitKeys, Grace: time.Second})
 	}).(*limitmem.Engine)
 }
 
