@@ -14,7 +14,7 @@ import (
 	"github.com/tenurekit/tenure/idempotency"
 	"github.com/tenurekit/tenure/idempotency/idempotencytest"
 	"github.com/tenurekit/tenure/internal/testenv"
-	"github.com/tenurekit/tenure/ratelimit"
+	"github.com/tenurekit/tenure/ratelimit/driver"
 	"github.com/tenurekit/tenure/ratelimit/ratelimittest"
 	"github.com/tenurekit/tenure/server"
 	"github.com/tenurekit/tenure/session"
@@ -75,7 +75,7 @@ func TestRateLimitConformancePostgres(t *testing.T) {
 				}
 				return ks, rows.Err()
 			},
-			Poison: func(ctx context.Context, key ratelimit.StateKey) error {
+			Poison: func(ctx context.Context, key driver.StateKey) error {
 				_, err := direct.Exec(ctx, `INSERT INTO `+schema+`.ratelimits (key, alg, a, b, c, expires_us)
 					VALUES ($1, 9, 0, 0, 0, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint + 60000000)`, key.String())
 				return err
@@ -119,7 +119,7 @@ func redisRateKeys(ctx context.Context, c rueidis.Client, prefix string) ([]rate
 
 // redisRateKey is the Redis key of a rate limit state key (the names the
 // suite poisons hold no '%', '{' or '}', which the store escapes).
-func redisRateKey(prefix string, k ratelimit.StateKey) string {
+func redisRateKey(prefix string, k driver.StateKey) string {
 	if k.Group == "" {
 		return prefix + "rl{" + k.Key + "}:" + k.Kind + ":" + k.Name
 	}
@@ -142,7 +142,7 @@ func TestRateLimitConformanceRedis(t *testing.T) {
 			Keys: func(ctx context.Context) ([]ratelimittest.KeyTTL, error) {
 				return redisRateKeys(ctx, direct, prefix)
 			},
-			Poison: func(ctx context.Context, key ratelimit.StateKey) error {
+			Poison: func(ctx context.Context, key driver.StateKey) error {
 				k := redisRateKey(prefix, key)
 				if strings.ContainsAny(key.Group+key.Key, "%{}") {
 					return fmt.Errorf("state key %v needs escaping", key)

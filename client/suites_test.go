@@ -9,7 +9,7 @@ import (
 
 	"github.com/tenurekit/tenure/idempotency"
 	"github.com/tenurekit/tenure/idempotency/idempotencytest"
-	"github.com/tenurekit/tenure/ratelimit"
+	"github.com/tenurekit/tenure/ratelimit/driver"
 	"github.com/tenurekit/tenure/ratelimit/ratelimittest"
 	"github.com/tenurekit/tenure/session"
 	"github.com/tenurekit/tenure/session/sessiontest"
@@ -64,7 +64,7 @@ func TestRateLimitConformanceSQLite(t *testing.T) {
 				}
 				return ks, rows.Err()
 			},
-			Poison: func(ctx context.Context, key ratelimit.StateKey) error {
+			Poison: func(ctx context.Context, key driver.StateKey) error {
 				_, err := s.store.DB().ExecContext(ctx, `INSERT INTO `+"tenure_ratelimit"+` ("key", state, expires_us) VALUES (?1, ?2, ?3)
 					ON CONFLICT ("key") DO UPDATE SET state = excluded.state, expires_us = excluded.expires_us`,
 					key.String(), []byte("not a state"), clock.Now().Add(time.Minute).UnixMicro())

@@ -2,7 +2,7 @@ package client
 
 import (
 	"context"
-	"github.com/tenurekit/tenure/idempotency/driver"
+	idemdriver "github.com/tenurekit/tenure/idempotency/driver"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -13,6 +13,7 @@ import (
 	"github.com/tenurekit/tenure/internal/serveapi"
 	"github.com/tenurekit/tenure/lease"
 	"github.com/tenurekit/tenure/ratelimit"
+	"github.com/tenurekit/tenure/ratelimit/driver"
 	"github.com/tenurekit/tenure/session"
 )
 
@@ -182,9 +183,9 @@ func (c *Client) Idempotency() idempotency.Store { return idem{c} }
 
 type idem struct{ c *Client }
 
-var states = map[string]driver.State{
-	"claimed": driver.Claimed, "completed": driver.Completed, "in-progress": driver.InProgress,
-	"abandoned": driver.Abandoned, "mismatch": driver.Mismatch,
+var states = map[string]idemdriver.State{
+	"claimed": idemdriver.Claimed, "completed": idemdriver.Completed, "in-progress": idemdriver.InProgress,
+	"abandoned": idemdriver.Abandoned, "mismatch": idemdriver.Mismatch,
 }
 
 func outcomeIn(o *serveapi.IdemOutcome) idempotency.Outcome {
@@ -194,9 +195,9 @@ func outcomeIn(o *serveapi.IdemOutcome) idempotency.Outcome {
 	return idempotency.Outcome{Value: o.Value, Failed: o.Failed, Message: o.Message}
 }
 
-func (v idem) Begin(ctx context.Context, b driver.Begin) (driver.Begun, error) {
-	if err := driver.ValidateBegin(b); err != nil {
-		return driver.Begun{}, err
+func (v idem) Begin(ctx context.Context, b idemdriver.Begin) (idemdriver.Begun, error) {
+	if err := idemdriver.ValidateBegin(b); err != nil {
+		return idemdriver.Begun{}, err
 	}
 	var out serveapi.IdemBegun
 	err := v.c.call(ctx, idemMapping(b.ID), http.MethodPost, "/v1/idempotency/begin", nil, serveapi.IdemBegin{
@@ -204,18 +205,18 @@ func (v idem) Begin(ctx context.Context, b driver.Begin) (driver.Begun, error) {
 		ClaimTTL: d(b.ClaimTTL), Retention: d(b.Retention), Takeover: b.Takeover,
 	}, &out)
 	if err != nil {
-		return driver.Begun{}, err
+		return idemdriver.Begun{}, err
 	}
 	st, ok := states[out.State]
 	if !ok {
-		return driver.Begun{}, &Error{Type: serveapi.TypeInternal, Status: http.StatusOK, Title: "malformed answer",
+		return idemdriver.Begun{}, &Error{Type: serveapi.TypeInternal, Status: http.StatusOK, Title: "malformed answer",
 			Detail: "unknown state " + strconv.Quote(out.State), err: idempotency.ErrUnavailable}
 	}
-	return driver.Begun{State: st, Fence: out.Fence, TTL: out.TTL.D(), Outcome: outcomeIn(out.Outcome)}, nil
+	return idemdriver.Begun{State: st, Fence: out.Fence, TTL: out.TTL.D(), Outcome: outcomeIn(out.Outcome)}, nil
 }
 
 func (v idem) Renew(ctx context.Context, id idempotency.ID, token string, f uint64, ttl time.Duration) error {
-	if err := driver.ValidateClaim(id, token, f); err != nil {
+	if err := idemdriver.ValidateClaim(id, token, f); err != nil {
 		return err
 	}
 	return v.c.call(ctx, idemMapping(id), http.MethodPost, "/v1/idempotency/renew", nil,
@@ -223,7 +224,7 @@ func (v idem) Renew(ctx context.Context, id idempotency.ID, token string, f uint
 }
 
 func (v idem) Complete(ctx context.Context, id idempotency.ID, token string, f uint64, out idempotency.Outcome, retention time.Duration) error {
-	if err := driver.ValidateClaim(id, token, f); err != nil {
+	if err := idemdriver.ValidateClaim(id, token, f); err != nil {
 		return err
 	}
 	return v.c.call(ctx, idemMapping(id), http.MethodPost, "/v1/idempotency/complete", nil,
@@ -232,10 +233,10 @@ func (v idem) Complete(ctx context.Context, id idempotency.ID, token string, f u
 }
 
 func (v idem) Release(ctx context.Context, id idempotency.ID, token string) error {
-	if err := driver.ValidateID(id); err != nil {
+	if err := idemdriver.ValidateID(id); err != nil {
 		return err
 	}
-	if err := driver.ValidateToken(token); err != nil {
+	if err := idemdriver.ValidateToken(token); err != nil {
 		return err
 	}
 	return v.c.call(ctx, idemMapping(id), http.MethodPost, "/v1/idempotency/release", nil,
@@ -243,7 +244,7 @@ func (v idem) Release(ctx context.Context, id idempotency.ID, token string) erro
 }
 
 func (v idem) Inspect(ctx context.Context, id idempotency.ID) (idempotency.Record, error) {
-	if err := driver.ValidateID(id); err != nil {
+	if err := idemdriver.ValidateID(id); err != nil {
 		return idempotency.Record{}, err
 	}
 	var r serveapi.IdemRecord
@@ -271,7 +272,7 @@ func (c *Client) Limits() ratelimit.Store { return limits{c} }
 
 type limits struct{ c *Client }
 
-func stateOut(k ratelimit.StateKey) *serveapi.StateKey {
+func stateOut(k driver.StateKey) *serveapi.StateKey {
 	return &serveapi.StateKey{Group: k.Group, Name: k.Name, Kind: k.Kind, Key: k.Key}
 }
 
@@ -283,8 +284,8 @@ var algorithmNames = map[string]ratelimit.Algorithm{
 	"gcra": ratelimit.GCRA, "fixed-window": ratelimit.FixedWindow, "sliding-log": ratelimit.SlidingLog, "sliding-window": ratelimit.SlidingWindow,
 }
 
-func (v limits) Decide(ctx context.Context, reqs []ratelimit.Request, commit bool) ([]ratelimit.Decision, error) {
-	if err := ratelimit.ValidateRequests(reqs, commit); err != nil {
+func (v limits) Decide(ctx context.Context, reqs []driver.Request, commit bool) ([]ratelimit.Decision, error) {
+	if err := driver.ValidateRequests(reqs, commit); err != nil {
 		return nil, err
 	}
 	in := serveapi.RateAllow{Peek: !commit, Requests: make([]serveapi.RateRequest, 0, len(reqs))}
@@ -309,8 +310,8 @@ func (v limits) Decide(ctx context.Context, reqs []ratelimit.Request, commit boo
 	return ds, nil
 }
 
-func (v limits) Reset(ctx context.Context, keys []ratelimit.StateKey) error {
-	if err := ratelimit.ValidateStateKeys(keys); err != nil {
+func (v limits) Reset(ctx context.Context, keys []driver.StateKey) error {
+	if err := driver.ValidateStateKeys(keys); err != nil {
 		return err
 	}
 	in := serveapi.RateReset{Requests: make([]serveapi.RateRequest, 0, len(keys))}
@@ -320,31 +321,31 @@ func (v limits) Reset(ctx context.Context, keys []ratelimit.StateKey) error {
 	return v.c.call(ctx, rateErrs, http.MethodPost, "/v1/rate/reset", nil, in, nil)
 }
 
-func permitIn(p serveapi.PermitGrant) ratelimit.PermitGrant {
-	return ratelimit.PermitGrant{Acquired: p.Acquired, Fence: p.Fence, InUse: p.InUse, RetryAfter: p.RetryAfter.D(), TTL: p.TTL.D(), At: p.At}
+func permitIn(p serveapi.PermitGrant) driver.PermitGrant {
+	return driver.PermitGrant{Acquired: p.Acquired, Fence: p.Fence, InUse: p.InUse, RetryAfter: p.RetryAfter.D(), TTL: p.TTL.D(), At: p.At}
 }
 
-func (v limits) AcquirePermit(ctx context.Context, key ratelimit.StateKey, id string, permits int, ttl time.Duration) (ratelimit.PermitGrant, error) {
+func (v limits) AcquirePermit(ctx context.Context, key driver.StateKey, id string, permits int, ttl time.Duration) (driver.PermitGrant, error) {
 	var out serveapi.PermitGrant
 	err := v.c.call(ctx, rateErrs, http.MethodPost, "/v1/permits/acquire", nil,
 		serveapi.Permit{State: stateOut(key), ID: id, Permits: permits, TTL: d(ttl)}, &out)
 	if err != nil {
-		return ratelimit.PermitGrant{}, err
+		return driver.PermitGrant{}, err
 	}
 	return permitIn(out), nil
 }
 
-func (v limits) RenewPermit(ctx context.Context, key ratelimit.StateKey, id string, ttl time.Duration) (ratelimit.PermitGrant, error) {
+func (v limits) RenewPermit(ctx context.Context, key driver.StateKey, id string, ttl time.Duration) (driver.PermitGrant, error) {
 	var out serveapi.PermitGrant
 	err := v.c.call(ctx, rateErrs, http.MethodPost, "/v1/permits/renew", nil,
 		serveapi.Permit{State: stateOut(key), ID: id, TTL: d(ttl)}, &out)
 	if err != nil {
-		return ratelimit.PermitGrant{}, err
+		return driver.PermitGrant{}, err
 	}
 	return permitIn(out), nil
 }
 
-func (v limits) ReleasePermit(ctx context.Context, key ratelimit.StateKey, id string) error {
+func (v limits) ReleasePermit(ctx context.Context, key driver.StateKey, id string) error {
 	return v.c.call(ctx, rateErrs, http.MethodPost, "/v1/permits/release", nil, serveapi.Permit{State: stateOut(key), ID: id}, nil)
 }
 

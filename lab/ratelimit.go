@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/tenurekit/tenure/ratelimit"
+
+	"github.com/tenurekit/tenure/ratelimit/driver"
 )
 
 func init() {
@@ -35,7 +37,7 @@ func init() {
 // time to live.
 type limitStore struct {
 	s   ratelimit.Store
-	ttl func(ctx context.Context, k ratelimit.StateKey) (time.Duration, bool, error)
+	ttl func(ctx context.Context, k driver.StateKey) (time.Duration, bool, error)
 }
 
 // limitsOf returns env's rate limit view; etcd has none (a Raft write per

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tenurekit/tenure/internal/tenancy"
+	"github.com/tenurekit/tenure/ratelimit/driver"
 )
 
 // ConcurrencyLimit is a limit on how many holders may work on a key at
@@ -71,7 +72,7 @@ func NewConcurrencyWithOptions(s Store, l ConcurrencyLimit, o *Options) (*Concur
 	if l.Name == "" {
 		l.Name = "concurrency-" + strconv.Itoa(l.Permits)
 	}
-	if err := validateName("limit name", l.Name); err != nil {
+	if err := driver.ValidateName("limit name", l.Name); err != nil {
 		return nil, err
 	}
 	tel := newTelemetry(s, l.Name, o)
@@ -82,7 +83,9 @@ func NewConcurrencyWithOptions(s Store, l ConcurrencyLimit, o *Options) (*Concur
 // Limit returns the limit, with its defaults filled in.
 func (c *Concurrency) Limit() ConcurrencyLimit { return c.lim }
 
-func (c *Concurrency) stateKey(key string) StateKey { return stateKey("", c.lim.Name, "p", key) }
+func (c *Concurrency) stateKey(key string) driver.StateKey {
+	return driver.StateKey{Name: c.lim.Name, Kind: "p", Key: key}
+}
 
 // newPermitID returns a fresh permit id (128 random bits, base32).
 func newPermitID() string { return crand.Text() }
@@ -98,7 +101,7 @@ func (c *Concurrency) TryAcquire(ctx context.Context, key string) (*Permit, erro
 }
 
 func (c *Concurrency) tryAcquire(ctx context.Context, key string) (*Permit, error) {
-	if err := ValidateKey(key); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
 		return nil, err
 	}
 	return c.try(ctx, key, newPermitID())
@@ -129,7 +132,7 @@ func (c *Concurrency) Acquire(ctx context.Context, key string) (*Permit, error) 
 }
 
 func (c *Concurrency) acquire(ctx context.Context, key string) (*Permit, error) {
-	if err := ValidateKey(key); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
 		return nil, err
 	}
 	id := newPermitID()

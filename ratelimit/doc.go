@@ -65,7 +65,9 @@
 // # Stores
 //
 // Stores implement [Store]; memstore, sqlitestore, pgstore and redisstore
-// return one from their Limits method. etcd is not supported: every
+// return one from their Limits method. What only store writers need (the
+// contract's request and state types, the checks, the reference engine)
+// is in package ratelimit/driver. etcd is not supported: every
 // decision is a write, and a Raft commit (with its fsync) per request is
 // the wrong tool for a check that runs on every request. The conformance
 // suite in ratelimittest checks every store against memstore as the model.

@@ -10,6 +10,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tenurekit/tenure/internal/limitmem"
+	"github.com/tenurekit/tenure/ratelimit/driver"
 )
 
 // FuzzMiddlewareKeys: every key the middleware builds from request input
@@ -30,7 +33,7 @@ func FuzzMiddlewareKeys(f *testing.F) {
 		r.Header["X-Key"] = []string{hdr}
 		userFn := User(func(r *http.Request) string { return r.Header.Get("X-User") })
 		fns := []KeyFunc{Route(), userFn, Header("X-Key"), ClientIP(nil), Join(userFn, Route()), Const(path)}
-		ls := newLocalStore(time.Now, 1000)
+		ls := limitmem.New(limitmem.Options{MaxKeys: 1000})
 		for i, fn := range fns {
 			k, err := fn(r)
 			if errors.Is(err, ErrNoKey) {
@@ -40,16 +43,16 @@ func FuzzMiddlewareKeys(f *testing.F) {
 				t.Fatalf("key func %d: %v", i, err)
 			}
 			nk := NormalizeKey(k)
-			if err := ValidateKey(nk); err != nil {
+			if err := driver.ValidateKey(nk); err != nil {
 				t.Fatalf("key func %d: NormalizeKey(%q) = %q: %v", i, k, nk, err)
 			}
 			if NormalizeKey(k) != nk {
 				t.Fatalf("NormalizeKey(%q) not deterministic", k)
 			}
-			if ValidateKey(k) == nil && !strings.HasPrefix(k, HashedKeyPrefix) && nk != k {
+			if driver.ValidateKey(k) == nil && !strings.HasPrefix(k, HashedKeyPrefix) && nk != k {
 				t.Fatalf("valid key %q changed to %q", k, nk)
 			}
-			if (nk == k) != (ValidateKey(k) == nil && !strings.HasPrefix(k, HashedKeyPrefix)) {
+			if (nk == k) != (driver.ValidateKey(k) == nil && !strings.HasPrefix(k, HashedKeyPrefix)) {
 				t.Fatalf("key %q kept as %q", k, nk)
 			}
 			l, _ := New(ls, GCRA, Limit{Name: "f" + string(rune('a'+i)), Rate: 1, Period: time.Hour})
@@ -120,7 +123,7 @@ func FuzzClientIP(f *testing.F) {
 			if err != nil {
 				t.Fatalf("config %d: %v", i, err)
 			}
-			if err := ValidateKey(k); err != nil || (!strings.HasPrefix(k, HashedKeyPrefix) && NormalizeKey(k) != k) {
+			if err := driver.ValidateKey(k); err != nil || (!strings.HasPrefix(k, HashedKeyPrefix) && NormalizeKey(k) != k) {
 				t.Fatalf("config %d: key %q is not a valid key the middleware keeps: %v", i, k, err)
 			}
 			if again, _ := fn(r); again != k {

@@ -17,6 +17,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/tenurekit/tenure/internal/limitmem"
+	"github.com/tenurekit/tenure/ratelimit/driver"
 )
 
 // KeyFunc derives the key a request is limited under. It returns ErrNoKey
@@ -372,8 +375,8 @@ type Middleware struct {
 	single bool
 	groups sync.Map // uint32 mask of the rules that apply -> *Group
 	local  []*Limiter
-	lstore *localStore // the local limiters' store (FailLocal)
-	lgroup sync.Map    // mask -> *Group of local limiters
+	lstore *limitmem.Engine // the local limiters' store (FailLocal)
+	lgroup sync.Map         // mask -> *Group of local limiters
 	log    *slog.Logger
 	logged atomic.Int64 // unix nanos of the last failure record
 
@@ -383,6 +386,15 @@ type Middleware struct {
 // NewMiddleware validates o and returns the middleware. Errors wrap
 // ErrInvalid.
 func NewMiddleware(o MiddlewareOptions) (*Middleware, error) {
+	return newMiddleware(o, nil)
+}
+
+// DefaultLocalMaxKeys is the default of MiddlewareOptions.LocalMaxKeys.
+const DefaultLocalMaxKeys = 100_000
+
+// newMiddleware is NewMiddleware with the local limiter's clock (nil: the
+// process's).
+func newMiddleware(o MiddlewareOptions, now func() time.Time) (*Middleware, error) {
 	if len(o.Rules) == 0 || len(o.Rules) > MaxGroup {
 		return nil, fmt.Errorf("%w: a middleware needs 1 to %d rules", ErrInvalid, MaxGroup)
 	}
@@ -394,7 +406,7 @@ func NewMiddleware(o MiddlewareOptions) (*Middleware, error) {
 	if o.Group == "" {
 		o.Group = "http"
 	}
-	if err := validateName("group name", o.Group); err != nil {
+	if err := driver.ValidateName("group name", o.Group); err != nil {
 		return nil, err
 	}
 	if o.Timeout < 0 {
@@ -432,7 +444,11 @@ func NewMiddleware(o MiddlewareOptions) (*Middleware, error) {
 		if !(o.LocalShare > 0 && o.LocalShare <= 1) {
 			return nil, fmt.Errorf("%w: FailLocal needs a LocalShare in (0, 1], not %v", ErrInvalid, o.LocalShare)
 		}
-		ls := newLocalStore(time.Now, o.LocalMaxKeys)
+		// The local limiter is an in-process store on the process's clock
+		// that deletes state as soon as it expired, holds at most
+		// LocalMaxKeys entries and, when full, refuses decisions that need
+		// a new one: it never admits past a limit.
+		ls := limitmem.New(limitmem.Options{Name: "ratelimit", Now: now, MaxKeys: o.LocalMaxKeys})
 		m.lstore = ls
 		for _, r := range o.Rules {
 			l := r.Limiter.Limit()

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/tenurekit/tenure/ratelimit"
+
+	"github.com/tenurekit/tenure/ratelimit/driver"
 	"github.com/tenurekit/tenure/ratelimit/ratelimittest"
 	"github.com/tenurekit/tenure/store/memstore"
 )
@@ -296,7 +298,7 @@ func TestClientIPNonIPPeer(t *testing.T) {
 		r := httptest.NewRequest("GET", "/", nil)
 		r.RemoteAddr = remote
 		got, err := ratelimit.ClientIP(nil)(r)
-		if err != nil || got != want || ratelimit.ValidateKey(got) != nil {
+		if err != nil || got != want || driver.ValidateKey(got) != nil {
 			t.Errorf("peer %q: %q, %v; want %q", remote, got, err, want)
 		}
 	}

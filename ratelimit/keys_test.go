@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/tenurekit/tenure/ratelimit"
+
+	"github.com/tenurekit/tenure/ratelimit/driver"
 )
 
 // TestMiddlewareInvalidKeysStillLimited: keys built from request input
@@ -63,7 +65,7 @@ func TestMiddlewareInvalidKeysStillLimited(t *testing.T) {
 // invalidStore refuses every decision with ErrInvalid.
 type invalidStore struct{ ratelimit.Store }
 
-func (invalidStore) Decide(context.Context, []ratelimit.Request, bool) ([]ratelimit.Decision, error) {
+func (invalidStore) Decide(context.Context, []driver.Request, bool) ([]ratelimit.Decision, error) {
 	return nil, fmt.Errorf("%w: refused", ratelimit.ErrInvalid)
 }
 
@@ -104,7 +106,7 @@ func TestNormalizeKey(t *testing.T) {
 	seen := map[string]string{}
 	for _, k := range []string{"", "\xff", "a\x00", strings.Repeat("a", ratelimit.MaxKeyLen+1), ratelimit.HashedKeyPrefix, ratelimit.HashedKeyPrefix + "x"} {
 		got := ratelimit.NormalizeKey(k)
-		if !strings.HasPrefix(got, ratelimit.HashedKeyPrefix) || ratelimit.ValidateKey(got) != nil || got != ratelimit.NormalizeKey(k) {
+		if !strings.HasPrefix(got, ratelimit.HashedKeyPrefix) || driver.ValidateKey(got) != nil || got != ratelimit.NormalizeKey(k) {
 			t.Errorf("NormalizeKey(%q) = %q", k, got)
 		}
 		if o, dup := seen[got]; dup {

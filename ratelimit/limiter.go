@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"reflect"
 	"time"
+
+	"github.com/tenurekit/tenure/ratelimit/driver"
 )
 
 // Limiter enforces one Limit with one Algorithm on a Store, per key. It is
@@ -13,14 +15,13 @@ import (
 // processes, enforce the same limit together when they share the store,
 // the algorithm and the limit's Name.
 type Limiter struct {
-	s    Store      // as given
-	st   Store      // s, timed when instrumentation is on
-	one  OneDecider // st, when s has a single-request path
+	s    Store             // as given
+	st   Store             // s, timed when instrumentation is on
+	one  driver.OneDecider // s, when it has a single-request path (timed by decide)
 	alg  Algorithm
 	lim  Limit
-	code string
-	gcra *gcraParams // GCRA's constants, for in-process stores
-	tel  *telemetry  // nil when instrumentation is off
+	spec *driver.Spec // the validated limit the requests are built from
+	tel  *telemetry   // nil when instrumentation is off
 }
 
 // New returns a Limiter for limit l with algorithm a on store s. The limit
@@ -37,18 +38,14 @@ func NewWithOptions(s Store, a Algorithm, l Limit, o *Options) (*Limiter, error)
 	if isNil(s) {
 		return nil, fmt.Errorf("%w: nil store", ErrInvalid)
 	}
-	nl, err := normalize(a, l)
+	spec, err := driver.NewSpec(a, l)
 	if err != nil {
 		return nil, err
 	}
+	nl := spec.Limit()
 	tel := newTelemetry(s, nl.Name, o)
 	st, one := timed(s, tel)
-	lim := &Limiter{s: s, st: st, one: one, alg: a, lim: nl, code: a.code(), tel: tel}
-	if a == GCRA {
-		g := newGCRA(nl)
-		lim.gcra = &g
-	}
-	return lim, nil
+	return &Limiter{s: s, st: st, one: one, alg: a, lim: nl, spec: spec, tel: tel}, nil
 }
 
 // Limit returns the limit enforced, with its defaults (Name, Burst) filled
@@ -58,19 +55,8 @@ func (l *Limiter) Limit() Limit { return l.lim }
 // Algorithm returns the algorithm.
 func (l *Limiter) Algorithm() Algorithm { return l.alg }
 
-func (l *Limiter) request(group, key string, n int, commit bool) (Request, error) {
-	if err := ValidateKey(key); err != nil {
-		return Request{}, err
-	}
-	lo := 1
-	if !commit {
-		lo = 0
-	}
-	if c := l.lim.Capacity(); n < lo || n > c {
-		return Request{}, fmt.Errorf("%w: cost %d out of range [%d, %d] for %v (a request above capacity could never pass)", ErrInvalid, n, lo, c, l.lim)
-	}
-	return Request{Key: stateKey(group, l.lim.Name, l.code, key), Algorithm: l.alg, Limit: l.lim, N: n, gcra: l.gcra,
-		checked: true, checkedCommit: commit}, nil
+func (l *Limiter) request(group, key string, n int, commit bool) (driver.Request, error) {
+	return l.spec.Request(group, key, n, commit)
 }
 
 // Allow is AllowN(ctx, key, 1).
@@ -105,9 +91,15 @@ func (l *Limiter) decide(ctx context.Context, key string, n int, commit bool) (D
 		return Decision{}, err
 	}
 	if l.one != nil {
-		return l.one.DecideOne(ctx, r, commit)
+		if l.tel == nil {
+			return l.one.DecideOne(ctx, r, commit)
+		}
+		cctx, call := l.tel.calls.Start(ctx, opDecide)
+		d, err := l.one.DecideOne(cctx, r, commit)
+		call.End(ctx, storeOutcome(err))
+		return d, err
 	}
-	ds, err := l.st.Decide(ctx, []Request{r}, commit)
+	ds, err := l.st.Decide(ctx, []driver.Request{r}, commit)
 	if err != nil {
 		return Decision{}, err
 	}
@@ -121,19 +113,17 @@ func (l *Limiter) decide(ctx context.Context, key string, n int, commit bool) (D
 
 // StateKey returns the key under which the store keeps key's state for
 // this limiter (for the stores' inspection methods, such as LimitTTL).
-func (l *Limiter) StateKey(key string) (StateKey, error) {
-	if err := ValidateKey(key); err != nil {
-		return StateKey{}, err
-	}
-	return stateKey("", l.lim.Name, l.code, key), nil
+func (l *Limiter) StateKey(key string) (driver.StateKey, error) {
+	return l.spec.StateKey("", key)
 }
 
 // Reset forgets key's state: the limit is fully available again.
 func (l *Limiter) Reset(ctx context.Context, key string) error {
-	if err := ValidateKey(key); err != nil {
+	k, err := l.spec.StateKey("", key)
+	if err != nil {
 		return err
 	}
-	return l.st.Reset(ctx, []StateKey{stateKey("", l.lim.Name, l.code, key)})
+	return l.st.Reset(ctx, []driver.StateKey{k})
 }
 
 // Group checks several limits together, all or nothing, in one atomic
@@ -158,7 +148,7 @@ type Group struct {
 // over limiters, which must share one store and differ in Name or
 // Algorithm. At most MaxGroup limiters.
 func NewGroup(name string, limiters ...*Limiter) (*Group, error) {
-	if err := validateName("group name", name); err != nil {
+	if err := driver.ValidateName("group name", name); err != nil {
 		return nil, err
 	}
 	if len(limiters) == 0 || len(limiters) > MaxGroup {
@@ -213,11 +203,11 @@ func (g *Group) Name() string { return g.name }
 // Limiters returns the group's limiters, in order.
 func (g *Group) Limiters() []*Limiter { return append([]*Limiter(nil), g.members...) }
 
-func (g *Group) requests(keys []string, n int, commit bool) ([]Request, error) {
+func (g *Group) requests(keys []string, n int, commit bool) ([]driver.Request, error) {
 	if len(keys) != len(g.members) {
 		return nil, fmt.Errorf("%w: %d keys for the %d limits of group %q", ErrInvalid, len(keys), len(g.members), g.name)
 	}
-	reqs := make([]Request, len(keys))
+	reqs := make([]driver.Request, len(keys))
 	for i, l := range g.members {
 		r, err := l.request(g.name, keys[i], n, commit)
 		if err != nil {
@@ -273,7 +263,7 @@ func (g *Group) Reset(ctx context.Context, keys []string) error {
 	if err != nil {
 		return err
 	}
-	ks := make([]StateKey, len(reqs))
+	ks := make([]driver.StateKey, len(reqs))
 	for i, r := range reqs {
 		ks[i] = r.Key
 	}

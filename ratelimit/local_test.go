@@ -9,12 +9,14 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tenurekit/tenure/ratelimit/driver"
 )
 
 // downStore is a store that cannot be reached.
 type downStore struct{ Store }
 
-func (downStore) Decide(context.Context, []Request, bool) ([]Decision, error) {
+func (downStore) Decide(context.Context, []driver.Request, bool) ([]Decision, error) {
 	return nil, fmt.Errorf("%w: down", ErrUnavailable)
 }
 
@@ -44,14 +46,13 @@ func localMiddleware(t *testing.T, clock *fakeClock, maxKeys int) (*Middleware, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := NewMiddleware(MiddlewareOptions{
+	m, err := newMiddleware(MiddlewareOptions{
 		Rules:     []Rule{{Limiter: l, Key: User(func(r *http.Request) string { return r.Header.Get("X-User") })}},
 		OnFailure: FailLocal, LocalShare: 1, LocalMaxKeys: maxKeys,
-	})
+	}, clock.Now)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.lstore.now = clock.Now
 	return m, m.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 }
 
@@ -75,7 +76,7 @@ func TestLocalStateReleased(t *testing.T) {
 			t.Fatalf("request %d: %d", i, c)
 		}
 		clock.Advance(time.Millisecond) // a key's state lives 1s: ~1000 live
-		most = max(most, m.lstore.entries())
+		most = max(most, m.lstore.Len())
 	}
 	if most > 1_100 {
 		t.Fatalf("%d entries held for about 1,000 live ones", most)
@@ -85,7 +86,7 @@ func TestLocalStateReleased(t *testing.T) {
 		serveUser(h, "again")
 		clock.Advance(time.Second)
 	}
-	if n := m.lstore.entries(); n != 1 {
+	if n := entries(t, m); n != 1 {
 		t.Fatalf("%d entries after everything else expired, want 1", n)
 	}
 }
@@ -112,10 +113,21 @@ func TestLocalFull(t *testing.T) {
 	if c := serveUser(h, "d"); c != 200 {
 		t.Fatalf("a new key after an entry expired: %d, want 200", c)
 	}
-	if n := m.lstore.entries(); n != 3 {
+	if n := entries(t, m); n != 3 {
 		t.Fatalf("%d entries, want 3", n)
 	}
 	if st := m.Stats(); st.Allowed != 4 || st.Limited != 2 || st.FailedOpen != 0 {
 		t.Fatalf("stats %+v", st)
 	}
+}
+
+// entries returns how many entries m's local limiter holds, expired ones
+// included, after checking that its maps, heaps and count agree.
+func entries(t *testing.T, m *Middleware) int {
+	t.Helper()
+	n, err := m.lstore.Entries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/tenurekit/tenure/internal/obs"
+	"github.com/tenurekit/tenure/ratelimit/driver"
 )
 
 // Options configure a Limiter or a Concurrency limiter's instrumentation.
@@ -142,61 +143,51 @@ func storeOutcome(err error) int {
 
 // timedStore times every call to a Store.
 type timedStore struct {
-	s   Store
-	one OneDecider // s's, or nil
-	c   *obs.Calls
+	s Store
+	c *obs.Calls
 }
 
-// timed returns s timed by t (s itself when t is nil) and its single-request
-// path, if s has one.
-func timed(s Store, t *telemetry) (Store, OneDecider) {
-	one, _ := s.(OneDecider)
+// timed returns s timed by t (s itself when t is nil) and s's
+// single-request path, if it has one: Limiter times the calls to it
+// itself (see Limiter.decide), one layer fewer on the path that matters
+// most for in-process stores.
+func timed(s Store, t *telemetry) (Store, driver.OneDecider) {
+	one, _ := s.(driver.OneDecider)
 	if t == nil {
 		return s, one
 	}
-	ts := &timedStore{s: s, one: one, c: t.calls}
-	if one == nil {
-		return ts, nil
-	}
-	return ts, ts
+	return &timedStore{s: s, c: t.calls}, one
 }
 
-func (ts *timedStore) Decide(ctx context.Context, reqs []Request, commit bool) ([]Decision, error) {
+func (ts *timedStore) Decide(ctx context.Context, reqs []driver.Request, commit bool) ([]Decision, error) {
 	cctx, call := ts.c.Start(ctx, opDecide)
 	ds, err := ts.s.Decide(cctx, reqs, commit)
 	call.End(ctx, storeOutcome(err))
 	return ds, err
 }
 
-func (ts *timedStore) DecideOne(ctx context.Context, r Request, commit bool) (Decision, error) {
-	cctx, call := ts.c.Start(ctx, opDecide)
-	d, err := ts.one.DecideOne(cctx, r, commit)
-	call.End(ctx, storeOutcome(err))
-	return d, err
-}
-
-func (ts *timedStore) Reset(ctx context.Context, keys []StateKey) error {
+func (ts *timedStore) Reset(ctx context.Context, keys []driver.StateKey) error {
 	cctx, call := ts.c.Start(ctx, opReset)
 	err := ts.s.Reset(cctx, keys)
 	call.End(ctx, storeOutcome(err))
 	return err
 }
 
-func (ts *timedStore) AcquirePermit(ctx context.Context, key StateKey, id string, permits int, ttl time.Duration) (PermitGrant, error) {
+func (ts *timedStore) AcquirePermit(ctx context.Context, key driver.StateKey, id string, permits int, ttl time.Duration) (driver.PermitGrant, error) {
 	cctx, call := ts.c.Start(ctx, opAcquirePermit)
 	g, err := ts.s.AcquirePermit(cctx, key, id, permits, ttl)
 	call.End(ctx, storeOutcome(err))
 	return g, err
 }
 
-func (ts *timedStore) RenewPermit(ctx context.Context, key StateKey, id string, ttl time.Duration) (PermitGrant, error) {
+func (ts *timedStore) RenewPermit(ctx context.Context, key driver.StateKey, id string, ttl time.Duration) (driver.PermitGrant, error) {
 	cctx, call := ts.c.Start(ctx, opRenewPermit)
 	g, err := ts.s.RenewPermit(cctx, key, id, ttl)
 	call.End(ctx, storeOutcome(err))
 	return g, err
 }
 
-func (ts *timedStore) ReleasePermit(ctx context.Context, key StateKey, id string) error {
+func (ts *timedStore) ReleasePermit(ctx context.Context, key driver.StateKey, id string) error {
 	cctx, call := ts.c.Start(ctx, opReleasePermit)
 	err := ts.s.ReleasePermit(cctx, key, id)
 	call.End(ctx, storeOutcome(err))

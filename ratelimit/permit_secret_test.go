@@ -10,13 +10,15 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tenurekit/tenure/internal/limitmem"
 )
 
 // TestPermitTokenNeverPrinted: a permit's id (which can release it) shows
 // through no fmt verb, on the pointer, the value, or nested in other
 // values, nor through slog or encoding/json.
 func TestPermitTokenNeverPrinted(t *testing.T) {
-	c, err := NewConcurrency(newLocalStore(time.Now, 10), ConcurrencyLimit{Permits: 1, TTL: time.Minute})
+	c, err := NewConcurrency(limitmem.New(limitmem.Options{MaxKeys: 10}), ConcurrencyLimit{Permits: 1, TTL: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}

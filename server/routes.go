@@ -3,7 +3,7 @@ package server
 import (
 	crand "crypto/rand"
 	"errors"
-	"github.com/tenurekit/tenure/idempotency/driver"
+	idemdriver "github.com/tenurekit/tenure/idempotency/driver"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
@@ -18,6 +18,7 @@ import (
 	"github.com/tenurekit/tenure/internal/serveapi"
 	"github.com/tenurekit/tenure/lease"
 	"github.com/tenurekit/tenure/ratelimit"
+	"github.com/tenurekit/tenure/ratelimit/driver"
 	"github.com/tenurekit/tenure/schedule"
 	"github.com/tenurekit/tenure/session"
 )
@@ -336,7 +337,7 @@ func (s *Server) beginIdem(w http.ResponseWriter, r *http.Request, p principal) 
 	if !guard(w, p, "idempotency scope", req.Scope) {
 		return
 	}
-	b, err := s.st.Idempotency.Begin(r.Context(), driver.Begin{
+	b, err := s.st.Idempotency.Begin(r.Context(), idemdriver.Begin{
 		ID: idempotency.ID{Scope: req.Scope, Key: req.Key}, Fingerprint: req.Fingerprint,
 		Token: secret.New(req.Token), ClaimTTL: req.ClaimTTL.D(), Retention: req.Retention.D(), Takeover: req.Takeover,
 	})
@@ -345,7 +346,7 @@ func (s *Server) beginIdem(w http.ResponseWriter, r *http.Request, p principal) 
 		return
 	}
 	out := serveapi.IdemBegun{State: b.State.String(), Fence: b.Fence, TTL: serveapi.Duration(b.TTL)}
-	if b.State == driver.Completed {
+	if b.State == idemdriver.Completed {
 		out.Outcome = outcomeOut(b.Outcome)
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -435,11 +436,11 @@ var algorithms = map[string]ratelimit.Algorithm{
 	"sliding-log": ratelimit.SlidingLog, "sliding-window": ratelimit.SlidingWindow,
 }
 
-func stateKey(k serveapi.StateKey) ratelimit.StateKey {
-	return ratelimit.StateKey{Group: k.Group, Name: k.Name, Kind: k.Kind, Key: k.Key}
+func stateKey(k serveapi.StateKey) driver.StateKey {
+	return driver.StateKey{Group: k.Group, Name: k.Name, Kind: k.Kind, Key: k.Key}
 }
 
-func stateKeyOut(k ratelimit.StateKey) serveapi.StateKey {
+func stateKeyOut(k driver.StateKey) serveapi.StateKey {
 	return serveapi.StateKey{Group: k.Group, Name: k.Name, Kind: k.Kind, Key: k.Key}
 }
 
@@ -452,38 +453,38 @@ var uninstrumented = &ratelimit.Options{MeterProvider: metricnoop.NewMeterProvid
 // rateRequest builds the store request of one wire request: the limit is
 // validated and normalized by ratelimit.New, and the state key is the
 // one given or the single limiter's.
-func (s *Server) rateRequest(w http.ResponseWriter, p principal, in serveapi.RateRequest, commit bool) (ratelimit.Request, bool) {
+func (s *Server) rateRequest(w http.ResponseWriter, p principal, in serveapi.RateRequest, commit bool) (driver.Request, bool) {
 	alg, ok := algorithms[in.Algorithm]
 	if !ok {
 		invalid(w, "unknown algorithm %q (gcra, fixed-window, sliding-log, sliding-window)", in.Algorithm)
-		return ratelimit.Request{}, false
+		return driver.Request{}, false
 	}
 	lim, err := ratelimit.NewWithOptions(s.st.Limits, alg, ratelimit.Limit{Name: in.Limit.Name, Rate: in.Limit.Rate, Period: in.Limit.Period.D(), Burst: in.Limit.Burst}, uninstrumented)
 	if err != nil {
 		fail(w, err)
-		return ratelimit.Request{}, false
+		return driver.Request{}, false
 	}
-	var key ratelimit.StateKey
+	var key driver.StateKey
 	switch {
 	case in.State != nil && in.Key != "":
 		invalid(w, "give key or state, not both")
-		return ratelimit.Request{}, false
+		return driver.Request{}, false
 	case in.State != nil:
 		key = stateKey(*in.State)
 	default:
 		if key, err = lim.StateKey(in.Key); err != nil {
 			fail(w, err)
-			return ratelimit.Request{}, false
+			return driver.Request{}, false
 		}
 	}
 	if !guard(w, p, "rate limit key", key.Key) {
-		return ratelimit.Request{}, false
+		return driver.Request{}, false
 	}
 	n := 1
 	if in.N != nil {
 		n = *in.N
 	}
-	return ratelimit.Request{Key: key, Algorithm: alg, Limit: lim.Limit(), N: n}, true
+	return driver.Request{Key: key, Algorithm: alg, Limit: lim.Limit(), N: n}, true
 }
 
 func (s *Server) allowRate(w http.ResponseWriter, r *http.Request, p principal) {
@@ -499,7 +500,7 @@ func (s *Server) allowRate(w http.ResponseWriter, r *http.Request, p principal) 
 		invalid(w, "%d requests, want 1 to %d", len(req.Requests), ratelimit.MaxGroup)
 		return
 	}
-	reqs := make([]ratelimit.Request, 0, len(req.Requests))
+	reqs := make([]driver.Request, 0, len(req.Requests))
 	for _, in := range req.Requests {
 		rr, ok := s.rateRequest(w, p, in, !req.Peek)
 		if !ok {
@@ -537,7 +538,7 @@ func (s *Server) resetRate(w http.ResponseWriter, r *http.Request, p principal) 
 		invalid(w, "%d keys, want 1 to %d", len(req.Requests), ratelimit.MaxGroup)
 		return
 	}
-	keys := make([]ratelimit.StateKey, 0, len(req.Requests))
+	keys := make([]driver.StateKey, 0, len(req.Requests))
 	for _, in := range req.Requests {
 		if in.State != nil && in.Key == "" {
 			// The exact state key: no limit needed.
@@ -562,8 +563,8 @@ func (s *Server) resetRate(w http.ResponseWriter, r *http.Request, p principal) 
 }
 
 // permitKey is the state key of a permit request.
-func permitKey(w http.ResponseWriter, p principal, in serveapi.Permit) (ratelimit.StateKey, bool) {
-	var k ratelimit.StateKey
+func permitKey(w http.ResponseWriter, p principal, in serveapi.Permit) (driver.StateKey, bool) {
+	var k driver.StateKey
 	switch {
 	case in.State != nil && (in.Key != "" || in.Name != ""):
 		invalid(w, "give state, or key and name, not both")
@@ -571,11 +572,11 @@ func permitKey(w http.ResponseWriter, p principal, in serveapi.Permit) (ratelimi
 	case in.State != nil:
 		k = stateKey(*in.State)
 	default:
-		if err := ratelimit.ValidateKey(in.Key); err != nil {
+		if err := driver.ValidateKey(in.Key); err != nil {
 			fail(w, err)
 			return k, false
 		}
-		k = ratelimit.StateKey{Name: in.Name, Kind: "p", Key: in.Key}
+		k = driver.StateKey{Name: in.Name, Kind: "p", Key: in.Key}
 	}
 	if k.Name == "" || k.Key == "" || k.Kind == "" {
 		invalid(w, "a permit needs a key and a limit name")
@@ -584,19 +585,19 @@ func permitKey(w http.ResponseWriter, p principal, in serveapi.Permit) (ratelimi
 	return k, guard(w, p, "permit key", k.Key)
 }
 
-func permitOut(id string, g ratelimit.PermitGrant) serveapi.PermitGrant {
+func permitOut(id string, g driver.PermitGrant) serveapi.PermitGrant {
 	return serveapi.PermitGrant{ID: id, Acquired: g.Acquired, Fence: g.Fence, InUse: g.InUse,
 		RetryAfter: serveapi.Duration(g.RetryAfter), TTL: serveapi.Duration(g.TTL), At: g.At}
 }
 
-func (s *Server) permitRequest(w http.ResponseWriter, r *http.Request, p principal) (serveapi.Permit, ratelimit.StateKey, bool) {
+func (s *Server) permitRequest(w http.ResponseWriter, r *http.Request, p principal) (serveapi.Permit, driver.StateKey, bool) {
 	var req serveapi.Permit
 	if !decode(w, r, &req) {
-		return req, ratelimit.StateKey{}, false
+		return req, driver.StateKey{}, false
 	}
 	if s.st.Limits == nil {
 		notSupported(w, "rate limits")
-		return req, ratelimit.StateKey{}, false
+		return req, driver.StateKey{}, false
 	}
 	k, ok := permitKey(w, p, req)
 	return req, k, ok

@@ -120,7 +120,7 @@ type IdemRecord struct {
 	Outcome     *IdemOutcome `json:"outcome,omitempty"`
 }
 
-// StateKey names limiter state (ratelimit.StateKey).
+// StateKey names limiter state (driver.StateKey).
 type StateKey struct {
 	Group string `json:"group,omitempty"`
 	Name  string `json:"name"`

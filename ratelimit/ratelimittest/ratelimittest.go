@@ -16,6 +16,8 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/tenurekit/tenure/ratelimit"
+
+	"github.com/tenurekit/tenure/ratelimit/driver"
 )
 
 // Algorithms are the rate limit algorithms the suite runs each check with.
@@ -198,22 +200,22 @@ func testInvalid(t *testing.T, tg Target) {
 				return err
 			},
 			"store unnormalized": func() error {
-				_, err := s.Decide(ctx, []ratelimit.Request{{Key: ratelimit.StateKey{Name: "x", Kind: "g", Key: "k"}, Algorithm: alg, Limit: ratelimit.Limit{Rate: 5, Period: time.Second}, N: 1}}, true)
+				_, err := s.Decide(ctx, []driver.Request{{Key: driver.StateKey{Name: "x", Kind: "g", Key: "k"}, Algorithm: alg, Limit: ratelimit.Limit{Rate: 5, Period: time.Second}, N: 1}}, true)
 				return err
 			},
 			"store cost over": func() error {
-				_, err := s.Decide(ctx, []ratelimit.Request{{Key: ratelimit.StateKey{Name: "x", Kind: "g", Key: "k"}, Algorithm: alg, Limit: l.Limit(), N: 6}}, true)
+				_, err := s.Decide(ctx, []driver.Request{{Key: driver.StateKey{Name: "x", Kind: "g", Key: "k"}, Algorithm: alg, Limit: l.Limit(), N: 6}}, true)
 				return err
 			},
 			"store empty key": func() error {
-				_, err := s.Decide(ctx, []ratelimit.Request{{Algorithm: alg, Limit: l.Limit(), N: 1}}, true)
+				_, err := s.Decide(ctx, []driver.Request{{Algorithm: alg, Limit: l.Limit(), N: 1}}, true)
 				return err
 			},
 			"store no requests": func() error { _, err := s.Decide(ctx, nil, true); return err },
 			"store duplicate keys": func() error {
-				k := ratelimit.StateKey{Name: "x", Kind: "g", Key: "k"}
-				r := ratelimit.Request{Key: k, Algorithm: alg, Limit: l.Limit(), N: 1}
-				_, err := s.Decide(ctx, []ratelimit.Request{r, r}, true)
+				k := driver.StateKey{Name: "x", Kind: "g", Key: "k"}
+				r := driver.Request{Key: k, Algorithm: alg, Limit: l.Limit(), N: 1}
+				_, err := s.Decide(ctx, []driver.Request{r, r}, true)
 				return err
 			},
 		}
@@ -223,7 +225,7 @@ func testInvalid(t *testing.T, tg Target) {
 			}
 		}
 	}
-	pk := ratelimit.StateKey{Name: "x", Kind: "p", Key: "k"}
+	pk := driver.StateKey{Name: "x", Kind: "p", Key: "k"}
 	badPermits := map[string]func() error{
 		"zero permits": func() error {
 			_, err := ratelimit.NewConcurrency(s, ratelimit.ConcurrencyLimit{Permits: 0})
@@ -250,7 +252,7 @@ func testInvalid(t *testing.T, tg Target) {
 		"store 0 perm":   func() error { _, err := s.AcquirePermit(ctx, pk, "id", 0, time.Second); return err },
 		"store bad ttl":  func() error { _, err := s.AcquirePermit(ctx, pk, "id", 1, 0); return err },
 		"renew bad ttl":  func() error { _, err := s.RenewPermit(ctx, pk, "id", -time.Second); return err },
-		"release no key": func() error { return s.ReleasePermit(ctx, ratelimit.StateKey{}, "id") },
+		"release no key": func() error { return s.ReleasePermit(ctx, driver.StateKey{}, "id") },
 		"reset no keys":  func() error { return s.Reset(ctx, nil) },
 		"try bad key": func() error {
 			c, err := ratelimit.NewConcurrency(s, ratelimit.ConcurrencyLimit{Name: uniq("p"), Permits: 1})
@@ -862,7 +864,7 @@ func testEveryKeyExpires(t *testing.T, tg Target) {
 		}
 		for i, l := range lims {
 			before := keys(t, tg)
-			victim := ratelimit.StateKey{Group: pg.Name(), Kind: code(l.Algorithm()), Name: l.Limit().Name, Key: "p"}
+			victim := driver.StateKey{Group: pg.Name(), Kind: code(l.Algorithm()), Name: l.Limit().Name, Key: "p"}
 			if err := tg.Poison(ctx, victim); err != nil {
 				t.Fatalf("Poison: %v", err)
 			}
@@ -1134,7 +1136,7 @@ func testPermitRenew(t *testing.T, tg Target) {
 func testPermitSameID(t *testing.T, tg Target) {
 	ctx := ctxT(t)
 	s := tg.Store
-	k := ratelimit.StateKey{Name: uniq("same"), Kind: "p", Key: "k"}
+	k := driver.StateKey{Name: uniq("same"), Kind: "p", Key: "k"}
 	g1, err := s.AcquirePermit(ctx, k, "id-1", 2, time.Minute)
 	if err != nil || !g1.Acquired || g1.Fence == 0 || g1.InUse != 1 {
 		t.Fatalf("first acquire: %+v, %v", g1, err)

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/tenurekit/tenure/ratelimit"
+
+	"github.com/tenurekit/tenure/ratelimit/driver"
 )
 
 // Faults breaks and heals the path between a Store and its server.
@@ -56,7 +58,7 @@ type Target struct {
 	// Poison, when set, stores a malformed value (with an expiry) under the
 	// state of key, so that a decision reading it must fail before it
 	// writes anything.
-	Poison func(ctx context.Context, key ratelimit.StateKey) error
+	Poison func(ctx context.Context, key driver.StateKey) error
 	// NoBubble, when not empty, says why the store cannot be called from
 	// a testing/synctest bubble; the skewed-caller case does not apply and
 	// Run leaves it out (and logs why).
@@ -145,7 +147,7 @@ func (w *wrapped) call(ctx context.Context, op func(ctx context.Context) error) 
 	return op(ctx)
 }
 
-func (w *wrapped) Decide(ctx context.Context, reqs []ratelimit.Request, commit bool) (ds []ratelimit.Decision, err error) {
+func (w *wrapped) Decide(ctx context.Context, reqs []driver.Request, commit bool) (ds []ratelimit.Decision, err error) {
 	err = w.call(ctx, func(ctx context.Context) (err error) {
 		ds, err = w.inner.Decide(ctx, reqs, commit)
 		return err
@@ -157,14 +159,14 @@ func (w *wrapped) Decide(ctx context.Context, reqs []ratelimit.Request, commit b
 }
 
 // DecideOne forwards to the store's single-request path when it has one.
-func (w *wrapped) DecideOne(ctx context.Context, r ratelimit.Request, commit bool) (d ratelimit.Decision, err error) {
+func (w *wrapped) DecideOne(ctx context.Context, r driver.Request, commit bool) (d ratelimit.Decision, err error) {
 	err = w.call(ctx, func(ctx context.Context) (err error) {
-		if one, ok := w.inner.(ratelimit.OneDecider); ok {
+		if one, ok := w.inner.(driver.OneDecider); ok {
 			d, err = one.DecideOne(ctx, r, commit)
 			return err
 		}
 		var ds []ratelimit.Decision
-		if ds, err = w.inner.Decide(ctx, []ratelimit.Request{r}, commit); err == nil {
+		if ds, err = w.inner.Decide(ctx, []driver.Request{r}, commit); err == nil {
 			d = ds[0]
 		}
 		return err
@@ -175,32 +177,32 @@ func (w *wrapped) DecideOne(ctx context.Context, r ratelimit.Request, commit boo
 	return d, nil
 }
 
-func (w *wrapped) Reset(ctx context.Context, keys []ratelimit.StateKey) error {
+func (w *wrapped) Reset(ctx context.Context, keys []driver.StateKey) error {
 	return w.call(ctx, func(ctx context.Context) error { return w.inner.Reset(ctx, keys) })
 }
 
-func (w *wrapped) AcquirePermit(ctx context.Context, key ratelimit.StateKey, id string, permits int, ttl time.Duration) (g ratelimit.PermitGrant, err error) {
+func (w *wrapped) AcquirePermit(ctx context.Context, key driver.StateKey, id string, permits int, ttl time.Duration) (g driver.PermitGrant, err error) {
 	err = w.call(ctx, func(ctx context.Context) (err error) {
 		g, err = w.inner.AcquirePermit(ctx, key, id, permits, ttl)
 		return err
 	})
 	if err != nil {
-		return ratelimit.PermitGrant{}, err
+		return driver.PermitGrant{}, err
 	}
 	return g, nil
 }
 
-func (w *wrapped) RenewPermit(ctx context.Context, key ratelimit.StateKey, id string, ttl time.Duration) (g ratelimit.PermitGrant, err error) {
+func (w *wrapped) RenewPermit(ctx context.Context, key driver.StateKey, id string, ttl time.Duration) (g driver.PermitGrant, err error) {
 	err = w.call(ctx, func(ctx context.Context) (err error) {
 		g, err = w.inner.RenewPermit(ctx, key, id, ttl)
 		return err
 	})
 	if err != nil && !errors.Is(err, ratelimit.ErrPermitLost) {
-		return ratelimit.PermitGrant{}, err
+		return driver.PermitGrant{}, err
 	}
 	return g, err
 }
 
-func (w *wrapped) ReleasePermit(ctx context.Context, key ratelimit.StateKey, id string) error {
+func (w *wrapped) ReleasePermit(ctx context.Context, key driver.StateKey, id string) error {
 	return w.call(ctx, func(ctx context.Context) error { return w.inner.ReleasePermit(ctx, key, id) })
 }

@@ -9,6 +9,8 @@ import (
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 
 	"github.com/tenurekit/tenure/ratelimit"
+
+	"github.com/tenurekit/tenure/ratelimit/driver"
 )
 
 // splitEscaped inverts joinEscaped: that it exists proves joinEscaped
@@ -57,7 +59,7 @@ func checkKey(t *testing.T, domain string, kv []string) string {
 		t.Fatalf("joinEscaped(%q) = %q splits back into %q", parts, joined, got)
 	}
 	k := descriptorKey(domain, entries(kv))
-	if err := ratelimit.ValidateKey(k); err != nil {
+	if err := driver.ValidateKey(k); err != nil {
 		t.Fatalf("descriptorKey(%q, %q) = %q: %v", domain, kv, k, err)
 	}
 	if k != joined && !strings.HasPrefix(k, ratelimit.HashedKeyPrefix) {

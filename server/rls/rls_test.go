@@ -23,6 +23,8 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/tenurekit/tenure/ratelimit"
+
+	"github.com/tenurekit/tenure/ratelimit/driver"
 	"github.com/tenurekit/tenure/server/rls"
 	"github.com/tenurekit/tenure/store/memstore"
 	"github.com/tenurekit/tenure/store/sqlitestore"
@@ -406,7 +408,7 @@ func TestBadRequests(t *testing.T) {
 // failingStore fails every decision as an unreachable store does.
 type failingStore struct{ ratelimit.Store }
 
-func (failingStore) Decide(context.Context, []ratelimit.Request, bool) ([]ratelimit.Decision, error) {
+func (failingStore) Decide(context.Context, []driver.Request, bool) ([]ratelimit.Decision, error) {
 	return nil, ratelimit.ErrUnavailable
 }
 
@@ -431,7 +433,7 @@ func TestStoreUnavailable(t *testing.T) {
 // not answer in time.
 type slowStore struct{ ratelimit.Store }
 
-func (slowStore) Decide(ctx context.Context, _ []ratelimit.Request, _ bool) ([]ratelimit.Decision, error) {
+func (slowStore) Decide(ctx context.Context, _ []driver.Request, _ bool) ([]ratelimit.Decision, error) {
 	<-ctx.Done()
 	return nil, errors.Join(ratelimit.ErrUnavailable, ctx.Err())
 }

@@ -24,6 +24,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/tenurekit/tenure/ratelimit"
+
+	"github.com/tenurekit/tenure/ratelimit/driver"
 )
 
 // ServiceName is the gRPC service the Server implements.
@@ -129,7 +131,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener, opts ...grpc.Serve
 // (by index) that map to it and their summed hits.
 type slot struct {
 	r    *rule
-	key  ratelimit.StateKey
+	key  driver.StateKey
 	hits uint64
 	idx  []int
 	d    ratelimit.Decision
@@ -158,8 +160,8 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		return resp, nil // an unknown domain limits nothing, as envoyproxy/ratelimit does
 	}
 	var commit, peek []*slot
-	byKey := map[ratelimit.StateKey]*slot{}
-	peekKey := map[ratelimit.StateKey]*slot{}
+	byKey := map[driver.StateKey]*slot{}
+	peekKey := map[driver.StateKey]*slot{}
 	for i, d := range ds {
 		r := dom.match(d.GetEntries())
 		if r == nil || r.unlimited {
@@ -172,7 +174,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		if d.GetIsNegativeHits() {
 			hits = 0 // refunds are not supported: only read the state
 		}
-		k := ratelimit.StateKey{Group: dom.group, Name: r.limit.Name, Kind: r.kind, Key: descriptorKey(req.GetDomain(), d.GetEntries())}
+		k := driver.StateKey{Group: dom.group, Name: r.limit.Name, Kind: r.kind, Key: descriptorKey(req.GetDomain(), d.GetEntries())}
 		m, list := byKey, &commit
 		if hits == 0 {
 			m, list = peekKey, &peek
@@ -296,20 +298,20 @@ func (s *Server) decideCommit(ctx context.Context, commit []*slot, peek *[]*slot
 // key with one that was to be charged) and records each slot's decision.
 func (s *Server) decide(ctx context.Context, slots []*slot, commit bool) error {
 	for len(slots) > 0 {
-		n, seen := 0, map[ratelimit.StateKey]bool{}
+		n, seen := 0, map[driver.StateKey]bool{}
 		for n < len(slots) && n < ratelimit.MaxGroup && !seen[slots[n].key] {
 			seen[slots[n].key] = true
 			n++
 		}
 		batch := slots[:n]
 		slots = slots[n:]
-		reqs := make([]ratelimit.Request, len(batch))
+		reqs := make([]driver.Request, len(batch))
 		for i, sl := range batch {
 			n := sl.hits
 			if sl.over || !commit && n > uint64(sl.r.limit.Capacity()) {
 				n = 0
 			}
-			reqs[i] = ratelimit.Request{Key: sl.key, Algorithm: sl.r.alg, Limit: sl.r.limit, N: int(n)}
+			reqs[i] = driver.Request{Key: sl.key, Algorithm: sl.r.alg, Limit: sl.r.limit, N: int(n)}
 		}
 		got, err := s.store.Decide(ctx, reqs, commit)
 		if err != nil {
@@ -488,16 +490,16 @@ func isNil(s ratelimit.Store) bool {
 // anything.
 type nopStore struct{}
 
-func (nopStore) Decide(context.Context, []ratelimit.Request, bool) ([]ratelimit.Decision, error) {
+func (nopStore) Decide(context.Context, []driver.Request, bool) ([]ratelimit.Decision, error) {
 	return nil, ratelimit.ErrUnavailable
 }
-func (nopStore) Reset(context.Context, []ratelimit.StateKey) error { return ratelimit.ErrUnavailable }
-func (nopStore) AcquirePermit(context.Context, ratelimit.StateKey, string, int, time.Duration) (ratelimit.PermitGrant, error) {
-	return ratelimit.PermitGrant{}, ratelimit.ErrUnavailable
+func (nopStore) Reset(context.Context, []driver.StateKey) error { return ratelimit.ErrUnavailable }
+func (nopStore) AcquirePermit(context.Context, driver.StateKey, string, int, time.Duration) (driver.PermitGrant, error) {
+	return driver.PermitGrant{}, ratelimit.ErrUnavailable
 }
-func (nopStore) RenewPermit(context.Context, ratelimit.StateKey, string, time.Duration) (ratelimit.PermitGrant, error) {
-	return ratelimit.PermitGrant{}, ratelimit.ErrUnavailable
+func (nopStore) RenewPermit(context.Context, driver.StateKey, string, time.Duration) (driver.PermitGrant, error) {
+	return driver.PermitGrant{}, ratelimit.ErrUnavailable
 }
-func (nopStore) ReleasePermit(context.Context, ratelimit.StateKey, string) error {
+func (nopStore) ReleasePermit(context.Context, driver.StateKey, string) error {
 	return ratelimit.ErrUnavailable
 }

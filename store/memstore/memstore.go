@@ -49,7 +49,8 @@ type Options struct {
 type Store struct {
 	views     // per-primitive state; see views.go
 	now       func() time.Time
-	limitKeys int // Options.LimitKeys, defaulted
+	clock     func() time.Time // Options.Clock (nil: the process's clock)
+	limitKeys int              // Options.LimitKeys, defaulted
 
 	mu     sync.Mutex
 	leases map[string]*leaseRec
@@ -87,7 +88,7 @@ func New(o *Options) (*Store, error) {
 		return nil, fmt.Errorf("%w: memstore: Options.LimitKeys is %d, must not be negative (0 means the default %d)", lease.ErrInvalid, o.LimitKeys, DefaultLimitKeys)
 	}
 	if o.Clock != nil {
-		s.now = o.Clock
+		s.now, s.clock = o.Clock, o.Clock
 	}
 	if o.LimitKeys > 0 {
 		s.limitKeys = o.LimitKeys

@@ -12,12 +12,13 @@ import (
 
 	"github.com/tenurekit/tenure/lease"
 	"github.com/tenurekit/tenure/ratelimit"
+	"github.com/tenurekit/tenure/ratelimit/driver"
 )
 
 // The rate limit tables and the PL/pgSQL functions that run the
 // algorithms (ratelimit_eval, ratelimit_decide, ratelimit_permit) are
 // created by the migration files (migrations/0001_initial.up.sql). The
-// arithmetic of ratelimit_eval is ratelimit.Evaluate's, step for step; the
+// arithmetic of ratelimit_eval is driver.Evaluate's, step for step; the
 // conformance suite checks them against each other.
 
 // rateSweepEvery is how many decisions pass between two sweeps of expired
@@ -32,7 +33,7 @@ type rateQueries struct {
 // statement (one round trip): a PL/pgSQL function (created by Migrate) that
 // takes the key's advisory lock (xact-scoped, in a consistent order for
 // groups; shared for peeks), reads clock_timestamp() once, and runs the
-// algorithms of ratelimit.Evaluate. State lives in the ratelimits and
+// algorithms of driver.Evaluate. State lives in the ratelimits and
 // ratelimit_permits tables with an expires_us column (µs since the epoch):
 // a row past it counts as absent; decisions delete up to 200 expired rows
 // every 128 calls, and SweepLimits deletes them on demand.
@@ -90,8 +91,8 @@ func (l *rateLimits) check() error {
 	return nil
 }
 
-func (l *rateLimits) Decide(ctx context.Context, reqs []ratelimit.Request, commit bool) ([]ratelimit.Decision, error) {
-	if err := ratelimit.ValidateRequests(reqs, commit); err != nil {
+func (l *rateLimits) Decide(ctx context.Context, reqs []driver.Request, commit bool) ([]ratelimit.Decision, error) {
+	if err := driver.ValidateRequests(reqs, commit); err != nil {
 		return nil, err
 	}
 	if err := l.check(); err != nil {
@@ -140,8 +141,8 @@ func (l *rateLimits) Decide(ctx context.Context, reqs []ratelimit.Request, commi
 	return ds, nil
 }
 
-func (l *rateLimits) Reset(ctx context.Context, keys []ratelimit.StateKey) error {
-	if err := ratelimit.ValidateStateKeys(keys); err != nil {
+func (l *rateLimits) Reset(ctx context.Context, keys []driver.StateKey) error {
+	if err := driver.ValidateStateKeys(keys); err != nil {
 		return err
 	}
 	if err := l.check(); err != nil {
@@ -157,23 +158,23 @@ func (l *rateLimits) Reset(ctx context.Context, keys []ratelimit.StateKey) error
 	return nil
 }
 
-func (l *rateLimits) permit(ctx context.Context, op string, key ratelimit.StateKey, id string, permits int, ttl time.Duration) (ratelimit.PermitGrant, bool, error) {
+func (l *rateLimits) permit(ctx context.Context, op string, key driver.StateKey, id string, permits int, ttl time.Duration) (driver.PermitGrant, bool, error) {
 	if err := l.check(); err != nil {
-		return ratelimit.PermitGrant{}, false, err
+		return driver.PermitGrant{}, false, err
 	}
 	var text string
 	err := l.s.db.queryRow(ctx, l.q.permit, []any{key.String(), op, id, int32(permits), int64(ttl / time.Microsecond)}, &text)
 	if err != nil {
-		return ratelimit.PermitGrant{}, false, rateErr(l.s.wrap(ctx, fmt.Sprintf("permit %q", key.String()), err))
+		return driver.PermitGrant{}, false, rateErr(l.s.wrap(ctx, fmt.Sprintf("permit %q", key.String()), err))
 	}
 	v, err := parseInt64s(text)
 	if err != nil {
-		return ratelimit.PermitGrant{}, false, fmt.Errorf("pgstore: permit %q: %w", key.String(), err)
+		return driver.PermitGrant{}, false, fmt.Errorf("pgstore: permit %q: %w", key.String(), err)
 	}
 	if len(v) != 5 {
-		return ratelimit.PermitGrant{}, false, fmt.Errorf("pgstore: permit %q: unexpected reply", key.String())
+		return driver.PermitGrant{}, false, fmt.Errorf("pgstore: permit %q: unexpected reply", key.String())
 	}
-	g := ratelimit.PermitGrant{
+	g := driver.PermitGrant{
 		Acquired:   v[0] == 1,
 		Fence:      uint64(v[1]),
 		InUse:      int(v[2]),
@@ -186,21 +187,21 @@ func (l *rateLimits) permit(ctx context.Context, op string, key ratelimit.StateK
 	return g, v[0] == 1, nil
 }
 
-func (l *rateLimits) AcquirePermit(ctx context.Context, key ratelimit.StateKey, id string, permits int, ttl time.Duration) (ratelimit.PermitGrant, error) {
-	if err := ratelimit.ValidatePermit(key, id, permits, ttl); err != nil {
-		return ratelimit.PermitGrant{}, err
+func (l *rateLimits) AcquirePermit(ctx context.Context, key driver.StateKey, id string, permits int, ttl time.Duration) (driver.PermitGrant, error) {
+	if err := driver.ValidatePermit(key, id, permits, ttl); err != nil {
+		return driver.PermitGrant{}, err
 	}
 	g, _, err := l.permit(ctx, "a", key, id, permits, ttl)
 	return g, err
 }
 
-func (l *rateLimits) RenewPermit(ctx context.Context, key ratelimit.StateKey, id string, ttl time.Duration) (ratelimit.PermitGrant, error) {
-	if err := ratelimit.ValidatePermit(key, id, -1, ttl); err != nil {
-		return ratelimit.PermitGrant{}, err
+func (l *rateLimits) RenewPermit(ctx context.Context, key driver.StateKey, id string, ttl time.Duration) (driver.PermitGrant, error) {
+	if err := driver.ValidatePermit(key, id, -1, ttl); err != nil {
+		return driver.PermitGrant{}, err
 	}
 	g, held, err := l.permit(ctx, "r", key, id, 1, ttl)
 	if err != nil {
-		return ratelimit.PermitGrant{}, err
+		return driver.PermitGrant{}, err
 	}
 	if !held {
 		return g, ratelimit.ErrPermitLost
@@ -208,8 +209,8 @@ func (l *rateLimits) RenewPermit(ctx context.Context, key ratelimit.StateKey, id
 	return g, nil
 }
 
-func (l *rateLimits) ReleasePermit(ctx context.Context, key ratelimit.StateKey, id string) error {
-	if err := ratelimit.ValidatePermit(key, id, -1, -1); err != nil {
+func (l *rateLimits) ReleasePermit(ctx context.Context, key driver.StateKey, id string) error {
+	if err := driver.ValidatePermit(key, id, -1, -1); err != nil {
 		return err
 	}
 	_, held, err := l.permit(ctx, "x", key, id, 1, 0)
@@ -225,8 +226,8 @@ func (l *rateLimits) ReleasePermit(ctx context.Context, key ratelimit.StateKey, 
 // LimitTTL reports whether the store holds live rate limit state under k
 // (see ratelimit.Limiter.StateKey) and how long until it expires on the
 // server's clock.
-func (s *Store) LimitTTL(ctx context.Context, k ratelimit.StateKey) (time.Duration, bool, error) {
-	if err := ratelimit.ValidateStateKeys([]ratelimit.StateKey{k}); err != nil {
+func (s *Store) LimitTTL(ctx context.Context, k driver.StateKey) (time.Duration, bool, error) {
+	if err := driver.ValidateStateKeys([]driver.StateKey{k}); err != nil {
 		return 0, false, err
 	}
 	l := s.Limits().(*rateLimits)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tenurekit/tenure/internal/testenv"
 	"github.com/tenurekit/tenure/ratelimit"
+	"github.com/tenurekit/tenure/ratelimit/driver"
 	"github.com/tenurekit/tenure/ratelimit/ratelimittest"
 	"github.com/tenurekit/tenure/store/pgstore"
 )
@@ -81,7 +82,7 @@ func TestRateLimitConformance(t *testing.T) {
 				}
 				return ks, rows.Err()
 			},
-			Poison: func(ctx context.Context, key ratelimit.StateKey) error {
+			Poison: func(ctx context.Context, key driver.StateKey) error {
 				_, err := direct.Exec(ctx, `INSERT INTO `+schema+`.ratelimits (key, alg, a, b, c, expires_us)
 					VALUES ($1, 9, 0, 0, 0, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint + 60000000)`, key.String())
 				return err

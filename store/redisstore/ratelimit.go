@@ -12,6 +12,7 @@ import (
 
 	"github.com/tenurekit/tenure/lease"
 	"github.com/tenurekit/tenure/ratelimit"
+	"github.com/tenurekit/tenure/ratelimit/driver"
 	"github.com/tenurekit/tenure/store/redisstore/internal/rclient"
 )
 
@@ -80,7 +81,7 @@ func (l *rateLimits) args(lim ratelimit.Limit) *limitArgs {
 // rateKey returns the Redis key of a state key: the tag (the caller's key,
 // or "*" and the group's name) in braces, then the kind and the limit name,
 // and for a group member the caller's key.
-func (s *Store) rateKey(k ratelimit.StateKey) string {
+func (s *Store) rateKey(k driver.StateKey) string {
 	if k.Group == "" {
 		return s.prefix + "rl{" + escape(k.Key) + "}:" + k.Kind + ":" + k.Name
 	}
@@ -88,7 +89,7 @@ func (s *Store) rateKey(k ratelimit.StateKey) string {
 }
 
 // permitKeys returns the permit set and the fence hash of a state key.
-func (s *Store) permitKeys(k ratelimit.StateKey) (set, fences string) {
+func (s *Store) permitKeys(k driver.StateKey) (set, fences string) {
 	set = s.rateKey(k)
 	return set, set + ":f"
 }
@@ -134,8 +135,8 @@ func itoa(n int64) string {
 	return strconv.FormatInt(n, 10)
 }
 
-func (l *rateLimits) Decide(ctx context.Context, reqs []ratelimit.Request, commit bool) ([]ratelimit.Decision, error) {
-	if err := ratelimit.ValidateRequests(reqs, commit); err != nil {
+func (l *rateLimits) Decide(ctx context.Context, reqs []driver.Request, commit bool) ([]ratelimit.Decision, error) {
+	if err := driver.ValidateRequests(reqs, commit); err != nil {
 		return nil, err
 	}
 	if err := l.ready(ctx); err != nil {
@@ -191,9 +192,9 @@ func (l *rateLimits) Decide(ctx context.Context, reqs []ratelimit.Request, commi
 // a lean script of its own, which decides and writes atomically on the
 // server's clock and returns the state it read; the decision's figures
 // (remaining, retry-after, reset-after) are then derived from that state
-// here with ratelimit.EvaluateOne, the same arithmetic. The other
+// here with driver.EvaluateOne, the same arithmetic. The other
 // algorithms go through the general script.
-func (l *rateLimits) DecideOne(ctx context.Context, r ratelimit.Request, commit bool) (ratelimit.Decision, error) {
+func (l *rateLimits) DecideOne(ctx context.Context, r driver.Request, commit bool) (ratelimit.Decision, error) {
 	var script *rclient.Script
 	switch r.Algorithm {
 	case ratelimit.GCRA:
@@ -201,13 +202,13 @@ func (l *rateLimits) DecideOne(ctx context.Context, r ratelimit.Request, commit 
 	case ratelimit.FixedWindow:
 		script = rateFixedScript
 	default:
-		ds, err := l.Decide(ctx, []ratelimit.Request{r}, commit)
+		ds, err := l.Decide(ctx, []driver.Request{r}, commit)
 		if err != nil {
 			return ratelimit.Decision{}, err
 		}
 		return ds[0], nil
 	}
-	if err := ratelimit.ValidateRequest(&r, commit); err != nil {
+	if err := driver.ValidateRequest(&r, commit); err != nil {
 		return ratelimit.Decision{}, err
 	}
 	if err := l.ready(ctx); err != nil {
@@ -234,7 +235,7 @@ func (l *rateLimits) DecideOne(ctx context.Context, r ratelimit.Request, commit 
 	if !allowed {
 		now = -now
 	}
-	var st *ratelimit.State
+	var st *driver.State
 	switch r.Algorithm {
 	case ratelimit.GCRA:
 		// rest: the state read ("" if none)
@@ -251,9 +252,9 @@ func (l *rateLimits) DecideOne(ctx context.Context, r ratelimit.Request, commit 
 		if err1 != nil || err2 != nil {
 			return ratelimit.Decision{}, malformed("ratelimit decide")
 		}
-		st = &ratelimit.State{A: end, B: count, Expires: end}
+		st = &driver.State{A: end, B: count, Expires: end}
 	}
-	d, _ := ratelimit.EvaluateOne(time.UnixMicro(now), &r, st, commit)
+	d, _ := driver.EvaluateOne(time.UnixMicro(now), &r, st, commit)
 	if d.Allowed != allowed {
 		return ratelimit.Decision{}, fmt.Errorf("redisstore: the %v script and the reference arithmetic disagree at %s", r.Algorithm, key)
 	}
@@ -261,7 +262,7 @@ func (l *rateLimits) DecideOne(ctx context.Context, r ratelimit.Request, commit 
 }
 
 // gcraState parses a GCRA state as the scripts store it: "a" or "a:b:c".
-func gcraState(v string, rate int64) (*ratelimit.State, error) {
+func gcraState(v string, rate int64) (*driver.State, error) {
 	a, b, c := v, "0", ""
 	if i := strings.IndexByte(v, ':'); i >= 0 {
 		a = v[:i]
@@ -269,7 +270,7 @@ func gcraState(v string, rate int64) (*ratelimit.State, error) {
 			return nil, errors.New("malformed")
 		}
 	}
-	st := &ratelimit.State{C: rate}
+	st := &driver.State{C: rate}
 	var err error
 	if st.A, err = strconv.ParseInt(a, 10, 64); err != nil {
 		return nil, err
@@ -289,8 +290,8 @@ func gcraState(v string, rate int64) (*ratelimit.State, error) {
 	return st, nil
 }
 
-func (l *rateLimits) Reset(ctx context.Context, keys []ratelimit.StateKey) error {
-	if err := ratelimit.ValidateStateKeys(keys); err != nil {
+func (l *rateLimits) Reset(ctx context.Context, keys []driver.StateKey) error {
+	if err := driver.ValidateStateKeys(keys); err != nil {
 		return err
 	}
 	s := l.s
@@ -306,27 +307,27 @@ func (l *rateLimits) Reset(ctx context.Context, keys []ratelimit.StateKey) error
 }
 
 // permit runs the permit script.
-func (l *rateLimits) permit(ctx context.Context, op string, key ratelimit.StateKey, id string, permits int, ttl time.Duration) (ratelimit.PermitGrant, bool, error) {
+func (l *rateLimits) permit(ctx context.Context, op string, key driver.StateKey, id string, permits int, ttl time.Duration) (driver.PermitGrant, bool, error) {
 	if err := l.ready(ctx); err != nil {
-		return ratelimit.PermitGrant{}, false, err
+		return driver.PermitGrant{}, false, err
 	}
 	s := l.s
 	set, fences := s.permitKeys(key)
 	arr, err := ratePermitScript.Exec(ctx, s.c, []string{set, fences},
 		[]string{op, id, itoa(int64(permits)), itoa(int64(ttl / time.Microsecond))}).ToArray()
 	if err != nil {
-		return ratelimit.PermitGrant{}, false, s.rateErr(err)
+		return driver.PermitGrant{}, false, s.rateErr(err)
 	}
 	if len(arr) != 5 {
-		return ratelimit.PermitGrant{}, false, malformed("ratelimit permit")
+		return driver.PermitGrant{}, false, malformed("ratelimit permit")
 	}
 	var v [5]int64
 	for i := range arr {
 		if v[i], err = arr[i].AsInt64(); err != nil {
-			return ratelimit.PermitGrant{}, false, malformed("ratelimit permit")
+			return driver.PermitGrant{}, false, malformed("ratelimit permit")
 		}
 	}
-	g := ratelimit.PermitGrant{
+	g := driver.PermitGrant{
 		Acquired:   v[0] == 1,
 		Fence:      uint64(v[1]),
 		InUse:      int(v[2]),
@@ -339,21 +340,21 @@ func (l *rateLimits) permit(ctx context.Context, op string, key ratelimit.StateK
 	return g, v[0] == 1, nil
 }
 
-func (l *rateLimits) AcquirePermit(ctx context.Context, key ratelimit.StateKey, id string, permits int, ttl time.Duration) (ratelimit.PermitGrant, error) {
-	if err := ratelimit.ValidatePermit(key, id, permits, ttl); err != nil {
-		return ratelimit.PermitGrant{}, err
+func (l *rateLimits) AcquirePermit(ctx context.Context, key driver.StateKey, id string, permits int, ttl time.Duration) (driver.PermitGrant, error) {
+	if err := driver.ValidatePermit(key, id, permits, ttl); err != nil {
+		return driver.PermitGrant{}, err
 	}
 	g, _, err := l.permit(ctx, "a", key, id, permits, ttl)
 	return g, err
 }
 
-func (l *rateLimits) RenewPermit(ctx context.Context, key ratelimit.StateKey, id string, ttl time.Duration) (ratelimit.PermitGrant, error) {
-	if err := ratelimit.ValidatePermit(key, id, -1, ttl); err != nil {
-		return ratelimit.PermitGrant{}, err
+func (l *rateLimits) RenewPermit(ctx context.Context, key driver.StateKey, id string, ttl time.Duration) (driver.PermitGrant, error) {
+	if err := driver.ValidatePermit(key, id, -1, ttl); err != nil {
+		return driver.PermitGrant{}, err
 	}
 	g, held, err := l.permit(ctx, "r", key, id, 1, ttl)
 	if err != nil {
-		return ratelimit.PermitGrant{}, err
+		return driver.PermitGrant{}, err
 	}
 	if !held {
 		return g, ratelimit.ErrPermitLost
@@ -361,8 +362,8 @@ func (l *rateLimits) RenewPermit(ctx context.Context, key ratelimit.StateKey, id
 	return g, nil
 }
 
-func (l *rateLimits) ReleasePermit(ctx context.Context, key ratelimit.StateKey, id string) error {
-	if err := ratelimit.ValidatePermit(key, id, -1, -1); err != nil {
+func (l *rateLimits) ReleasePermit(ctx context.Context, key driver.StateKey, id string) error {
+	if err := driver.ValidatePermit(key, id, -1, -1); err != nil {
 		return err
 	}
 	_, held, err := l.permit(ctx, "x", key, id, 1, 0)
@@ -377,8 +378,8 @@ func (l *rateLimits) ReleasePermit(ctx context.Context, key ratelimit.StateKey, 
 
 // LimitTTL reports whether the server holds rate limit state under k (see
 // ratelimit.Limiter.StateKey) and its key's time to live (PTTL).
-func (s *Store) LimitTTL(ctx context.Context, k ratelimit.StateKey) (time.Duration, bool, error) {
-	if err := ratelimit.ValidateStateKeys([]ratelimit.StateKey{k}); err != nil {
+func (s *Store) LimitTTL(ctx context.Context, k driver.StateKey) (time.Duration, bool, error) {
+	if err := driver.ValidateStateKeys([]driver.StateKey{k}); err != nil {
 		return 0, false, err
 	}
 	ms, err := s.c.Do(ctx, rclient.Cmd{Name: "PTTL", Keys: []string{s.rateKey(k)}, ReadOnly: true}).AsInt64()

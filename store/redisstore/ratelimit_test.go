@@ -12,6 +12,7 @@ import (
 
 	"github.com/tenurekit/tenure/internal/testenv"
 	"github.com/tenurekit/tenure/ratelimit"
+	"github.com/tenurekit/tenure/ratelimit/driver"
 	"github.com/tenurekit/tenure/ratelimit/ratelimittest"
 	"github.com/tenurekit/tenure/store/redisstore"
 )
@@ -54,7 +55,7 @@ func rateTarget(s *redisstore.Store, direct rueidis.Client, prefix string, fault
 		Keys: func(ctx context.Context) ([]ratelimittest.KeyTTL, error) {
 			return scanKeys(ctx, direct, prefix)
 		},
-		Poison: func(ctx context.Context, key ratelimit.StateKey) error {
+		Poison: func(ctx context.Context, key driver.StateKey) error {
 			ks, err := redisstore.New(direct, &redisstore.Options{Prefix: prefix})
 			if err != nil {
 				return err
@@ -107,7 +108,7 @@ func TestRateLimitCluster(t *testing.T) {
 func TestRateLimitKeysShareASlot(t *testing.T) {
 	s := newRedis(t, newClient(t, testenv.SharedRedis(t).Addr()), nil)
 	slots := map[int]bool{}
-	for _, k := range []ratelimit.StateKey{
+	for _, k := range []driver.StateKey{
 		{Group: "api", Kind: "g", Name: "user", Key: "alice"},
 		{Group: "api", Kind: "f", Name: "global", Key: "all"},
 		{Group: "api", Kind: "l", Name: "user", Key: "{bob}"},
@@ -119,13 +120,13 @@ func TestRateLimitKeysShareASlot(t *testing.T) {
 	}
 	spread := map[int]bool{}
 	for i := range 20 {
-		spread[testenv.KeySlot(s.RateKey(ratelimit.StateKey{Kind: "g", Name: "n", Key: fmt.Sprintf("user:%d", i)}))] = true
+		spread[testenv.KeySlot(s.RateKey(driver.StateKey{Kind: "g", Name: "n", Key: fmt.Sprintf("user:%d", i)}))] = true
 	}
 	if len(spread) < 10 {
 		t.Fatalf("20 keys of one limiter fall in only %d slots", len(spread))
 	}
 	// Braces in keys and prefixes never end the tag early.
-	k := newRedis(t, newClient(t, testenv.SharedRedis(t).Addr()), &redisstore.Options{Prefix: "{x}"}).RateKey(ratelimit.StateKey{Kind: "g", Name: "n", Key: "{a}"})
+	k := newRedis(t, newClient(t, testenv.SharedRedis(t).Addr()), &redisstore.Options{Prefix: "{x}"}).RateKey(driver.StateKey{Kind: "g", Name: "n", Key: "{a}"})
 	if strings.Count(k, "{") != 1 || strings.Count(k, "}") != 1 {
 		t.Fatalf("key %q has more than one hash tag", k)
 	}
@@ -213,7 +214,7 @@ func TestRateLimitMalformedState(t *testing.T) {
 	s := checked(t, c, &redisstore.Options{Prefix: prefix})
 	for _, alg := range ratelimittest.Algorithms {
 		l, _ := ratelimit.New(s.Limits(), alg, ratelimit.Limit{Name: "bad", Rate: 3, Period: time.Minute})
-		k := s.RateKey(ratelimit.StateKey{Name: "bad", Key: "k", Kind: map[ratelimit.Algorithm]string{0: "g", 1: "f", 2: "l", 3: "w"}[alg]})
+		k := s.RateKey(driver.StateKey{Name: "bad", Key: "k", Kind: map[ratelimit.Algorithm]string{0: "g", 1: "f", 2: "l", 3: "w"}[alg]})
 		if err := c.Do(ctx, c.B().Set().Key(k).Value("12:x").Px(time.Minute).Build()).Error(); err != nil {
 			t.Fatal(err)
 		}

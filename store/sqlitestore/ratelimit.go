@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/tenurekit/tenure/ratelimit"
+
+	"github.com/tenurekit/tenure/ratelimit/driver"
 )
 
 // rateSweepEvery is how many rate limit writes pass between two sweeps of
@@ -41,7 +43,7 @@ func rateSQL(prefix string) rateQueries {
 }
 
 // Limits returns the store's ratelimit.Store view. Each decision runs the
-// reference algorithms ([ratelimit.Evaluate]) in one write transaction,
+// reference algorithms ([driver.Evaluate]) in one write transaction,
 // judged on the store's clock read once the transaction holds SQLite's
 // write lock (peeks too, so that they are ordered with the writes). State lives in the
 // <prefix>ratelimit table; a row past its expiry counts as absent, and
@@ -128,7 +130,7 @@ type querier interface {
 }
 
 // load reads the live state of key at now (nil when there is none).
-func (l *rateLimits) load(ctx context.Context, q querier, key string, now int64) (*ratelimit.State, error) {
+func (l *rateLimits) load(ctx context.Context, q querier, key string, now int64) (*driver.State, error) {
 	var (
 		b   []byte
 		exp int64
@@ -143,7 +145,7 @@ func (l *rateLimits) load(ctx context.Context, q querier, key string, now int64)
 	if exp <= now {
 		return nil, nil
 	}
-	st := new(ratelimit.State)
+	st := new(driver.State)
 	if err := st.UnmarshalBinary(b); err != nil || st.Expires != exp {
 		return nil, fmt.Errorf("sqlitestore: the rate limit state of %q is malformed; nothing was written", key)
 	}
@@ -151,7 +153,7 @@ func (l *rateLimits) load(ctx context.Context, q querier, key string, now int64)
 }
 
 // store writes st under key, or deletes the row when st is nil.
-func (l *rateLimits) store(ctx context.Context, tx *sql.Tx, key string, st *ratelimit.State, now int64) error {
+func (l *rateLimits) store(ctx context.Context, tx *sql.Tx, key string, st *driver.State, now int64) error {
 	if st == nil || st.Expires <= now {
 		if _, err := tx.ExecContext(ctx, l.q.del, key); err != nil {
 			return l.unavailable("write", key, err)
@@ -165,13 +167,13 @@ func (l *rateLimits) store(ctx context.Context, tx *sql.Tx, key string, st *rate
 	return nil
 }
 
-func (l *rateLimits) Decide(ctx context.Context, reqs []ratelimit.Request, commit bool) ([]ratelimit.Decision, error) {
-	if err := ratelimit.ValidateRequests(reqs, commit); err != nil {
+func (l *rateLimits) Decide(ctx context.Context, reqs []driver.Request, commit bool) ([]ratelimit.Decision, error) {
+	if err := driver.ValidateRequests(reqs, commit); err != nil {
 		return nil, err
 	}
 	key0 := reqs[0].Key.String()
-	eval := func(q querier, now int64) ([]ratelimit.Decision, []*ratelimit.State, error) {
-		states := make([]*ratelimit.State, len(reqs))
+	eval := func(q querier, now int64) ([]ratelimit.Decision, []*driver.State, error) {
+		states := make([]*driver.State, len(reqs))
 		for i, r := range reqs {
 			st, err := l.load(ctx, q, r.Key.String(), now)
 			if err != nil {
@@ -179,7 +181,7 @@ func (l *rateLimits) Decide(ctx context.Context, reqs []ratelimit.Request, commi
 			}
 			states[i] = st
 		}
-		ds, next := ratelimit.Evaluate(time.UnixMicro(now), reqs, states, commit)
+		ds, next := driver.Evaluate(time.UnixMicro(now), reqs, states, commit)
 		return ds, next, nil
 	}
 	// A peek writes nothing, but it too takes the write lock: so that it is
@@ -202,8 +204,8 @@ func (l *rateLimits) Decide(ctx context.Context, reqs []ratelimit.Request, commi
 	return ds, err
 }
 
-func (l *rateLimits) Reset(ctx context.Context, keys []ratelimit.StateKey) error {
-	if err := ratelimit.ValidateStateKeys(keys); err != nil {
+func (l *rateLimits) Reset(ctx context.Context, keys []driver.StateKey) error {
+	if err := driver.ValidateStateKeys(keys); err != nil {
 		return err
 	}
 	return l.write(ctx, "reset", keys[0].String(), func(tx *sql.Tx, now int64) error {
@@ -216,37 +218,37 @@ func (l *rateLimits) Reset(ctx context.Context, keys []ratelimit.StateKey) error
 	})
 }
 
-func (l *rateLimits) AcquirePermit(ctx context.Context, key ratelimit.StateKey, id string, permits int, ttl time.Duration) (ratelimit.PermitGrant, error) {
-	if err := ratelimit.ValidatePermit(key, id, permits, ttl); err != nil {
-		return ratelimit.PermitGrant{}, err
+func (l *rateLimits) AcquirePermit(ctx context.Context, key driver.StateKey, id string, permits int, ttl time.Duration) (driver.PermitGrant, error) {
+	if err := driver.ValidatePermit(key, id, permits, ttl); err != nil {
+		return driver.PermitGrant{}, err
 	}
 	k := key.String()
-	var g ratelimit.PermitGrant
+	var g driver.PermitGrant
 	err := l.write(ctx, "acquire permit", k, func(tx *sql.Tx, now int64) error {
 		st, err := l.load(ctx, tx, k, now)
 		if err != nil {
 			return err
 		}
-		var next *ratelimit.State
-		g, next = ratelimit.EvaluateAcquire(time.UnixMicro(now), st, id, permits, ttl)
+		var next *driver.State
+		g, next = driver.EvaluateAcquire(time.UnixMicro(now), st, id, permits, ttl)
 		return l.store(ctx, tx, k, next, now)
 	})
 	return g, err
 }
 
-func (l *rateLimits) RenewPermit(ctx context.Context, key ratelimit.StateKey, id string, ttl time.Duration) (ratelimit.PermitGrant, error) {
-	if err := ratelimit.ValidatePermit(key, id, -1, ttl); err != nil {
-		return ratelimit.PermitGrant{}, err
+func (l *rateLimits) RenewPermit(ctx context.Context, key driver.StateKey, id string, ttl time.Duration) (driver.PermitGrant, error) {
+	if err := driver.ValidatePermit(key, id, -1, ttl); err != nil {
+		return driver.PermitGrant{}, err
 	}
 	k := key.String()
-	var g ratelimit.PermitGrant
+	var g driver.PermitGrant
 	err := l.write(ctx, "renew permit", k, func(tx *sql.Tx, now int64) error {
 		st, err := l.load(ctx, tx, k, now)
 		if err != nil {
 			return err
 		}
-		var next *ratelimit.State
-		g, next, err = ratelimit.EvaluateRenew(time.UnixMicro(now), st, id, ttl)
+		var next *driver.State
+		g, next, err = driver.EvaluateRenew(time.UnixMicro(now), st, id, ttl)
 		if err != nil {
 			return err
 		}
@@ -255,8 +257,8 @@ func (l *rateLimits) RenewPermit(ctx context.Context, key ratelimit.StateKey, id
 	return g, err
 }
 
-func (l *rateLimits) ReleasePermit(ctx context.Context, key ratelimit.StateKey, id string) error {
-	if err := ratelimit.ValidatePermit(key, id, -1, -1); err != nil {
+func (l *rateLimits) ReleasePermit(ctx context.Context, key driver.StateKey, id string) error {
+	if err := driver.ValidatePermit(key, id, -1, -1); err != nil {
 		return err
 	}
 	k := key.String()
@@ -265,7 +267,7 @@ func (l *rateLimits) ReleasePermit(ctx context.Context, key ratelimit.StateKey, 
 		if err != nil {
 			return err
 		}
-		next, err := ratelimit.EvaluateRelease(time.UnixMicro(now), st, id)
+		next, err := driver.EvaluateRelease(time.UnixMicro(now), st, id)
 		if err != nil {
 			return err
 		}
@@ -298,8 +300,8 @@ func (l *rateLimits) rateLimitKeys(ctx context.Context) (map[string]time.Duratio
 // LimitTTL reports whether the store holds live rate limit state under k
 // (see ratelimit.Limiter.StateKey) and how long until it expires on the
 // store's clock.
-func (s *Store) LimitTTL(ctx context.Context, k ratelimit.StateKey) (time.Duration, bool, error) {
-	if err := ratelimit.ValidateStateKeys([]ratelimit.StateKey{k}); err != nil {
+func (s *Store) LimitTTL(ctx context.Context, k driver.StateKey) (time.Duration, bool, error) {
+	if err := driver.ValidateStateKeys([]driver.StateKey{k}); err != nil {
 		return 0, false, err
 	}
 	l := s.Limits().(*rateLimits)

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/tenurekit/tenure/ratelimit"
+
+	"github.com/tenurekit/tenure/ratelimit/driver"
 	"github.com/tenurekit/tenure/ratelimit/ratelimittest"
 	"github.com/tenurekit/tenure/store/sqlitestore"
 )
@@ -29,7 +31,7 @@ func rateTarget(t *testing.T, s *sqlitestore.Store, clock *ratelimittest.Clock) 
 			}
 			return ks, err
 		},
-		Poison: func(ctx context.Context, key ratelimit.StateKey) error {
+		Poison: func(ctx context.Context, key driver.StateKey) error {
 			_, err := s.DB().ExecContext(ctx, `INSERT INTO `+s.RateLimitTable()+` ("key", state, expires_us) VALUES (?1, ?2, ?3)
 				ON CONFLICT ("key") DO UPDATE SET state = excluded.state, expires_us = excluded.expires_us`,
 				key.String(), []byte("not a state"), now().Add(time.Minute).UnixMicro())

@@ -1,8 +1,9 @@
-package ratelimit
+package driver
 
 import (
 	"math"
 	"math/big"
+	"reflect"
 	"testing"
 	"time"
 
@@ -200,7 +201,7 @@ func drawSpecLimit(t *rapid.T, alg Algorithm) Limit {
 	if alg == GCRA {
 		l.Burst = rapid.IntRange(0, 10).Draw(t, "burst")
 	}
-	nl, err := normalize(alg, l)
+	nl, err := Normalize(alg, l)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,7 +219,7 @@ func TestEvaluateMatchesSpec(t *testing.T) {
 				now := rapid.Int64Range(1_700_000_000_000_000, 1_800_000_000_000_000).Draw(rt, "start")
 				var st *State
 				spec := &specState{}
-				key := stateKey("", l.Name, alg.code(), "k")
+				key := StateKey{Group: "", Name: l.Name, Kind: alg.code(), Key: "k"}
 				// Boundaries are where off-by-one errors hide: the moment a
 				// RetryAfter or ResetAfter ends (and the microsecond
 				// before), when an admitted request leaves the window, the
@@ -243,7 +244,27 @@ func TestEvaluateMatchesSpec(t *testing.T) {
 					}
 					n := rapid.IntRange(lo, l.Capacity()).Draw(rt, "n")
 					r := Request{Key: key, Algorithm: alg, Limit: l, N: n}
+					var gd Decision
+					var gs *State
+					if alg == GCRA {
+						// The general path, on a copy: the single-request
+						// fast path must agree with it.
+						var cp *State
+						if st != nil {
+							c := *st
+							cp = &c
+						}
+						gd, gs = evalGeneric(now, &r, cp, commit)
+					}
 					ds, next := Evaluate(time.UnixMicro(now), []Request{r}, []*State{st}, commit)
+					if alg == GCRA {
+						fd := ds[0]
+						sameAt := fd.At.Equal(gd.At)
+						fd.At, gd.At = time.Time{}, time.Time{}
+						if fd != gd || !sameAt || (gs == nil) != (next == nil) || (gs != nil && !reflect.DeepEqual(gs, next[0])) {
+							rt.Fatalf("at %d, n=%d commit=%v: fast path %+v %v, general path %+v %v", now, n, commit, ds[0], next, gd, gs)
+						}
+					}
 					want := specDecide(alg, l, spec, now, int64(n), commit)
 					got := ds[0]
 					if got.Allowed != want.Allowed || got.Remaining != want.Remaining || got.RetryAfter != want.RetryAfter || got.ResetAfter != want.ResetAfter {
@@ -318,11 +339,11 @@ func checkWindows(t *rapid.T, alg Algorithm, l Limit, events []event) {
 // none.
 func TestEvaluateGroupAllOrNothing(t *testing.T) {
 	now := time.UnixMicro(1_750_000_000_000_000)
-	a, _ := normalize(GCRA, Limit{Name: "a", Rate: 2, Period: time.Second})
-	b, _ := normalize(FixedWindow, Limit{Name: "b", Rate: 4, Period: time.Second})
+	a, _ := Normalize(GCRA, Limit{Name: "a", Rate: 2, Period: time.Second})
+	b, _ := Normalize(FixedWindow, Limit{Name: "b", Rate: 4, Period: time.Second})
 	reqs := []Request{
-		{Key: stateKey("g", "a", "g", "u"), Algorithm: GCRA, Limit: a, N: 2},
-		{Key: stateKey("g", "b", "f", "all"), Algorithm: FixedWindow, Limit: b, N: 2},
+		{Key: StateKey{Group: "g", Name: "a", Kind: "g", Key: "u"}, Algorithm: GCRA, Limit: a, N: 2},
+		{Key: StateKey{Group: "g", Name: "b", Kind: "f", Key: "all"}, Algorithm: FixedWindow, Limit: b, N: 2},
 	}
 	states := []*State{nil, nil}
 	ds, next := Evaluate(now, reqs, states, true)
@@ -366,4 +387,18 @@ func TestStateEncoding(t *testing.T) {
 			}
 		}
 	})
+}
+
+// evalGeneric is EvaluateOne through the general path (eval), which groups
+// take.
+func evalGeneric(us int64, r *Request, s *State, commit bool) (Decision, *State) {
+	var e eval
+	e.judge(us, r, s)
+	consume := commit && e.allowed
+	d := e.decision(us, r, consume)
+	d.At = time.UnixMicro(us)
+	if !consume {
+		return d, nil
+	}
+	return d, e.next(us, r, s)
 }

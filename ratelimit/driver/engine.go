@@ -1,4 +1,4 @@
-package ratelimit
+package driver
 
 import (
 	"encoding/binary"
@@ -11,7 +11,7 @@ import (
 )
 
 // State is the stored state of one StateKey, in the form in-process stores
-// (memstore, sqlitestore) keep it and [Evaluate] reads and writes it. The
+// (memstore, sqlitestore, the ratelimit middleware's local limiter) keep it and [Evaluate] reads and writes it. The
 // fields mean, per algorithm (times in microseconds since the Unix epoch):
 //
 //   - GCRA: the theoretical arrival time A + B/C (C is the Rate it was
@@ -93,6 +93,16 @@ func Evaluate(now time.Time, reqs []Request, states []*State, commit bool) (ds [
 // state to store (nil when nothing must be written) is s itself, updated in
 // place, when s is not nil.
 func EvaluateOne(now time.Time, r *Request, s *State, commit bool) (Decision, *State) {
+	if r.Algorithm == GCRA {
+		var d Decision // filled in place: the decision is copied once
+		st := gcraOne(&d, now, r, s, commit)
+		return d, st
+	}
+	return evaluateOne(now, r, s, commit)
+}
+
+// evaluateOne is EvaluateOne for the window and log algorithms.
+func evaluateOne(now time.Time, r *Request, s *State, commit bool) (Decision, *State) {
 	us := now.UnixMicro()
 	var e eval
 	e.judge(us, r, s)
@@ -103,6 +113,61 @@ func EvaluateOne(now time.Time, r *Request, s *State, commit bool) (Decision, *S
 		return d, nil
 	}
 	return d, e.next(us, r, s)
+}
+
+// gcraOne is EvaluateOne for a GCRA request: the arithmetic of judge,
+// decision and next for GCRA alone, on the request's cached constants. It
+// fills d and returns the state to store (nil: nothing to write).
+func gcraOne(d *Decision, now time.Time, r *Request, s *State, commit bool) *State {
+	us := now.UnixMicro()
+	g := r.gcra
+	if g == nil || g.rate != int64(r.Limit.Rate) || g.period != int64(r.Limit.Period/time.Microsecond) || g.burst != int64(r.Limit.Burst) {
+		p := newGCRA(r.Limit)
+		g = &p
+	}
+	nowp := pair{us, 0}
+	tat := nowp
+	if s.live(us) {
+		t := pair{s.A, s.B}
+		if s.C != g.rate && s.C > 0 {
+			// Stored under another rate: convert the fraction, rounding
+			// up.
+			t.b = (s.B*g.rate + s.C - 1) / s.C
+			if t.b >= g.rate {
+				t.a++
+				t.b -= g.rate
+			}
+		}
+		if nowp.less(t) {
+			tat = t
+		}
+	}
+	newTAT := tat.add(g.mul(int64(r.N)), g.rate)
+	allowAt := newTAT.sub(g.tau, g.rate)
+	*d = Decision{Allowed: !nowp.less(allowAt), Limit: r.Limit, Algorithm: GCRA}
+	d.At = now.Add(-time.Duration(now.Nanosecond() % 1000)).Round(0) // time.UnixMicro(us)
+	consume := commit && d.Allowed
+	base := tat
+	if consume {
+		base = newTAT
+	}
+	// Remaining = floor((tau - (base - now)) / T).
+	ahead := base.sub(nowp, g.rate)
+	d.Remaining = int(min(g.floorDiv(g.tau.sub(ahead, g.rate)), int64(r.Limit.Burst)))
+	if !d.Allowed {
+		d.RetryAfter = micros(allowAt.sub(nowp, g.rate).ceil())
+	}
+	if rst := ahead.ceil(); rst > 0 {
+		d.ResetAfter = micros(rst)
+	}
+	if !consume {
+		return nil
+	}
+	if s == nil {
+		s = new(State)
+	}
+	*s = State{A: newTAT.a, B: newTAT.b, C: g.rate, Expires: newTAT.ceil()}
+	return s
 }
 
 // eval is the judgement of one request before the call's outcome is known:
