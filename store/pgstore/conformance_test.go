@@ -172,9 +172,9 @@ func TestConformance(t *testing.T) {
 				Dump: func(t *testing.T) string { return dumpSessions(t, sessDirect) },
 			}
 		},
-		// Runs the suite on the shared server, a fresh database per case,
-		// other nodes with pools of their own: on a faked server clock
-		// (every case) and on the server's own clock.
+		// Runs the schedule suite on the shared server, a fresh database
+		// per case, other nodes with pools of their own: on a faked
+		// server clock (every case) and on the server's own clock.
 		Schedule: func(t *testing.T, clock *storetest.Clock) scheduletest.Target {
 			srv := testenv.SharedPostgres(t)
 			dsn := srv.NewDatabase(t)
@@ -227,7 +227,7 @@ func TestConformanceSQLDB(t *testing.T) {
 	storetest.Run(t, storetest.Factory{
 		// Runs the lease suite on a Store made by NewDB on pgx's stdlib
 		// driver, behind a TCP proxy, the guard in *sql.Tx transactions
-		// of the same driver. Like TestLeaseConformance, on a private
+		// of the same driver. Like the pgx form, on a private
 		// server.
 		Lease: func(t *testing.T) leasetest.Target {
 			dsn := priv.NewDatabase(t)
