@@ -99,7 +99,7 @@ func testDefinitionContract(e *env) {
 		t.Fatalf("Begin under the current definition: %v", err)
 	}
 	if e.fake() {
-		e.Clock.Add(time.Millisecond)
+		e.Clock.Advance(time.Millisecond)
 	}
 	prev, err = s.Register(ctx, schedule.RegisterRequest{Job: job, Fingerprint: "v2", Spec: "every 2m", Node: "b"})
 	if err != nil || prev.Fingerprint != "v1" || prev.Spec != "every 1m" || prev.Node != "a" {
@@ -152,7 +152,7 @@ func testAttemptHistory(e *env) {
 	}
 	tick := func() {
 		if e.fake() {
-			e.Clock.Add(time.Millisecond)
+			e.Clock.Advance(time.Millisecond)
 		} else {
 			time.Sleep(time.Millisecond)
 		}
@@ -290,7 +290,7 @@ func testDisagreeingNodes(e *env) {
 	}
 	if e.fake() {
 		for range 2 {
-			e.Clock.Add(step)
+			e.Clock.Advance(step)
 			e.waitState(job, v1.ID(v1.Next(e.now().Add(-step))), schedule.Done)
 		}
 	} else {
@@ -312,7 +312,7 @@ func testDisagreeingNodes(e *env) {
 	switched := d.Registered
 	if e.fake() {
 		for i := range 6 {
-			e.Clock.Add(step)
+			e.Clock.Advance(step)
 			now := e.now()
 			if i == 0 {
 				// An odd step: only a's schedule has a slot; a must have

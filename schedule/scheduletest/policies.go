@@ -25,7 +25,7 @@ func (e *env) settle(job string, sched schedule.Schedule, ats ...time.Time) {
 		// Retries wait on the store's clock (a claim held elsewhere, no
 		// catch-up permit free): let the fake one move, a millisecond at
 		// a time, far below every threshold the cases use.
-		e.Clock.Add(time.Millisecond)
+		e.Clock.Advance(time.Millisecond)
 		for _, at := range ats {
 			r, ok := e.record(job, sched.ID(at))
 			if !ok || !r.Final() {

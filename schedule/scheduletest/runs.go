@@ -65,7 +65,7 @@ func testStaleCompletionRetried(e *env) {
 		calls.add(s.ID)
 		if s.Attempt == 1 {
 			// Paused past the claim inside the handler.
-			e.Clock.Add(e.claimTTL() + time.Millisecond)
+			e.Clock.Advance(e.claimTTL() + time.Millisecond)
 		}
 		return e.Complete(ctx, s)
 	}}
@@ -93,14 +93,14 @@ func testTakeoverWaitsForRunLease(e *env) {
 	// Node a claims the slot, begins it and takes the run lease a minute
 	// later, then dies.
 	_, dead := e.claimOne(e.Store, job, sched, t0, "a")
-	e.Clock.Add(time.Minute)
+	e.Clock.Advance(time.Minute)
 	if _, err := e.handLocker().TryAcquire(ctxT(t), schedule.RunKey(job), e.claimTTL()); err != nil {
 		t.Fatal(err)
 	}
 	var calls counter
 	e.start(e.node(), e.opts("b"), schedule.Job{Name: job, Schedule: sched, Run: e.completing(&calls)})
 	// The claim ends; the run lease still has a minute.
-	e.Clock.Add(e.claimTTL() - time.Minute + time.Millisecond)
+	e.Clock.Advance(e.claimTTL() - time.Minute + time.Millisecond)
 	e.waitFor("b to take the claim over", func() bool {
 		if r, _ := e.record(job, dead.ID); r.Final() {
 			return true
@@ -112,7 +112,7 @@ func testTakeoverWaitsForRunLease(e *env) {
 	if r, _ := e.record(job, dead.ID); r.State != schedule.Running || r.Node != "a" {
 		t.Fatalf("record %+v while the dead run lease is held; want a's running attempt", r)
 	}
-	e.Clock.Add(time.Minute)
+	e.Clock.Advance(time.Minute)
 	r := e.waitState(job, dead.ID, schedule.Done)
 	if r.Node != "b" || r.Attempts != 2 || r.Fence <= dead.Fence || calls.get(dead.ID) != 1 || e.count(job) != 1 {
 		t.Fatalf("record %+v, %d calls, counter %d; want b's second attempt, once", r, calls.get(dead.ID), e.count(job))
@@ -176,7 +176,7 @@ func testSettledSlotNoSkip(e *env) {
 	if _, err := x.Finish(ctxT(t), slot, nil); err != nil {
 		t.Fatal(err)
 	}
-	e.Clock.Add(e.claimTTL() + time.Millisecond)
+	e.Clock.Advance(e.claimTTL() + time.Millisecond)
 	e.waitFor("b to claim the slot again", func() bool { return counting.claims.Load() >= 2 })
 	time.Sleep(20 * time.Millisecond)
 	if n := counting.runs.Load(); n != 0 {

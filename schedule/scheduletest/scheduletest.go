@@ -188,7 +188,7 @@ func (e *env) now() time.Time {
 func (e *env) expire(s schedule.Store, key string) {
 	e.t.Helper()
 	if e.fake() {
-		e.Clock.Add(e.claimTTL() + time.Millisecond)
+		e.Clock.Advance(e.claimTTL() + time.Millisecond)
 	}
 	e.waitFor("claim "+key+" to expire", func() bool {
 		info, err := s.Claims().Inspect(ctxT(e.t), key)
@@ -256,7 +256,7 @@ func (e *env) start(store schedule.Store, o *schedule.Options, jobs ...schedule.
 	// Wait until the first poll is over, so the node has taken its cursor
 	// from the store's clock before the test moves it.
 	polls := f.Polls()
-	e.waitFor("the first poll", func() bool { return f.Polls() >= polls+2 || f.cut.Load() })
+	e.waitFor("the first poll", func() bool { return f.Polls() >= polls+2 || f.IsCut() })
 	e.t.Cleanup(func() {
 		cancel()
 		select {
@@ -655,7 +655,7 @@ func testKilledBetween(e *env) {
 	}
 	// Let b run a later slot, so it has certainly looked at the job.
 	if e.fake() {
-		e.Clock.Add(time.Minute)
+		e.Clock.Advance(time.Minute)
 	}
 	e.waitFor("a later slot done", func() bool {
 		for _, r := range e.records(job) {
@@ -710,7 +710,7 @@ func testDeadNode(e *env) {
 			return ctx.Err()
 		}})
 	if e.fake() {
-		e.Clock.Add(time.Hour)
+		e.Clock.Advance(time.Hour)
 	}
 	<-aRan
 	t.Cleanup(faulty.Heal) // before a stops: let it wind down quickly
@@ -862,7 +862,7 @@ func testRetry(e *env) {
 			return e.Complete(ctx, s)
 		}})
 	if e.fake() {
-		e.Clock.Add(time.Hour)
+		e.Clock.Advance(time.Hour)
 	}
 	e.waitFor("first attempt", func() bool { return first.Load() != nil })
 	id := first.Load().ID
@@ -871,7 +871,7 @@ func testRetry(e *env) {
 		if r.Attempts != 1 || r.RetryAt.IsZero() || r.Error != "first attempt fails" || r.Final() {
 			t.Fatalf("after the first attempt: %+v", r)
 		}
-		e.Clock.Add(backoff)
+		e.Clock.Advance(backoff)
 	}
 	r := e.waitState(job, id, schedule.Done)
 	if r.Attempts != 2 || calls.get(id) != 2 || e.count(job) != 1 {
@@ -900,7 +900,7 @@ func testGracefulStop(e *env) {
 		return ctx.Err()
 	}})
 	if e.fake() {
-		e.Clock.Add(time.Minute)
+		e.Clock.Advance(time.Minute)
 	}
 	s := <-running
 	st.stop() // returns only after the handler returned

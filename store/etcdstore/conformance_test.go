@@ -1,9 +1,7 @@
 package etcdstore_test
 
 import (
-	"context"
 	"testing"
-	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -11,96 +9,53 @@ import (
 	"github.com/tenurekit/tenure/lease"
 	"github.com/tenurekit/tenure/lease/leasetest"
 	"github.com/tenurekit/tenure/store/etcdstore"
+	"github.com/tenurekit/tenure/storetest"
 )
 
-// TestLeaseConformance runs the suite on a single member, with the store's
-// client behind a TCP proxy.
-func TestLeaseConformance(t *testing.T) {
+// newStore is the one place the conformance tests build a store on a
+// client.
+func newStore(c *clientv3.Client) *etcdstore.Store { return must(etcdstore.New(c, nil)) }
+
+// TestConformance runs the lease suite (the store's one primitive) on a
+// single member and on a 3-member cluster, with the store's client behind
+// a TCP proxy (pinned to member 0 on the cluster).
+func TestConformance(t *testing.T) {
 	t.Parallel()
-	srv := testenv.Etcd(t)
-	ep := srv.Endpoints()[0]
-	unit := minTTL(t, newClient(t, ep))
-	t.Logf("etcd grants %v exactly", unit)
-	leasetest.Run(t, func(t *testing.T) leasetest.Target {
-		p := testenv.NewProxy(t, hostPort(ep))
-		c, d := connected(t, "http://"+p.Addr()), newClient(t, ep)
-		ds := newEtcd(t, d, nil)
-		return leasetest.Target{
-			Store:  newEtcd(t, c, nil).Leases(),
-			Direct: ds.Leases(),
-			Faults: p,
-			Restart: func(t *testing.T) lease.Store {
-				srv.Restart(t)
-				return newEtcd(t, newClient(t, ep), nil).Leases()
-			},
-			Resource: &resource{s: ds, c: d, prefix: etcdstore.DefaultPrefix},
-			Unit:     unit,
+	for _, members := range []int{1, 3} {
+		name := "Single"
+		if members > 1 {
+			name = "Cluster"
 		}
-	})
-}
-
-// TestCluster runs the suite on a 3-member cluster, with the store's client
-// pinned to member 0 through a TCP proxy, and then stops a member while a
-// lease is held.
-func TestCluster(t *testing.T) {
-	t.Parallel()
-	srv := testenv.EtcdCluster(t, 3)
-	eps := srv.Endpoints()
-	unit := minTTL(t, newClient(t, eps...))
-	t.Logf("etcd grants %v exactly", unit)
-
-	t.Run("Conformance", func(t *testing.T) {
-		leasetest.Run(t, func(t *testing.T) leasetest.Target {
-			p := testenv.NewProxy(t, hostPort(eps[0]))
-			c, d := connected(t, "http://"+p.Addr()), newClient(t, eps...)
-			ds := newEtcd(t, d, nil)
-			return leasetest.Target{
-				Store:  newEtcd(t, c, nil).Leases(),
-				Direct: ds.Leases(),
-				Faults: p,
-				Restart: func(t *testing.T) lease.Store {
-					srv.Restart(t)
-					return newEtcd(t, newClient(t, eps...), nil).Leases()
-				},
-				Resource: &resource{s: ds, c: d, prefix: etcdstore.DefaultPrefix},
-				Unit:     unit,
+		t.Run(name, func(t *testing.T) {
+			var srv *testenv.EtcdServer
+			if members == 1 {
+				srv = testenv.Etcd(t)
+			} else {
+				srv = testenv.EtcdCluster(t, members)
 			}
+			eps := srv.Endpoints()
+			unit := minTTL(t, newClient(t, eps...))
+			t.Logf("etcd grants %v exactly", unit)
+			storetest.Run(t, storetest.Factory{
+				Lease: func(t *testing.T) leasetest.Target {
+					p := testenv.NewProxy(t, hostPort(eps[0]))
+					c, d := connected(t, "http://"+p.Addr()), newClient(t, eps...)
+					ds := newStore(d)
+					return leasetest.Target{
+						Store:  newStore(c).Leases(),
+						Direct: ds.Leases(),
+						Faults: p,
+						Restart: func(t *testing.T) lease.Store {
+							srv.Restart(t)
+							return newStore(newClient(t, eps...)).Leases()
+						},
+						Resource: &resource{s: ds, c: d, prefix: etcdstore.DefaultPrefix},
+						Unit:     unit,
+					}
+				},
+			})
 		})
-	})
-
-	t.Run("LeaderStoppedWhileHeld", func(t *testing.T) {
-		c := newClient(t, eps...)
-		s := newEtcd(t, c, &etcdstore.Options{Prefix: uniquePrefix(t)}).Leases()
-		k, a, b := "k", lease.NewToken(), lease.NewToken()
-		ga := eventually(t, "acquire", func(ctx context.Context) (lease.Grant, error) {
-			return s.Acquire(ctx, k, a, 5*unit)
-		})
-		leader := leaderIndex(t, c, eps)
-		srv.StopMember(t, leader)
-		t.Cleanup(func() { srv.StartMember(t, leader) })
-
-		// The lock stays, with its fence, and its holder can renew it
-		// through the remaining quorum.
-		info := eventually(t, "inspect", func(ctx context.Context) (lease.Info, error) { return s.Inspect(ctx, k) })
-		if !info.Held || info.Fence != ga.Fence {
-			t.Fatalf("after stopping the leader: %+v, want held with fence %d", info, ga.Fence)
-		}
-		gr := eventually(t, "renew", func(ctx context.Context) (lease.Grant, error) { return s.Renew(ctx, k, a, 5*unit) })
-		if gr.Fence != ga.Fence {
-			t.Fatalf("renew fence %d, want %d", gr.Fence, ga.Fence)
-		}
-		// The holder stops renewing; the next holder gets a higher fence.
-		waitFree(t, s, k, 30*unit+20*time.Second)
-		gb := eventually(t, "takeover", func(ctx context.Context) (lease.Grant, error) {
-			return s.Acquire(ctx, k, b, 5*unit)
-		})
-		if gb.Fence <= ga.Fence {
-			t.Fatalf("fence %d after takeover, not above %d", gb.Fence, ga.Fence)
-		}
-		if info := eventually(t, "inspect", func(ctx context.Context) (lease.Info, error) { return s.Inspect(ctx, k) }); !info.Held || info.Fence != gb.Fence {
-			t.Fatalf("after takeover: %+v, want held with fence %d", info, gb.Fence)
-		}
-	})
+	}
 }
 
 // connected returns a client whose connection is up: a proxy that drops
@@ -113,20 +68,4 @@ func connected(t *testing.T, ep string) *clientv3.Client {
 		t.Fatalf("warm-up read through %s: %v", ep, err)
 	}
 	return c
-}
-
-// leaderIndex returns the index in eps of the cluster's leader.
-func leaderIndex(t *testing.T, c *clientv3.Client, eps []string) int {
-	t.Helper()
-	for i, ep := range eps {
-		st, err := c.Status(ctxT(t), ep)
-		if err != nil {
-			t.Fatalf("status of %s: %v", ep, err)
-		}
-		if st.Leader == st.Header.MemberId {
-			return i
-		}
-	}
-	t.Fatal("no member is the leader")
-	return -1
 }

@@ -16,3 +16,12 @@ func newEtcd(t testing.TB, c *clientv3.Client, o *etcdstore.Options) *etcdstore.
 	}
 	return s
 }
+
+// must returns s, or panics with err: for the conformance factories, which
+// build stores where no *testing.T is at hand.
+func must[S any](s S, err error) S {
+	if err != nil {
+		panic(err)
+	}
+	return s
+}

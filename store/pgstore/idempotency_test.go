@@ -10,7 +10,6 @@ import (
 
 	"github.com/tenurekit/tenure/idempotency"
 	"github.com/tenurekit/tenure/idempotency/idempotencytest"
-	"github.com/tenurekit/tenure/internal/testenv"
 	"github.com/tenurekit/tenure/store/pgstore"
 )
 
@@ -63,44 +62,6 @@ func idemTxTarget(t *testing.T, pool *pgxpool.Pool, db *pgstore.Store) *idempote
 			return n, err
 		},
 	}
-}
-
-// TestIdempotencyConformance runs the idempotency suite with the Store
-// behind a TCP proxy (the faults), a direct pool for inspection and the
-// transactional cases, and a pool of its own for every extra client; a
-// fresh database per subtest on the shared server.
-func TestIdempotencyConformance(t *testing.T) {
-	srv := testenv.SharedPostgres(t)
-	idempotencytest.Run(t, func(t *testing.T) idempotencytest.Target {
-		dsn := srv.NewDatabase(t)
-		direct := srv.Pool(t, dsn)
-		db := newPG(t, direct, nil)
-		if err := db.Migrate(ctxT(t)); err != nil {
-			t.Fatalf("Migrate: %v", err)
-		}
-		proxy := testenv.NewProxy(t, srv.Addr())
-		viaPool := poolVia(t, dsn, proxy.Addr(), db, true)
-		prepareIdem(t, viaPool, db)
-		return idempotencytest.Target{
-			Store:  newPG(t, viaPool, nil).Idempotency(),
-			Direct: db.Idempotency(),
-			NewClient: func(t *testing.T) idempotency.Store {
-				cfg, err := pgxpool.ParseConfig(dsn)
-				if err != nil {
-					t.Fatal(err)
-				}
-				cfg.MaxConns = 1
-				pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(pool.Close)
-				return newPG(t, pool, nil).Idempotency()
-			},
-			Faults: proxy,
-			Tx:     idemTxTarget(t, direct, db),
-		}
-	})
 }
 
 // TestIdempotencyTxKilledConnection kills the backend of a transaction that

@@ -10,8 +10,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tenurekit/tenure/internal/testenv"
-	"github.com/tenurekit/tenure/lease"
-	"github.com/tenurekit/tenure/lease/leasetest"
 	"github.com/tenurekit/tenure/store/pgstore"
 )
 
@@ -130,38 +128,4 @@ func (r *resource) Read(ctx context.Context, name string) (string, error) {
 		return "", nil
 	}
 	return v, err
-}
-
-// TestLeaseConformance runs the lease suite with the Store (on a pgx pool)
-// behind a real TCP proxy, its guard in *sql.Tx transactions of lib/pq. The suite restarts the server, which a shared server must not
-// be, so it runs on a private one with a fresh database per subtest.
-func TestLeaseConformance(t *testing.T) { leaseConformance(t, nil) }
-
-// TestLeaseConformanceUnlogged is TestLeaseConformance with an UNLOGGED
-// leases table (Options.UnloggedLeases).
-func TestLeaseConformanceUnlogged(t *testing.T) {
-	leaseConformance(t, &pgstore.Options{UnloggedLeases: true})
-}
-
-func leaseConformance(t *testing.T, o *pgstore.Options) {
-	srv := testenv.Postgres(t)
-	leasetest.Run(t, func(t *testing.T) leasetest.Target {
-		dsn := srv.NewDatabase(t)
-		direct := srv.Pool(t, dsn)
-		db := newPG(t, direct, o)
-		if err := db.Migrate(ctxT(t)); err != nil {
-			t.Fatalf("Migrate: %v", err)
-		}
-		proxy := testenv.NewProxy(t, srv.Addr())
-		return leasetest.Target{
-			Store:  newPG(t, poolVia(t, dsn, proxy.Addr(), db, true), o).Leases(),
-			Direct: db.Leases(),
-			Faults: proxy,
-			Restart: func(t *testing.T) lease.Store {
-				srv.Restart(t)
-				return newPG(t, poolVia(t, dsn, proxy.Addr(), db, false), o).Leases()
-			},
-			Resource: newSQLResource(t, openSQL(t, driverPQ, dsn, nil), db),
-		}
-	})
 }

@@ -1,8 +1,6 @@
 package pgstore_test
 
 import (
-	"context"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -11,8 +9,6 @@ import (
 
 	"github.com/tenurekit/tenure/internal/testenv"
 	"github.com/tenurekit/tenure/ratelimit"
-	"github.com/tenurekit/tenure/ratelimit/driver"
-	"github.com/tenurekit/tenure/ratelimit/ratelimittest"
 	"github.com/tenurekit/tenure/store/pgstore"
 )
 
@@ -41,55 +37,6 @@ func warmRate(t *testing.T, pool *pgxpool.Pool, db *pgstore.Store) {
 }
 
 var rateSchemaSeq int
-
-// TestRateLimitConformance runs the rate limit suite on the shared server:
-// one database, a schema of its own per case, the store behind a TCP proxy.
-func TestRateLimitConformance(t *testing.T) {
-	srv := testenv.SharedPostgres(t)
-	dsn := srv.NewDatabase(t)
-	direct := srv.Pool(t, dsn)
-	ratelimittest.Run(t, func(t *testing.T) ratelimittest.Target {
-		rateSchemaSeq++
-		schema := fmt.Sprintf("rl_%d", rateSchemaSeq)
-		o := &pgstore.Options{Schema: schema}
-		db := newPG(t, direct, o)
-		if err := db.Migrate(ctxT(t)); err != nil {
-			t.Fatalf("Migrate: %v", err)
-		}
-		proxy := testenv.NewProxy(t, srv.Addr())
-		pool := poolVia(t, dsn, proxy.Addr(), db, true)
-		s := newPG(t, pool, o)
-		warmRate(t, pool, s)
-		return ratelimittest.Target{
-			Store:  s.Limits(),
-			Faults: proxy,
-			Keys: func(ctx context.Context) ([]ratelimittest.KeyTTL, error) {
-				rows, err := direct.Query(ctx, `WITH c AS (SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS now)
-					SELECT key, expires_us - c.now FROM `+schema+`.ratelimits, c WHERE expires_us > c.now
-					UNION ALL SELECT key, expires_us - c.now FROM `+schema+`.ratelimit_permits, c WHERE expires_us > c.now`)
-				if err != nil {
-					return nil, err
-				}
-				defer rows.Close()
-				var ks []ratelimittest.KeyTTL
-				for rows.Next() {
-					var k string
-					var left int64
-					if err := rows.Scan(&k, &left); err != nil {
-						return nil, err
-					}
-					ks = append(ks, ratelimittest.KeyTTL{Key: k, TTL: time.Duration(left) * time.Microsecond})
-				}
-				return ks, rows.Err()
-			},
-			Poison: func(ctx context.Context, key driver.StateKey) error {
-				_, err := direct.Exec(ctx, `INSERT INTO `+schema+`.ratelimits (key, alg, a, b, c, expires_us)
-					VALUES ($1, 9, 0, 0, 0, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint + 60000000)`, key.String())
-				return err
-			},
-		}
-	})
-}
 
 // TestRateLimitSweep: expired rows are deleted by SweepLimits; live rows
 // stay, and a row past its expiry already counts as absent before that.

@@ -27,52 +27,6 @@ func schedCompleteCounted(ctx context.Context, pool *pgxpool.Pool, db *pgstore.S
 	})
 }
 
-// TestScheduleConformance runs the suite on the shared server, a fresh
-// database per case, other nodes with pools of their own: on a faked
-// server clock (every case) and on the server's own clock.
-func TestScheduleConformance(t *testing.T) { scheduleConformance(t, nil) }
-
-// TestScheduleConformanceUnlogged is TestScheduleConformance with an
-// UNLOGGED leases table (Options.UnloggedLeases), where claims live.
-func TestScheduleConformanceUnlogged(t *testing.T) {
-	scheduleConformance(t, &pgstore.Options{UnloggedLeases: true})
-}
-
-func scheduleConformance(t *testing.T, o *pgstore.Options) {
-	target := func(t *testing.T, clock *scheduletest.Clock) scheduletest.Target {
-		srv := testenv.SharedPostgres(t)
-		dsn := srv.NewDatabase(t)
-		if clock != nil {
-			dsn = fakeServerClock(t, srv, dsn, clock)
-		}
-		pool := srv.Pool(t, dsn)
-		db := newPG(t, pool, o)
-		if err := db.Migrate(ctxT(t)); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := pool.Exec(ctxT(t), `CREATE TABLE counters (job text PRIMARY KEY, n bigint NOT NULL)`); err != nil {
-			t.Fatal(err)
-		}
-		return scheduletest.Target{
-			Store: db.Schedules(),
-			Node:  func(t *testing.T) schedule.Store { return newPG(t, srv.Pool(t, dsn), o).Schedules() },
-			Complete: func(ctx context.Context, slot *schedule.Slot) error {
-				return schedCompleteCounted(ctx, pool, db, slot)
-			},
-			Count: func(ctx context.Context, job string) (int64, error) {
-				var n int64
-				err := pool.QueryRow(ctx, `SELECT n FROM counters WHERE job = $1`, job).Scan(&n)
-				if errors.Is(err, pgx.ErrNoRows) {
-					return 0, nil
-				}
-				return n, err
-			},
-			Clock: clock,
-		}
-	}
-	scheduletest.RunClocks(t, target)
-}
-
 // fakeServerClock makes clock the server clock of the connections made
 // with the DSN it returns. pgstore judges time with unqualified
 // clock_timestamp() calls; those connections put a schema with a

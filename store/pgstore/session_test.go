@@ -7,9 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/tenurekit/tenure/internal/testenv"
 	"github.com/tenurekit/tenure/session"
-	"github.com/tenurekit/tenure/session/sessiontest"
 )
 
 func dumpSessions(t *testing.T, pool *pgxpool.Pool) string {
@@ -30,36 +28,6 @@ func dumpSessions(t *testing.T, pool *pgxpool.Pool) string {
 		t.Fatal(err)
 	}
 	return b.String()
-}
-
-// TestSessionConformance runs the session suite on the shared server, one
-// database for the whole suite (each case uses users of its own), with the
-// Store behind a TCP proxy per case.
-func TestSessionConformance(t *testing.T) {
-	srv := testenv.SharedPostgres(t)
-	dsn := srv.NewDatabase(t)
-	direct := srv.Pool(t, dsn)
-	db := newPG(t, direct, nil)
-	if err := db.Migrate(ctxT(t)); err != nil {
-		t.Fatalf("Migrate: %v", err)
-	}
-	sessiontest.Run(t, func(t *testing.T) sessiontest.Target {
-		proxy := testenv.NewProxy(t, srv.Addr())
-		return sessiontest.Target{
-			Store:  newPG(t, poolVia(t, dsn, proxy.Addr(), db, false), nil).Sessions(),
-			Direct: db.Sessions(),
-			Faults: proxy,
-			Unit:   200 * time.Millisecond,
-			Present: func(t *testing.T, id session.ID) bool {
-				var n int
-				if err := direct.QueryRow(ctxT(t), `SELECT count(*) FROM tenure.sessions WHERE id = $1`, string(id)).Scan(&n); err != nil {
-					t.Fatal(err)
-				}
-				return n > 0
-			},
-			Dump: func(t *testing.T) string { return dumpSessions(t, direct) },
-		}
-	})
 }
 
 // Expired rows stay until swept; the sweep removes exactly those.

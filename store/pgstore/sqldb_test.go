@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -19,13 +18,7 @@ import (
 	"github.com/tenurekit/tenure/idempotency/idempotencytest"
 	"github.com/tenurekit/tenure/internal/testenv"
 	"github.com/tenurekit/tenure/lease"
-	"github.com/tenurekit/tenure/lease/leasetest"
-	"github.com/tenurekit/tenure/ratelimit/driver"
-	"github.com/tenurekit/tenure/ratelimit/ratelimittest"
 	"github.com/tenurekit/tenure/schedule"
-	"github.com/tenurekit/tenure/schedule/scheduletest"
-	"github.com/tenurekit/tenure/session"
-	"github.com/tenurekit/tenure/session/sessiontest"
 	"github.com/tenurekit/tenure/store/pgstore"
 )
 
@@ -180,34 +173,6 @@ func (r *sqlResource) Read(ctx context.Context, name string) (string, error) {
 	return v, err
 }
 
-// TestLeaseConformanceSQLDB runs the lease suite on a Store made by NewDB
-// on pgx's stdlib driver, behind a TCP proxy, the guard in *sql.Tx
-// transactions of the same driver. Like TestLeaseConformance, on a
-// private server.
-func TestLeaseConformanceSQLDB(t *testing.T) {
-	srv := testenv.Postgres(t)
-	leasetest.Run(t, func(t *testing.T) leasetest.Target {
-		dsn := srv.NewDatabase(t)
-		direct := openSQL(t, driverPgx, dsn, nil)
-		db := newPGDB(t, direct, nil)
-		if err := db.Migrate(ctxT(t)); err != nil {
-			t.Fatalf("Migrate: %v", err)
-		}
-		proxy := testenv.NewProxy(t, srv.Addr())
-		proxied := via(dsn, srv.Addr(), proxy.Addr())
-		return leasetest.Target{
-			Store:  newPGDB(t, openSQL(t, driverPgx, proxied, db), nil).Leases(),
-			Direct: db.Leases(),
-			Faults: proxy,
-			Restart: func(t *testing.T) lease.Store {
-				srv.Restart(t)
-				return newPGDB(t, openSQL(t, driverPgx, proxied, nil), nil).Leases()
-			},
-			Resource: newSQLResource(t, direct, db),
-		}
-	})
-}
-
 // sqlBiz is the caller's own table, written in the caller's *sql.Tx.
 type sqlBiz struct{ tx *sql.Tx }
 
@@ -233,155 +198,6 @@ func idemSQLTxTarget(t *testing.T, db *sql.DB, store *pgstore.Store) *idempotenc
 			return n, err
 		},
 	}
-}
-
-// TestIdempotencyConformanceSQLDB runs the idempotency suite on a Store
-// made by NewDB on pgx's stdlib driver; its transactional cases run in
-// *sql.Tx transactions of lib/pq.
-func TestIdempotencyConformanceSQLDB(t *testing.T) {
-	srv := testenv.SharedPostgres(t)
-	idempotencytest.Run(t, func(t *testing.T) idempotencytest.Target {
-		dsn := srv.NewDatabase(t)
-		direct := openSQL(t, driverPgx, dsn, nil)
-		db := newPGDB(t, direct, nil)
-		if err := db.Migrate(ctxT(t)); err != nil {
-			t.Fatalf("Migrate: %v", err)
-		}
-		proxy := testenv.NewProxy(t, srv.Addr())
-		return idempotencytest.Target{
-			Store:  newPGDB(t, openSQL(t, driverPgx, via(dsn, srv.Addr(), proxy.Addr()), db), nil).Idempotency(),
-			Direct: db.Idempotency(),
-			NewClient: func(t *testing.T) idempotency.Store {
-				c := openSQL(t, driverPgx, dsn, nil)
-				c.SetMaxOpenConns(1)
-				return newPGDB(t, c, nil).Idempotency()
-			},
-			Faults: proxy,
-			Tx:     idemSQLTxTarget(t, openSQL(t, driverPQ, dsn, nil), db),
-		}
-	})
-}
-
-// TestRateLimitConformanceSQLDB runs the rate limit suite on a Store made
-// by NewDB on pgx's stdlib driver: one database, a schema per case.
-func TestRateLimitConformanceSQLDB(t *testing.T) {
-	srv := testenv.SharedPostgres(t)
-	dsn := srv.NewDatabase(t)
-	direct := openSQL(t, driverPgx, dsn, nil)
-	seq := 0
-	ratelimittest.Run(t, func(t *testing.T) ratelimittest.Target {
-		seq++
-		schema := fmt.Sprintf("rl_%d", seq)
-		o := &pgstore.Options{Schema: schema}
-		db := newPGDB(t, direct, o)
-		if err := db.Migrate(ctxT(t)); err != nil {
-			t.Fatalf("Migrate: %v", err)
-		}
-		proxy := testenv.NewProxy(t, srv.Addr())
-		s := newPGDB(t, openSQL(t, driverPgx, via(dsn, srv.Addr(), proxy.Addr()), db), o)
-		return ratelimittest.Target{
-			Store:  s.Limits(),
-			Faults: proxy,
-			Keys: func(ctx context.Context) ([]ratelimittest.KeyTTL, error) {
-				rows, err := direct.QueryContext(ctx, `WITH c AS (SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS now)
-					SELECT key, expires_us - c.now FROM `+schema+`.ratelimits, c WHERE expires_us > c.now
-					UNION ALL SELECT key, expires_us - c.now FROM `+schema+`.ratelimit_permits, c WHERE expires_us > c.now`)
-				if err != nil {
-					return nil, err
-				}
-				defer rows.Close()
-				var ks []ratelimittest.KeyTTL
-				for rows.Next() {
-					var k string
-					var left int64
-					if err := rows.Scan(&k, &left); err != nil {
-						return nil, err
-					}
-					ks = append(ks, ratelimittest.KeyTTL{Key: k, TTL: time.Duration(left) * time.Microsecond})
-				}
-				return ks, rows.Err()
-			},
-			Poison: func(ctx context.Context, key driver.StateKey) error {
-				_, err := direct.ExecContext(ctx, `INSERT INTO `+schema+`.ratelimits (key, alg, a, b, c, expires_us)
-					VALUES ($1, 9, 0, 0, 0, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint + 60000000)`, key.String())
-				return err
-			},
-		}
-	})
-}
-
-// TestSessionConformanceSQLDB runs the session suite on a Store made by
-// NewDB on pgx's stdlib driver, behind a TCP proxy per case.
-func TestSessionConformanceSQLDB(t *testing.T) {
-	srv := testenv.SharedPostgres(t)
-	dsn := srv.NewDatabase(t)
-	direct := openSQL(t, driverPgx, dsn, nil)
-	db := newPGDB(t, direct, nil)
-	if err := db.Migrate(ctxT(t)); err != nil {
-		t.Fatalf("Migrate: %v", err)
-	}
-	sessiontest.Run(t, func(t *testing.T) sessiontest.Target {
-		proxy := testenv.NewProxy(t, srv.Addr())
-		return sessiontest.Target{
-			Store:  newPGDB(t, openSQL(t, driverPgx, via(dsn, srv.Addr(), proxy.Addr()), nil), nil).Sessions(),
-			Direct: db.Sessions(),
-			Faults: proxy,
-			Unit:   200 * time.Millisecond,
-			Present: func(t *testing.T, id session.ID) bool {
-				var n int
-				if err := direct.QueryRowContext(ctxT(t), `SELECT count(*) FROM tenure.sessions WHERE id = $1`, string(id)).Scan(&n); err != nil {
-					t.Fatal(err)
-				}
-				return n > 0
-			},
-		}
-	})
-}
-
-// TestScheduleConformanceSQLDB runs the schedule suite on Stores made by
-// NewDB on lib/pq, completing slots with CompleteSlot in *sql.Tx
-// transactions of lib/pq; on a faked server clock and on the server's own.
-func TestScheduleConformanceSQLDB(t *testing.T) {
-	target := func(t *testing.T, clock *scheduletest.Clock) scheduletest.Target {
-		srv := testenv.SharedPostgres(t)
-		dsn := srv.NewDatabase(t)
-		if clock != nil {
-			dsn = fakeServerClock(t, srv, dsn, clock)
-		}
-		sqlDB := openSQL(t, driverPQ, dsn, nil)
-		db := newPGDB(t, sqlDB, nil)
-		if err := db.Migrate(ctxT(t)); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := sqlDB.ExecContext(ctxT(t), `CREATE TABLE counters (job text PRIMARY KEY, n bigint NOT NULL)`); err != nil {
-			t.Fatal(err)
-		}
-		return scheduletest.Target{
-			Store: db.Schedules(),
-			Node: func(t *testing.T) schedule.Store {
-				return newPGDB(t, openSQL(t, driverPQ, dsn, nil), nil).Schedules()
-			},
-			Complete: func(ctx context.Context, slot *schedule.Slot) error {
-				return inSQLTx(ctx, sqlDB, func(tx *sql.Tx) error {
-					if _, err := tx.ExecContext(ctx, `INSERT INTO counters (job, n) VALUES ($1, 1)
-						ON CONFLICT (job) DO UPDATE SET n = counters.n + 1`, slot.Job); err != nil {
-						return err
-					}
-					return db.CompleteSlot(ctx, tx, slot)
-				})
-			},
-			Count: func(ctx context.Context, job string) (int64, error) {
-				var n int64
-				err := sqlDB.QueryRowContext(ctx, `SELECT n FROM counters WHERE job = $1`, job).Scan(&n)
-				if errors.Is(err, sql.ErrNoRows) {
-					return 0, nil
-				}
-				return n, err
-			},
-			Clock: clock,
-		}
-	}
-	scheduletest.RunClocks(t, target)
 }
 
 // TestSQLTxEntryPoints runs the *sql.Tx entry points in transactions of

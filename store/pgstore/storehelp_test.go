@@ -27,3 +27,12 @@ func newPGDB(t testing.TB, db *sql.DB, o *pgstore.Options) *pgstore.Store {
 	}
 	return s
 }
+
+// must returns s, or panics with err: for the conformance factories, which
+// build stores where no *testing.T is at hand.
+func must[S any](s S, err error) S {
+	if err != nil {
+		panic(err)
+	}
+	return s
+}

@@ -2,16 +2,24 @@ package redisstore_test
 
 import (
 	"context"
-	"strconv"
-	"strings"
+	"crypto/rand"
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
+
+	"github.com/tenurekit/tenure/idempotency"
+	"github.com/tenurekit/tenure/idempotency/idempotencytest"
 	"github.com/tenurekit/tenure/internal/testenv"
 	"github.com/tenurekit/tenure/lease"
 	"github.com/tenurekit/tenure/lease/leasetest"
+	"github.com/tenurekit/tenure/ratelimit/ratelimittest"
+	"github.com/tenurekit/tenure/schedule/scheduletest"
+	"github.com/tenurekit/tenure/session/sessiontest"
 	"github.com/tenurekit/tenure/store/redisstore"
+	"github.com/tenurekit/tenure/storetest"
 )
 
 // resource adapts the store's guard for the suite. Guarded writes go through
@@ -36,29 +44,6 @@ func (r *resource) Read(ctx context.Context, name string) (string, error) {
 	return string(b), err
 }
 
-// TestConformance runs the lease suite on a single node, a fresh server per
-// subtest: Store through a TCP proxy (the faults), Direct on a second
-// client, Restart without persistence (all data lost) and a fresh client.
-func TestConformance(t *testing.T) {
-	leasetest.Run(t, func(t *testing.T) leasetest.Target {
-		srv := testenv.Redis(t, nil)
-		p := testenv.NewProxy(t, srv.Addr())
-		s := checked(t, newProxiedClient(t, p.Addr()), nil)
-		dc := srv.Client(t)
-		direct := newRedis(t, dc, nil)
-		return leasetest.Target{
-			Store:  s.Leases(),
-			Direct: direct.Leases(),
-			Faults: p,
-			Restart: func(t *testing.T) lease.Store {
-				srv.Restart(t)
-				return newRedis(t, srv.Client(t), nil).Leases()
-			},
-			Resource: &resource{s: s, direct: direct, c: dc},
-		}
-	})
-}
-
 // proxies is a TCP proxy per cluster node, acting together.
 type proxies []*testenv.Proxy
 
@@ -80,120 +65,223 @@ func (ps proxies) Heal() {
 	}
 }
 
-// TestCluster runs on a three-master Redis Cluster of its own (it restarts
-// every node, which a shared cluster must not see).
-func TestCluster(t *testing.T) {
-	cl := testenv.RedisCluster(t)
+// newStore and newGoStore are the one place the conformance tests build a
+// store on a client.
+func newStore(c rueidis.Client, o *redisstore.Options) *redisstore.Store {
+	return must(redisstore.New(c, o))
+}
 
-	t.Run("Conformance", func(t *testing.T) {
-		leasetest.Run(t, func(t *testing.T) leasetest.Target {
-			var ps proxies
-			via := map[string]string{}
-			for _, addr := range cl.Addrs() {
-				p := testenv.NewProxy(t, addr)
-				ps = append(ps, p)
-				via[addr] = p.Addr()
-			}
-			s := checked(t, newClusterClient(t, cl.Addrs(), via), nil)
-			dc := newClusterClient(t, cl.Addrs(), nil)
-			direct := newRedis(t, dc, nil)
-			return leasetest.Target{
-				Store:  s.Leases(),
-				Direct: direct.Leases(),
-				Faults: ps,
-				Restart: func(t *testing.T) lease.Store {
-					restartCluster(t, cl)
-					return newRedis(t, newClusterClient(t, cl.Addrs(), nil), nil).Leases()
-				},
-				Resource: &resource{s: s, direct: direct, c: dc},
-			}
+func newGoStore(c redis.UniversalClient, o *redisstore.Options) *redisstore.Store {
+	return must(redisstore.NewGoRedis(c, o))
+}
+
+// TestConformance runs every suite on the store, through rueidis and
+// through go-redis, on a single node and on Redis Cluster. The store under
+// test reaches its server through TCP proxies (the faults; one per cluster
+// node, acting together); Direct is a second client. The lease suite
+// restarts its server without persistence (all data lost), so it runs on a
+// server (or cluster) of its own; the others run on the shared ones, each
+// case under a prefix of its own.
+func TestConformance(t *testing.T) {
+	t.Run("Single", func(t *testing.T) {
+		srv := testenv.SharedRedis(t)
+		direct := srv.Client(t)
+		storetest.Run(t, storetest.Factory{
+			// A fresh server per case.
+			Lease: func(t *testing.T) leasetest.Target {
+				srv := testenv.Redis(t, nil)
+				p := testenv.NewProxy(t, srv.Addr())
+				s := checked(t, newProxiedClient(t, p.Addr()), nil)
+				dc := srv.Client(t)
+				direct := newStore(dc, nil)
+				return leasetest.Target{
+					Store:  s.Leases(),
+					Direct: direct.Leases(),
+					Faults: p,
+					Restart: func(t *testing.T) lease.Store {
+						srv.Restart(t)
+						return newStore(srv.Client(t), nil).Leases()
+					},
+					Resource: &resource{s: s, direct: direct, c: dc},
+				}
+			},
+			Idempotency: func(t *testing.T) idempotencytest.Target {
+				p := testenv.NewProxy(t, srv.Addr())
+				return idempotencytest.Target{
+					Store:  checked(t, newProxiedClient(t, p.Addr()), nil).Idempotency(),
+					Direct: newStore(newClient(t, srv.Addr()), nil).Idempotency(),
+					NewClient: func(t *testing.T) idempotency.Store {
+						return newStore(newClient(t, srv.Addr()), nil).Idempotency()
+					},
+					Faults: p,
+				}
+			},
+			RateLimit: func(t *testing.T, _ *storetest.Clock) ratelimittest.Target {
+				rlSeq++
+				prefix := fmt.Sprintf("rltest:%d:%d:", time.Now().UnixNano(), rlSeq)
+				p := testenv.NewProxy(t, srv.Addr())
+				s := checked(t, newProxiedClient(t, p.Addr()), &redisstore.Options{Prefix: prefix})
+				return rateTarget(s, direct, prefix, p)
+			},
+			Session: func(t *testing.T, _ *storetest.Clock) sessiontest.Target {
+				prefix := "sessiontest:" + rand.Text()[:8] + ":"
+				p := testenv.NewProxy(t, srv.Addr())
+				s := checked(t, newProxiedClient(t, p.Addr()), &redisstore.Options{Prefix: prefix})
+				dc := newClient(t, srv.Addr())
+				direct := newStore(dc, &redisstore.Options{Prefix: prefix})
+				tg := sessiontest.Target{Store: s.Sessions(), Direct: direct.Sessions(), Faults: p}
+				sessionHooks(&tg, direct, dc)
+				tg.Dump = func(t *testing.T) string { return dumpKeys(t, dc, prefix) }
+				return tg
+			},
+			Schedule: func(t *testing.T, _ *storetest.Clock) scheduletest.Target {
+				return schedTarget(t, func(t *testing.T) rueidis.Client { return newClient(t, srv.Addr()) })
+			},
 		})
 	})
-
-	t.Run("KeysOfOneLeaseShareASlot", func(t *testing.T) {
-		testKeysShareSlot(t, newClusterClient(t, cl.Addrs(), nil))
+	// A user's sessions and index share a hash tag, and every key of a job
+	// is in the job's hash slot, so every script runs on one node.
+	t.Run("Cluster", func(t *testing.T) {
+		own := testenv.RedisCluster(t) // restarted by the lease suite
+		cl := testenv.SharedRedisCluster(t)
+		direct := newClusterClient(t, cl.Addrs(), nil)
+		storetest.Run(t, storetest.Factory{
+			Lease: func(t *testing.T) leasetest.Target {
+				ps, via := clusterProxies(t, own)
+				s := checked(t, newClusterClient(t, own.Addrs(), via), nil)
+				dc := newClusterClient(t, own.Addrs(), nil)
+				direct := newStore(dc, nil)
+				return leasetest.Target{
+					Store:  s.Leases(),
+					Direct: direct.Leases(),
+					Faults: ps,
+					Restart: func(t *testing.T) lease.Store {
+						restartCluster(t, own)
+						return newStore(newClusterClient(t, own.Addrs(), nil), nil).Leases()
+					},
+					Resource: &resource{s: s, direct: direct, c: dc},
+				}
+			},
+			Idempotency: func(t *testing.T) idempotencytest.Target {
+				ps, via := clusterProxies(t, cl)
+				return idempotencytest.Target{
+					Store:  checked(t, newClusterClient(t, cl.Addrs(), via), nil).Idempotency(),
+					Direct: newStore(newClusterClient(t, cl.Addrs(), nil), nil).Idempotency(),
+					NewClient: func(t *testing.T) idempotency.Store {
+						return newStore(newClusterClient(t, cl.Addrs(), nil), nil).Idempotency()
+					},
+					Faults: ps,
+				}
+			},
+			RateLimit: func(t *testing.T, _ *storetest.Clock) ratelimittest.Target {
+				rlSeq++
+				prefix := fmt.Sprintf("rltest:%d:%d:", time.Now().UnixNano(), rlSeq)
+				ps, via := clusterProxies(t, cl)
+				s := checked(t, newClusterClient(t, cl.Addrs(), via), &redisstore.Options{Prefix: prefix})
+				return rateTarget(s, direct, prefix, ps)
+			},
+			Session: func(t *testing.T, _ *storetest.Clock) sessiontest.Target {
+				prefix := "sessiontest:" + rand.Text()[:8] + ":"
+				ps, via := clusterProxies(t, cl)
+				s := checked(t, newClusterClient(t, cl.Addrs(), via), &redisstore.Options{Prefix: prefix})
+				dc := newClusterClient(t, cl.Addrs(), nil)
+				direct := newStore(dc, &redisstore.Options{Prefix: prefix})
+				tg := sessiontest.Target{Store: s.Sessions(), Direct: direct.Sessions(), Faults: ps}
+				sessionHooks(&tg, direct, dc)
+				return tg
+			},
+			Schedule: func(t *testing.T, _ *storetest.Clock) scheduletest.Target {
+				return schedTarget(t, func(t *testing.T) rueidis.Client { return newClusterClient(t, cl.Addrs(), nil) })
+			},
+		})
 	})
-	t.Run("HolderSet", func(t *testing.T) {
-		testHolderSetCluster(t, newClusterClient(t, cl.Addrs(), nil))
+	t.Run("GoRedis", func(t *testing.T) {
+		srv := testenv.SharedRedis(t)
+		direct := srv.Client(t)
+		storetest.Run(t, storetest.Factory{
+			Lease: func(t *testing.T) leasetest.Target {
+				srv := testenv.Redis(t, nil)
+				p := testenv.NewProxy(t, srv.Addr())
+				s := checkedGo(t, newGoClient(t, p.Addr()), nil)
+				dc := srv.Client(t)
+				direct := newGoStore(newGoClient(t, srv.Addr()), nil)
+				return leasetest.Target{
+					Store:  s.Leases(),
+					Direct: direct.Leases(),
+					Faults: p,
+					Restart: func(t *testing.T) lease.Store {
+						srv.Restart(t)
+						return newGoStore(newGoClient(t, srv.Addr()), nil).Leases()
+					},
+					Resource: &resource{s: s, direct: direct, c: dc},
+				}
+			},
+			Idempotency: func(t *testing.T) idempotencytest.Target {
+				p := testenv.NewProxy(t, srv.Addr())
+				return idempotencytest.Target{
+					Store:  checkedGo(t, newGoClient(t, p.Addr()), nil).Idempotency(),
+					Direct: newGoStore(newGoClient(t, srv.Addr()), nil).Idempotency(),
+					NewClient: func(t *testing.T) idempotency.Store {
+						return newGoStore(newGoClient(t, srv.Addr()), nil).Idempotency()
+					},
+					Faults: p,
+				}
+			},
+			RateLimit: func(t *testing.T, _ *storetest.Clock) ratelimittest.Target {
+				rlSeq++
+				prefix := fmt.Sprintf("rltest:go:%d:%d:", time.Now().UnixNano(), rlSeq)
+				p := testenv.NewProxy(t, srv.Addr())
+				s := checkedGo(t, newGoClient(t, p.Addr()), &redisstore.Options{Prefix: prefix})
+				return rateTarget(s, direct, prefix, p)
+			},
+			Session: func(t *testing.T, _ *storetest.Clock) sessiontest.Target {
+				prefix := "sessiontest:go:" + rand.Text()[:8] + ":"
+				p := testenv.NewProxy(t, srv.Addr())
+				s := checkedGo(t, newGoClient(t, p.Addr()), &redisstore.Options{Prefix: prefix})
+				dc := newClient(t, srv.Addr())
+				direct := newGoStore(newGoClient(t, srv.Addr()), &redisstore.Options{Prefix: prefix})
+				tg := sessiontest.Target{Store: s.Sessions(), Direct: direct.Sessions(), Faults: p}
+				sessionHooks(&tg, direct, dc)
+				tg.Dump = func(t *testing.T) string { return dumpKeys(t, dc, prefix) }
+				return tg
+			},
+			Schedule: func(t *testing.T, _ *storetest.Clock) scheduletest.Target {
+				return schedTargetOn(t, func(t *testing.T, o *redisstore.Options) *redisstore.Store {
+					return newGoStore(newGoClient(t, srv.Addr()), o)
+				})
+			},
+		})
 	})
-	t.Run("Check", func(t *testing.T) {
-		c := newClusterClient(t, cl.Addrs(), nil)
-		s := newRedis(t, c, nil)
-		if err := s.Check(ctxT(t)); err != nil {
-			t.Fatalf("Check on the cluster: %v", err)
-		}
-		if p, err := s.ReleasePath(ctxT(t)); err != nil || p != wantReleasePath(t, c) {
-			t.Fatalf("ReleasePath = %q, %v; want %q", p, err, wantReleasePath(t, c))
-		}
+	// go-redis on Cluster runs the lease and session suites.
+	t.Run("GoRedisCluster", func(t *testing.T) {
+		own := testenv.RedisCluster(t) // restarted by the lease suite
+		cl := testenv.SharedRedisCluster(t)
+		storetest.Run(t, storetest.Factory{
+			Lease: func(t *testing.T) leasetest.Target {
+				ps, via := clusterProxies(t, own)
+				s := checkedGo(t, newGoClusterClient(t, own.Addrs(), via), nil)
+				direct := newGoStore(newGoClusterClient(t, own.Addrs(), nil), nil)
+				return leasetest.Target{
+					Store:  s.Leases(),
+					Direct: direct.Leases(),
+					Faults: ps,
+					Restart: func(t *testing.T) lease.Store {
+						restartCluster(t, own)
+						return newGoStore(newGoClusterClient(t, own.Addrs(), nil), nil).Leases()
+					},
+					Resource: &resource{s: s, direct: direct, c: newClusterClient(t, own.Addrs(), nil)},
+				}
+			},
+			Session: func(t *testing.T, _ *storetest.Clock) sessiontest.Target {
+				prefix := "sessiontest:go:" + rand.Text()[:8] + ":"
+				ps, via := clusterProxies(t, cl)
+				s := checkedGo(t, newGoClusterClient(t, cl.Addrs(), via), &redisstore.Options{Prefix: prefix})
+				dc := newClusterClient(t, cl.Addrs(), nil)
+				direct := newGoStore(newGoClusterClient(t, cl.Addrs(), nil), &redisstore.Options{Prefix: prefix})
+				tg := sessiontest.Target{Store: s.Sessions(), Direct: direct.Sessions(), Faults: ps}
+				sessionHooks(&tg, direct, dc)
+				return tg
+			},
+		})
 	})
-}
-
-// restartCluster stops every node (data is lost: no persistence), starts
-// them again and waits until the cluster serves every slot.
-func restartCluster(t *testing.T, cl *testenv.RedisClusterServer) {
-	t.Helper()
-	for _, n := range cl.Nodes() {
-		n.Stop(t)
-	}
-	for _, n := range cl.Nodes() {
-		n.Start(t)
-	}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		err := clusterServes(t, cl)
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("cluster not serving after restart: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-// clusterServes reports whether every node says cluster_state:ok and a
-// fresh client can write a key in each node's slots.
-func clusterServes(t *testing.T, cl *testenv.RedisClusterServer) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	for _, addr := range cl.Addrs() {
-		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, ForceSingleClient: true, DisableRetry: true})
-		if err != nil {
-			return err
-		}
-		info, err := c.Do(ctx, c.B().ClusterInfo().Build()).ToString()
-		c.Close()
-		if err != nil {
-			return err
-		}
-		if !strings.Contains(info, "cluster_state:ok") {
-			return errorString("node " + addr + " not ok")
-		}
-	}
-	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: cl.Addrs(), DisableRetry: true})
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	for _, r := range [][2]int{{0, 5460}, {5461, 10922}, {10923, 16383}} {
-		k := keyInSlots("probe", r[0], r[1])
-		if err := c.Do(ctx, c.B().Set().Key(k).Value("1").Px(time.Second).Build()).Error(); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-type errorString string
-
-func (e errorString) Error() string { return string(e) }
-
-// keyInSlots returns a key whose slot lies in [lo, hi].
-func keyInSlots(prefix string, lo, hi int) string {
-	for i := 0; ; i++ {
-		k := prefix + ":" + strconv.Itoa(i)
-		if s := testenv.KeySlot(k); s >= lo && s <= hi {
-			return k
-		}
-	}
 }

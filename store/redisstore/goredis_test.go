@@ -2,21 +2,14 @@ package redisstore_test
 
 import (
 	"context"
-	"crypto/rand"
 	"fmt"
 	"net"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/tenurekit/tenure/idempotency"
-	"github.com/tenurekit/tenure/idempotency/idempotencytest"
 	"github.com/tenurekit/tenure/internal/testenv"
 	"github.com/tenurekit/tenure/lease"
-	"github.com/tenurekit/tenure/lease/leasetest"
-	"github.com/tenurekit/tenure/ratelimit/ratelimittest"
-	"github.com/tenurekit/tenure/schedule/scheduletest"
-	"github.com/tenurekit/tenure/session/sessiontest"
 	"github.com/tenurekit/tenure/store/redisstore"
 )
 
@@ -96,112 +89,8 @@ func clusterProxies(t *testing.T, cl *testenv.RedisClusterServer) (proxies, map[
 	return ps, via
 }
 
-func TestGoRedisConformance(t *testing.T) {
-	leasetest.Run(t, func(t *testing.T) leasetest.Target {
-		srv := testenv.Redis(t, nil)
-		p := testenv.NewProxy(t, srv.Addr())
-		s := checkedGo(t, newGoClient(t, p.Addr()), nil)
-		dc := srv.Client(t)
-		direct := newGoRedis(t, newGoClient(t, srv.Addr()), nil)
-		return leasetest.Target{
-			Store:  s.Leases(),
-			Direct: direct.Leases(),
-			Faults: p,
-			Restart: func(t *testing.T) lease.Store {
-				srv.Restart(t)
-				return newGoRedis(t, newGoClient(t, srv.Addr()), nil).Leases()
-			},
-			Resource: &resource{s: s, direct: direct, c: dc},
-		}
-	})
-}
-
-func TestGoRedisIdempotencyConformance(t *testing.T) {
-	srv := testenv.SharedRedis(t)
-	idempotencytest.Run(t, func(t *testing.T) idempotencytest.Target {
-		p := testenv.NewProxy(t, srv.Addr())
-		return idempotencytest.Target{
-			Store:  checkedGo(t, newGoClient(t, p.Addr()), nil).Idempotency(),
-			Direct: newGoRedis(t, newGoClient(t, srv.Addr()), nil).Idempotency(),
-			NewClient: func(t *testing.T) idempotency.Store {
-				return newGoRedis(t, newGoClient(t, srv.Addr()), nil).Idempotency()
-			},
-			Faults: p,
-		}
-	})
-}
-
-func TestGoRedisRateLimitConformance(t *testing.T) {
-	srv := testenv.SharedRedis(t)
-	direct := srv.Client(t)
-	ratelimittest.Run(t, func(t *testing.T) ratelimittest.Target {
-		rlSeq++
-		prefix := fmt.Sprintf("rltest:go:%d:%d:", time.Now().UnixNano(), rlSeq)
-		p := testenv.NewProxy(t, srv.Addr())
-		s := checkedGo(t, newGoClient(t, p.Addr()), &redisstore.Options{Prefix: prefix})
-		return rateTarget(s, direct, prefix, p)
-	})
-}
-
-func TestGoRedisSessionConformance(t *testing.T) {
-	srv := testenv.SharedRedis(t)
-	sessiontest.Run(t, func(t *testing.T) sessiontest.Target {
-		prefix := "sessiontest:go:" + rand.Text()[:8] + ":"
-		p := testenv.NewProxy(t, srv.Addr())
-		s := checkedGo(t, newGoClient(t, p.Addr()), &redisstore.Options{Prefix: prefix})
-		dc := newClient(t, srv.Addr())
-		direct := newGoRedis(t, newGoClient(t, srv.Addr()), &redisstore.Options{Prefix: prefix})
-		tg := sessiontest.Target{Store: s.Sessions(), Direct: direct.Sessions(), Faults: p}
-		sessionHooks(&tg, direct, dc)
-		tg.Dump = func(t *testing.T) string { return dumpKeys(t, dc, prefix) }
-		return tg
-	})
-}
-
-func TestGoRedisScheduleConformance(t *testing.T) {
-	srv := testenv.SharedRedis(t)
-	scheduletest.Run(t, func(t *testing.T) scheduletest.Target {
-		return schedTargetOn(t, func(t *testing.T, o *redisstore.Options) *redisstore.Store {
-			return newGoRedis(t, newGoClient(t, srv.Addr()), o)
-		})
-	})
-}
-
-// TestGoRedisCluster runs the lease suite (with restarts, on a cluster of
-// its own) and the session suite (on the shared cluster) through go-redis
-// cluster clients.
+// TestGoRedisCluster checks the go-redis form on the shared Redis Cluster.
 func TestGoRedisCluster(t *testing.T) {
-	t.Run("Conformance", func(t *testing.T) {
-		cl := testenv.RedisCluster(t)
-		leasetest.Run(t, func(t *testing.T) leasetest.Target {
-			ps, via := clusterProxies(t, cl)
-			s := checkedGo(t, newGoClusterClient(t, cl.Addrs(), via), nil)
-			direct := newGoRedis(t, newGoClusterClient(t, cl.Addrs(), nil), nil)
-			return leasetest.Target{
-				Store:  s.Leases(),
-				Direct: direct.Leases(),
-				Faults: ps,
-				Restart: func(t *testing.T) lease.Store {
-					restartCluster(t, cl)
-					return newGoRedis(t, newGoClusterClient(t, cl.Addrs(), nil), nil).Leases()
-				},
-				Resource: &resource{s: s, direct: direct, c: newClusterClient(t, cl.Addrs(), nil)},
-			}
-		})
-	})
-	t.Run("Session", func(t *testing.T) {
-		cl := testenv.SharedRedisCluster(t)
-		sessiontest.Run(t, func(t *testing.T) sessiontest.Target {
-			prefix := "sessiontest:go:" + rand.Text()[:8] + ":"
-			ps, via := clusterProxies(t, cl)
-			s := checkedGo(t, newGoClusterClient(t, cl.Addrs(), via), &redisstore.Options{Prefix: prefix})
-			dc := newClusterClient(t, cl.Addrs(), nil)
-			direct := newGoRedis(t, newGoClusterClient(t, cl.Addrs(), nil), &redisstore.Options{Prefix: prefix})
-			tg := sessiontest.Target{Store: s.Sessions(), Direct: direct.Sessions(), Faults: ps}
-			sessionHooks(&tg, direct, dc)
-			return tg
-		})
-	})
 	t.Run("CheckAndHolderSet", func(t *testing.T) {
 		cl := testenv.SharedRedisCluster(t)
 		c := newGoClusterClient(t, cl.Addrs(), nil)

@@ -9,52 +9,9 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/tenurekit/tenure/idempotency"
-	"github.com/tenurekit/tenure/idempotency/idempotencytest"
 	"github.com/tenurekit/tenure/internal/testenv"
 	"github.com/tenurekit/tenure/store/redisstore"
 )
-
-// TestIdempotencyConformance runs the idempotency suite on the shared
-// server: Store through a TCP proxy of its own per subtest (the faults),
-// Direct on a second client, and a new client for every extra client.
-func TestIdempotencyConformance(t *testing.T) {
-	srv := testenv.SharedRedis(t)
-	idempotencytest.Run(t, func(t *testing.T) idempotencytest.Target {
-		p := testenv.NewProxy(t, srv.Addr())
-		return idempotencytest.Target{
-			Store:  checked(t, newProxiedClient(t, p.Addr()), nil).Idempotency(),
-			Direct: newRedis(t, newClient(t, srv.Addr()), nil).Idempotency(),
-			NewClient: func(t *testing.T) idempotency.Store {
-				return newRedis(t, newClient(t, srv.Addr()), nil).Idempotency()
-			},
-			Faults: p,
-		}
-	})
-}
-
-// TestIdempotencyCluster runs the suite on the shared Redis Cluster, every
-// connection of Store through its node's proxy, every extra client a
-// cluster client of its own.
-func TestIdempotencyCluster(t *testing.T) {
-	cl := testenv.SharedRedisCluster(t)
-	idempotencytest.Run(t, func(t *testing.T) idempotencytest.Target {
-		var ps proxies
-		via := map[string]string{}
-		for _, addr := range cl.Addrs() {
-			p := testenv.NewProxy(t, addr)
-			ps = append(ps, p)
-			via[addr] = p.Addr()
-		}
-		return idempotencytest.Target{
-			Store:  checked(t, newClusterClient(t, cl.Addrs(), via), nil).Idempotency(),
-			Direct: newRedis(t, newClusterClient(t, cl.Addrs(), nil), nil).Idempotency(),
-			NewClient: func(t *testing.T) idempotency.Store {
-				return newRedis(t, newClusterClient(t, cl.Addrs(), nil), nil).Idempotency()
-			},
-			Faults: ps,
-		}
-	})
-}
 
 // TestIdempotencyKeys checks the stored hash: its key and hash tag, its
 // fields, and an expiry at the end of the retention.

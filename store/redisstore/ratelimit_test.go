@@ -68,40 +68,6 @@ func rateTarget(s *redisstore.Store, direct rueidis.Client, prefix string, fault
 
 var rlSeq int
 
-// TestRateLimitConformance runs the rate limit suite on the shared single
-// Redis, a prefix and a fault-injecting proxy per subtest.
-func TestRateLimitConformance(t *testing.T) {
-	srv := testenv.SharedRedis(t)
-	direct := srv.Client(t)
-	ratelimittest.Run(t, func(t *testing.T) ratelimittest.Target {
-		rlSeq++
-		prefix := fmt.Sprintf("rltest:%d:%d:", time.Now().UnixNano(), rlSeq)
-		p := testenv.NewProxy(t, srv.Addr())
-		s := checked(t, newProxiedClient(t, p.Addr()), &redisstore.Options{Prefix: prefix})
-		return rateTarget(s, direct, prefix, p)
-	})
-}
-
-// TestRateLimitCluster runs the suite on the shared three-master Redis
-// Cluster: every node behind a proxy of its own.
-func TestRateLimitCluster(t *testing.T) {
-	cl := testenv.SharedRedisCluster(t)
-	direct := newClusterClient(t, cl.Addrs(), nil)
-	ratelimittest.Run(t, func(t *testing.T) ratelimittest.Target {
-		rlSeq++
-		prefix := fmt.Sprintf("rltest:%d:%d:", time.Now().UnixNano(), rlSeq)
-		var ps proxies
-		via := map[string]string{}
-		for _, addr := range cl.Addrs() {
-			p := testenv.NewProxy(t, addr)
-			ps = append(ps, p)
-			via[addr] = p.Addr()
-		}
-		s := checked(t, newClusterClient(t, cl.Addrs(), via), &redisstore.Options{Prefix: prefix})
-		return rateTarget(s, direct, prefix, ps)
-	})
-}
-
 // TestRateLimitKeysShareASlot: the keys of a group decision share the
 // group's hash slot, whatever the caller's keys; a single limiter's keys
 // spread over the cluster by limit and key.

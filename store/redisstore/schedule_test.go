@@ -7,7 +7,6 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/tenurekit/tenure/internal/testenv"
 	"github.com/tenurekit/tenure/schedule"
 	"github.com/tenurekit/tenure/schedule/scheduletest"
 	"github.com/tenurekit/tenure/store/redisstore"
@@ -45,21 +44,4 @@ func schedTargetOn(t *testing.T, open func(t *testing.T, o *redisstore.Options) 
 			return strconv.ParseInt(string(b), 10, 64)
 		},
 	}
-}
-
-// TestScheduleConformance runs the suite on the shared single node.
-func TestScheduleConformance(t *testing.T) {
-	srv := testenv.SharedRedis(t)
-	scheduletest.Run(t, func(t *testing.T) scheduletest.Target {
-		return schedTarget(t, func(t *testing.T) rueidis.Client { return newClient(t, srv.Addr()) })
-	})
-}
-
-// TestScheduleCluster runs the suite on the shared Redis Cluster: every key
-// of a job is in the job's hash slot.
-func TestScheduleCluster(t *testing.T) {
-	cl := testenv.SharedRedisCluster(t)
-	scheduletest.Run(t, func(t *testing.T) scheduletest.Target {
-		return schedTarget(t, func(t *testing.T) rueidis.Client { return newClusterClient(t, cl.Addrs(), nil) })
-	})
 }

@@ -56,45 +56,6 @@ func sessionHooks(tg *sessiontest.Target, direct *redisstore.Store, dc rueidis.C
 	}
 }
 
-// TestSessionConformance runs the session suite on the shared server, the
-// Store behind a TCP proxy, keys under a prefix of each case's own.
-func TestSessionConformance(t *testing.T) {
-	srv := testenv.SharedRedis(t)
-	sessiontest.Run(t, func(t *testing.T) sessiontest.Target {
-		prefix := "sessiontest:" + rand.Text()[:8] + ":"
-		p := testenv.NewProxy(t, srv.Addr())
-		s := checked(t, newProxiedClient(t, p.Addr()), &redisstore.Options{Prefix: prefix})
-		dc := newClient(t, srv.Addr())
-		direct := newRedis(t, dc, &redisstore.Options{Prefix: prefix})
-		tg := sessiontest.Target{Store: s.Sessions(), Direct: direct.Sessions(), Faults: p}
-		sessionHooks(&tg, direct, dc)
-		tg.Dump = func(t *testing.T) string { return dumpKeys(t, dc, prefix) }
-		return tg
-	})
-}
-
-// TestSessionCluster runs the suite on the shared Redis Cluster: a user's
-// sessions and index share a hash tag, so every script runs on one node.
-func TestSessionCluster(t *testing.T) {
-	cl := testenv.SharedRedisCluster(t)
-	sessiontest.Run(t, func(t *testing.T) sessiontest.Target {
-		prefix := "sessiontest:" + rand.Text()[:8] + ":"
-		var ps proxies
-		via := map[string]string{}
-		for _, addr := range cl.Addrs() {
-			p := testenv.NewProxy(t, addr)
-			ps = append(ps, p)
-			via[addr] = p.Addr()
-		}
-		s := checked(t, newClusterClient(t, cl.Addrs(), via), &redisstore.Options{Prefix: prefix})
-		dc := newClusterClient(t, cl.Addrs(), nil)
-		direct := newRedis(t, dc, &redisstore.Options{Prefix: prefix})
-		tg := sessiontest.Target{Store: s.Sessions(), Direct: direct.Sessions(), Faults: ps}
-		sessionHooks(&tg, direct, dc)
-		return tg
-	})
-}
-
 // A user's session keys and index share one slot.
 func TestSessionKeysShareSlot(t *testing.T) {
 	s := newRedis(t, newClient(t, testenv.SharedRedis(t).Addr()), &redisstore.Options{Prefix: "p{x}:"})

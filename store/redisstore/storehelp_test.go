@@ -27,3 +27,12 @@ func newRedis(t testing.TB, c rueidis.Client, o *redisstore.Options) *redisstore
 	}
 	return s
 }
+
+// must returns s, or panics with err: for the conformance factories, which
+// build stores where no *testing.T is at hand.
+func must[S any](s S, err error) S {
+	if err != nil {
+		panic(err)
+	}
+	return s
+}

@@ -190,11 +190,11 @@ func TestCheckHolder(t *testing.T) {
 		t.Fatalf("holder: %v", err)
 	}
 	// One microsecond before expiry it still holds; at expiry it does not.
-	clk.Add(time.Minute - time.Microsecond)
+	clk.Advance(time.Minute - time.Microsecond)
 	if err := checkTx(t, s, a); err != nil {
 		t.Fatalf("holder just before expiry: %v", err)
 	}
-	clk.Add(time.Microsecond)
+	clk.Advance(time.Microsecond)
 	if err := checkTx(t, s, a); !errors.Is(err, lease.ErrNotHeld) {
 		t.Fatalf("expired holder: %v, want ErrNotHeld", err)
 	}
@@ -258,7 +258,7 @@ func TestMaxFenceGuardIsTTLBlindButCheckHolderIsNot(t *testing.T) {
 	if err := admitTx(t, s, s.Admit, "blind", a.Fence()-1); err != nil {
 		t.Fatal(err)
 	}
-	clk.Add(2 * time.Minute) // A's lease expires on the store's clock
+	clk.Advance(2 * time.Minute) // A's lease expires on the store's clock
 	b := acquireAt(t, s, "k")
 	if b.Fence() <= a.Fence() {
 		t.Fatalf("B's fence %d not above A's %d", b.Fence(), a.Fence())
@@ -402,7 +402,7 @@ func TestLeaseOpsReadClockAfterLock(t *testing.T) {
 				t.Fatalf("renew did not wait for the write lock: %v", err)
 			default:
 			}
-			clk.Add(2 * time.Second) // the lease expires while the renewal waits
+			clk.Advance(2 * time.Second) // the lease expires while the renewal waits
 			if err := otx.Rollback(); err != nil {
 				t.Fatal(err)
 			}

@@ -1,74 +1,14 @@
 package sqlitestore_test
 
 import (
-	"context"
-	"database/sql"
 	"testing"
 	"time"
 
 	"github.com/tenurekit/tenure/ratelimit"
 
-	"github.com/tenurekit/tenure/ratelimit/driver"
 	"github.com/tenurekit/tenure/ratelimit/ratelimittest"
 	"github.com/tenurekit/tenure/store/sqlitestore"
 )
-
-func rateTarget(t *testing.T, s *sqlitestore.Store, clock *ratelimittest.Clock) ratelimittest.Target {
-	ls, faults := ratelimittest.Wrap(s.Limits())
-	now := time.Now
-	if clock != nil {
-		now = clock.Now
-	}
-	return ratelimittest.Target{
-		Store:  ls,
-		Clock:  clock,
-		Faults: faults,
-		Keys: func(ctx context.Context) ([]ratelimittest.KeyTTL, error) {
-			m, err := s.RateLimitKeys(ctx)
-			var ks []ratelimittest.KeyTTL
-			for k, ttl := range m {
-				ks = append(ks, ratelimittest.KeyTTL{Key: k, TTL: ttl})
-			}
-			return ks, err
-		},
-		Poison: func(ctx context.Context, key driver.StateKey) error {
-			_, err := s.DB().ExecContext(ctx, `INSERT INTO `+s.RateLimitTable()+` ("key", state, expires_us) VALUES (?1, ?2, ?3)
-				ON CONFLICT ("key") DO UPDATE SET state = excluded.state, expires_us = excluded.expires_us`,
-				key.String(), []byte("not a state"), now().Add(time.Minute).UnixMicro())
-			return err
-		},
-	}
-}
-
-// TestRateLimitConformance runs the rate limit suite on a SQLite file whose
-// store clock the suite drives.
-func TestRateLimitConformance(t *testing.T) {
-	ratelimittest.Run(t, func(t *testing.T) ratelimittest.Target {
-		clock := ratelimittest.NewClock(time.Date(2041, 3, 4, 5, 6, 7, 0, time.UTC))
-		s := open(t, tempPath(t), &sqlitestore.Options{Clock: clock.Now})
-		return rateTarget(t, s, clock)
-	})
-}
-
-// TestRateLimitConformanceRealClock runs it again on the real clock, on a
-// database the caller opened (deferred transactions: the store takes the
-// write lock itself before reading the clock).
-func TestRateLimitConformanceRealClock(t *testing.T) {
-	ratelimittest.Run(t, func(t *testing.T) ratelimittest.Target {
-		db, err := sql.Open("sqlite", "file:"+tempPath(t)+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { db.Close() })
-		s, err := sqlitestore.New(t.Context(), db, &sqlitestore.Options{Migrate: sqlitestore.MigrateApply})
-		if err != nil {
-			t.Fatal(err)
-		}
-		tg := rateTarget(t, s, nil)
-		tg.NoBubble = "the store's clock is its process's clock: a caller in the same process with a skewed clock skews the store too"
-		return tg
-	})
-}
 
 // TestSweepLimits: expired rows are deleted by SweepLimits (and by the
 // sweep decisions run now and then); live rows stay.

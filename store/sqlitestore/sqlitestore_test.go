@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/tenurekit/tenure/lease"
-	"github.com/tenurekit/tenure/lease/leasetest"
 	"github.com/tenurekit/tenure/store/sqlitestore"
+	"github.com/tenurekit/tenure/storetest"
 )
 
 const businessTable = "business"
@@ -55,127 +55,8 @@ func readBusiness(t *testing.T, db *sql.DB, name string) string {
 	return v
 }
 
-// resource is the suite's fenced value: a business row written in the same
-// transaction as Admit. PlainWrite skips Admit (the negative control).
-type resource struct{ s *sqlitestore.Store }
-
-func (r resource) write(ctx context.Context, check func(tx *sql.Tx) error, name, v string) error {
-	tx, err := r.s.DB().BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	if check != nil {
-		if err := check(tx); err != nil {
-			return err
-		}
-	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO `+businessTable+` (name, value) VALUES (?, ?)
-		ON CONFLICT (name) DO UPDATE SET value = excluded.value`, name, v); err != nil {
-		return err
-	}
-	return tx.Commit()
-}
-
-func (r resource) FencedWrite(ctx context.Context, name string, f uint64, v string) error {
-	return r.write(ctx, func(tx *sql.Tx) error { return r.s.Admit(ctx, tx, name, f) }, name, v)
-}
-
-func (r resource) PlainWrite(ctx context.Context, name, v string) error {
-	return r.write(ctx, nil, name, v)
-}
-
-func (r resource) Read(ctx context.Context, name string) (string, error) {
-	var v string
-	err := r.s.DB().QueryRowContext(ctx, `SELECT value FROM `+businessTable+` WHERE name = ?`, name).Scan(&v)
-	if errors.Is(err, sql.ErrNoRows) {
-		return "", nil
-	}
-	return v, err
-}
-
-// TestLeaseConformance runs the suite on a file opened with Open. There is
-// no network to break, so faults come from leasetest.Wrap; Restart closes
-// the store and opens the same file again, as a restarted process would.
-func TestLeaseConformance(t *testing.T) {
-	leasetest.Run(t, func(t *testing.T) leasetest.Target {
-		path := tempPath(t)
-		s := open(t, path, nil)
-		createBusiness(t, s.DB())
-		wrapped, faults := leasetest.Wrap(s.Leases())
-		return leasetest.Target{
-			Store:  wrapped,
-			Direct: s.Leases(),
-			Faults: faults,
-			Restart: func(t *testing.T) lease.Store {
-				if err := s.Close(); err != nil {
-					t.Fatalf("Close: %v", err)
-				}
-				return open(t, path, nil).Leases()
-			},
-			Resource: resource{s},
-			Unit:     unit,
-		}
-	})
-}
-
-// TestLeaseConformanceNewDeferred runs the suite through New on a database
-// the caller opened without _txlock=immediate: the store must still take
-// the write lock before it reads its clock.
-func TestLeaseConformanceNewDeferred(t *testing.T) {
-	leasetest.Run(t, func(t *testing.T) leasetest.Target {
-		path := tempPath(t)
-		dsn := "file:" + path + "?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)"
-		newStore := func(t *testing.T) *sqlitestore.Store {
-			db, err := sql.Open("sqlite", dsn)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { db.Close() })
-			s, err := sqlitestore.New(t.Context(), db, &sqlitestore.Options{TablePrefix: "app_", Migrate: sqlitestore.MigrateApply})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return s
-		}
-		s := newStore(t)
-		createBusiness(t, s.DB())
-		wrapped, faults := leasetest.Wrap(s.Leases())
-		return leasetest.Target{
-			Store:  wrapped,
-			Direct: s.Leases(),
-			Faults: faults,
-			Restart: func(t *testing.T) lease.Store {
-				if err := s.DB().Close(); err != nil {
-					t.Fatalf("Close: %v", err)
-				}
-				return newStore(t).Leases()
-			},
-			Resource: resource{s},
-			Unit:     unit,
-		}
-	})
-}
-
-// fakeClock is a store clock the test moves by hand.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newFakeClock() *fakeClock { return &fakeClock{now: time.Unix(1_800_000_000, 0)} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
+// newFakeClock returns a store clock the test moves by hand.
+func newFakeClock() *storetest.Clock { return storetest.NewClock(time.Unix(1_800_000_000, 0)) }
 
 // leaseRow is the stored row of a key.
 type leaseRow struct {
@@ -218,7 +99,7 @@ func TestFenceRuleAndExpiryOnStoreClock(t *testing.T) {
 		t.Fatalf("stored %+v", r)
 	}
 
-	clk.Add(3 * time.Second)
+	clk.Advance(3 * time.Second)
 	_, err = ls.Acquire(ctx, "k", b, time.Second)
 	var held *lease.HeldError
 	if !errors.As(err, &held) || held.TTL != 7*time.Second || held.Key != "k" {
@@ -253,19 +134,17 @@ func TestFenceRuleAndExpiryOnStoreClock(t *testing.T) {
 	if info, _ := ls.Inspect(ctx, "k"); info.Held || info.Fence != uint64(t0) || info.TTL != 0 {
 		t.Fatalf("inspect after release %+v", info)
 	}
-	clk.mu.Lock()
-	clk.now = time.UnixMicro(t0) // the clock went back
-	clk.mu.Unlock()
+	clk.Set(time.UnixMicro(t0)) // the clock went back
 	if g, err := ls.Acquire(ctx, "k", b, time.Second); err != nil || g.Fence != uint64(t0)+1 {
 		t.Fatalf("acquire after release: %+v, %v, want fence %d", g, err, t0+1)
 	}
 
 	// Expiry is exact on the store clock: at now == expires_us it is free.
-	clk.Add(time.Second - time.Microsecond)
+	clk.Advance(time.Second - time.Microsecond)
 	if info, _ := ls.Inspect(ctx, "k"); !info.Held || info.TTL != time.Microsecond {
 		t.Fatalf("one µs before expiry: %+v", info)
 	}
-	clk.Add(time.Microsecond)
+	clk.Advance(time.Microsecond)
 	if info, _ := ls.Inspect(ctx, "k"); info.Held {
 		t.Fatalf("at expiry: %+v, want free", info)
 	}
@@ -276,7 +155,7 @@ func TestFenceRuleAndExpiryOnStoreClock(t *testing.T) {
 		t.Fatalf("release at expiry: %v", err)
 	}
 	// The expired holder's own token starts a new tenure with a new fence.
-	clk.Add(time.Second)
+	clk.Advance(time.Second)
 	now := clk.Now().UnixMicro()
 	if g, err := ls.Acquire(ctx, "k", b, time.Second); err != nil || g.Fence != uint64(now) {
 		t.Fatalf("acquire after expiry: %+v, %v, want fence %d", g, err, now)

@@ -38,11 +38,11 @@ func TestSweepLeases(t *testing.T) {
 	if _, err := s.DB().ExecContext(ctx, `INSERT INTO tenure_leases ("key", token, fence, expires_us) VALUES ('order/ahead', NULL, ?1, 0)`, ahead); err != nil {
 		t.Fatal(err)
 	}
-	clk.Add(time.Hour)
+	clk.Advance(time.Hour)
 	if r, err := s.Sweep(ctx, retention.Options{}); err != nil || r.Deleted[retention.Leases] != 0 {
 		t.Fatalf("within the retention: %+v, %v", r, err)
 	}
-	clk.Add(retention.DefaultFenceRetention)
+	clk.Advance(retention.DefaultFenceRetention)
 	if _, err := ls.Acquire(ctx, "order/held", lease.NewToken(), time.Hour); err != nil {
 		t.Fatal(err)
 	}

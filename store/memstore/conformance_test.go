@@ -1,0 +1,124 @@
+package memstore_test
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"testing"
+
+	"github.com/tenurekit/tenure/idempotency/idempotencytest"
+	"github.com/tenurekit/tenure/lease"
+	"github.com/tenurekit/tenure/lease/leasetest"
+	"github.com/tenurekit/tenure/ratelimit/ratelimittest"
+	"github.com/tenurekit/tenure/schedule"
+	"github.com/tenurekit/tenure/schedule/scheduletest"
+	"github.com/tenurekit/tenure/session/sessiontest"
+	"github.com/tenurekit/tenure/store/memstore"
+	"github.com/tenurekit/tenure/storetest"
+)
+
+// newStore is the one place the conformance tests build a memstore: on
+// clock when it is set.
+func newStore(t *testing.T, clock *storetest.Clock) *memstore.Store {
+	var o *memstore.Options
+	if clock != nil {
+		o = &memstore.Options{Clock: clock.Now}
+	}
+	return newMem(t, o)
+}
+
+// TestConformance runs every suite on memstore, with client-side faults
+// (there is no network to break).
+func TestConformance(t *testing.T) {
+	storetest.Run(t, storetest.Factory{
+		Lease: func(t *testing.T) leasetest.Target {
+			ms := newStore(t, nil)
+			faults := storetest.NewFaults()
+			return leasetest.Target{
+				Store:    faults.Leases(ms.Leases()),
+				Direct:   ms.Leases(),
+				Faults:   faults,
+				Restart:  func(t *testing.T) lease.Store { return newStore(t, nil).Leases() },
+				Resource: &resource{s: ms, plain: map[string]string{}},
+			}
+		},
+		Idempotency: func(t *testing.T) idempotencytest.Target {
+			ms := newStore(t, nil)
+			faults := storetest.NewFaults()
+			return idempotencytest.Target{Store: faults.Idempotency(ms.Idempotency()), Direct: ms.Idempotency(), Faults: faults}
+		},
+		RateLimit: func(t *testing.T, clock *storetest.Clock) ratelimittest.Target {
+			ms := newStore(t, clock)
+			faults := storetest.NewFaults()
+			return ratelimittest.Target{
+				Store:  faults.Limits(ms.Limits()),
+				Faults: faults,
+				Keys: func(context.Context) ([]ratelimittest.KeyTTL, error) {
+					var ks []ratelimittest.KeyTTL
+					for k, ttl := range ms.RateLimitKeys() {
+						ks = append(ks, ratelimittest.KeyTTL{Key: k, TTL: ttl})
+					}
+					return ks, nil
+				},
+			}
+		},
+		Session: func(t *testing.T, clock *storetest.Clock) sessiontest.Target {
+			ms := newStore(t, clock)
+			faults := storetest.NewFaults()
+			return sessiontest.Target{Store: faults.Sessions(ms.Sessions()), Direct: ms.Sessions(), Faults: faults}
+		},
+		Schedule: func(t *testing.T, clock *storetest.Clock) scheduletest.Target {
+			ms := newStore(t, clock)
+			return scheduletest.Target{
+				Store: ms.Schedules(),
+				// The business counter is a slot value added to in the
+				// fenced completion.
+				Complete: func(ctx context.Context, slot *schedule.Slot) error {
+					return ms.CompleteSlot(ctx, slot, memstore.AddSlotValue("count", 1))
+				},
+				Count: func(ctx context.Context, job string) (int64, error) {
+					b, err := ms.SlotValue(ctx, job, "count")
+					if err != nil || len(b) == 0 {
+						return 0, err
+					}
+					return strconv.ParseInt(string(b), 10, 64)
+				},
+			}
+		},
+		Clocks: storetest.Clocks{
+			RateLimit: storetest.DrivenClock,
+			Session:   storetest.DrivenClock,
+			Schedule:  storetest.BothClocks,
+		},
+	})
+}
+
+// resource adapts the memstore fenced register for the lease suite; its
+// plain writes go to an unguarded map, the negative control.
+type resource struct {
+	s     *memstore.Store
+	mu    sync.Mutex
+	plain map[string]string
+}
+
+func (r *resource) FencedWrite(ctx context.Context, name string, f uint64, v string) error {
+	return r.s.FencedSet(ctx, name, f, []byte(v))
+}
+
+func (r *resource) PlainWrite(_ context.Context, name, v string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.plain[name] = v
+	return nil
+}
+
+func (r *resource) Read(ctx context.Context, name string) (string, error) {
+	r.mu.Lock()
+	v, ok := r.plain[name]
+	r.mu.Unlock()
+	if ok {
+		return v, nil
+	}
+	b, _, err := r.s.FencedGet(ctx, name)
+	return string(b), err
+}

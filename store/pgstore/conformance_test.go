@@ -1,0 +1,424 @@
+package pgstore_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"github.com/tenurekit/tenure/ratelimit/driver"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tenurekit/tenure/idempotency"
+	"github.com/tenurekit/tenure/idempotency/idempotencytest"
+	"github.com/tenurekit/tenure/internal/testenv"
+	"github.com/tenurekit/tenure/lease"
+	"github.com/tenurekit/tenure/lease/leasetest"
+	"github.com/tenurekit/tenure/ratelimit/ratelimittest"
+	"github.com/tenurekit/tenure/schedule"
+	"github.com/tenurekit/tenure/schedule/scheduletest"
+	"github.com/tenurekit/tenure/session"
+	"github.com/tenurekit/tenure/session/sessiontest"
+	"github.com/tenurekit/tenure/store/pgstore"
+	"github.com/tenurekit/tenure/storetest"
+)
+
+// newDB is the one place the conformance tests build a Store on a
+// database/sql handle.
+func newDB(db *sql.DB, o *pgstore.Options) *pgstore.Store { return must(pgstore.NewDB(db, o)) }
+
+// newPool is the one place the conformance tests build a Store on a pgx
+// pool.
+func newPool(pool *pgxpool.Pool, o *pgstore.Options) *pgstore.Store {
+	return must(pgstore.New(pool, o))
+}
+
+// TestConformance runs every suite on Stores made by New on pgx pools: the
+// store under test behind a real TCP proxy (the faults). The lease suite
+// restarts the server, so it runs on a private one; the others run on the
+// shared server. The schedule suite runs on a faked server clock (every
+// case) and on the server's own.
+func TestConformance(t *testing.T) {
+	priv := testenv.Postgres(t)
+	srv := testenv.SharedPostgres(t)
+	rateDSN := srv.NewDatabase(t)
+	rateDirect := srv.Pool(t, rateDSN)
+	sessDSN := srv.NewDatabase(t)
+	sessDirect := srv.Pool(t, sessDSN)
+	sessDB := newPool(sessDirect, nil)
+	if err := sessDB.Migrate(ctxT(t)); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	storetest.Run(t, storetest.Factory{
+		// Runs the lease suite with the Store (on a pgx pool) behind a
+		// real TCP proxy, its guard in *sql.Tx transactions of lib/pq.
+		// The suite restarts the server, which a shared server must not
+		// be, so it runs on a private one with a fresh database per
+		// subtest.
+		Lease: pgLeases(priv, nil),
+		// Runs the idempotency suite with the Store behind a TCP proxy
+		// (the faults), a direct pool for inspection and the
+		// transactional cases, and a pool of its own for every extra
+		// client; a fresh database per subtest on the shared server.
+		Idempotency: func(t *testing.T) idempotencytest.Target {
+			dsn := srv.NewDatabase(t)
+			direct := srv.Pool(t, dsn)
+			db := newPool(direct, nil)
+			if err := db.Migrate(ctxT(t)); err != nil {
+				t.Fatalf("Migrate: %v", err)
+			}
+			proxy := testenv.NewProxy(t, srv.Addr())
+			viaPool := poolVia(t, dsn, proxy.Addr(), db, true)
+			prepareIdem(t, viaPool, db)
+			return idempotencytest.Target{
+				Store:  newPool(viaPool, nil).Idempotency(),
+				Direct: db.Idempotency(),
+				NewClient: func(t *testing.T) idempotency.Store {
+					cfg, err := pgxpool.ParseConfig(dsn)
+					if err != nil {
+						t.Fatal(err)
+					}
+					cfg.MaxConns = 1
+					pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+					if err != nil {
+						t.Fatal(err)
+					}
+					t.Cleanup(pool.Close)
+					return newPool(pool, nil).Idempotency()
+				},
+				Faults: proxy,
+				Tx:     idemTxTarget(t, direct, db),
+			}
+		},
+		// Runs the rate limit suite on the shared server: one database, a
+		// schema of its own per case, the store behind a TCP proxy.
+		RateLimit: func(t *testing.T, _ *storetest.Clock) ratelimittest.Target {
+			rateSchemaSeq++
+			schema := fmt.Sprintf("rl_%d", rateSchemaSeq)
+			o := &pgstore.Options{Schema: schema}
+			db := newPool(rateDirect, o)
+			if err := db.Migrate(ctxT(t)); err != nil {
+				t.Fatalf("Migrate: %v", err)
+			}
+			proxy := testenv.NewProxy(t, srv.Addr())
+			pool := poolVia(t, rateDSN, proxy.Addr(), db, true)
+			s := newPool(pool, o)
+			warmRate(t, pool, s)
+			return ratelimittest.Target{
+				Store:  s.Limits(),
+				Faults: proxy,
+				Keys: func(ctx context.Context) ([]ratelimittest.KeyTTL, error) {
+					rows, err := rateDirect.Query(ctx, `WITH c AS (SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS now)
+						SELECT key, expires_us - c.now FROM `+schema+`.ratelimits, c WHERE expires_us > c.now
+						UNION ALL SELECT key, expires_us - c.now FROM `+schema+`.ratelimit_permits, c WHERE expires_us > c.now`)
+					if err != nil {
+						return nil, err
+					}
+					defer rows.Close()
+					var ks []ratelimittest.KeyTTL
+					for rows.Next() {
+						var k string
+						var left int64
+						if err := rows.Scan(&k, &left); err != nil {
+							return nil, err
+						}
+						ks = append(ks, ratelimittest.KeyTTL{Key: k, TTL: time.Duration(left) * time.Microsecond})
+					}
+					return ks, rows.Err()
+				},
+				Poison: func(ctx context.Context, key driver.StateKey) error {
+					_, err := rateDirect.Exec(ctx, `INSERT INTO `+schema+`.ratelimits (key, alg, a, b, c, expires_us)
+						VALUES ($1, 9, 0, 0, 0, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint + 60000000)`, key.String())
+					return err
+				},
+			}
+		},
+		// Runs the session suite on the shared server, one database for
+		// the whole suite (each case uses users of its own), with the
+		// Store behind a TCP proxy per case.
+		Session: func(t *testing.T, _ *storetest.Clock) sessiontest.Target {
+			proxy := testenv.NewProxy(t, srv.Addr())
+			return sessiontest.Target{
+				Store:  newPool(poolVia(t, sessDSN, proxy.Addr(), sessDB, false), nil).Sessions(),
+				Direct: sessDB.Sessions(),
+				Faults: proxy,
+				Unit:   200 * time.Millisecond,
+				Present: func(t *testing.T, id session.ID) bool {
+					var n int
+					if err := sessDirect.QueryRow(ctxT(t), `SELECT count(*) FROM tenure.sessions WHERE id = $1`, string(id)).Scan(&n); err != nil {
+						t.Fatal(err)
+					}
+					return n > 0
+				},
+				Dump: func(t *testing.T) string { return dumpSessions(t, sessDirect) },
+			}
+		},
+		// Runs the schedule suite on the shared server, a fresh database
+		// per case, other nodes with pools of their own: on a faked
+		// server clock (every case) and on the server's own clock.
+		Schedule: pgSchedules(nil),
+		Clocks:   storetest.Clocks{Schedule: storetest.BothClocks},
+	})
+}
+
+// pgLeases is the lease suite's factory on pgx pools with options o.
+func pgLeases(priv *testenv.PostgresServer, o *pgstore.Options) func(t *testing.T) leasetest.Target {
+	return func(t *testing.T) leasetest.Target {
+		dsn := priv.NewDatabase(t)
+		direct := priv.Pool(t, dsn)
+		db := newPool(direct, o)
+		if err := db.Migrate(ctxT(t)); err != nil {
+			t.Fatalf("Migrate: %v", err)
+		}
+		proxy := testenv.NewProxy(t, priv.Addr())
+		return leasetest.Target{
+			Store:  newPool(poolVia(t, dsn, proxy.Addr(), db, true), o).Leases(),
+			Direct: db.Leases(),
+			Faults: proxy,
+			Restart: func(t *testing.T) lease.Store {
+				priv.Restart(t)
+				return newPool(poolVia(t, dsn, proxy.Addr(), db, false), o).Leases()
+			},
+			Resource: newSQLResource(t, openSQL(t, driverPQ, dsn, nil), db),
+		}
+	}
+}
+
+// pgSchedules is the schedule suite's factory on pgx pools with options o.
+func pgSchedules(o *pgstore.Options) func(t *testing.T, clock *storetest.Clock) scheduletest.Target {
+	return func(t *testing.T, clock *storetest.Clock) scheduletest.Target {
+		srv := testenv.SharedPostgres(t)
+		dsn := srv.NewDatabase(t)
+		if clock != nil {
+			dsn = fakeServerClock(t, srv, dsn, clock)
+		}
+		pool := srv.Pool(t, dsn)
+		db := newPool(pool, o)
+		if err := db.Migrate(ctxT(t)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pool.Exec(ctxT(t), `CREATE TABLE counters (job text PRIMARY KEY, n bigint NOT NULL)`); err != nil {
+			t.Fatal(err)
+		}
+		return scheduletest.Target{
+			Store: db.Schedules(),
+			Node:  func(t *testing.T) schedule.Store { return newPool(srv.Pool(t, dsn), o).Schedules() },
+			Complete: func(ctx context.Context, slot *schedule.Slot) error {
+				return schedCompleteCounted(ctx, pool, db, slot)
+			},
+			Count: func(ctx context.Context, job string) (int64, error) {
+				var n int64
+				err := pool.QueryRow(ctx, `SELECT n FROM counters WHERE job = $1`, job).Scan(&n)
+				if errors.Is(err, pgx.ErrNoRows) {
+					return 0, nil
+				}
+				return n, err
+			},
+		}
+	}
+}
+
+// TestConformanceUnlogged runs the suites that use the leases table (leases,
+// and the schedule's claims) with an UNLOGGED leases table
+// (Options.UnloggedLeases).
+func TestConformanceUnlogged(t *testing.T) {
+	o := &pgstore.Options{UnloggedLeases: true}
+	storetest.Run(t, storetest.Factory{
+		Lease:    pgLeases(testenv.Postgres(t), o),
+		Schedule: pgSchedules(o),
+		Clocks:   storetest.Clocks{Schedule: storetest.BothClocks},
+	})
+}
+
+// TestConformanceSQLDB runs every suite on Stores made by NewDB on
+// database/sql (pgx's stdlib driver unless said otherwise), as
+// TestConformance does on pgx pools.
+func TestConformanceSQLDB(t *testing.T) {
+	priv := testenv.Postgres(t)
+	srv := testenv.SharedPostgres(t)
+	rateDSN := srv.NewDatabase(t)
+	rateDirect := openSQL(t, driverPgx, rateDSN, nil)
+	seq := 0
+	sessDSN := srv.NewDatabase(t)
+	sessDirect := openSQL(t, driverPgx, sessDSN, nil)
+	sessDB := newDB(sessDirect, nil)
+	if err := sessDB.Migrate(ctxT(t)); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	storetest.Run(t, storetest.Factory{
+		// Runs the lease suite on a Store made by NewDB on pgx's stdlib
+		// driver, behind a TCP proxy, the guard in *sql.Tx transactions
+		// of the same driver. Like the pgx form, on a private
+		// server.
+		Lease: func(t *testing.T) leasetest.Target {
+			dsn := priv.NewDatabase(t)
+			direct := openSQL(t, driverPgx, dsn, nil)
+			db := newDB(direct, nil)
+			if err := db.Migrate(ctxT(t)); err != nil {
+				t.Fatalf("Migrate: %v", err)
+			}
+			proxy := testenv.NewProxy(t, priv.Addr())
+			proxied := via(dsn, priv.Addr(), proxy.Addr())
+			return leasetest.Target{
+				Store:  newDB(openSQL(t, driverPgx, proxied, db), nil).Leases(),
+				Direct: db.Leases(),
+				Faults: proxy,
+				Restart: func(t *testing.T) lease.Store {
+					priv.Restart(t)
+					return newDB(openSQL(t, driverPgx, proxied, nil), nil).Leases()
+				},
+				Resource: newSQLResource(t, direct, db),
+			}
+		},
+		// Runs the idempotency suite on a Store made by NewDB on pgx's
+		// stdlib driver; its transactional cases run in *sql.Tx
+		// transactions of lib/pq.
+		Idempotency: func(t *testing.T) idempotencytest.Target {
+			dsn := srv.NewDatabase(t)
+			direct := openSQL(t, driverPgx, dsn, nil)
+			db := newDB(direct, nil)
+			if err := db.Migrate(ctxT(t)); err != nil {
+				t.Fatalf("Migrate: %v", err)
+			}
+			proxy := testenv.NewProxy(t, srv.Addr())
+			return idempotencytest.Target{
+				Store:  newDB(openSQL(t, driverPgx, via(dsn, srv.Addr(), proxy.Addr()), db), nil).Idempotency(),
+				Direct: db.Idempotency(),
+				NewClient: func(t *testing.T) idempotency.Store {
+					c := openSQL(t, driverPgx, dsn, nil)
+					c.SetMaxOpenConns(1)
+					return newDB(c, nil).Idempotency()
+				},
+				Faults: proxy,
+				Tx:     idemSQLTxTarget(t, openSQL(t, driverPQ, dsn, nil), db),
+			}
+		},
+		// Runs the rate limit suite on a Store made by NewDB on pgx's
+		// stdlib driver: one database, a schema per case.
+		RateLimit: func(t *testing.T, _ *storetest.Clock) ratelimittest.Target {
+			seq++
+			schema := fmt.Sprintf("rl_%d", seq)
+			o := &pgstore.Options{Schema: schema}
+			db := newDB(rateDirect, o)
+			if err := db.Migrate(ctxT(t)); err != nil {
+				t.Fatalf("Migrate: %v", err)
+			}
+			proxy := testenv.NewProxy(t, srv.Addr())
+			s := newDB(openSQL(t, driverPgx, via(rateDSN, srv.Addr(), proxy.Addr()), db), o)
+			return ratelimittest.Target{
+				Store:  s.Limits(),
+				Faults: proxy,
+				Keys: func(ctx context.Context) ([]ratelimittest.KeyTTL, error) {
+					rows, err := rateDirect.QueryContext(ctx, `WITH c AS (SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS now)
+						SELECT key, expires_us - c.now FROM `+schema+`.ratelimits, c WHERE expires_us > c.now
+						UNION ALL SELECT key, expires_us - c.now FROM `+schema+`.ratelimit_permits, c WHERE expires_us > c.now`)
+					if err != nil {
+						return nil, err
+					}
+					defer rows.Close()
+					var ks []ratelimittest.KeyTTL
+					for rows.Next() {
+						var k string
+						var left int64
+						if err := rows.Scan(&k, &left); err != nil {
+							return nil, err
+						}
+						ks = append(ks, ratelimittest.KeyTTL{Key: k, TTL: time.Duration(left) * time.Microsecond})
+					}
+					return ks, rows.Err()
+				},
+				Poison: func(ctx context.Context, key driver.StateKey) error {
+					_, err := rateDirect.ExecContext(ctx, `INSERT INTO `+schema+`.ratelimits (key, alg, a, b, c, expires_us)
+						VALUES ($1, 9, 0, 0, 0, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint + 60000000)`, key.String())
+					return err
+				},
+			}
+		},
+		// Runs the session suite on a Store made by NewDB on pgx's stdlib
+		// driver, behind a TCP proxy per case.
+		Session: func(t *testing.T, _ *storetest.Clock) sessiontest.Target {
+			proxy := testenv.NewProxy(t, srv.Addr())
+			return sessiontest.Target{
+				Store:  newDB(openSQL(t, driverPgx, via(sessDSN, srv.Addr(), proxy.Addr()), nil), nil).Sessions(),
+				Direct: sessDB.Sessions(),
+				Faults: proxy,
+				Unit:   200 * time.Millisecond,
+				Present: func(t *testing.T, id session.ID) bool {
+					var n int
+					if err := sessDirect.QueryRowContext(ctxT(t), `SELECT count(*) FROM tenure.sessions WHERE id = $1`, string(id)).Scan(&n); err != nil {
+						t.Fatal(err)
+					}
+					return n > 0
+				},
+			}
+		},
+		// Runs the TxMiddleware cases on a Store made by NewDB on
+		// database/sql (pgx's stdlib driver): the business rows and the
+		// record commit in one transaction.
+		TxMiddleware: func(t *testing.T) idempotencytest.SQLTarget {
+			sqlDB, db := freshSQL(t, driverPgx)
+			if _, err := sqlDB.ExecContext(ctxT(t), `CREATE TABLE idem_business (id bigserial PRIMARY KEY, name text NOT NULL)`); err != nil {
+				t.Fatal(err)
+			}
+			return idempotencytest.SQLTarget{
+				DB:     sqlDB,
+				Store:  db,
+				Direct: db.Idempotency(),
+				Add: func(ctx context.Context, tx *sql.Tx, name string) error {
+					_, err := tx.ExecContext(ctx, `INSERT INTO idem_business (name) VALUES ($1)`, name)
+					return err
+				},
+				Count: func(ctx context.Context, name string) (int, error) {
+					var n int
+					err := sqlDB.QueryRowContext(ctx, `SELECT count(*) FROM idem_business WHERE name = $1`, name).Scan(&n)
+					return n, err
+				},
+			}
+		},
+		// Runs the schedule suite on Stores made by NewDB on lib/pq,
+		// completing slots with CompleteSlot in *sql.Tx transactions of
+		// lib/pq; on a faked server clock and on the server's own.
+		Schedule: func(t *testing.T, clock *storetest.Clock) scheduletest.Target {
+			srv := testenv.SharedPostgres(t)
+			dsn := srv.NewDatabase(t)
+			if clock != nil {
+				dsn = fakeServerClock(t, srv, dsn, clock)
+			}
+			sqlDB := openSQL(t, driverPQ, dsn, nil)
+			db := newDB(sqlDB, nil)
+			if err := db.Migrate(ctxT(t)); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := sqlDB.ExecContext(ctxT(t), `CREATE TABLE counters (job text PRIMARY KEY, n bigint NOT NULL)`); err != nil {
+				t.Fatal(err)
+			}
+			return scheduletest.Target{
+				Store: db.Schedules(),
+				Node: func(t *testing.T) schedule.Store {
+					return newDB(openSQL(t, driverPQ, dsn, nil), nil).Schedules()
+				},
+				Complete: func(ctx context.Context, slot *schedule.Slot) error {
+					return inSQLTx(ctx, sqlDB, func(tx *sql.Tx) error {
+						if _, err := tx.ExecContext(ctx, `INSERT INTO counters (job, n) VALUES ($1, 1)
+							ON CONFLICT (job) DO UPDATE SET n = counters.n + 1`, slot.Job); err != nil {
+							return err
+						}
+						return db.CompleteSlot(ctx, tx, slot)
+					})
+				},
+				Count: func(ctx context.Context, job string) (int64, error) {
+					var n int64
+					err := sqlDB.QueryRowContext(ctx, `SELECT n FROM counters WHERE job = $1`, job).Scan(&n)
+					if errors.Is(err, sql.ErrNoRows) {
+						return 0, nil
+					}
+					return n, err
+				},
+			}
+		},
+		Clocks: storetest.Clocks{Schedule: storetest.BothClocks},
+	})
+}
