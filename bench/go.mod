@@ -2,7 +2,15 @@ module github.com/tenurekit/tenure/bench
 
 go 1.26.0
 
-replace github.com/tenurekit/tenure => ../
+replace (
+	github.com/tenurekit/tenure => ..
+	github.com/tenurekit/tenure/examples => ../examples
+	github.com/tenurekit/tenure/internal/testenv => ../internal/testenv
+	github.com/tenurekit/tenure/store/etcdstore => ../store/etcdstore
+	github.com/tenurekit/tenure/store/pgstore => ../store/pgstore
+	github.com/tenurekit/tenure/store/redisstore => ../store/redisstore
+	github.com/tenurekit/tenure/store/sqlitestore => ../store/sqlitestore
+)
 
 require (
 	github.com/alexedwards/scs/goredisstore v0.0.0-20250212122300-421ef1d8611c
@@ -16,9 +24,14 @@ require (
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/redis/rueidis v1.0.80
 	github.com/tenurekit/tenure v0.0.0-00010101000000-000000000000
+	github.com/tenurekit/tenure/internal/testenv v0.0.0-00010101000000-000000000000
+	github.com/tenurekit/tenure/store/etcdstore v0.0.0-00010101000000-000000000000
+	github.com/tenurekit/tenure/store/pgstore v0.0.0-00010101000000-000000000000
+	github.com/tenurekit/tenure/store/redisstore v0.0.0-00010101000000-000000000000
+	github.com/tenurekit/tenure/store/sqlitestore v0.0.0-00010101000000-000000000000
 	github.com/ulule/limiter/v3 v3.11.2
 	go.etcd.io/etcd/client/v3 v3.7.3
-	go.uber.org/zap v1.27.1
+	go.uber.org/zap v1.28.0
 	golang.org/x/time v0.16.0
 )
 
@@ -53,9 +66,9 @@ require (
 	golang.org/x/sync v0.25.0 // indirect
 	golang.org/x/sys v0.50.0 // indirect
 	golang.org/x/text v0.44.0 // indirect
-	google.golang.org/genproto/googleapis/api v0.0.0-20260803160001-6ac0973c030d // indirect
-	google.golang.org/genproto/googleapis/rpc v0.0.0-20260803160001-6ac0973c030d // indirect
-	google.golang.org/grpc v1.84.0 // indirect
+	google.golang.org/genproto/googleapis/api v0.0.0-20260817212433-ac3dfec99bb1 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
+	google.golang.org/grpc v1.85.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 	modernc.org/libc v1.80.1 // indirect
 	modernc.org/mathutil v1.7.1 // indirect

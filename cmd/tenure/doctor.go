@@ -14,7 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/tenurekit/tenure/internal/doctor"
+	"github.com/tenurekit/tenure/cmd/tenure/internal/doctor"
 	"github.com/tenurekit/tenure/internal/storeurl"
 )
 

@@ -11,7 +11,7 @@ import (
 
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
 
-	"github.com/tenurekit/tenure/internal/doctor"
+	"github.com/tenurekit/tenure/cmd/tenure/internal/doctor"
 	"github.com/tenurekit/tenure/internal/testenv"
 	"github.com/tenurekit/tenure/store/sqlitestore"
 )

@@ -16,7 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
-	"github.com/tenurekit/tenure/internal/storeopen"
+	"github.com/tenurekit/tenure/cmd/tenure/internal/storeopen"
 	"github.com/tenurekit/tenure/internal/storeurl"
 	"github.com/tenurekit/tenure/store/pgstore"
 	"github.com/tenurekit/tenure/store/sqlitestore"

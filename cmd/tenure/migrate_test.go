@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tenurekit/tenure/internal/doctor"
+	"github.com/tenurekit/tenure/cmd/tenure/internal/doctor"
 	"github.com/tenurekit/tenure/internal/testenv"
 	"github.com/tenurekit/tenure/store/pgstore"
 	"github.com/tenurekit/tenure/store/sqlitestore"

@@ -13,8 +13,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tenurekit/tenure/cmd/tenure/internal/storeopen"
 	"github.com/tenurekit/tenure/idempotency"
-	"github.com/tenurekit/tenure/internal/storeopen"
 )
 
 // idemAdmin returns the store's idempotency view as an Admin.

@@ -22,8 +22,8 @@ import (
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
-	"github.com/tenurekit/tenure/internal/servestore"
-	"github.com/tenurekit/tenure/internal/storeopen"
+	"github.com/tenurekit/tenure/cmd/tenure/internal/servestore"
+	"github.com/tenurekit/tenure/cmd/tenure/internal/storeopen"
 	"github.com/tenurekit/tenure/internal/storeurl"
 	"github.com/tenurekit/tenure/ratelimit"
 	"github.com/tenurekit/tenure/server"

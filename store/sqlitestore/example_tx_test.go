@@ -1,4 +1,4 @@
-package idempotency_test
+package sqlitestore_test
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 // TxMiddleware runs each request in one transaction: the handler's order
 // row and the recorded response commit together, a retry replays the
 // response without a second row, and a failed request leaves neither.
-func ExampleKeeper_TxMiddleware() {
+func Example_txMiddleware() {
 	ctx := context.Background()
 	dir, _ := os.MkdirTemp("", "tenure-example")
 	defer os.RemoveAll(dir)

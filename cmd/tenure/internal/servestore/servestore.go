@@ -11,8 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/tenurekit/tenure/cmd/tenure/internal/storeopen"
 	"github.com/tenurekit/tenure/internal/fencedkv"
-	"github.com/tenurekit/tenure/internal/storeopen"
 	"github.com/tenurekit/tenure/server"
 	"github.com/tenurekit/tenure/store/etcdstore"
 )
