@@ -53,7 +53,10 @@ type dashEnv struct {
 // newDash serves a memory store with the dashboard on a loopback port.
 func newDash(t *testing.T, opt *server.Options) *dashEnv {
 	t.Helper()
-	m := memstore.New(nil)
+	m, err := memstore.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var o server.Options
 	if opt != nil {
 		o = *opt
