@@ -76,8 +76,10 @@ func (k *Group) Remove(g *Grant) {
 	k.mu.Lock()
 	delete(k.members, g)
 	k.mu.Unlock()
-	//lint:ignore SA2001 an empty critical section is the point: it waits for a round in flight to end
+	// An empty critical section is the point: it waits for a round in
+	// flight to end.
 	k.busy.Lock()
+	//lint:ignore SA2001 the barrier above
 	k.busy.Unlock()
 }
 
