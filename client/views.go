@@ -12,9 +12,11 @@ import (
 	"github.com/tenurekit/tenure/idempotency"
 	"github.com/tenurekit/tenure/internal/serveapi"
 	"github.com/tenurekit/tenure/lease"
+	leasedriver "github.com/tenurekit/tenure/lease/driver"
 	"github.com/tenurekit/tenure/ratelimit"
 	"github.com/tenurekit/tenure/ratelimit/driver"
 	"github.com/tenurekit/tenure/session"
+	sessiondriver "github.com/tenurekit/tenure/session/driver"
 )
 
 func d(v time.Duration) serveapi.Duration { return serveapi.Duration(v) }
@@ -57,13 +59,13 @@ func (v leases) Acquire(ctx context.Context, key, token string, ttl time.Duratio
 	return v.AcquireHolder(ctx, key, token, ttl, "")
 }
 
-// AcquireHolder is Acquire with a holder description (lease.HolderAcquirer):
+// AcquireHolder is Acquire with a holder description (leasedriver.HolderAcquirer):
 // the server keeps it where its store does.
 func (v leases) AcquireHolder(ctx context.Context, key, token string, ttl time.Duration, holder string) (lease.Grant, error) {
-	if err := lease.Validate(key, token, ttl); err != nil {
+	if err := leasedriver.Validate(key, token, ttl); err != nil {
 		return lease.Grant{}, err
 	}
-	if err := lease.ValidateHolder(holder); err != nil {
+	if err := leasedriver.ValidateHolder(holder); err != nil {
 		return lease.Grant{}, err
 	}
 	var g serveapi.LeaseGrant
@@ -88,7 +90,7 @@ func (c *Client) AcquireWait(ctx context.Context, key, token string, ttl, wait t
 }
 
 func (v leases) Renew(ctx context.Context, key, token string, ttl time.Duration) (lease.Grant, error) {
-	if err := lease.Validate(key, token, ttl); err != nil {
+	if err := leasedriver.Validate(key, token, ttl); err != nil {
 		return lease.Grant{}, err
 	}
 	var g serveapi.LeaseGrant
@@ -101,17 +103,17 @@ func (v leases) Renew(ctx context.Context, key, token string, ttl time.Duration)
 }
 
 func (v leases) Release(ctx context.Context, key, token string) error {
-	if err := lease.ValidateKey(key); err != nil {
+	if err := leasedriver.ValidateKey(key); err != nil {
 		return err
 	}
-	if err := lease.ValidateToken(token); err != nil {
+	if err := leasedriver.ValidateToken(token); err != nil {
 		return err
 	}
 	return v.c.call(ctx, leaseMapping(key), http.MethodPost, "/v1/leases/release", nil, serveapi.LeaseToken{Key: key, Token: token}, nil)
 }
 
 func (v leases) Inspect(ctx context.Context, key string) (lease.Info, error) {
-	if err := lease.ValidateKey(key); err != nil {
+	if err := leasedriver.ValidateKey(key); err != nil {
 		return lease.Info{}, err
 	}
 	var i serveapi.LeaseInfo
@@ -122,7 +124,7 @@ func (v leases) Inspect(ctx context.Context, key string) (lease.Info, error) {
 }
 
 func (v leases) List(ctx context.Context, prefix, after string, limit int) ([]lease.Info, error) {
-	if err := lease.ValidateList(prefix, after, limit); err != nil {
+	if err := leasedriver.ValidateList(prefix, after, limit); err != nil {
 		return nil, err
 	}
 	var l serveapi.LeaseList
@@ -374,7 +376,7 @@ func recordIn(r serveapi.SessionRecord) session.Record {
 }
 
 func (v sessions) Create(ctx context.Context, rec session.Record, idle, absolute time.Duration) (session.Record, error) {
-	if err := session.ValidateRecord(rec, idle, absolute); err != nil {
+	if err := sessiondriver.ValidateRecord(rec, idle, absolute); err != nil {
 		return session.Record{}, err
 	}
 	var out serveapi.SessionRecord
@@ -440,7 +442,7 @@ func (v sessions) Delete(ctx context.Context, id session.ID) error {
 }
 
 func (v sessions) DeleteUser(ctx context.Context, userID string) (int, error) {
-	if err := session.ValidateUserID(userID); err != nil {
+	if err := sessiondriver.ValidateUserID(userID); err != nil {
 		return 0, err
 	}
 	var out serveapi.Revoked
@@ -449,7 +451,7 @@ func (v sessions) DeleteUser(ctx context.Context, userID string) (int, error) {
 }
 
 func (v sessions) List(ctx context.Context, userID string) ([]session.Record, error) {
-	if err := session.ValidateUserID(userID); err != nil {
+	if err := sessiondriver.ValidateUserID(userID); err != nil {
 		return nil, err
 	}
 	var out serveapi.SessionList

@@ -35,12 +35,11 @@
 //
 // A Locker gives each grant a short description of its holder,
 // Options.Holder (default [DefaultHolder]: host name and process ID; at
-// most [MaxHolderLen] bytes of printable UTF-8, see [ValidateHolder]).
-// Stores that keep it implement [HolderAcquirer] (memory, SQLite,
-// PostgreSQL, etcd) and report it in [Info].Holder, [HeldError].Holder and
-// [Lister] pages; with any other store the Locker acquires without it
-// ([AcquireAs]). The description is for operators and must not hold
-// secrets.
+// most [MaxHolderLen] bytes of printable UTF-8; [New] refuses any other).
+// Stores that keep it (memory, SQLite, PostgreSQL, Redis, etcd) report it
+// in [Info].Holder, [HeldError].Holder and [Lister] pages; with a store
+// that keeps none the Locker acquires without it. The description is for
+// operators and must not hold secrets.
 //
 // # Errors
 //
@@ -49,4 +48,12 @@
 // [ErrLost], [ErrInvalid] (nothing was written) and [ErrUnavailable]; test
 // them with errors.Is. Tokens are secrets: they never appear in errors, and
 // a Lease prints and logs without its token.
+//
+// # Writing a store
+//
+// The Store contract in full, the checks every store runs before its first
+// write, the optional HolderAcquirer and the fence rule stores share are in
+// package github.com/tenurekit/tenure/lease/driver; applications do not
+// need it. [Store], [Grant], [Info], [HeldError], [Lister], the limits and
+// the errors are the same there and here.
 package lease

@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/tenurekit/tenure/lease"
+	leasedriver "github.com/tenurekit/tenure/lease/driver"
 )
 
 func TestLockerHolderOption(t *testing.T) {
@@ -59,7 +60,7 @@ func FuzzValidateHolder(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		err := lease.ValidateHolder(s)
+		err := leasedriver.ValidateHolder(s)
 		ok := len(s) <= lease.MaxHolderLen && utf8.ValidString(s)
 		for _, r := range s {
 			ok = ok && unicode.IsPrint(r)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tenurekit/tenure/internal/tenancy"
+	"github.com/tenurekit/tenure/lease/driver"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -57,9 +58,9 @@ type Options struct {
 	// false: keys stay out of telemetry.
 	TraceKeys bool
 	// Holder describes this holder (node, purpose) to operators: stores
-	// that keep it (HolderAcquirer; every store tenure ships) store it
-	// with each grant and report it in Info.Holder and HeldError.Holder.
-	// At most MaxHolderLen bytes of printable UTF-8 (ValidateHolder); it
+	// that keep it (every store tenure ships) store it with each grant
+	// and report it in Info.Holder and HeldError.Holder. At most
+	// MaxHolderLen bytes of printable UTF-8 (no control characters); it
 	// must not contain secrets. Default DefaultHolder() (host name and
 	// process ID); "-" gives none.
 	Holder string
@@ -137,7 +138,7 @@ func (o *Options) validate() error {
 	case o.ReleaseTimeout < 0:
 		return fmt.Errorf("%w: negative ReleaseTimeout %v", ErrInvalid, o.ReleaseTimeout)
 	}
-	return ValidateHolder(o.Holder)
+	return driver.ValidateHolder(o.Holder)
 }
 
 // Holder returns the holder description the Locker gives with its grants
@@ -170,16 +171,16 @@ func (lk *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration)
 
 // tryAcquire is TryAcquire without telemetry.
 func (lk *Locker) tryAcquire(ctx context.Context, key string, ttl time.Duration) (*Lease, error) {
-	if err := ValidateKey(key); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
 		return nil, err
 	}
-	if err := ValidateTTL(ttl); err != nil {
+	if err := driver.ValidateTTL(ttl); err != nil {
 		return nil, err
 	}
 	token := NewToken()
 	for attempt := 1; ; attempt++ {
 		sent := time.Now()
-		g, err := AcquireAs(ctx, lk.st, key, token, ttl, lk.o.Holder)
+		g, err := driver.AcquireAs(ctx, lk.st, key, token, ttl, lk.o.Holder)
 		if err == nil {
 			return lk.newLease(key, token, ttl, g, sent), nil
 		}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/tenurekit/tenure/lease"
+	leasedriver "github.com/tenurekit/tenure/lease/driver"
 	"github.com/tenurekit/tenure/lease/leasetest"
 )
 
@@ -414,10 +415,10 @@ func TestReleaseEndsLease(t *testing.T) {
 
 func TestNextFence(t *testing.T) {
 	now := time.UnixMicro(1_000_000)
-	if got := lease.NextFence(5, now); got != 1_000_000 {
+	if got := leasedriver.NextFence(5, now); got != 1_000_000 {
 		t.Fatalf("NextFence(5) = %d, want the clock floor", got)
 	}
-	if got := lease.NextFence(2_000_000, now); got != 2_000_001 {
+	if got := leasedriver.NextFence(2_000_000, now); got != 2_000_001 {
 		t.Fatalf("NextFence(2e6) = %d", got)
 	}
 }

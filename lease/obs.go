@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/tenurekit/tenure/internal/obs"
+	"github.com/tenurekit/tenure/lease/driver"
 )
 
 // Acquisition outcomes (tenure.lease.acquires' outcome attribute).
@@ -132,7 +133,7 @@ func (ts timedStore) Acquire(ctx context.Context, key, token string, ttl time.Du
 // plain Acquire on one that does not.
 func (ts timedStore) AcquireHolder(ctx context.Context, key, token string, ttl time.Duration, holder string) (Grant, error) {
 	cctx, call := ts.c.Start(ctx, opAcquire)
-	g, err := AcquireAs(cctx, ts.s, key, token, ttl, holder)
+	g, err := driver.AcquireAs(cctx, ts.s, key, token, ttl, holder)
 	call.End(ctx, storeOutcome(err))
 	return g, err
 }

@@ -17,10 +17,12 @@ import (
 	"github.com/tenurekit/tenure/internal/secret"
 	"github.com/tenurekit/tenure/internal/serveapi"
 	"github.com/tenurekit/tenure/lease"
+	leasedriver "github.com/tenurekit/tenure/lease/driver"
 	"github.com/tenurekit/tenure/ratelimit"
 	"github.com/tenurekit/tenure/ratelimit/driver"
 	"github.com/tenurekit/tenure/schedule"
 	"github.com/tenurekit/tenure/session"
+	sessiondriver "github.com/tenurekit/tenure/session/driver"
 )
 
 // Route is one API operation: its method, path and operation ID (the
@@ -117,7 +119,7 @@ func (s *Server) acquireLease(w http.ResponseWriter, r *http.Request, p principa
 	if !guard(w, p, "lease key", req.Key) {
 		return
 	}
-	if err := lease.ValidateHolder(req.Holder); err != nil {
+	if err := leasedriver.ValidateHolder(req.Holder); err != nil {
 		fail(w, err)
 		return
 	}
@@ -128,7 +130,7 @@ func (s *Server) acquireLease(w http.ResponseWriter, r *http.Request, p principa
 	ctx := r.Context()
 	deadline := time.Now().Add(req.Wait.D())
 	for attempt := 0; ; attempt++ {
-		g, err := lease.AcquireAs(ctx, s.st.Leases, req.Key, token, req.TTL.D(), req.Holder)
+		g, err := leasedriver.AcquireAs(ctx, s.st.Leases, req.Key, token, req.TTL.D(), req.Holder)
 		if err == nil {
 			writeJSON(w, http.StatusOK, serveapi.LeaseGrant{Key: req.Key, Token: token, Fence: g.Fence, TTL: serveapi.Duration(g.TTL)})
 			return
@@ -269,7 +271,7 @@ func (s *Server) fencedWrite(w http.ResponseWriter, r *http.Request, p principal
 		invalid(w, "give value or value_base64, not both")
 		return
 	}
-	if err := lease.ValidateKey(req.Name); err != nil {
+	if err := leasedriver.ValidateKey(req.Name); err != nil {
 		fail(w, err)
 		return
 	}
@@ -297,7 +299,7 @@ func (s *Server) fencedRead(w http.ResponseWriter, r *http.Request, p principal)
 		return
 	}
 	name := r.URL.Query().Get("name")
-	if err := lease.ValidateKey(name); err != nil {
+	if err := leasedriver.ValidateKey(name); err != nil {
 		fail(w, err)
 		return
 	}
@@ -682,7 +684,7 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request, p princip
 		return
 	}
 	for _, d := range []time.Duration{req.Idle.D(), req.Absolute.D()} {
-		if err := session.ValidateTimeout(d); err != nil {
+		if err := sessiondriver.ValidateTimeout(d); err != nil {
 			fail(w, err)
 			return
 		}

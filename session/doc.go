@@ -47,5 +47,9 @@
 // Past the limit the request is anonymous and nothing is cleared.
 //
 // Each store's conformance to this contract is checked by
-// session/sessiontest.
+// session/sessiontest. The Store contract in full, the checks every store
+// runs before its first write and the user shard that session IDs start
+// with are in package github.com/tenurekit/tenure/session/driver, for store
+// writers; [Store], [Record], [ID], the limits and the errors are the same
+// there and here.
 package session

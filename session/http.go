@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/tenurekit/tenure/session/driver"
 )
 
 func (c *CookieOptions) resolve() error {
@@ -312,7 +314,7 @@ func (m *Manager) Login(w http.ResponseWriter, r *http.Request, userID string, v
 	if err != nil {
 		return nil, err
 	}
-	if err := ValidateUserID(userID); err != nil {
+	if err := driver.ValidateUserID(userID); err != nil {
 		return nil, err
 	}
 	if old := FromContext(r.Context()); old != nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/tenurekit/tenure/internal/jsonx"
+	"github.com/tenurekit/tenure/session/driver"
 	"io"
 	"log/slog"
 	"maps"
@@ -143,10 +144,10 @@ func New(store Store, o *Options) (*Manager, error) {
 	if m.absolute == 0 {
 		m.absolute = DefaultAbsoluteTimeout
 	}
-	if err := ValidateTimeout(m.idle); err != nil {
+	if err := driver.ValidateTimeout(m.idle); err != nil {
 		return nil, fmt.Errorf("IdleTimeout: %w", err)
 	}
-	if err := ValidateTimeout(m.absolute); err != nil {
+	if err := driver.ValidateTimeout(m.absolute); err != nil {
 		return nil, fmt.Errorf("AbsoluteTimeout: %w", err)
 	}
 	if err := m.cookie.resolve(); err != nil {
@@ -297,7 +298,7 @@ func encodeValues(values map[string]string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	if err := ValidateData(b); err != nil {
+	if err := driver.ValidateData(b); err != nil {
 		return nil, err
 	}
 	return b, nil
@@ -318,7 +319,7 @@ func decodeValues(b []byte) (map[string]string, error) {
 // returns its token, to be given to the client once, and the session. The
 // idle and absolute deadlines start now on the store's clock.
 func (m *Manager) Create(ctx context.Context, userID string, values map[string]string) (Token, *Session, error) {
-	if err := ValidateUserID(userID); err != nil {
+	if err := driver.ValidateUserID(userID); err != nil {
 		return Token{}, nil, err
 	}
 	data, err := encodeValues(values)
@@ -458,7 +459,7 @@ func (m *Manager) Revoke(ctx context.Context, id ID) error {
 // created or rotated while it runs are ended too, or were created after
 // it. It returns how many live sessions it ended.
 func (m *Manager) RevokeUser(ctx context.Context, userID string) (int, error) {
-	if err := ValidateUserID(userID); err != nil {
+	if err := driver.ValidateUserID(userID); err != nil {
 		return 0, err
 	}
 	n, err := m.store.DeleteUser(ctx, userID)
@@ -473,7 +474,7 @@ func (m *Manager) RevokeUser(ctx context.Context, userID string) (int, error) {
 // List returns the live sessions of userID, oldest first, without
 // refreshing them. It reads the store's per-user index, never all sessions.
 func (m *Manager) List(ctx context.Context, userID string) ([]*Session, error) {
-	if err := ValidateUserID(userID); err != nil {
+	if err := driver.ValidateUserID(userID); err != nil {
 		return nil, err
 	}
 	recs, err := m.store.List(ctx, userID)

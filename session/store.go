@@ -1,194 +1,53 @@
 package session
 
-import (
-	"context"
-	"encoding/json"
-	"errors"
-	"fmt"
-	"github.com/tenurekit/tenure/internal/jsonx"
-	"time"
-	"unicode/utf8"
-)
+import "github.com/tenurekit/tenure/session/driver"
 
 var (
 	// ErrNotFound reports that no live session has the token or ID: it never
 	// existed, it expired (idle or absolute deadline, judged on the store's
 	// clock), it was revoked, or it was rotated to a new token. A write
 	// that gets it changed nothing: a late save never brings a session back.
-	ErrNotFound = errors.New("session: not found")
+	ErrNotFound = driver.ErrNotFound
 	// ErrConflict reports a write whose expected version is not the stored
 	// one: another request saved the session since it was loaded. Nothing
 	// was written; load the session again and redo the change.
-	ErrConflict = errors.New("session: version conflict")
+	ErrConflict = driver.ErrConflict
 	// ErrUnavailable reports that the store could not be reached or did not
 	// answer. It is never "no session": callers must fail closed (the HTTP
 	// middleware answers 503). The outcome of a write that was sent is
 	// unknown.
-	ErrUnavailable = errors.New("session: store unavailable (outcome unknown)")
+	ErrUnavailable = driver.ErrUnavailable
 	// ErrInvalid reports bad input (user ID, values, token, options).
 	// Nothing was written.
-	ErrInvalid = errors.New("session: invalid argument")
+	ErrInvalid = driver.ErrInvalid
 )
 
 // Limits on what a Manager and every Store accept.
 const (
 	// MaxUserIDLen is the longest user ID in bytes.
-	MaxUserIDLen = 255
+	MaxUserIDLen = driver.MaxUserIDLen
 	// MaxKeyLen is the longest value key in bytes.
-	MaxKeyLen = 255
+	MaxKeyLen = driver.MaxKeyLen
 	// MaxDataLen is the longest encoded value map in bytes.
-	MaxDataLen = 64 << 10
+	MaxDataLen = driver.MaxDataLen
 	// MinTimeout is the shortest idle or absolute timeout.
-	MinTimeout = time.Millisecond
+	MinTimeout = driver.MinTimeout
 	// MaxTimeout is the longest idle or absolute timeout.
-	MaxTimeout = 366 * 24 * time.Hour
+	MaxTimeout = driver.MaxTimeout
 )
 
-// Record is a session as a Store keeps it. Stores treat Data as opaque
-// bytes; times are on the store's clock.
-type Record struct {
-	// ID is the store key: derived from the token, never the token.
-	ID ID
-	// UserID is the user the session belongs to.
-	UserID string
-	// Data is the encoded value map.
-	Data []byte
-	// Version counts the writes of Data: 1 at creation, one more for each
-	// Save and Rotate. Idle refreshes do not change it.
-	Version uint64
-	// Created is when the session was created (store clock). Rotation keeps
-	// it.
-	Created time.Time
-	// IdleUntil is when the session expires unless used again:
-	// min(last use + idle timeout, AbsoluteUntil).
-	IdleUntil time.Time
-	// AbsoluteUntil is when the session expires whatever its use. Rotation
-	// keeps it.
-	AbsoluteUntil time.Time
-}
+// Record is a session as a Store keeps it: its ID, user, encoded data,
+// version and deadlines (store clock). Stores treat Data as opaque bytes.
+type Record = driver.Record
 
-// Store is the contract every backend implements. Every call is one atomic
-// step judged on the store's own clock (Redis TIME, PostgreSQL
-// clock_timestamp(), the process owning a SQLite file or memory store): a
-// record is live while now < IdleUntil and now < AbsoluteUntil, and every
-// read checks both, whatever the store's own expiry cleanup (TTLs, sweeps)
-// has done so far. A refresh sets IdleUntil = min(now + idle,
-// AbsoluteUntil) and never touches AbsoluteUntil. No write ever creates a
-// record except Create and Rotate (with a fresh ID), so a write that comes
-// late never revives a revoked, expired or rotated session.
-//
-// Stores validate their input with [ValidateRecord] and the Validate
-// functions before their first write, wrap transport failures in
-// ErrUnavailable, and are safe for concurrent use.
-type Store interface {
-	// Create inserts a record with rec's ID, UserID and Data at Version 1,
-	// Created = now, AbsoluteUntil = now + absolute and IdleUntil =
-	// min(now + idle, AbsoluteUntil), and returns it. It never overwrites:
-	// an ID that exists gives ErrConflict. It is atomic with respect to
-	// DeleteUser of the same user.
-	Create(ctx context.Context, rec Record, idle, absolute time.Duration) (Record, error)
-	// Load returns the live record id and, if idle > 0, refreshes its idle
-	// deadline in the same step (the returned record has the new one).
-	// ErrNotFound if no live record has id.
-	Load(ctx context.Context, id ID, idle time.Duration) (Record, error)
-	// Touch refreshes the idle deadline of the live record id if its
-	// Version is version, and returns the new deadline. ErrNotFound if not
-	// live, ErrConflict if live at another version.
-	Touch(ctx context.Context, id ID, version uint64, idle time.Duration) (time.Time, error)
-	// Save replaces Data of the live record id if its Version is version,
-	// increments Version and refreshes the idle deadline, and returns the
-	// record. ErrNotFound if not live, ErrConflict if live at another
-	// version.
-	Save(ctx context.Context, id ID, version uint64, data []byte, idle time.Duration) (Record, error)
-	// Rotate moves the live record old at version to the new ID newID in one
-	// step: the new record has the same UserID, Created and AbsoluteUntil,
-	// Data data, Version version+1 and a refreshed idle deadline; old is
-	// gone. ErrNotFound if old is not live, ErrConflict if it is at another
-	// version (or newID exists). It is atomic with respect to DeleteUser.
-	Rotate(ctx context.Context, old, newID ID, version uint64, data []byte, idle time.Duration) (Record, error)
-	// Delete removes the record id. ErrNotFound if there was no live one
-	// (an expired record is removed too).
-	Delete(ctx context.Context, id ID) error
-	// DeleteUser removes every record of userID in one atomic step with
-	// respect to Create and Rotate: a record created or rotated while it
-	// runs is either removed or created after it. It returns how many live
-	// records it removed.
-	DeleteUser(ctx context.Context, userID string) (int, error)
-	// List returns the live records of userID, oldest first, without
-	// refreshing them, through a per-user index (never a scan of all
-	// sessions).
-	List(ctx context.Context, userID string) ([]Record, error)
-}
+// Store is the contract every backend implements (see package
+// session/driver for the full contract): every call is one atomic step
+// judged on the store's own clock, and no write but Create and Rotate ever
+// creates a record, so a late write never revives a session.
+type Store = driver.Store
 
-// ValidateUserID checks a user ID: 1 to MaxUserIDLen bytes of valid UTF-8
-// without NUL.
-func ValidateUserID(userID string) error {
-	switch {
-	case userID == "":
-		return fmt.Errorf("%w: empty user ID", ErrInvalid)
-	case len(userID) > MaxUserIDLen:
-		return fmt.Errorf("%w: user ID is %d bytes, longer than %d", ErrInvalid, len(userID), MaxUserIDLen)
-	case !utf8.ValidString(userID):
-		return fmt.Errorf("%w: user ID is not valid UTF-8", ErrInvalid)
-	}
-	for i := 0; i < len(userID); i++ {
-		if userID[i] == 0 {
-			return fmt.Errorf("%w: user ID contains NUL", ErrInvalid)
-		}
-	}
-	return nil
-}
-
-// ValidateData checks encoded session data: at most MaxDataLen bytes.
-func ValidateData(data []byte) error {
-	if len(data) > MaxDataLen {
-		return fmt.Errorf("%w: session data is %d bytes, longer than %d", ErrInvalid, len(data), MaxDataLen)
-	}
-	return nil
-}
-
-// ValidateTimeout checks an idle or absolute timeout: MinTimeout to
-// MaxTimeout.
-func ValidateTimeout(d time.Duration) error {
-	if d < MinTimeout || d > MaxTimeout {
-		return fmt.Errorf("%w: timeout %v out of range [%v, %v]", ErrInvalid, d, MinTimeout, MaxTimeout)
-	}
-	return nil
-}
-
-// ValidateVersion checks an expected version: versions start at 1.
-func ValidateVersion(v uint64) error {
-	if v == 0 || v > 1<<62 {
-		return fmt.Errorf("%w: version %d out of range", ErrInvalid, v)
-	}
-	return nil
-}
-
-// ValidateRecord checks what Create stores: ID, user ID, data and timeouts.
-func ValidateRecord(rec Record, idle, absolute time.Duration) error {
-	if err := rec.ID.Validate(); err != nil {
-		return err
-	}
-	if err := ValidateUserID(rec.UserID); err != nil {
-		return err
-	}
-	if err := ValidateData(rec.Data); err != nil {
-		return err
-	}
-	if err := ValidateTimeout(idle); err != nil {
-		return err
-	}
-	return ValidateTimeout(absolute)
-}
-
-// Live reports whether r is live at now: now is before both deadlines.
-func (r Record) Live(now time.Time) bool {
-	return now.Before(r.IdleUntil) && now.Before(r.AbsoluteUntil)
-}
-
-// sessionSummary is the JSON form of a session: no token (a Record never
-// holds one) and no values, which may be private; data_bytes says how much
-// is stored.
+// sessionSummary is the JSON form of a session: no token and no values,
+// which may be private; values says how many there are.
 type sessionSummary struct {
 	ID            ID      `json:"id"`
 	UserID        string  `json:"user_id"`
@@ -198,12 +57,4 @@ type sessionSummary struct {
 	AbsoluteUntil *string `json:"absolute_until,omitempty"`
 	DataBytes     int     `json:"data_bytes,omitempty"`
 	Values        int     `json:"values,omitempty"`
-}
-
-// MarshalJSON writes a summary of the record: its ID (not a credential),
-// user, version and deadlines in RFC 3339, and the size of its data, never
-// the data itself.
-func (r Record) MarshalJSON() ([]byte, error) {
-	return json.Marshal(sessionSummary{r.ID, r.UserID, r.Version, jsonx.Time(r.Created),
-		jsonx.Time(r.IdleUntil), jsonx.Time(r.AbsoluteUntil), len(r.Data), 0})
 }

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 
 	"github.com/tenurekit/tenure/internal/secret"
+	"github.com/tenurekit/tenure/session/driver"
 )
 
 // Token layout: 32 random bytes followed by the 2-byte shard of the
@@ -119,48 +120,11 @@ func (t Token) MarshalText() ([]byte, error) { return []byte(redactText), nil }
 // ID is the key of a session in a store: the shard of its user (4 hex
 // digits), then the hex SHA-256 of its token (64 hex digits). It names a
 // session for listing and revoking; it is not a credential.
-type ID string
+type ID = driver.ID
 
-// Validate checks the form of id: 68 lower-case hex digits.
-func (id ID) Validate() error {
-	if len(id) != idLen {
-		return fmt.Errorf("%w: session ID must be %d hex digits", ErrInvalid, idLen)
-	}
-	for i := 0; i < len(id); i++ {
-		if c := id[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-			return fmt.Errorf("%w: session ID must be lower-case hex", ErrInvalid)
-		}
-	}
-	return nil
-}
-
-// Shard returns the shard part of id (its first 4 hex digits): the same for
-// every session of one user, see [UserShard]. Stores that partition data
-// (Redis Cluster hash tags) keep a user's sessions and index together by it.
-func (id ID) Shard() string {
-	if len(id) < shardHex {
-		return ""
-	}
-	return string(id[:shardHex])
-}
-
-// Short returns the first 12 hex digits of the digest part of id, enough to
-// tell sessions apart in logs.
-func (id ID) Short() string {
-	if len(id) != idLen {
-		return ""
-	}
-	return string(id[shardHex : shardHex+12])
-}
-
-// UserShard returns the shard of userID (4 hex digits): the first two bytes
-// of a SHA-256 of the user ID. Every session ID of the user starts with it.
-func UserShard(userID string) string {
-	s := userShard(userID)
-	return hex.EncodeToString(s[:])
-}
-
+// userShard returns the shard of userID as the token carries it.
 func userShard(userID string) [shardLen]byte {
-	sum := sha256.Sum256([]byte("tenure/session/user\x00" + userID))
-	return [shardLen]byte(sum[:shardLen])
+	var s [shardLen]byte
+	_, _ = hex.Decode(s[:], []byte(driver.UserShard(userID)))
+	return s
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/tenurekit/tenure/session"
+	sessiondriver "github.com/tenurekit/tenure/session/driver"
 )
 
 func TestTokenRedacts(t *testing.T) {
@@ -37,7 +38,7 @@ func TestTokenRedacts(t *testing.T) {
 	if err != nil || back.ID() != s.ID() || !back.Equal(tok) {
 		t.Fatalf("ParseToken round trip: %v", err)
 	}
-	if s.ID().Shard() != session.UserShard("alice") || len(s.ID().Short()) != 12 {
+	if s.ID().Shard() != sessiondriver.UserShard("alice") || len(s.ID().Short()) != 12 {
 		t.Fatalf("ID %s", s.ID())
 	}
 	if (session.Token{}).ID() != "" || !(session.Token{}).IsZero() {

@@ -20,9 +20,11 @@ import (
 	"github.com/tenurekit/tenure/idempotency"
 	"github.com/tenurekit/tenure/internal/storeurl"
 	"github.com/tenurekit/tenure/lease"
+	leasedriver "github.com/tenurekit/tenure/lease/driver"
 	"github.com/tenurekit/tenure/ratelimit"
 	"github.com/tenurekit/tenure/schedule"
 	"github.com/tenurekit/tenure/session"
+	sessiondriver "github.com/tenurekit/tenure/session/driver"
 )
 
 // storeHelp is the --store part of every operator command's help.
@@ -135,7 +137,7 @@ func newLeaseCmd() *cobra.Command {
 		Short: "Show whether KEY is held, its fence and the holder's remaining time",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := lease.ValidateKey(args[0]); err != nil {
+			if err := leasedriver.ValidateKey(args[0]); err != nil {
 				return exitErr{code: 2, err: err}
 			}
 			return f.with(cmd, func(ctx context.Context, s *storeopen.Stores) error {
@@ -175,7 +177,7 @@ PostgreSQL, Redis and etcd.`,
 			if len(args) == 1 {
 				prefix = args[0]
 			}
-			if err := lease.ValidateList(prefix, after, limit); err != nil {
+			if err := leasedriver.ValidateList(prefix, after, limit); err != nil {
 				return exitErr{code: 2, err: err}
 			}
 			return f.with(cmd, func(ctx context.Context, s *storeopen.Stores) error {
@@ -236,7 +238,7 @@ func newSessionCmd() *cobra.Command {
 		Short: "List USER's live sessions (IDs, versions, deadlines; never tokens or values)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := session.ValidateUserID(args[0]); err != nil {
+			if err := sessiondriver.ValidateUserID(args[0]); err != nil {
 				return exitErr{code: 2, err: err}
 			}
 			return f.with(cmd, func(ctx context.Context, s *storeopen.Stores) error {
@@ -268,7 +270,7 @@ func newSessionCmd() *cobra.Command {
 		Short: "End every session of USER at once (sessions created concurrently included)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := session.ValidateUserID(args[0]); err != nil {
+			if err := sessiondriver.ValidateUserID(args[0]); err != nil {
 				return exitErr{code: 2, err: err}
 			}
 			return f.with(cmd, func(ctx context.Context, s *storeopen.Stores) error {

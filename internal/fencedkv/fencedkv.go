@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/tenurekit/tenure/lease"
+	leasedriver "github.com/tenurekit/tenure/lease/driver"
 )
 
 // Admit is a store's guard inside a transaction (sqlitestore's and
@@ -72,7 +73,7 @@ func unavailable(op, name string, err error) error {
 // otherwise it returns the guard's error (wrapping fence.ErrStale) and
 // changes nothing.
 func (kv *KV) FencedWrite(ctx context.Context, name string, f uint64, value []byte) error {
-	if err := lease.ValidateKey(name); err != nil {
+	if err := leasedriver.ValidateKey(name); err != nil {
 		return err
 	}
 	if value == nil {
@@ -100,7 +101,7 @@ func (kv *KV) FencedWrite(ctx context.Context, name string, f uint64, value []by
 // FencedRead returns name's value and the fence that wrote it (nil, 0 if
 // never written).
 func (kv *KV) FencedRead(ctx context.Context, name string) ([]byte, uint64, error) {
-	if err := lease.ValidateKey(name); err != nil {
+	if err := leasedriver.ValidateKey(name); err != nil {
 		return nil, 0, err
 	}
 	var (

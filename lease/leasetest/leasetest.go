@@ -19,6 +19,7 @@ import (
 
 	"github.com/tenurekit/tenure/fence"
 	"github.com/tenurekit/tenure/lease"
+	leasedriver "github.com/tenurekit/tenure/lease/driver"
 )
 
 // Faults breaks and heals the path between a Store and its server.
@@ -326,14 +327,14 @@ func testReacquire(t *testing.T, tg Target) {
 	}
 }
 
-// testHolder: a store that keeps holder descriptions (lease.HolderAcquirer)
+// testHolder: a store that keeps holder descriptions (leasedriver.HolderAcquirer)
 // reports the current holder's in Inspect, List and HeldError, keeps it on
 // renewal, replaces it on re-acquisition, drops it on release, and refuses
 // a bad one before writing.
 func testHolder(t *testing.T, tg Target) {
-	ha, ok := tg.Store.(lease.HolderAcquirer)
+	ha, ok := tg.Store.(leasedriver.HolderAcquirer)
 	if !ok {
-		t.Skip("the store keeps no holder descriptions (lease.HolderAcquirer)")
+		t.Skip("the store keeps no holder descriptions (leasedriver.HolderAcquirer)")
 	}
 	ctx := ctxT(t)
 	k := key(t, "k")

@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/tenurekit/tenure/session"
+	sessiondriver "github.com/tenurekit/tenure/session/driver"
 )
 
 // Faults breaks and heals the path between a Store and its server.
@@ -864,8 +865,8 @@ func testList(t *testing.T, tg Target) {
 		t.Fatalf("List(b) = %v, want %v", got, bs)
 	}
 	for _, id := range as {
-		if id.Shard() != session.UserShard(a) {
-			t.Fatalf("ID %s is not in its user's shard %s", id, session.UserShard(a))
+		if id.Shard() != sessiondriver.UserShard(a) {
+			t.Fatalf("ID %s is not in its user's shard %s", id, sessiondriver.UserShard(a))
 		}
 	}
 	ss, err := m.List(ctx, a)

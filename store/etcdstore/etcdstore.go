@@ -13,6 +13,7 @@ import (
 	"github.com/tenurekit/tenure/fence"
 	"github.com/tenurekit/tenure/internal/obs"
 	"github.com/tenurekit/tenure/lease"
+	leasedriver "github.com/tenurekit/tenure/lease/driver"
 )
 
 // DefaultPrefix is the key prefix used when Options.Prefix is empty.
@@ -152,7 +153,7 @@ func (s *Store) Compare(l *lease.Lease) clientv3.Cmp {
 // fence.ErrStale) carrying the admitted fence, and changes nothing. Fence 0
 // is never admitted. Resource names follow the rules of lease keys.
 func (s *Store) FencedPut(ctx context.Context, resource, value string, f uint64) error {
-	if err := lease.ValidateKey(resource); err != nil {
+	if err := leasedriver.ValidateKey(resource); err != nil {
 		return err
 	}
 	if f == 0 {
@@ -193,7 +194,7 @@ func (s *Store) FencedPut(ctx context.Context, resource, value string, f uint64)
 // FencedGet returns resource's value and the greatest fence admitted for it
 // ("", 0 if FencedPut never wrote it).
 func (s *Store) FencedGet(ctx context.Context, resource string) (value string, f uint64, err error) {
-	if err := lease.ValidateKey(resource); err != nil {
+	if err := leasedriver.ValidateKey(resource); err != nil {
 		return "", 0, err
 	}
 	resp, err := s.rpc.txn(ctx, nil, ops(opGet(s.resKey(resource)), opGet(s.admittedKey(resource))), nil)

@@ -12,6 +12,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
 	"github.com/tenurekit/tenure/lease"
+	leasedriver "github.com/tenurekit/tenure/lease/driver"
 )
 
 // leases is the lease.Store view of a Store.
@@ -229,13 +230,13 @@ func (v leases) Acquire(ctx context.Context, key, token string, ttl time.Duratio
 }
 
 // AcquireHolder is Acquire that keeps holder with the grant
-// (lease.HolderAcquirer): in a key next to the lock, on the lock's etcd
+// (leasedriver.HolderAcquirer): in a key next to the lock, on the lock's etcd
 // lease, written in the same txn.
 func (v leases) AcquireHolder(ctx context.Context, key, token string, ttl time.Duration, holder string) (lease.Grant, error) {
-	if err := lease.Validate(key, token, ttl); err != nil {
+	if err := leasedriver.Validate(key, token, ttl); err != nil {
 		return lease.Grant{}, err
 	}
-	if err := lease.ValidateHolder(holder); err != nil {
+	if err := leasedriver.ValidateHolder(holder); err != nil {
 		return lease.Grant{}, err
 	}
 	s := v.s
@@ -319,7 +320,7 @@ func (s *Store) dropLock(lock, token string, id int64) {
 // lock. A lock whose key etcd has deleted (its lease expired) is never
 // brought back: the compare fails.
 func (v leases) Renew(ctx context.Context, key, token string, ttl time.Duration) (lease.Grant, error) {
-	if err := lease.Validate(key, token, ttl); err != nil {
+	if err := leasedriver.Validate(key, token, ttl); err != nil {
 		return lease.Grant{}, err
 	}
 	s := v.s
@@ -358,10 +359,10 @@ func (v leases) Renew(ctx context.Context, key, token string, ttl time.Duration)
 // lease is left to expire (other locks may be on it). The fence key stays,
 // so Inspect still reports the last fence.
 func (v leases) Release(ctx context.Context, key, token string) error {
-	if err := lease.ValidateKey(key); err != nil {
+	if err := leasedriver.ValidateKey(key); err != nil {
 		return err
 	}
-	if err := lease.ValidateToken(token); err != nil {
+	if err := leasedriver.ValidateToken(token); err != nil {
 		return err
 	}
 	s := v.s
@@ -384,7 +385,7 @@ func (v leases) Release(ctx context.Context, key, token string) error {
 // lock's remaining TTL. The key is held while its lock key exists, that is
 // until etcd revokes the expired lease.
 func (v leases) Inspect(ctx context.Context, key string) (lease.Info, error) {
-	if err := lease.ValidateKey(key); err != nil {
+	if err := leasedriver.ValidateKey(key); err != nil {
 		return lease.Info{}, err
 	}
 	s := v.s
@@ -421,7 +422,7 @@ func (v leases) Inspect(ctx context.Context, key string) (lease.Info, error) {
 // descriptions in the same key range (one txn), and each distinct etcd
 // lease's remaining TTL once.
 func (v leases) List(ctx context.Context, prefix, after string, limit int) ([]lease.Info, error) {
-	if err := lease.ValidateList(prefix, after, limit); err != nil {
+	if err := leasedriver.ValidateList(prefix, after, limit); err != nil {
 		return nil, err
 	}
 	s := v.s

@@ -7,6 +7,7 @@ import (
 
 	"github.com/tenurekit/tenure/internal/testenv"
 	"github.com/tenurekit/tenure/lease"
+	leasedriver "github.com/tenurekit/tenure/lease/driver"
 	"github.com/tenurekit/tenure/store/etcdstore"
 )
 
@@ -18,7 +19,7 @@ func TestListLeases(t *testing.T) {
 	s := newEtcd(t, newClient(t, srv.Endpoints()...), &etcdstore.Options{Prefix: "list-test/"})
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	ha := s.Leases().(lease.HolderAcquirer)
+	ha := s.Leases().(leasedriver.HolderAcquirer)
 	toks := map[string]string{}
 	for _, k := range []string{"jobs/b", "jobs/a", "jobs/c", "jobt", "other/x"} {
 		toks[k] = lease.NewToken()

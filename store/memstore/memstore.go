@@ -3,12 +3,12 @@
 // as the model, and what single-process programs and tests can use directly.
 //
 // The store's clock is Options.Clock (time.Now by default), so tests can
-// drive expiry deterministically. Fences come from [lease.NextFence]: one
+// drive expiry deterministically. Fences come from [leasedriver.NextFence]: one
 // more than the last, never below the clock in microseconds, so a process
 // that restarts with an empty memstore still grants fences above every fence
 // it granted before (as long as the clock did not go back).
 //
-// Lease records keep the holder's description (lease.HolderAcquirer) and,
+// Lease records keep the holder's description (leasedriver.HolderAcquirer) and,
 // once free, the time their lease ended: [Store.Sweep] (or
 // [Store.StartSweeper]) drops the records free for the fence retention
 // (default 7 days) whose fence the clock has passed, and gives their memory
@@ -30,6 +30,7 @@ import (
 	"github.com/tenurekit/tenure/fence"
 	"github.com/tenurekit/tenure/internal/obs"
 	"github.com/tenurekit/tenure/lease"
+	leasedriver "github.com/tenurekit/tenure/lease/driver"
 )
 
 // Options configure a Store. Nil, and the zero value of each field, mean
@@ -106,12 +107,12 @@ func (v leases) Acquire(ctx context.Context, key, token string, ttl time.Duratio
 }
 
 // AcquireHolder is Acquire that keeps holder with the grant
-// (lease.HolderAcquirer).
+// (leasedriver.HolderAcquirer).
 func (v leases) AcquireHolder(ctx context.Context, key, token string, ttl time.Duration, holder string) (lease.Grant, error) {
-	if err := lease.Validate(key, token, ttl); err != nil {
+	if err := leasedriver.Validate(key, token, ttl); err != nil {
 		return lease.Grant{}, err
 	}
-	if err := lease.ValidateHolder(holder); err != nil {
+	if err := leasedriver.ValidateHolder(holder); err != nil {
 		return lease.Grant{}, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -132,7 +133,7 @@ func (v leases) AcquireHolder(ctx context.Context, key, token string, ttl time.D
 	}
 	if r.token != token || !r.held(now) {
 		r.token = token
-		r.fence = lease.NextFence(r.fence, now)
+		r.fence = leasedriver.NextFence(r.fence, now)
 	}
 	r.holder = holder
 	r.expires = now.Add(ttl)
@@ -140,7 +141,7 @@ func (v leases) AcquireHolder(ctx context.Context, key, token string, ttl time.D
 }
 
 func (v leases) Renew(ctx context.Context, key, token string, ttl time.Duration) (lease.Grant, error) {
-	if err := lease.Validate(key, token, ttl); err != nil {
+	if err := leasedriver.Validate(key, token, ttl); err != nil {
 		return lease.Grant{}, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -159,10 +160,10 @@ func (v leases) Renew(ctx context.Context, key, token string, ttl time.Duration)
 }
 
 func (v leases) Release(ctx context.Context, key, token string) error {
-	if err := lease.ValidateKey(key); err != nil {
+	if err := leasedriver.ValidateKey(key); err != nil {
 		return err
 	}
-	if err := lease.ValidateToken(token); err != nil {
+	if err := leasedriver.ValidateToken(token); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -184,7 +185,7 @@ func (v leases) Release(ctx context.Context, key, token string) error {
 }
 
 func (v leases) Inspect(ctx context.Context, key string) (lease.Info, error) {
-	if err := lease.ValidateKey(key); err != nil {
+	if err := leasedriver.ValidateKey(key); err != nil {
 		return lease.Info{}, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -219,7 +220,7 @@ func (s *Store) FencedSetAtLeast(ctx context.Context, resource string, f uint64,
 }
 
 func (s *Store) fencedSet(ctx context.Context, resource string, f uint64, value []byte, mode fence.Mode) error {
-	if err := lease.ValidateKey(resource); err != nil {
+	if err := leasedriver.ValidateKey(resource); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -239,7 +240,7 @@ func (s *Store) fencedSet(ctx context.Context, resource string, f uint64, value 
 // FencedGet returns resource's value and the fence that wrote it (nil, 0 if
 // never written).
 func (s *Store) FencedGet(ctx context.Context, resource string) ([]byte, uint64, error) {
-	if err := lease.ValidateKey(resource); err != nil {
+	if err := leasedriver.ValidateKey(resource); err != nil {
 		return nil, 0, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -258,7 +259,7 @@ func (s *Store) FencedGet(ctx context.Context, resource string) ([]byte, uint64,
 // Otherwise it returns lease.ErrNotHeld and changes nothing. The fence is
 // admitted for resource as by FencedSetAtLeast.
 func (s *Store) HolderSet(ctx context.Context, l *lease.Lease, resource string, value []byte) error {
-	if err := lease.ValidateKey(resource); err != nil {
+	if err := leasedriver.ValidateKey(resource); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -283,7 +284,7 @@ func (s *Store) HolderSet(ctx context.Context, l *lease.Lease, resource string, 
 // List returns the keys the store remembers that start with prefix and
 // sort after after, in key order, at most limit of them (lease.Lister).
 func (v leases) List(ctx context.Context, prefix, after string, limit int) ([]lease.Info, error) {
-	if err := lease.ValidateList(prefix, after, limit); err != nil {
+	if err := leasedriver.ValidateList(prefix, after, limit); err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/tenurekit/tenure/fence"
 	"github.com/tenurekit/tenure/lease"
+	leasedriver "github.com/tenurekit/tenure/lease/driver"
 	"github.com/tenurekit/tenure/schedule"
 )
 
@@ -261,7 +262,7 @@ func (s *Store) CompleteSlot(ctx context.Context, slot *schedule.Slot, effects .
 		return err
 	}
 	for _, e := range effects {
-		if err := lease.ValidateKey(e.name); err != nil {
+		if err := leasedriver.ValidateKey(e.name); err != nil {
 			return fmt.Errorf("memstore: slot value name: %w", err)
 		}
 	}
@@ -362,7 +363,7 @@ func (s *Store) SlotValue(ctx context.Context, job, name string) ([]byte, error)
 	if err := schedule.ValidateName(job); err != nil {
 		return nil, err
 	}
-	if err := lease.ValidateKey(name); err != nil {
+	if err := leasedriver.ValidateKey(name); err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tenurekit/tenure/session"
+	sessiondriver "github.com/tenurekit/tenure/session/driver"
 )
 
 // Sessions returns the store's session.Store view. Every call holds one
@@ -144,7 +145,7 @@ func minTime(a, b time.Time) time.Time {
 }
 
 func (v sessions) Create(ctx context.Context, rec session.Record, idle, absolute time.Duration) (session.Record, error) {
-	if err := session.ValidateRecord(rec, idle, absolute); err != nil {
+	if err := sessiondriver.ValidateRecord(rec, idle, absolute); err != nil {
 		return session.Record{}, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -172,7 +173,7 @@ func (v sessions) Load(ctx context.Context, id session.ID, idle time.Duration) (
 		return session.Record{}, err
 	}
 	if idle != 0 {
-		if err := session.ValidateTimeout(idle); err != nil {
+		if err := sessiondriver.ValidateTimeout(idle); err != nil {
 			return session.Record{}, err
 		}
 	}
@@ -211,10 +212,10 @@ func validateWrite(id session.ID, version uint64, idle time.Duration) error {
 	if err := id.Validate(); err != nil {
 		return err
 	}
-	if err := session.ValidateVersion(version); err != nil {
+	if err := sessiondriver.ValidateVersion(version); err != nil {
 		return err
 	}
-	return session.ValidateTimeout(idle)
+	return sessiondriver.ValidateTimeout(idle)
 }
 
 func (v sessions) Touch(ctx context.Context, id session.ID, version uint64, idle time.Duration) (time.Time, error) {
@@ -241,7 +242,7 @@ func (v sessions) Save(ctx context.Context, id session.ID, version uint64, data 
 	if err := validateWrite(id, version, idle); err != nil {
 		return session.Record{}, err
 	}
-	if err := session.ValidateData(data); err != nil {
+	if err := sessiondriver.ValidateData(data); err != nil {
 		return session.Record{}, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -269,7 +270,7 @@ func (v sessions) Rotate(ctx context.Context, old, newID session.ID, version uin
 	if err := newID.Validate(); err != nil {
 		return session.Record{}, err
 	}
-	if err := session.ValidateData(data); err != nil {
+	if err := sessiondriver.ValidateData(data); err != nil {
 		return session.Record{}, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -316,7 +317,7 @@ func (v sessions) Delete(ctx context.Context, id session.ID) error {
 }
 
 func (v sessions) DeleteUser(ctx context.Context, userID string) (int, error) {
-	if err := session.ValidateUserID(userID); err != nil {
+	if err := sessiondriver.ValidateUserID(userID); err != nil {
 		return 0, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -340,7 +341,7 @@ func (v sessions) DeleteUser(ctx context.Context, userID string) (int, error) {
 }
 
 func (v sessions) List(ctx context.Context, userID string) ([]session.Record, error) {
-	if err := session.ValidateUserID(userID); err != nil {
+	if err := sessiondriver.ValidateUserID(userID); err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/tenurekit/tenure/fence"
 	"github.com/tenurekit/tenure/internal/obs"
 	"github.com/tenurekit/tenure/lease"
+	leasedriver "github.com/tenurekit/tenure/lease/driver"
 )
 
 // Admit admits fence f for resource inside the caller's transaction tx, in
@@ -27,7 +28,7 @@ import (
 // A refused fence returns a *fence.StaleError (errors.Is fence.ErrStale)
 // and changes nothing; the caller must then roll tx back, so that its own
 // writes in tx do not land. Resource names follow the rules of lease keys
-// (lease.ValidateKey); a bad name or a fence of 0 (or above the largest
+// (leasedriver.ValidateKey); a bad name or a fence of 0 (or above the largest
 // bigint) wraps lease.ErrInvalid.
 //
 // Admit is blind to time: if the holder of f has expired but no newer
@@ -70,7 +71,7 @@ func pgxTx(tx pgx.Tx) querier {
 }
 
 func (s *Store) admit(ctx context.Context, tx querier, resource string, f uint64, mode fence.Mode) error {
-	if err := lease.ValidateKey(resource); err != nil {
+	if err := leasedriver.ValidateKey(resource); err != nil {
 		return fmt.Errorf("pgstore: resource: %w", err)
 	}
 	if f == 0 || f > math.MaxInt64 {
@@ -137,7 +138,7 @@ func (s *Store) checkHolder(ctx context.Context, tx querier, l *lease.Lease) err
 	if tx == nil {
 		return fmt.Errorf("%w: pgstore: nil transaction", lease.ErrInvalid)
 	}
-	if err := lease.ValidateKey(l.Key()); err != nil {
+	if err := leasedriver.ValidateKey(l.Key()); err != nil {
 		return err
 	}
 	if err := pgToken(l.Token()); err != nil {

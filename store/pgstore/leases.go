@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/tenurekit/tenure/lease"
+	leasedriver "github.com/tenurekit/tenure/lease/driver"
 )
 
 // Leases returns the Store's lease.Store view. Each of its calls is one
@@ -22,11 +23,11 @@ type leases struct{ s *Store }
 // the acquire but free again when the holder's TTL was read.
 const heldAttempts = 3
 
-// pgToken checks what lease.ValidateToken leaves to the store: PostgreSQL
+// pgToken checks what leasedriver.ValidateToken leaves to the store: PostgreSQL
 // text holds valid UTF-8 without NUL only. The error never contains the
 // token.
 func pgToken(token string) error {
-	if err := lease.ValidateToken(token); err != nil {
+	if err := leasedriver.ValidateToken(token); err != nil {
 		return err
 	}
 	if !utf8.ValidString(token) {
@@ -41,7 +42,7 @@ func pgToken(token string) error {
 }
 
 func (s *Store) validate(key, token string, ttl time.Duration) error {
-	if err := lease.Validate(key, token, ttl); err != nil {
+	if err := leasedriver.Validate(key, token, ttl); err != nil {
 		return err
 	}
 	return pgToken(token)
@@ -58,7 +59,7 @@ func (v leases) Acquire(ctx context.Context, key, token string, ttl time.Duratio
 }
 
 // AcquireHolder is Acquire that keeps holder with the grant
-// (lease.HolderAcquirer), in the leases.holder column.
+// (leasedriver.HolderAcquirer), in the leases.holder column.
 func (v leases) AcquireHolder(ctx context.Context, key, token string, ttl time.Duration, holder string) (lease.Grant, error) {
 	s := v.s
 	if err := s.validate(key, token, ttl); err != nil {
@@ -116,7 +117,7 @@ func (v leases) Renew(ctx context.Context, key, token string, ttl time.Duration)
 
 func (v leases) Release(ctx context.Context, key, token string) error {
 	s := v.s
-	if err := lease.ValidateKey(key); err != nil {
+	if err := leasedriver.ValidateKey(key); err != nil {
 		return err
 	}
 	if err := pgToken(token); err != nil {
@@ -134,7 +135,7 @@ func (v leases) Release(ctx context.Context, key, token string) error {
 
 func (v leases) Inspect(ctx context.Context, key string) (lease.Info, error) {
 	s := v.s
-	if err := lease.ValidateKey(key); err != nil {
+	if err := leasedriver.ValidateKey(key); err != nil {
 		return lease.Info{}, err
 	}
 	var f, rem int64
@@ -155,16 +156,16 @@ func (v leases) Inspect(ctx context.Context, key string) (lease.Info, error) {
 	return info, nil
 }
 
-// pgHolder checks a holder description (lease.ValidateHolder; printable
+// pgHolder checks a holder description (leasedriver.ValidateHolder; printable
 // UTF-8 has no NUL, which PostgreSQL text could not hold).
-func pgHolder(holder string) error { return lease.ValidateHolder(holder) }
+func pgHolder(holder string) error { return leasedriver.ValidateHolder(holder) }
 
 // List returns the keys the store remembers that start with prefix and
 // sort after after (byte order), in key order, at most limit of them, with
 // the current holder's description (lease.Lister). It reads one page of
 // the leases table on the server's clock.
 func (v leases) List(ctx context.Context, prefix, after string, limit int) ([]lease.Info, error) {
-	if err := lease.ValidateList(prefix, after, limit); err != nil {
+	if err := leasedriver.ValidateList(prefix, after, limit); err != nil {
 		return nil, err
 	}
 	s := v.s

@@ -165,7 +165,7 @@ func buildQueries(schema string) queries {
 		// when it is free, expired, or held by the same token; the same
 		// token within its validity keeps its fence and is renewed to ttl,
 		// every other takeover starts a new tenure whose fence is above
-		// both the last fence and the floor (lease.NextFence).
+		// both the last fence and the floor (lease/driver.NextFence).
 		acquire: clock + `INSERT INTO ` + leases + ` AS l (key, token, fence, expires_at, holder)
 SELECT $1, $2, greatest((extract(epoch FROM c.now) * 1000000)::bigint, 1), c.now + $3::bigint * interval '1 microsecond', nullif($4::text, '') FROM c
 ON CONFLICT (key) DO UPDATE SET

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tenurekit/tenure/session"
+	sessiondriver "github.com/tenurekit/tenure/session/driver"
 )
 
 type sessionQueries struct {
@@ -155,10 +156,10 @@ func validateWrite(id session.ID, version uint64, idle time.Duration) error {
 	if err := id.Validate(); err != nil {
 		return err
 	}
-	if err := session.ValidateVersion(version); err != nil {
+	if err := sessiondriver.ValidateVersion(version); err != nil {
 		return err
 	}
-	return session.ValidateTimeout(idle)
+	return sessiondriver.ValidateTimeout(idle)
 }
 
 // interval rounds d up to PostgreSQL's microsecond resolution.
@@ -178,7 +179,7 @@ func (v sessions) miss(ctx context.Context, op string, id session.ID) error {
 }
 
 func (v sessions) Create(ctx context.Context, rec session.Record, idle, absolute time.Duration) (session.Record, error) {
-	if err := session.ValidateRecord(rec, idle, absolute); err != nil {
+	if err := sessiondriver.ValidateRecord(rec, idle, absolute); err != nil {
 		return session.Record{}, err
 	}
 	if err := v.check(); err != nil {
@@ -199,7 +200,7 @@ func (v sessions) Load(ctx context.Context, id session.ID, idle time.Duration) (
 		return session.Record{}, err
 	}
 	if idle != 0 {
-		if err := session.ValidateTimeout(idle); err != nil {
+		if err := sessiondriver.ValidateTimeout(idle); err != nil {
 			return session.Record{}, err
 		}
 	}
@@ -244,7 +245,7 @@ func (v sessions) Save(ctx context.Context, id session.ID, version uint64, b []b
 	if err := validateWrite(id, version, idle); err != nil {
 		return session.Record{}, err
 	}
-	if err := session.ValidateData(b); err != nil {
+	if err := sessiondriver.ValidateData(b); err != nil {
 		return session.Record{}, err
 	}
 	if err := v.check(); err != nil {
@@ -270,7 +271,7 @@ func (v sessions) Rotate(ctx context.Context, old, newID session.ID, version uin
 	if err := newID.Validate(); err != nil {
 		return session.Record{}, err
 	}
-	if err := session.ValidateData(b); err != nil {
+	if err := sessiondriver.ValidateData(b); err != nil {
 		return session.Record{}, err
 	}
 	if err := v.check(); err != nil {
@@ -348,7 +349,7 @@ func (v sessions) Delete(ctx context.Context, id session.ID) error {
 // and holds off new ones; its second statement, with a fresh snapshot, then
 // sees and deletes every session they made.
 func (v sessions) DeleteUser(ctx context.Context, userID string) (int, error) {
-	if err := session.ValidateUserID(userID); err != nil {
+	if err := sessiondriver.ValidateUserID(userID); err != nil {
 		return 0, err
 	}
 	if err := v.check(); err != nil {
@@ -368,7 +369,7 @@ func (v sessions) DeleteUser(ctx context.Context, userID string) (int, error) {
 }
 
 func (v sessions) List(ctx context.Context, userID string) ([]session.Record, error) {
-	if err := session.ValidateUserID(userID); err != nil {
+	if err := sessiondriver.ValidateUserID(userID); err != nil {
 		return nil, err
 	}
 	if err := v.check(); err != nil {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tenurekit/tenure/lease"
+	leasedriver "github.com/tenurekit/tenure/lease/driver"
 	"github.com/tenurekit/tenure/retention"
 )
 
@@ -165,7 +166,7 @@ INSERT INTO tenure.schedule_attempts (job, slot_id, history) VALUES ('j', 'a', '
 func TestListLeases(t *testing.T) {
 	_, db := fresh(t, nil)
 	ctx := ctxT(t)
-	ha := db.Leases().(lease.HolderAcquirer)
+	ha := db.Leases().(leasedriver.HolderAcquirer)
 	for _, k := range []string{"jobs/b", "jobs/a", "jobs/B", "other/x", "jobs/c"} {
 		if _, err := ha.AcquireHolder(ctx, k, lease.NewToken(), time.Minute, "node "+k); err != nil {
 			t.Fatal(err)

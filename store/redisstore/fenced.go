@@ -9,6 +9,7 @@ import (
 	"github.com/tenurekit/tenure/fence"
 	"github.com/tenurekit/tenure/internal/obs"
 	"github.com/tenurekit/tenure/lease"
+	leasedriver "github.com/tenurekit/tenure/lease/driver"
 	"github.com/tenurekit/tenure/store/redisstore/internal/rclient"
 )
 
@@ -29,7 +30,7 @@ func (s *Store) FencedSetAtLeast(ctx context.Context, resource string, f uint64,
 }
 
 func (s *Store) fencedSet(ctx context.Context, resource string, f uint64, value []byte, mode fence.Mode) error {
-	if err := lease.ValidateKey(resource); err != nil {
+	if err := leasedriver.ValidateKey(resource); err != nil {
 		return err
 	}
 	if err := s.ready(ctx); err != nil {
@@ -73,7 +74,7 @@ func parseFence(m *rclient.Message) uint64 {
 // FencedGet returns resource's value and the greatest fence admitted for it
 // (nil, 0 if never written), read in one MGET.
 func (s *Store) FencedGet(ctx context.Context, resource string) ([]byte, uint64, error) {
-	if err := lease.ValidateKey(resource); err != nil {
+	if err := leasedriver.ValidateKey(resource); err != nil {
 		return nil, 0, err
 	}
 	vk, fk := s.valueKeys(resource)
@@ -119,7 +120,7 @@ func (s *Store) HolderSet(ctx context.Context, l *lease.Lease, resource string, 
 	if l == nil {
 		return fmt.Errorf("%w: nil lease", lease.ErrInvalid)
 	}
-	if err := lease.ValidateKey(resource); err != nil {
+	if err := leasedriver.ValidateKey(resource); err != nil {
 		return err
 	}
 	if s.cluster && slot(escape(l.Key())) != slot(escape(resource)) {

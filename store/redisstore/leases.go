@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tenurekit/tenure/lease"
+	leasedriver "github.com/tenurekit/tenure/lease/driver"
 	"github.com/tenurekit/tenure/store/redisstore/internal/rclient"
 )
 
@@ -33,8 +34,8 @@ type leases struct{ s *Store }
 
 // The lease view keeps holder descriptions and lists its keys.
 var (
-	_ lease.HolderAcquirer = leases{}
-	_ lease.Lister         = leases{}
+	_ leasedriver.HolderAcquirer = leases{}
+	_ lease.Lister               = leases{}
 )
 
 func (v leases) Acquire(ctx context.Context, key, token string, ttl time.Duration) (lease.Grant, error) {
@@ -42,14 +43,14 @@ func (v leases) Acquire(ctx context.Context, key, token string, ttl time.Duratio
 }
 
 // AcquireHolder is Acquire that keeps holder with the grant
-// (lease.HolderAcquirer), in the same script: a holder key under the
+// (leasedriver.HolderAcquirer), in the same script: a holder key under the
 // lease's hash tag, with the lock's TTL, that names the grant's fence. A
 // grant without a description writes nothing more than a plain Acquire.
 func (v leases) AcquireHolder(ctx context.Context, key, token string, ttl time.Duration, holder string) (lease.Grant, error) {
-	if err := lease.Validate(key, token, ttl); err != nil {
+	if err := leasedriver.Validate(key, token, ttl); err != nil {
 		return lease.Grant{}, err
 	}
-	if err := lease.ValidateHolder(holder); err != nil {
+	if err := leasedriver.ValidateHolder(holder); err != nil {
 		return lease.Grant{}, err
 	}
 	s := v.s
@@ -103,7 +104,7 @@ func remaining(pttl int64) time.Duration {
 }
 
 func (v leases) Renew(ctx context.Context, key, token string, ttl time.Duration) (lease.Grant, error) {
-	if err := lease.Validate(key, token, ttl); err != nil {
+	if err := leasedriver.Validate(key, token, ttl); err != nil {
 		return lease.Grant{}, err
 	}
 	s := v.s
@@ -123,10 +124,10 @@ func (v leases) Renew(ctx context.Context, key, token string, ttl time.Duration)
 }
 
 func (v leases) Release(ctx context.Context, key, token string) error {
-	if err := lease.ValidateKey(key); err != nil {
+	if err := leasedriver.ValidateKey(key); err != nil {
 		return err
 	}
-	if err := lease.ValidateToken(token); err != nil {
+	if err := leasedriver.ValidateToken(token); err != nil {
 		return err
 	}
 	s := v.s
@@ -161,7 +162,7 @@ func (v leases) Release(ctx context.Context, key, token string) error {
 }
 
 func (v leases) Inspect(ctx context.Context, key string) (lease.Info, error) {
-	if err := lease.ValidateKey(key); err != nil {
+	if err := leasedriver.ValidateKey(key); err != nil {
 		return lease.Info{}, err
 	}
 	return v.s.inspectLease(ctx, key)

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/tenurekit/tenure/lease"
+	leasedriver "github.com/tenurekit/tenure/lease/driver"
 	"github.com/tenurekit/tenure/store/redisstore/internal/rclient"
 )
 
@@ -28,7 +29,7 @@ const listReaders = 16
 // proportion to the number of keys the store keeps under its prefix, not
 // to limit: it is meant for operators, not for a request path.
 func (v leases) List(ctx context.Context, prefix, after string, limit int) ([]lease.Info, error) {
-	if err := lease.ValidateList(prefix, after, limit); err != nil {
+	if err := leasedriver.ValidateList(prefix, after, limit); err != nil {
 		return nil, err
 	}
 	s := v.s
@@ -134,7 +135,7 @@ func (s *Store) leaseKeyOf(raw string) (string, bool) {
 		return "", false
 	}
 	k, ok := unescape(rest)
-	if !ok || lease.ValidateKey(k) != nil || escape(k) != rest {
+	if !ok || leasedriver.ValidateKey(k) != nil || escape(k) != rest {
 		return "", false
 	}
 	return k, true

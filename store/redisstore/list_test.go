@@ -12,6 +12,7 @@ import (
 	"github.com/redis/rueidis"
 	"github.com/tenurekit/tenure/internal/testenv"
 	"github.com/tenurekit/tenure/lease"
+	leasedriver "github.com/tenurekit/tenure/lease/driver"
 	"github.com/tenurekit/tenure/store/redisstore"
 )
 
@@ -55,7 +56,7 @@ func TestListLeases(t *testing.T) {
 		t.Run(tg.name, func(t *testing.T) {
 			ctx := ctxT(t)
 			s := tg.s
-			ha := s.Leases().(lease.HolderAcquirer)
+			ha := s.Leases().(leasedriver.HolderAcquirer)
 			l := s.Leases().(lease.Lister)
 			// '{' sorts after 'b', but its encoding "%7B" sorts before it.
 			keys := []string{"jobs/b", "jobs/a", "jobs/{c}", "jobs/%", "jobs/*", "jobt", "other/x"}
@@ -193,7 +194,7 @@ func TestHolderKeyFollowsGrant(t *testing.T) {
 	eachClient(t, func(t *testing.T, s *redisstore.Store, c rueidis.Client) {
 		ctx := ctxT(t)
 		ls := s.Leases()
-		ha := ls.(lease.HolderAcquirer)
+		ha := ls.(leasedriver.HolderAcquirer)
 		k := uniq(t, "k")
 		tok := lease.NewToken()
 		g, err := ha.AcquireHolder(ctx, k, tok, 20*time.Second, "node-1 export")

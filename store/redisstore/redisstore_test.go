@@ -12,6 +12,7 @@ import (
 	"github.com/tenurekit/tenure/fence"
 	"github.com/tenurekit/tenure/internal/testenv"
 	"github.com/tenurekit/tenure/lease"
+	leasedriver "github.com/tenurekit/tenure/lease/driver"
 	"github.com/tenurekit/tenure/lease/leasetest"
 	"github.com/tenurekit/tenure/store/redisstore"
 )
@@ -658,7 +659,7 @@ func testKeysShareSlot(t *testing.T, c rueidis.Client) {
 			k = k[:lease.MaxKeyLen]
 		}
 		tok := lease.NewToken()
-		g, err := s.Leases().(lease.HolderAcquirer).AcquireHolder(ctx, k, tok, 30*time.Second, "node "+name[:min(len(name), 20)])
+		g, err := s.Leases().(leasedriver.HolderAcquirer).AcquireHolder(ctx, k, tok, 30*time.Second, "node "+name[:min(len(name), 20)])
 		if err != nil {
 			t.Fatalf("Acquire(%q): %v", k, err)
 		}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/tenurekit/tenure/fence"
 	"github.com/tenurekit/tenure/lease"
+	leasedriver "github.com/tenurekit/tenure/lease/driver"
 	"github.com/tenurekit/tenure/schedule"
 )
 
@@ -474,7 +475,7 @@ func (s *Store) CompleteSlot(ctx context.Context, slot *schedule.Slot, effects .
 		return err
 	}
 	for _, e := range effects {
-		if err := lease.ValidateKey(e.name); err != nil {
+		if err := leasedriver.ValidateKey(e.name); err != nil {
 			return fmt.Errorf("%w: redisstore: slot value name: %w", schedule.ErrInvalid, err)
 		}
 	}
@@ -519,7 +520,7 @@ func (s *Store) SlotValue(ctx context.Context, job, name string) ([]byte, error)
 	if err := schedule.ValidateName(job); err != nil {
 		return nil, err
 	}
-	if err := lease.ValidateKey(name); err != nil {
+	if err := leasedriver.ValidateKey(name); err != nil {
 		return nil, err
 	}
 	b, err := s.c.Do(ctx, rclient.Cmd{Name: "GET", Keys: []string{s.schedValueKey(job, name)}, ReadOnly: true}).AsBytes()
@@ -537,7 +538,7 @@ func (s *Store) SlotValue(ctx context.Context, job, name string) ([]byte, error)
 type schedClaims schedules
 
 func (v schedClaims) Acquire(ctx context.Context, key, token string, ttl time.Duration) (lease.Grant, error) {
-	if err := lease.Validate(key, token, ttl); err != nil {
+	if err := leasedriver.Validate(key, token, ttl); err != nil {
 		return lease.Grant{}, err
 	}
 	s := v.s
@@ -575,7 +576,7 @@ func (v schedClaims) Acquire(ctx context.Context, key, token string, ttl time.Du
 }
 
 func (v schedClaims) Renew(ctx context.Context, key, token string, ttl time.Duration) (lease.Grant, error) {
-	if err := lease.Validate(key, token, ttl); err != nil {
+	if err := leasedriver.Validate(key, token, ttl); err != nil {
 		return lease.Grant{}, err
 	}
 	s := v.s
@@ -598,10 +599,10 @@ func (v schedClaims) Renew(ctx context.Context, key, token string, ttl time.Dura
 }
 
 func (v schedClaims) Release(ctx context.Context, key, token string) error {
-	if err := lease.ValidateKey(key); err != nil {
+	if err := leasedriver.ValidateKey(key); err != nil {
 		return err
 	}
-	if err := lease.ValidateToken(token); err != nil {
+	if err := leasedriver.ValidateToken(token); err != nil {
 		return err
 	}
 	s := v.s
@@ -623,7 +624,7 @@ func (v schedClaims) Release(ctx context.Context, key, token string) error {
 }
 
 func (v schedClaims) Inspect(ctx context.Context, key string) (lease.Info, error) {
-	if err := lease.ValidateKey(key); err != nil {
+	if err := leasedriver.ValidateKey(key); err != nil {
 		return lease.Info{}, err
 	}
 	s := v.s

@@ -12,6 +12,7 @@ import (
 
 	"github.com/tenurekit/tenure/lease"
 	"github.com/tenurekit/tenure/session"
+	sessiondriver "github.com/tenurekit/tenure/session/driver"
 	"github.com/tenurekit/tenure/store/redisstore/internal/rclient"
 )
 
@@ -65,14 +66,14 @@ func (s *Store) SessionKey(id session.ID) string {
 
 // SessionIndexKey returns the key of userID's session index.
 func (s *Store) SessionIndexKey(userID string) string {
-	return s.prefix + "{s:" + session.UserShard(userID) + "}:u:" + userID
+	return s.prefix + "{s:" + sessiondriver.UserShard(userID) + "}:u:" + userID
 }
 
 // SessionRevokeKey returns the key of userID's revoke-all marks: a sorted
 // set of the revokes in progress, each scored by the instant it takes
 // effect.
 func (s *Store) SessionRevokeKey(userID string) string {
-	return s.prefix + "{s:" + session.UserShard(userID) + "}:x:" + userID
+	return s.prefix + "{s:" + sessiondriver.UserShard(userID) + "}:x:" + userID
 }
 
 func ms(d time.Duration) string { return strconv.FormatInt(ceilMillis(d), 10) }
@@ -126,17 +127,17 @@ func validateWrite(id session.ID, version uint64, idle time.Duration) error {
 	if err := id.Validate(); err != nil {
 		return err
 	}
-	if err := session.ValidateVersion(version); err != nil {
+	if err := sessiondriver.ValidateVersion(version); err != nil {
 		return err
 	}
-	return session.ValidateTimeout(idle)
+	return sessiondriver.ValidateTimeout(idle)
 }
 
 func (v sessions) Create(ctx context.Context, rec session.Record, idle, absolute time.Duration) (session.Record, error) {
-	if err := session.ValidateRecord(rec, idle, absolute); err != nil {
+	if err := sessiondriver.ValidateRecord(rec, idle, absolute); err != nil {
 		return session.Record{}, err
 	}
-	if rec.ID.Shard() != session.UserShard(rec.UserID) {
+	if rec.ID.Shard() != sessiondriver.UserShard(rec.UserID) {
 		return session.Record{}, fmt.Errorf("%w: session ID is not in its user's shard", session.ErrInvalid)
 	}
 	s := v.s
@@ -179,7 +180,7 @@ func (v sessions) Load(ctx context.Context, id session.ID, idle time.Duration) (
 	}
 	arg := "0"
 	if idle != 0 {
-		if err := session.ValidateTimeout(idle); err != nil {
+		if err := sessiondriver.ValidateTimeout(idle); err != nil {
 			return session.Record{}, err
 		}
 		arg = ms(idle)
@@ -242,7 +243,7 @@ func (v sessions) Save(ctx context.Context, id session.ID, version uint64, data 
 	if err := validateWrite(id, version, idle); err != nil {
 		return session.Record{}, err
 	}
-	if err := session.ValidateData(data); err != nil {
+	if err := sessiondriver.ValidateData(data); err != nil {
 		return session.Record{}, err
 	}
 	return v.save(ctx, "save", id, version, true, data, idle)
@@ -257,7 +258,7 @@ func (v sessions) Rotate(ctx context.Context, old, newID session.ID, version uin
 	if err := newID.Validate(); err != nil {
 		return session.Record{}, err
 	}
-	if err := session.ValidateData(data); err != nil {
+	if err := sessiondriver.ValidateData(data); err != nil {
 		return session.Record{}, err
 	}
 	if newID == old || newID.Shard() != old.Shard() {
@@ -328,7 +329,7 @@ func (v sessions) Delete(ctx context.Context, id session.ID) error {
 // userID and the sessions ids listed in it (those of another shard, which
 // this store never writes there, are left out).
 func (s *Store) indexArgs(userID string, ids []string) (keys, args []string) {
-	shard := session.UserShard(userID)
+	shard := sessiondriver.UserShard(userID)
 	keys = append(make([]string, 0, len(ids)+2), s.SessionIndexKey(userID))
 	args = append(make([]string, 0, len(ids)+3), userID)
 	for _, id := range ids {
@@ -352,7 +353,7 @@ func (s *Store) indexArgs(userID string, ids []string) (keys, args []string) {
 // between the steps leaves its mark, which only keeps the sessions it
 // covers from rotating, until the last of their absolute deadlines.
 func (v sessions) DeleteUser(ctx context.Context, userID string) (int, error) {
-	if err := session.ValidateUserID(userID); err != nil {
+	if err := sessiondriver.ValidateUserID(userID); err != nil {
 		return 0, err
 	}
 	s := v.s
@@ -393,7 +394,7 @@ func (v sessions) DeleteUser(ctx context.Context, userID string) (int, error) {
 // List reads the user's index, then the listed sessions in one script that
 // judges them on TIME and prunes the index of dead ones.
 func (v sessions) List(ctx context.Context, userID string) ([]session.Record, error) {
-	if err := session.ValidateUserID(userID); err != nil {
+	if err := sessiondriver.ValidateUserID(userID); err != nil {
 		return nil, err
 	}
 	s := v.s

@@ -10,6 +10,7 @@ import (
 	"github.com/tenurekit/tenure/fence"
 	"github.com/tenurekit/tenure/internal/obs"
 	"github.com/tenurekit/tenure/lease"
+	leasedriver "github.com/tenurekit/tenure/lease/driver"
 )
 
 // Admit admits fence f for resource inside the caller's transaction tx, in
@@ -20,7 +21,7 @@ import (
 // *fence.StaleError (errors.Is fence.ErrStale) carrying the current fence,
 // changes nothing, and the caller must roll tx back.
 //
-// Resource names follow the rules of lease keys (lease.ValidateKey); f must
+// Resource names follow the rules of lease keys (leasedriver.ValidateKey); f must
 // be between 1 and math.MaxInt64. Bad input returns an error wrapping
 // lease.ErrInvalid and writes nothing. Database errors wrap
 // lease.ErrUnavailable.
@@ -39,7 +40,7 @@ func (s *Store) AdmitAtLeast(ctx context.Context, tx *sql.Tx, resource string, f
 }
 
 func (s *Store) admit(ctx context.Context, tx *sql.Tx, resource string, f uint64, mode fence.Mode) error {
-	if err := lease.ValidateKey(resource); err != nil {
+	if err := leasedriver.ValidateKey(resource); err != nil {
 		return fmt.Errorf("sqlitestore: resource: %w", err)
 	}
 	if f == 0 || f > math.MaxInt64 {

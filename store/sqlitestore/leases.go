@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tenurekit/tenure/lease"
+	leasedriver "github.com/tenurekit/tenure/lease/driver"
 )
 
 // Leases returns the store's lease.Store view.
@@ -64,12 +65,12 @@ func (v leases) Acquire(ctx context.Context, key, token string, ttl time.Duratio
 }
 
 // AcquireHolder is Acquire that keeps holder with the grant
-// (lease.HolderAcquirer), in the holder column.
+// (leasedriver.HolderAcquirer), in the holder column.
 func (v leases) AcquireHolder(ctx context.Context, key, token string, ttl time.Duration, holder string) (lease.Grant, error) {
-	if err := lease.Validate(key, token, ttl); err != nil {
+	if err := leasedriver.Validate(key, token, ttl); err != nil {
 		return lease.Grant{}, err
 	}
-	if err := lease.ValidateHolder(holder); err != nil {
+	if err := leasedriver.ValidateHolder(holder); err != nil {
 		return lease.Grant{}, err
 	}
 	s := v.s
@@ -102,7 +103,7 @@ func (v leases) AcquireHolder(ctx context.Context, key, token string, ttl time.D
 }
 
 func (v leases) Renew(ctx context.Context, key, token string, ttl time.Duration) (lease.Grant, error) {
-	if err := lease.Validate(key, token, ttl); err != nil {
+	if err := leasedriver.Validate(key, token, ttl); err != nil {
 		return lease.Grant{}, err
 	}
 	s := v.s
@@ -125,10 +126,10 @@ func (v leases) Renew(ctx context.Context, key, token string, ttl time.Duration)
 }
 
 func (v leases) Release(ctx context.Context, key, token string) error {
-	if err := lease.ValidateKey(key); err != nil {
+	if err := leasedriver.ValidateKey(key); err != nil {
 		return err
 	}
-	if err := lease.ValidateToken(token); err != nil {
+	if err := leasedriver.ValidateToken(token); err != nil {
 		return err
 	}
 	s := v.s
@@ -149,7 +150,7 @@ func (v leases) Release(ctx context.Context, key, token string) error {
 }
 
 func (v leases) Inspect(ctx context.Context, key string) (lease.Info, error) {
-	if err := lease.ValidateKey(key); err != nil {
+	if err := leasedriver.ValidateKey(key); err != nil {
 		return lease.Info{}, err
 	}
 	s := v.s
@@ -179,7 +180,7 @@ func (v leases) Inspect(ctx context.Context, key string) (lease.Info, error) {
 // List returns the keys the store remembers that start with prefix and
 // sort after after, in key order, at most limit of them (lease.Lister).
 func (v leases) List(ctx context.Context, prefix, after string, limit int) ([]lease.Info, error) {
-	if err := lease.ValidateList(prefix, after, limit); err != nil {
+	if err := leasedriver.ValidateList(prefix, after, limit); err != nil {
 		return nil, err
 	}
 	s := v.s

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tenurekit/tenure/session"
+	sessiondriver "github.com/tenurekit/tenure/session/driver"
 )
 
 // sessionQueries are the session statements for one table prefix.
@@ -173,14 +174,14 @@ func validateWrite(id session.ID, version uint64, idle time.Duration) error {
 	if err := id.Validate(); err != nil {
 		return err
 	}
-	if err := session.ValidateVersion(version); err != nil {
+	if err := sessiondriver.ValidateVersion(version); err != nil {
 		return err
 	}
-	return session.ValidateTimeout(idle)
+	return sessiondriver.ValidateTimeout(idle)
 }
 
 func (v sessions) Create(ctx context.Context, rec session.Record, idle, absolute time.Duration) (session.Record, error) {
-	if err := session.ValidateRecord(rec, idle, absolute); err != nil {
+	if err := sessiondriver.ValidateRecord(rec, idle, absolute); err != nil {
 		return session.Record{}, err
 	}
 	var out session.Record
@@ -224,7 +225,7 @@ func (v sessions) Load(ctx context.Context, id session.ID, idle time.Duration) (
 		}
 		return r, nil
 	}
-	if err := session.ValidateTimeout(idle); err != nil {
+	if err := sessiondriver.ValidateTimeout(idle); err != nil {
 		return session.Record{}, err
 	}
 	var out session.Record
@@ -267,7 +268,7 @@ func (v sessions) Save(ctx context.Context, id session.ID, version uint64, b []b
 	if err := validateWrite(id, version, idle); err != nil {
 		return session.Record{}, err
 	}
-	if err := session.ValidateData(b); err != nil {
+	if err := sessiondriver.ValidateData(b); err != nil {
 		return session.Record{}, err
 	}
 	var out session.Record
@@ -292,7 +293,7 @@ func (v sessions) Rotate(ctx context.Context, old, newID session.ID, version uin
 	if err := newID.Validate(); err != nil {
 		return session.Record{}, err
 	}
-	if err := session.ValidateData(b); err != nil {
+	if err := sessiondriver.ValidateData(b); err != nil {
 		return session.Record{}, err
 	}
 	if newID == old {
@@ -351,7 +352,7 @@ func (v sessions) Delete(ctx context.Context, id session.ID) error {
 }
 
 func (v sessions) DeleteUser(ctx context.Context, userID string) (int, error) {
-	if err := session.ValidateUserID(userID); err != nil {
+	if err := sessiondriver.ValidateUserID(userID); err != nil {
 		return 0, err
 	}
 	n := 0
@@ -382,7 +383,7 @@ func (v sessions) DeleteUser(ctx context.Context, userID string) (int, error) {
 }
 
 func (v sessions) List(ctx context.Context, userID string) ([]session.Record, error) {
-	if err := session.ValidateUserID(userID); err != nil {
+	if err := sessiondriver.ValidateUserID(userID); err != nil {
 		return nil, err
 	}
 	rows, err := v.s.db.QueryContext(ctx, v.q.list, userID, v.s.nowUS())

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tenurekit/tenure/lease"
+	leasedriver "github.com/tenurekit/tenure/lease/driver"
 )
 
 // A holder description given through the API is kept by the store and
@@ -35,7 +36,7 @@ func TestHolderThroughServe(t *testing.T) {
 	if !errors.As(err, &held) || held.Holder != "billing-7 nightly close" {
 		t.Fatalf("second acquire: %v (%+v)", err, held)
 	}
-	if _, err := ls.(lease.HolderAcquirer).AcquireHolder(t.Context(), "other", lease.NewToken(), time.Minute, "bad\x00holder"); !errors.Is(err, lease.ErrInvalid) {
+	if _, err := ls.(leasedriver.HolderAcquirer).AcquireHolder(t.Context(), "other", lease.NewToken(), time.Minute, "bad\x00holder"); !errors.Is(err, lease.ErrInvalid) {
 		t.Fatalf("a holder with NUL: %v, want ErrInvalid", err)
 	}
 }
