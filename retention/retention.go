@@ -7,7 +7,7 @@
 // number of rows per call, never touching a live one. A lease row (or key)
 // that is no longer held is kept for FenceRetention with its last fence and
 // dropped afterwards, once the store's clock has passed that fence: fences
-// are floored at the store's clock (lease.NextFence), so the next grant
+// are floored at the store's clock (lease/driver.NextFence), so the next grant
 // still gets a greater fence. See docs/operations.md for each store's
 // retention.
 package retention

@@ -13,7 +13,7 @@ type AcquireLease struct {
 	TTL   Duration `json:"ttl"`
 	// Wait is how long to wait for a held key (long poll); 0 answers at once.
 	Wait Duration `json:"wait,omitempty"`
-	// Holder describes the holder for operators (lease.ValidateHolder);
+	// Holder describes the holder for operators (lease/driver.ValidateHolder);
 	// never a secret.
 	Holder string `json:"holder,omitempty"`
 }

@@ -12,7 +12,7 @@
 //	<prefix>lock/<key>          the lock: value = the holder's token, attached to an etcd lease
 //	<prefix>fence/<key>         empty; written in the same txn that creates the lock, so its
 //	                            ModRevision is the key's last fence (kept after release and expiry)
-//	<prefix>holder/<key>        the holder's description (lease.HolderAcquirer), on the lock's
+//	<prefix>holder/<key>        the holder's description (lease/driver.HolderAcquirer), on the lock's
 //	                            etcd lease: it goes when the lock goes
 //	<prefix>res/<resource>      the value written by FencedPut
 //	<prefix>admitted/<resource> the greatest fence FencedPut admitted for resource, as 20 decimal digits
@@ -96,7 +96,7 @@
 //
 // # Errors
 //
-// Input is checked with lease.Validate* before anything is sent; bad input
+// Input is checked with lease/driver.Validate* before anything is sent; bad input
 // grants no etcd lease and writes nothing. Transport failures, gRPC
 // Unavailable, DeadlineExceeded and Canceled replies (no leader, request
 // timed out) and context errors wrap lease.ErrUnavailable: the outcome of a

@@ -13,7 +13,7 @@ const sweepScanFactor = 10
 
 // Sweep deletes lease records that have not been held for
 // o.FenceRetention (default 7 days) and whose last fence the store's clock
-// has passed (lease.NextFence floors every later fence at the clock, so the
+// has passed (lease/driver.NextFence floors every later fence at the clock, so the
 // next grant is still above it). It examines at most 10×o.Limit records
 // and deletes at most o.Limit; Result.More says to call again. Held leases
 // are never touched. The other primitives' expired records are dropped as

@@ -81,7 +81,7 @@
 // # Fences, also after data loss
 //
 // A new tenure's fence is greatest(last fence + 1, clock_timestamp() in
-// microseconds since the Unix epoch) ([lease.NextFence]); the same token
+// microseconds since the Unix epoch) ([github.com/tenurekit/tenure/lease/driver.NextFence]); the same token
 // re-acquiring within its validity keeps its fence. Fences therefore
 // increase strictly per key across holders, releases, expiries and server
 // restarts (the table is durable), and even if the leases table is lost,

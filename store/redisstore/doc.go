@@ -103,7 +103,7 @@
 //
 // # Holder descriptions and listing
 //
-// The lease view implements lease.HolderAcquirer: AcquireHolder (which the
+// The lease view implements lease/driver.HolderAcquirer: AcquireHolder (which the
 // lease.Locker calls with Options.Holder) writes the description in the
 // acquire script itself, to the holder key, tagged with the grant's fence
 // and with the lock's TTL; Renew extends it with the lock. Inspect, List
@@ -133,7 +133,7 @@
 // # Fences after data loss
 //
 // A fence is never below the granting server's clock (TIME) in microseconds
-// (the lease.NextFence rule). A server that restarts without persistence
+// (the lease/driver.NextFence rule). A server that restarts without persistence
 // forgets its fence keys, and so does a replica promoted before it received
 // the last grants; the next fence is then the current TIME in microseconds,
 // which is above every fence granted before as long as the clock of the

@@ -66,7 +66,7 @@
 // # Fences, also after data loss
 //
 // A new tenure gets fence max(last fence + 1, now in microseconds) (see
-// lease.NextFence); re-acquiring with the holding token keeps the fence and
+// lease/driver.NextFence); re-acquiring with the holding token keeps the fence and
 // renews the expiry. The fence counter lives in the file, so it survives
 // restarts of the process. If the file is lost or replaced by an older
 // backup, fences still start above every fence granted before, because they
