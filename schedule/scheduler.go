@@ -55,7 +55,8 @@ func (m Misfire) String() string {
 
 // Overlap says what happens when a slot comes due while an earlier run of
 // the same job is still running, on any node. Under OverlapSkip and
-// OverlapQueue runs are serialized by the job's run lease ([RunKey]).
+// OverlapQueue runs are serialized by the job's run lease (key RunKey of
+// package schedule/driver).
 type Overlap int
 
 const (

@@ -73,11 +73,11 @@ type State = scheddriver.State
 // (its claim expires and another node takes the slot over); failed is
 // final unless the record has a RetryAt.
 const (
-	Running = scheddriver.Running
-	Done    = scheddriver.Done
-	Failed  = scheddriver.Failed
-	Skipped = scheddriver.Skipped
-	Missed  = scheddriver.Missed
+	Running State = scheddriver.Running
+	Done    State = scheddriver.Done
+	Failed  State = scheddriver.Failed
+	Skipped State = scheddriver.Skipped
+	Missed  State = scheddriver.Missed
 )
 
 // Record is the audit record of one slot, as the store keeps it. Times are
@@ -90,15 +90,15 @@ type Outcome = scheddriver.Outcome
 // The outcomes of an attempt.
 const (
 	// AttemptRunning: the attempt began and has not ended.
-	AttemptRunning = scheddriver.AttemptRunning
+	AttemptRunning Outcome = scheddriver.AttemptRunning
 	// AttemptDone: the attempt completed the slot.
-	AttemptDone = scheddriver.AttemptDone
+	AttemptDone Outcome = scheddriver.AttemptDone
 	// AttemptFailed: the attempt recorded a failure (Error says why).
-	AttemptFailed = scheddriver.AttemptFailed
+	AttemptFailed Outcome = scheddriver.AttemptFailed
 	// AttemptSuperseded: a newer attempt (a greater fence) began while
 	// this one was still recorded running: its node died, paused past its
 	// claim or lost the claim before it could record its end.
-	AttemptSuperseded = scheddriver.AttemptSuperseded
+	AttemptSuperseded Outcome = scheddriver.AttemptSuperseded
 )
 
 // Attempt is one attempt at a slot, as the slot's record keeps it. Times
