@@ -16,7 +16,7 @@ type Schedule interface {
 	// there is none.
 	Next(t time.Time) time.Time
 	// ID returns the stable ID of the slot at t (a time Next returned):
-	// 1 to MaxIDLen bytes of the characters IDs allow (see ValidateID).
+	// 1 to MaxIDLen bytes of the characters IDs allow (see schedule/driver.ValidateID).
 	ID(slot time.Time) string
 	// String describes the schedule.
 	String() string

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tenurekit/tenure/schedule"
+	scheddriver "github.com/tenurekit/tenure/schedule/driver"
 	"github.com/tenurekit/tenure/schedule/scheduletest"
 )
 
@@ -120,24 +121,7 @@ func TestEvery(t *testing.T) {
 	if next := e.Next(at); !next.Equal(at.Add(50 * time.Millisecond)) {
 		t.Fatalf("Next(slot) = %v", next)
 	}
-	if err := schedule.ValidateID(e.ID(at)); err != nil {
+	if err := scheddriver.ValidateID(e.ID(at)); err != nil {
 		t.Fatal(err)
-	}
-}
-
-func TestValidateName(t *testing.T) {
-	for _, ok := range []string{"a", "billing.settle-v2", "x:y@z~1+2"} {
-		if err := schedule.ValidateName(ok); err != nil {
-			t.Errorf("%q: %v", ok, err)
-		}
-	}
-	for _, bad := range []string{"", "a/b", "a b", "{x}", string(make([]byte, 129))} {
-		if err := schedule.ValidateName(bad); !errors.Is(err, schedule.ErrInvalid) {
-			t.Errorf("%q: %v", bad, err)
-		}
-	}
-	job, rest, ok := schedule.JobOfKey(schedule.ClaimKey("j", "2026-01-01T00:00:00Z"))
-	if !ok || job != "j" || rest != "slot/2026-01-01T00:00:00Z" {
-		t.Fatalf("JobOfKey = %q %q %v", job, rest, ok)
 	}
 }

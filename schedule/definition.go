@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	scheddriver "github.com/tenurekit/tenure/schedule/driver"
 )
 
 // Definitions
@@ -89,7 +91,7 @@ func (s *Scheduler) register(ctx context.Context, js *jobState) error {
 	if done {
 		return nil
 	}
-	prev, err := s.store.Register(ctx, RegisterRequest{Job: js.job.Name, Fingerprint: js.fp, Spec: js.spec, Node: s.o.Node})
+	prev, err := s.store.Register(ctx, scheddriver.RegisterRequest{Job: js.job.Name, Fingerprint: js.fp, Spec: js.spec, Node: s.o.Node})
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	scheddriver "github.com/tenurekit/tenure/schedule/driver"
 )
 
 func TestFingerprint(t *testing.T) {
@@ -14,7 +16,7 @@ func TestFingerprint(t *testing.T) {
 	if base.Fingerprint() != explicit.Fingerprint() || base.Spec() != explicit.Spec() {
 		t.Fatalf("defaults left zero and set explicitly differ: %s vs %s", base.Spec(), explicit.Spec())
 	}
-	if err := ValidateFingerprint(base.Fingerprint()); err != nil {
+	if err := scheddriver.ValidateFingerprint(base.Fingerprint()); err != nil {
 		t.Fatal(err)
 	}
 	paris, err := time.LoadLocation("Europe/Paris")
@@ -47,42 +49,5 @@ func TestFingerprint(t *testing.T) {
 	}
 	if !strings.Contains(variants["zone"].Spec(), "Europe/Paris") {
 		t.Fatalf("spec without the zone: %s", variants["zone"].Spec())
-	}
-}
-
-func TestHistoryRoundTrip(t *testing.T) {
-	h := []Attempt{
-		{Node: "a", Fence: 1<<63 - 1, Started: time.UnixMicro(1_800_000_000_123_456), Outcome: AttemptSuperseded},
-		{Node: "b", Fence: 2, Started: time.UnixMicro(1_800_000_001_000_000), Finished: time.UnixMicro(1_800_000_002_000_001), Outcome: AttemptFailed, Error: "boom \"quoted\" é"},
-	}
-	got, err := DecodeHistory(EncodeHistory(h))
-	if err != nil || len(got) != 2 {
-		t.Fatalf("%+v, %v", got, err)
-	}
-	for i := range h {
-		if got[i].Node != h[i].Node || got[i].Fence != h[i].Fence || !got[i].Started.Equal(h[i].Started) ||
-			!got[i].Finished.Equal(h[i].Finished) || got[i].Outcome != h[i].Outcome || got[i].Error != h[i].Error {
-			t.Fatalf("attempt %d: %+v, want %+v", i, got[i], h[i])
-		}
-	}
-	for _, empty := range []string{"", "{}", "[]"} {
-		if got, err := DecodeHistory(empty); err != nil || len(got) != 0 {
-			t.Fatalf("DecodeHistory(%q) = %+v, %v", empty, got, err)
-		}
-	}
-	if _, err := DecodeHistory(`[{"f":"x"}]`); err == nil {
-		t.Fatal("a malformed fence decoded")
-	}
-	// The bound and the takeover.
-	var hist []Attempt
-	for f := uint64(1); f <= MaxHistory+3; f++ {
-		hist = BeginAttempt(hist, Attempt{Fence: f, Outcome: AttemptRunning})
-	}
-	if len(hist) != MaxHistory || hist[0].Fence != 4 || hist[0].Outcome != AttemptSuperseded || hist[MaxHistory-1].Outcome != AttemptRunning {
-		t.Fatalf("history after %d attempts: %+v", MaxHistory+3, hist)
-	}
-	ended := EndAttempt(hist, MaxHistory+3, time.UnixMicro(5), AttemptDone, "")
-	if ended[MaxHistory-1].Outcome != AttemptDone || hist[MaxHistory-1].Outcome != AttemptRunning {
-		t.Fatal("EndAttempt did not end the attempt on a copy")
 	}
 }

@@ -12,8 +12,8 @@
 // A slot is a job's nominal fire time. Its ID is derived from the schedule
 // alone, so it is the same on every node and after every restart: recovery
 // re-runs the same slot, never a new one. A slot is claimed with a fenced
-// lease (the store's lease view, key [ClaimKey]) renewed while the handler
-// runs; a node that dies loses its claim after Options.ClaimTTL and another
+// lease (the store's lease view, key ClaimKey of package schedule/driver)
+// renewed while the handler runs; a node that dies loses its claim after Options.ClaimTTL and another
 // node takes the slot over under the same ID, with a greater fence. Whether
 // a slot is due is judged on the store's clock, never a node's.
 //
@@ -22,7 +22,7 @@
 // An attempt at a slot goes through fixed steps, each ending the attempt
 // with an exact record or going on: claim the slot (held elsewhere: look
 // again when that claim ends); read its record (already final: drop it);
-// for a catch-up slot, take a catch-up permit ([PermitKey]); pass the
+// for a catch-up slot, take a catch-up permit (key PermitKey); pass the
 // overlap gate (below); record the start ([Store.Begin]); run the
 // handler; release the run lease and permit, record done or failed, and
 // release the claim. A step that cannot reach the store writes nothing
@@ -32,7 +32,7 @@
 // # Overlap and catch-up
 //
 // Under OverlapSkip and OverlapQueue a job's runs take turns on its run
-// lease ([RunKey]). OverlapSkip records a slot skipped only when the run
+// lease (key RunKey). OverlapSkip records a slot skipped only when the run
 // of an earlier slot was already running at the slot's time and still
 // runs; a run lease left by a dead node, by a node that found its slot
 // done, or by a run that began after the slot's time is waited for.
@@ -88,4 +88,14 @@
 // (a duplicate completion), [ErrSuperseded] (another job definition is the
 // registered one) and [ErrStale] (fence.ErrStale: a superseded
 // attempt); test them with errors.Is.
+//
+// # Stores
+//
+// Stores implement [Store]; memstore, sqlitestore, pgstore and redisstore
+// return one from their Schedules method. What only store writers need
+// (the Store contract's requests, the claims lease keys, the input checks,
+// the reference decisions and the stored form of the attempt history) is
+// in package schedule/driver, which defines Store, Record and the other
+// types both sides name; package schedule re-exports them under the same
+// names. The conformance suite in scheduletest checks a store.
 package schedule

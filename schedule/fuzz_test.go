@@ -7,6 +7,7 @@ import (
 	_ "time/tzdata" // the zones below, whatever the machine has
 
 	"github.com/tenurekit/tenure/schedule"
+	scheddriver "github.com/tenurekit/tenure/schedule/driver"
 )
 
 // fuzzZones are the locations the fuzz targets pick from: UTC, zones with
@@ -61,7 +62,7 @@ func FuzzCron(f *testing.F) {
 				t.Fatalf("%s: Next(%v) = %v, not after it", s, at, next)
 			}
 			id := s.ID(next)
-			if err := schedule.ValidateID(id); err != nil {
+			if err := scheddriver.ValidateID(id); err != nil {
 				t.Fatalf("%s: ID(%v) = %q: %v", s, next, id, err)
 			}
 			if id == prevID {
@@ -112,33 +113,6 @@ func FuzzEvery(f *testing.F) {
 				t.Fatalf("Every(%v).ID(%v) = %q (%v)", iv, next, s.ID(next), err)
 			}
 			at = next
-		}
-	})
-}
-
-// FuzzHistory: a decoded history encodes and decodes to itself, and
-// nothing panics.
-func FuzzHistory(f *testing.F) {
-	f.Add(``)
-	f.Add(`{}`)
-	f.Add(`[{"n":"a","f":"1","s":"1800000000123456","e":"0","o":"running"}]`)
-	f.Add(`[{"n":"b","f":"9223372036854775807","s":"1","e":"2","o":"failed","err":"boom\u0000"}]`)
-	f.Add(`[{"f":"-1"}]`)
-	f.Fuzz(func(t *testing.T, s string) {
-		h, err := schedule.DecodeHistory(s)
-		if err != nil {
-			return
-		}
-		again, err := schedule.DecodeHistory(schedule.EncodeHistory(h))
-		if err != nil || len(again) != len(h) {
-			t.Fatalf("round trip of %+v: %+v, %v", h, again, err)
-		}
-		for i := range h {
-			a, b := h[i], again[i]
-			if a.Node != b.Node || a.Fence != b.Fence || !a.Started.Equal(b.Started) || !a.Finished.Equal(b.Finished) ||
-				a.Outcome != b.Outcome || a.Error != b.Error {
-				t.Fatalf("attempt %d: %+v became %+v", i, a, b)
-			}
 		}
 	})
 }

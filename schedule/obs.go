@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/tenurekit/tenure/internal/obs"
+	scheddriver "github.com/tenurekit/tenure/schedule/driver"
 )
 
 // Slot states counted in tenure.schedule.slots.
@@ -142,15 +143,15 @@ func (ts timedStore) Now(ctx context.Context) (time.Time, error) {
 	return timed(ts, ctx, opNow, ts.Store.Now)
 }
 
-func (ts timedStore) Begin(ctx context.Context, req BeginRequest) (Record, error) {
+func (ts timedStore) Begin(ctx context.Context, req scheddriver.BeginRequest) (Record, error) {
 	return timed(ts, ctx, opBegin, func(ctx context.Context) (Record, error) { return ts.Store.Begin(ctx, req) })
 }
 
-func (ts timedStore) Finish(ctx context.Context, req FinishRequest) (Record, error) {
+func (ts timedStore) Finish(ctx context.Context, req scheddriver.FinishRequest) (Record, error) {
 	return timed(ts, ctx, opFinish, func(ctx context.Context) (Record, error) { return ts.Store.Finish(ctx, req) })
 }
 
-func (ts timedStore) Mark(ctx context.Context, req MarkRequest) (Record, bool, error) {
+func (ts timedStore) Mark(ctx context.Context, req scheddriver.MarkRequest) (Record, bool, error) {
 	var wrote bool
 	r, err := timed(ts, ctx, opMark, func(ctx context.Context) (Record, error) {
 		r, w, err := ts.Store.Mark(ctx, req)
@@ -182,7 +183,7 @@ func (ts timedStore) Last(ctx context.Context, job string) (time.Time, bool, err
 	return t, ok, err
 }
 
-func (ts timedStore) Register(ctx context.Context, req RegisterRequest) (Definition, error) {
+func (ts timedStore) Register(ctx context.Context, req scheddriver.RegisterRequest) (Definition, error) {
 	return timed(ts, ctx, opRegister, func(ctx context.Context) (Definition, error) { return ts.Store.Register(ctx, req) })
 }
 

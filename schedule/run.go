@@ -10,6 +10,7 @@ import (
 
 	"github.com/tenurekit/tenure/internal/obs"
 	"github.com/tenurekit/tenure/lease"
+	scheddriver "github.com/tenurekit/tenure/schedule/driver"
 )
 
 // A slot's run is a fixed sequence of steps, each of which either lets the
@@ -141,7 +142,7 @@ func (r *slotRun) execute() {
 // takeClaim takes the slot's claim lease.
 func (r *slotRun) takeClaim() (outcome, bool) {
 	sent := r.s.storeNow()
-	claim, err := r.s.locker.TryAcquire(r.ctx, ClaimKey(r.j.Name, r.p.id), r.s.o.ClaimTTL)
+	claim, err := r.s.locker.TryAcquire(r.ctx, scheddriver.ClaimKey(r.j.Name, r.p.id), r.s.o.ClaimTTL)
 	if err != nil {
 		var busy *lease.HeldError
 		if errors.As(err, &busy) {
@@ -184,7 +185,7 @@ func (r *slotRun) takePermit() (outcome, bool) {
 	}
 	sent := r.s.storeNow()
 	for i := range r.j.CatchUpConcurrency {
-		l, err := r.s.locker.TryAcquire(r.ctx, PermitKey(r.j.Name, i), r.s.o.ClaimTTL)
+		l, err := r.s.locker.TryAcquire(r.ctx, scheddriver.PermitKey(r.j.Name, i), r.s.o.ClaimTTL)
 		if err == nil {
 			r.leases = append(r.leases, r.hold(l))
 			return outcome{}, true
@@ -214,7 +215,7 @@ func (r *slotRun) gate() (outcome, bool) {
 	for {
 		wait := pause
 		if !r.s.olderGating(r.js, r.p) {
-			run, err := r.s.locker.TryAcquire(r.ctx, RunKey(r.j.Name), r.s.o.ClaimTTL)
+			run, err := r.s.locker.TryAcquire(r.ctx, scheddriver.RunKey(r.j.Name), r.s.o.ClaimTTL)
 			if err == nil {
 				r.leases = append(r.leases, r.hold(run))
 				return outcome{}, true
@@ -262,7 +263,7 @@ func (r *slotRun) earlierRunning() (string, error) {
 		if rec.State != Running || !rec.Started.Before(r.p.at) {
 			continue
 		}
-		info, err := r.s.store.Claims().Inspect(r.ctx, ClaimKey(r.j.Name, rec.SlotID))
+		info, err := r.s.store.Claims().Inspect(r.ctx, scheddriver.ClaimKey(r.j.Name, rec.SlotID))
 		if err != nil {
 			return "", err
 		}
@@ -383,16 +384,16 @@ func (r *slotRun) finish(runErr error) outcome {
 	// the bookkeeping, so that the next slot does not wait for a run that
 	// is over.
 	r.endLeases()
-	fin := FinishRequest{Job: r.j.Name, SlotID: r.p.id, Fence: r.claim.Fence(), State: Done}
+	fin := scheddriver.FinishRequest{Job: r.j.Name, SlotID: r.p.id, Fence: r.claim.Fence(), State: Done}
 	if runErr != nil {
 		fin.State = Failed
-		fin.Error = CutError(runErr.Error())
+		fin.Error = scheddriver.CutError(runErr.Error())
 		switch {
 		case lost:
 			// Not the handler's fault: the claim ran out under it. The
 			// slot is due again at once; its effect, if completed, is in
 			// the ledger and will not be applied twice.
-			fin.Error = CutError("claim lost while running: " + runErr.Error())
+			fin.Error = scheddriver.CutError("claim lost while running: " + runErr.Error())
 			fin.RetryAfter = time.Millisecond
 		case r.rec.Attempts < r.j.Retry.Attempts:
 			fin.RetryAfter = backoff(r.j.Retry, r.rec.Attempts)
@@ -485,7 +486,7 @@ func sleep(ctx, stop context.Context, d time.Duration) bool {
 // begin records the start of an attempt under claim, or with a reason the
 // slot skipped.
 func (s *Scheduler) begin(ctx context.Context, js *jobState, p *pendingSlot, claim *lease.Lease, skipReason string) (Record, error) {
-	req := BeginRequest{Job: js.job.Name, SlotID: p.id, SlotTime: p.at, Node: s.o.Node, Fence: claim.Fence(), Definition: js.fp}
+	req := scheddriver.BeginRequest{Job: js.job.Name, SlotID: p.id, SlotTime: p.at, Node: s.o.Node, Fence: claim.Fence(), Definition: js.fp}
 	if skipReason != "" {
 		req.Skip, req.Reason = true, skipReason
 	}

@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/tenurekit/tenure/lease"
+	scheddriver "github.com/tenurekit/tenure/schedule/driver"
 )
 
 // Misfire says what happens to slots that were due while no node ran them
@@ -54,7 +55,8 @@ func (m Misfire) String() string {
 
 // Overlap says what happens when a slot comes due while an earlier run of
 // the same job is still running, on any node. Under OverlapSkip and
-// OverlapQueue runs are serialized by the job's run lease ([RunKey]).
+// OverlapQueue runs are serialized by the job's run lease (key RunKey of
+// package schedule/driver).
 type Overlap int
 
 const (
@@ -263,11 +265,11 @@ func New(store Store, o *Options) (*Scheduler, error) {
 	if s.o.Node == "" {
 		host, _ := os.Hostname()
 		s.o.Node = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), crand.Text()[:6])
-		if len(s.o.Node) > MaxNameLen || validateNode(s.o.Node) != nil {
+		if len(s.o.Node) > MaxNameLen || scheddriver.ValidateNode(s.o.Node) != nil {
 			s.o.Node = fmt.Sprintf("node-%d-%s", os.Getpid(), crand.Text()[:6])
 		}
 	}
-	if err := validateNode(s.o.Node); err != nil {
+	if err := scheddriver.ValidateNode(s.o.Node); err != nil {
 		return nil, fmt.Errorf("options: %w", err)
 	}
 	if s.o.PollInterval == 0 {
@@ -305,7 +307,7 @@ func (s *Scheduler) Node() string { return s.o.Node }
 // Add validates j, applies its defaults and adds it. It may be called
 // before or while Run runs. Nothing is written to the store.
 func (s *Scheduler) Add(j Job) error {
-	if err := ValidateName(j.Name); err != nil {
+	if err := scheddriver.ValidateName(j.Name); err != nil {
 		return err
 	}
 	bad := func(why string) error { return fmt.Errorf("%w: job %q: %s", ErrInvalid, j.Name, why) }
@@ -560,7 +562,7 @@ func (s *Scheduler) classify(ctx context.Context, js *jobState, due []time.Time,
 			return
 		}
 		id := j.Schedule.ID(m.at)
-		_, wrote, err := s.store.Mark(ctx, MarkRequest{Job: j.Name, SlotID: id, SlotTime: m.at, Node: s.o.Node, State: Missed, Reason: m.reason, Definition: js.fp})
+		_, wrote, err := s.store.Mark(ctx, scheddriver.MarkRequest{Job: j.Name, SlotID: id, SlotTime: m.at, Node: s.o.Node, State: Missed, Reason: m.reason, Definition: js.fp})
 		if errors.Is(err, ErrSuperseded) {
 			s.superseded(ctx, js)
 			return
@@ -656,7 +658,7 @@ func (s *Scheduler) Claim(ctx context.Context, job string, at time.Time) (*Slot,
 		return nil, err
 	}
 	p := &pendingSlot{id: j.Schedule.ID(at), at: at}
-	claim, err := s.locker.TryAcquire(ctx, ClaimKey(j.Name, p.id), s.o.ClaimTTL)
+	claim, err := s.locker.TryAcquire(ctx, scheddriver.ClaimKey(j.Name, p.id), s.o.ClaimTTL)
 	if err != nil {
 		return nil, err
 	}
@@ -678,10 +680,10 @@ func (s *Scheduler) Finish(ctx context.Context, slot *Slot, runErr error) (Recor
 		return Record{}, fmt.Errorf("%w: nil slot", ErrInvalid)
 	}
 	defer s.release(slot.lease)
-	fin := FinishRequest{Job: slot.Job, SlotID: slot.ID, Fence: slot.Fence, State: Done}
+	fin := scheddriver.FinishRequest{Job: slot.Job, SlotID: slot.ID, Fence: slot.Fence, State: Done}
 	if runErr != nil {
 		fin.State = Failed
-		fin.Error = CutError(runErr.Error())
+		fin.Error = scheddriver.CutError(runErr.Error())
 	}
 	return s.store.Finish(ctx, fin)
 }

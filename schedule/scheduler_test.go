@@ -11,6 +11,7 @@ import (
 
 	"github.com/tenurekit/tenure/lease"
 	"github.com/tenurekit/tenure/schedule"
+	scheddriver "github.com/tenurekit/tenure/schedule/driver"
 	"github.com/tenurekit/tenure/schedule/scheduletest"
 	"github.com/tenurekit/tenure/store/memstore"
 )
@@ -176,7 +177,7 @@ func TestGoexitHandlerFailsSlot(t *testing.T) {
 		if err != nil || r.State != schedule.Failed || !r.Final() || !strings.Contains(r.Error, "Goexit") {
 			t.Fatalf("record %+v, %v; want failed for good, naming Goexit", r, err)
 		}
-		for _, key := range []string{schedule.ClaimKey("exit", every.ID(first)), schedule.RunKey("exit")} {
+		for _, key := range []string{scheddriver.ClaimKey("exit", every.ID(first)), scheddriver.RunKey("exit")} {
 			if info, err := db.Leases().Inspect(t.Context(), key); err != nil || info.Held {
 				t.Errorf("%s: %+v, %v; want free", key, info, err)
 			}

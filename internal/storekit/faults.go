@@ -13,6 +13,7 @@ import (
 	"github.com/tenurekit/tenure/lease"
 	"github.com/tenurekit/tenure/ratelimit"
 	"github.com/tenurekit/tenure/schedule"
+	scheddriver "github.com/tenurekit/tenure/schedule/driver"
 	"github.com/tenurekit/tenure/session"
 )
 
@@ -316,12 +317,12 @@ func (s *Schedules) Now(ctx context.Context) (time.Time, error) {
 }
 
 // Begin implements schedule.Store.
-func (s *Schedules) Begin(ctx context.Context, r schedule.BeginRequest) (schedule.Record, error) {
+func (s *Schedules) Begin(ctx context.Context, r scheddriver.BeginRequest) (schedule.Record, error) {
 	return do(ctx, s.Faults, errSchedUnavailable, func(ctx context.Context) (schedule.Record, error) { return s.inner.Begin(ctx, r) })
 }
 
 // Finish implements schedule.Store.
-func (s *Schedules) Finish(ctx context.Context, r schedule.FinishRequest) (schedule.Record, error) {
+func (s *Schedules) Finish(ctx context.Context, r scheddriver.FinishRequest) (schedule.Record, error) {
 	return do(ctx, s.Faults, errSchedUnavailable, func(ctx context.Context) (schedule.Record, error) { return s.inner.Finish(ctx, r) })
 }
 
@@ -332,7 +333,7 @@ type pair[A, B any] struct {
 }
 
 // Mark implements schedule.Store.
-func (s *Schedules) Mark(ctx context.Context, r schedule.MarkRequest) (schedule.Record, bool, error) {
+func (s *Schedules) Mark(ctx context.Context, r scheddriver.MarkRequest) (schedule.Record, bool, error) {
 	p, err := do(ctx, s.Faults, errSchedUnavailable, func(ctx context.Context) (pair[schedule.Record, bool], error) {
 		rec, ok, err := s.inner.Mark(ctx, r)
 		return pair[schedule.Record, bool]{rec, ok}, err
@@ -367,7 +368,7 @@ func (s *Schedules) Last(ctx context.Context, job string) (time.Time, bool, erro
 }
 
 // Register implements schedule.Store.
-func (s *Schedules) Register(ctx context.Context, r schedule.RegisterRequest) (schedule.Definition, error) {
+func (s *Schedules) Register(ctx context.Context, r scheddriver.RegisterRequest) (schedule.Definition, error) {
 	return do(ctx, s.Faults, errSchedUnavailable, func(ctx context.Context) (schedule.Definition, error) { return s.inner.Register(ctx, r) })
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tenurekit/tenure/schedule"
+	scheddriver "github.com/tenurekit/tenure/schedule/driver"
 )
 
 // logs keeps the messages of the records a scheduler logs at Warn and
@@ -60,7 +61,7 @@ func testDefinitionContract(e *env) {
 	if _, err := s.Definition(ctx, job); !errors.Is(err, schedule.ErrNotFound) {
 		t.Fatalf("Definition before any Register: %v, want ErrNotFound", err)
 	}
-	for _, bad := range []schedule.RegisterRequest{
+	for _, bad := range []scheddriver.RegisterRequest{
 		{Job: job, Fingerprint: "", Node: "a"},
 		{Job: job, Fingerprint: "has space", Node: "a"},
 		{Job: job, Fingerprint: strings.Repeat("f", schedule.MaxFingerprintLen+1), Node: "a"},
@@ -74,7 +75,7 @@ func testDefinitionContract(e *env) {
 	if _, err := s.Definition(ctx, job); !errors.Is(err, schedule.ErrNotFound) {
 		t.Fatalf("Definition after refused Registers: %v, want ErrNotFound", err)
 	}
-	prev, err := s.Register(ctx, schedule.RegisterRequest{Job: job, Fingerprint: "v1", Spec: "every 1m", Node: "a"})
+	prev, err := s.Register(ctx, scheddriver.RegisterRequest{Job: job, Fingerprint: "v1", Spec: "every 1m", Node: "a"})
 	if err != nil || prev.Fingerprint != "" {
 		t.Fatalf("first Register: %+v, %v", prev, err)
 	}
@@ -83,7 +84,7 @@ func testDefinitionContract(e *env) {
 		t.Fatalf("Definition: %+v, %v", d1, err)
 	}
 	// The same definition again changes nothing.
-	prev, err = s.Register(ctx, schedule.RegisterRequest{Job: job, Fingerprint: "v1", Spec: "every 1m", Node: "b"})
+	prev, err = s.Register(ctx, scheddriver.RegisterRequest{Job: job, Fingerprint: "v1", Spec: "every 1m", Node: "b"})
 	if err != nil || prev.Fingerprint != "v1" || prev.Node != "a" {
 		t.Fatalf("Register of the current definition: %+v, %v", prev, err)
 	}
@@ -92,7 +93,7 @@ func testDefinitionContract(e *env) {
 	}
 	at := e.now().Add(-time.Hour).Truncate(time.Second)
 	begin := func(id, fp string, f uint64) error {
-		_, err := s.Begin(ctx, schedule.BeginRequest{Job: job, SlotID: id, SlotTime: at, Node: "a", Fence: f, Definition: fp})
+		_, err := s.Begin(ctx, scheddriver.BeginRequest{Job: job, SlotID: id, SlotTime: at, Node: "a", Fence: f, Definition: fp})
 		return err
 	}
 	if err := begin("s1", "v1", 1); err != nil {
@@ -101,7 +102,7 @@ func testDefinitionContract(e *env) {
 	if e.fake() {
 		e.Clock.Advance(time.Millisecond)
 	}
-	prev, err = s.Register(ctx, schedule.RegisterRequest{Job: job, Fingerprint: "v2", Spec: "every 2m", Node: "b"})
+	prev, err = s.Register(ctx, scheddriver.RegisterRequest{Job: job, Fingerprint: "v2", Spec: "every 2m", Node: "b"})
 	if err != nil || prev.Fingerprint != "v1" || prev.Spec != "every 1m" || prev.Node != "a" {
 		t.Fatalf("Register of a new definition: %+v, %v (want the replaced v1)", prev, err)
 	}
@@ -112,7 +113,7 @@ func testDefinitionContract(e *env) {
 	if err := begin("s2", "v1", 1); !errors.Is(err, schedule.ErrSuperseded) {
 		t.Fatalf("Begin under the replaced definition: %v, want ErrSuperseded", err)
 	}
-	_, wrote, err := s.Mark(ctx, schedule.MarkRequest{Job: job, SlotID: "s3", SlotTime: at, Node: "a", State: schedule.Missed, Reason: "late", Definition: "v1"})
+	_, wrote, err := s.Mark(ctx, scheddriver.MarkRequest{Job: job, SlotID: "s3", SlotTime: at, Node: "a", State: schedule.Missed, Reason: "late", Definition: "v1"})
 	if !errors.Is(err, schedule.ErrSuperseded) || wrote {
 		t.Fatalf("Mark under the replaced definition: %v (wrote %v), want ErrSuperseded", err, wrote)
 	}
@@ -127,11 +128,11 @@ func testDefinitionContract(e *env) {
 	if err := begin("s4", "", 1); err != nil {
 		t.Fatalf("Begin without a definition: %v", err)
 	}
-	if _, wrote, err := s.Mark(ctx, schedule.MarkRequest{Job: job, SlotID: "s3", SlotTime: at, Node: "b", State: schedule.Missed, Reason: "late", Definition: "v2"}); err != nil || !wrote {
+	if _, wrote, err := s.Mark(ctx, scheddriver.MarkRequest{Job: job, SlotID: "s3", SlotTime: at, Node: "b", State: schedule.Missed, Reason: "late", Definition: "v2"}); err != nil || !wrote {
 		t.Fatalf("Mark under the current definition: %v (wrote %v)", err, wrote)
 	}
 	// A running attempt begun under v1 still ends.
-	if _, err := s.Finish(ctx, schedule.FinishRequest{Job: job, SlotID: "s1", Fence: 1, State: schedule.Done}); err != nil {
+	if _, err := s.Finish(ctx, scheddriver.FinishRequest{Job: job, SlotID: "s1", Fence: 1, State: schedule.Done}); err != nil {
 		t.Fatalf("Finish of an attempt begun before the switch: %v", err)
 	}
 }
@@ -144,7 +145,7 @@ func testAttemptHistory(e *env) {
 	at := e.now().Add(-time.Hour).Truncate(time.Second)
 	begin := func(id, node string, f uint64) schedule.Record {
 		t.Helper()
-		r, err := s.Begin(ctx, schedule.BeginRequest{Job: job, SlotID: id, SlotTime: at, Node: node, Fence: f})
+		r, err := s.Begin(ctx, scheddriver.BeginRequest{Job: job, SlotID: id, SlotTime: at, Node: node, Fence: f})
 		if err != nil {
 			t.Fatalf("Begin(%s, fence %d): %v", id, f, err)
 		}
@@ -161,13 +162,13 @@ func testAttemptHistory(e *env) {
 	tick()
 	begin("h", "b", 2)
 	tick()
-	if _, err := s.Finish(ctx, schedule.FinishRequest{Job: job, SlotID: "h", Fence: 2, State: schedule.Failed, Error: "boom", RetryAfter: time.Millisecond}); err != nil {
+	if _, err := s.Finish(ctx, scheddriver.FinishRequest{Job: job, SlotID: "h", Fence: 2, State: schedule.Failed, Error: "boom", RetryAfter: time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
 	tick()
 	tick()
 	e.waitFor("the retry to be due", func() bool {
-		_, err := s.Begin(ctx, schedule.BeginRequest{Job: job, SlotID: "h", SlotTime: at, Node: "c", Fence: 3})
+		_, err := s.Begin(ctx, scheddriver.BeginRequest{Job: job, SlotID: "h", SlotTime: at, Node: "c", Fence: 3})
 		if errors.Is(err, schedule.ErrNotDue) {
 			tick()
 			return false
@@ -178,7 +179,7 @@ func testAttemptHistory(e *env) {
 		return true
 	})
 	tick()
-	if _, err := s.Finish(ctx, schedule.FinishRequest{Job: job, SlotID: "h", Fence: 3, State: schedule.Done}); err != nil {
+	if _, err := s.Finish(ctx, scheddriver.FinishRequest{Job: job, SlotID: "h", Fence: 3, State: schedule.Done}); err != nil {
 		t.Fatal(err)
 	}
 	r, _ := e.record(job, "h")

@@ -10,6 +10,7 @@ import (
 
 	"github.com/tenurekit/tenure/lease"
 	"github.com/tenurekit/tenure/schedule"
+	scheddriver "github.com/tenurekit/tenure/schedule/driver"
 )
 
 // The cases of this file check how a slot's run is put together: a claim
@@ -94,7 +95,7 @@ func testTakeoverWaitsForRunLease(e *env) {
 	// later, then dies.
 	_, dead := e.claimOne(e.Store, job, sched, t0, "a")
 	e.Clock.Advance(time.Minute)
-	if _, err := e.handLocker().TryAcquire(ctxT(t), schedule.RunKey(job), e.claimTTL()); err != nil {
+	if _, err := e.handLocker().TryAcquire(ctxT(t), scheddriver.RunKey(job), e.claimTTL()); err != nil {
 		t.Fatal(err)
 	}
 	var calls counter
@@ -105,7 +106,7 @@ func testTakeoverWaitsForRunLease(e *env) {
 		if r, _ := e.record(job, dead.ID); r.Final() {
 			return true
 		}
-		info, err := e.Store.Claims().Inspect(ctxT(t), schedule.ClaimKey(job, dead.ID))
+		info, err := e.Store.Claims().Inspect(ctxT(t), scheddriver.ClaimKey(job, dead.ID))
 		return err == nil && info.Held && info.Fence > dead.Fence
 	})
 	time.Sleep(20 * time.Millisecond) // some ten polls of b
@@ -137,8 +138,8 @@ func testSettledSlotNoSkip(e *env) {
 	e.waitState(job, sched.ID(t0), schedule.Done)
 	// a releases its run lease once the record is written; then a run lease
 	// is taken as by a node that ran slot t0 late, after it was done.
-	e.waitFor("a's run lease to be released", func() bool { return !e.held(schedule.RunKey(job)) })
-	run, err := e.handLocker().TryAcquire(ctxT(t), schedule.RunKey(job), e.claimTTL())
+	e.waitFor("a's run lease to be released", func() bool { return !e.held(scheddriver.RunKey(job)) })
+	run, err := e.handLocker().TryAcquire(ctxT(t), scheddriver.RunKey(job), e.claimTTL())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +148,7 @@ func testSettledSlotNoSkip(e *env) {
 		if r, ok := e.record(job, sched.ID(next)); ok && r.Final() {
 			return true
 		}
-		return e.held(schedule.ClaimKey(job, sched.ID(next)))
+		return e.held(scheddriver.ClaimKey(job, sched.ID(next)))
 	})
 	time.Sleep(20 * time.Millisecond)
 	if r, ok := e.record(job, sched.ID(next)); ok {
@@ -315,7 +316,7 @@ func testPanickingHandler(e *env) {
 	if r.State != schedule.Failed || !r.Final() || r.Attempts != 1 || !strings.Contains(r.Error, "boom in "+sched.ID(slot(1))) {
 		t.Fatalf("panicked slot: %+v; want failed for good with the panic value", r)
 	}
-	for _, key := range []string{schedule.ClaimKey(job, sched.ID(slot(1))), schedule.RunKey(job), schedule.PermitKey(job, 0)} {
+	for _, key := range []string{scheddriver.ClaimKey(job, sched.ID(slot(1))), scheddriver.RunKey(job), scheddriver.PermitKey(job, 0)} {
 		e.released(key, 5*time.Second)
 	}
 	// Still running: the next slots are done.
@@ -354,7 +355,7 @@ func (e *env) panicOnRealClock() {
 	// claim's fence proves the record's writer); both happen well within
 	// the claim's TTL, so a lease still held past half of it was kept
 	// alive, not released.
-	for _, key := range []string{schedule.ClaimKey(job, sched.ID(first)), schedule.RunKey(job)} {
+	for _, key := range []string{scheddriver.ClaimKey(job, sched.ID(first)), scheddriver.RunKey(job)} {
 		e.released(key, e.claimTTL()/2)
 	}
 	if r := e.waitState(job, sched.ID(second), schedule.Done); r.Attempts != 1 || e.count(job) != 1 {

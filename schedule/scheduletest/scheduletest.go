@@ -28,6 +28,7 @@ import (
 	"github.com/tenurekit/tenure/fence"
 	"github.com/tenurekit/tenure/lease"
 	"github.com/tenurekit/tenure/schedule"
+	scheddriver "github.com/tenurekit/tenure/schedule/driver"
 )
 
 // Target is one store under test.
@@ -362,35 +363,35 @@ func testInvalid(e *env) {
 		call func() error
 	}{
 		{"begin bad job", func() error {
-			_, err := s.Begin(ctx, schedule.BeginRequest{Job: "a/b", SlotID: "1", SlotTime: at, Node: "n", Fence: 1})
+			_, err := s.Begin(ctx, scheddriver.BeginRequest{Job: "a/b", SlotID: "1", SlotTime: at, Node: "n", Fence: 1})
 			return err
 		}},
 		{"begin empty id", func() error {
-			_, err := s.Begin(ctx, schedule.BeginRequest{Job: job, SlotID: "", SlotTime: at, Node: "n", Fence: 1})
+			_, err := s.Begin(ctx, scheddriver.BeginRequest{Job: job, SlotID: "", SlotTime: at, Node: "n", Fence: 1})
 			return err
 		}},
 		{"begin zero fence", func() error {
-			_, err := s.Begin(ctx, schedule.BeginRequest{Job: job, SlotID: "1", SlotTime: at, Node: "n", Fence: 0})
+			_, err := s.Begin(ctx, scheddriver.BeginRequest{Job: job, SlotID: "1", SlotTime: at, Node: "n", Fence: 0})
 			return err
 		}},
 		{"begin zero time", func() error {
-			_, err := s.Begin(ctx, schedule.BeginRequest{Job: job, SlotID: "1", Node: "n", Fence: 1})
+			_, err := s.Begin(ctx, scheddriver.BeginRequest{Job: job, SlotID: "1", Node: "n", Fence: 1})
 			return err
 		}},
 		{"begin empty node", func() error {
-			_, err := s.Begin(ctx, schedule.BeginRequest{Job: job, SlotID: "1", SlotTime: at, Fence: 1})
+			_, err := s.Begin(ctx, scheddriver.BeginRequest{Job: job, SlotID: "1", SlotTime: at, Fence: 1})
 			return err
 		}},
 		{"finish bad state", func() error {
-			_, err := s.Finish(ctx, schedule.FinishRequest{Job: job, SlotID: "1", Fence: 1, State: schedule.Missed})
+			_, err := s.Finish(ctx, scheddriver.FinishRequest{Job: job, SlotID: "1", Fence: 1, State: schedule.Missed})
 			return err
 		}},
 		{"mark bad state", func() error {
-			_, _, err := s.Mark(ctx, schedule.MarkRequest{Job: job, SlotID: "1", SlotTime: at, Node: "n", State: schedule.Done})
+			_, _, err := s.Mark(ctx, scheddriver.MarkRequest{Job: job, SlotID: "1", SlotTime: at, Node: "n", State: schedule.Done})
 			return err
 		}},
 		{"mark id with space", func() error {
-			_, _, err := s.Mark(ctx, schedule.MarkRequest{Job: job, SlotID: "a b", SlotTime: at, Node: "n", State: schedule.Missed})
+			_, _, err := s.Mark(ctx, scheddriver.MarkRequest{Job: job, SlotID: "a b", SlotTime: at, Node: "n", State: schedule.Missed})
 			return err
 		}},
 		{"slots bad job", func() error { _, err := s.Slots(ctx, "", at, at, 0); return err }},
@@ -421,7 +422,7 @@ func testRecordContract(e *env) {
 	at := now.Add(-10 * time.Second).Truncate(time.Millisecond)
 
 	// Not due on the store's clock.
-	_, err := s.Begin(ctx, schedule.BeginRequest{Job: job, SlotID: "future", SlotTime: now.Add(time.Hour), Node: "n1", Fence: 10})
+	_, err := s.Begin(ctx, scheddriver.BeginRequest{Job: job, SlotID: "future", SlotTime: now.Add(time.Hour), Node: "n1", Fence: 10})
 	var nd *schedule.NotDueError
 	if !errors.As(err, &nd) || !errors.Is(err, schedule.ErrNotDue) || nd.Wait < 50*time.Minute || nd.Wait > time.Hour {
 		t.Fatalf("Begin of a future slot: %v, want NotDueError of about 1h", err)
@@ -431,32 +432,32 @@ func testRecordContract(e *env) {
 	}
 
 	// Begin, repeat, stale.
-	r, err := s.Begin(ctx, schedule.BeginRequest{Job: job, SlotID: "a", SlotTime: at, Node: "n1", Fence: 10})
+	r, err := s.Begin(ctx, scheddriver.BeginRequest{Job: job, SlotID: "a", SlotTime: at, Node: "n1", Fence: 10})
 	if err != nil || r.State != schedule.Running || r.Attempts != 1 || r.Node != "n1" || r.Fence != 10 || r.Started.IsZero() {
 		t.Fatalf("Begin = %+v, %v", r, err)
 	}
 	if !r.SlotTime.Equal(at) {
 		t.Fatalf("SlotTime = %v, want %v", r.SlotTime, at)
 	}
-	if r2, err := s.Begin(ctx, schedule.BeginRequest{Job: job, SlotID: "a", SlotTime: at, Node: "n1", Fence: 10}); err != nil || r2.Attempts != 1 {
+	if r2, err := s.Begin(ctx, scheddriver.BeginRequest{Job: job, SlotID: "a", SlotTime: at, Node: "n1", Fence: 10}); err != nil || r2.Attempts != 1 {
 		t.Fatalf("repeated Begin = %+v, %v; want the same attempt", r2, err)
 	}
-	if _, err := s.Begin(ctx, schedule.BeginRequest{Job: job, SlotID: "a", SlotTime: at, Node: "n2", Fence: 9}); !errors.Is(err, schedule.ErrStale) || !errors.Is(err, fence.ErrStale) {
+	if _, err := s.Begin(ctx, scheddriver.BeginRequest{Job: job, SlotID: "a", SlotTime: at, Node: "n2", Fence: 9}); !errors.Is(err, schedule.ErrStale) || !errors.Is(err, fence.ErrStale) {
 		t.Fatalf("Begin with an older fence: %v, want ErrStale", err)
 	}
-	if _, err := s.Finish(ctx, schedule.FinishRequest{Job: job, SlotID: "a", Fence: 11, State: schedule.Done}); !errors.Is(err, schedule.ErrStale) {
+	if _, err := s.Finish(ctx, scheddriver.FinishRequest{Job: job, SlotID: "a", Fence: 11, State: schedule.Done}); !errors.Is(err, schedule.ErrStale) {
 		t.Fatalf("Finish with another fence: %v, want ErrStale", err)
 	}
 	// A newer attempt takes over (the first one's node died).
-	r, err = s.Begin(ctx, schedule.BeginRequest{Job: job, SlotID: "a", SlotTime: at, Node: "n2", Fence: 20})
+	r, err = s.Begin(ctx, scheddriver.BeginRequest{Job: job, SlotID: "a", SlotTime: at, Node: "n2", Fence: 20})
 	if err != nil || r.Attempts != 2 || r.Node != "n2" || r.Fence != 20 {
 		t.Fatalf("takeover Begin = %+v, %v", r, err)
 	}
-	if _, err := s.Finish(ctx, schedule.FinishRequest{Job: job, SlotID: "a", Fence: 10, State: schedule.Done}); !errors.Is(err, schedule.ErrStale) {
+	if _, err := s.Finish(ctx, scheddriver.FinishRequest{Job: job, SlotID: "a", Fence: 10, State: schedule.Done}); !errors.Is(err, schedule.ErrStale) {
 		t.Fatalf("the superseded attempt's Finish: %v, want ErrStale", err)
 	}
 	// Failure with a retry: not final, not due before RetryAt.
-	r, err = s.Finish(ctx, schedule.FinishRequest{Job: job, SlotID: "a", Fence: 20, State: schedule.Failed, Error: "boom", RetryAfter: time.Hour})
+	r, err = s.Finish(ctx, scheddriver.FinishRequest{Job: job, SlotID: "a", Fence: 20, State: schedule.Failed, Error: "boom", RetryAfter: time.Hour})
 	if err != nil || r.State != schedule.Failed || r.Error != "boom" || r.RetryAt.Before(now.Add(50*time.Minute)) || r.Final() || r.Finished.IsZero() {
 		t.Fatalf("Finish failed with retry = %+v, %v", r, err)
 	}
@@ -464,45 +465,45 @@ func testRecordContract(e *env) {
 	if err != nil || len(un) != 1 || un[0].SlotID != "a" {
 		t.Fatalf("Unfinished = %+v, %v", un, err)
 	}
-	if _, err := s.Begin(ctx, schedule.BeginRequest{Job: job, SlotID: "a", SlotTime: at, Node: "n1", Fence: 30}); !errors.Is(err, schedule.ErrNotDue) {
+	if _, err := s.Begin(ctx, scheddriver.BeginRequest{Job: job, SlotID: "a", SlotTime: at, Node: "n1", Fence: 30}); !errors.Is(err, schedule.ErrNotDue) {
 		t.Fatalf("Begin before RetryAt: %v, want ErrNotDue", err)
 	}
 
 	// Done is final; a later Begin gets the record.
 	b := at.Add(time.Second)
-	if _, err := s.Begin(ctx, schedule.BeginRequest{Job: job, SlotID: "b", SlotTime: b, Node: "n1", Fence: 40}); err != nil {
+	if _, err := s.Begin(ctx, scheddriver.BeginRequest{Job: job, SlotID: "b", SlotTime: b, Node: "n1", Fence: 40}); err != nil {
 		t.Fatal(err)
 	}
-	r, err = s.Finish(ctx, schedule.FinishRequest{Job: job, SlotID: "b", Fence: 40, State: schedule.Done})
+	r, err = s.Finish(ctx, scheddriver.FinishRequest{Job: job, SlotID: "b", Fence: 40, State: schedule.Done})
 	if err != nil || r.State != schedule.Done || !r.Final() {
 		t.Fatalf("Finish done = %+v, %v", r, err)
 	}
-	if r, err := s.Finish(ctx, schedule.FinishRequest{Job: job, SlotID: "b", Fence: 40, State: schedule.Failed, Error: "late"}); err != nil || r.State != schedule.Done {
+	if r, err := s.Finish(ctx, scheddriver.FinishRequest{Job: job, SlotID: "b", Fence: 40, State: schedule.Failed, Error: "late"}); err != nil || r.State != schedule.Done {
 		t.Fatalf("Finish failed after done = %+v, %v; want done kept", r, err)
 	}
-	_, err = s.Begin(ctx, schedule.BeginRequest{Job: job, SlotID: "b", SlotTime: b, Node: "n2", Fence: 50})
+	_, err = s.Begin(ctx, scheddriver.BeginRequest{Job: job, SlotID: "b", SlotTime: b, Node: "n2", Fence: 50})
 	var fe *schedule.FinalError
 	if !errors.As(err, &fe) || fe.Record.State != schedule.Done || !errors.Is(err, schedule.ErrFinal) {
 		t.Fatalf("Begin of a done slot: %v, want FinalError(done)", err)
 	}
-	if r, wrote, err := s.Mark(ctx, schedule.MarkRequest{Job: job, SlotID: "b", SlotTime: b, Node: "n3", State: schedule.Missed}); err != nil || wrote || r.State != schedule.Done {
+	if r, wrote, err := s.Mark(ctx, scheddriver.MarkRequest{Job: job, SlotID: "b", SlotTime: b, Node: "n3", State: schedule.Missed}); err != nil || wrote || r.State != schedule.Done {
 		t.Fatalf("Mark of a done slot = %+v, %v, %v", r, wrote, err)
 	}
 
 	// Mark, skip.
 	c := at.Add(2 * time.Second)
-	r, wrote, err := s.Mark(ctx, schedule.MarkRequest{Job: job, SlotID: "c", SlotTime: c, Node: "n3", State: schedule.Missed, Reason: "late"})
+	r, wrote, err := s.Mark(ctx, scheddriver.MarkRequest{Job: job, SlotID: "c", SlotTime: c, Node: "n3", State: schedule.Missed, Reason: "late"})
 	if err != nil || !wrote || r.State != schedule.Missed || r.Error != "late" || r.Attempts != 0 {
 		t.Fatalf("Mark = %+v, %v, %v", r, wrote, err)
 	}
-	if _, wrote, _ := s.Mark(ctx, schedule.MarkRequest{Job: job, SlotID: "c", SlotTime: c, Node: "n1", State: schedule.Skipped}); wrote {
+	if _, wrote, _ := s.Mark(ctx, scheddriver.MarkRequest{Job: job, SlotID: "c", SlotTime: c, Node: "n1", State: schedule.Skipped}); wrote {
 		t.Fatal("a second Mark wrote")
 	}
-	if _, err := s.Begin(ctx, schedule.BeginRequest{Job: job, SlotID: "c", SlotTime: c, Node: "n1", Fence: 60}); !errors.Is(err, schedule.ErrFinal) {
+	if _, err := s.Begin(ctx, scheddriver.BeginRequest{Job: job, SlotID: "c", SlotTime: c, Node: "n1", Fence: 60}); !errors.Is(err, schedule.ErrFinal) {
 		t.Fatalf("Begin of a missed slot: %v", err)
 	}
 	d := at.Add(3 * time.Second)
-	r, err = s.Begin(ctx, schedule.BeginRequest{Job: job, SlotID: "d", SlotTime: d, Node: "n1", Fence: 70, Skip: true, Reason: "overlap"})
+	r, err = s.Begin(ctx, scheddriver.BeginRequest{Job: job, SlotID: "d", SlotTime: d, Node: "n1", Fence: 70, Skip: true, Reason: "overlap"})
 	if err != nil || r.State != schedule.Skipped || r.Attempts != 0 || !r.Final() {
 		t.Fatalf("Begin skip = %+v, %v", r, err)
 	}
@@ -602,7 +603,7 @@ func testPausedPastClaim(e *env) {
 	sched := schedule.Every(time.Second)
 	at := e.pastSlot(sched)
 	_, a := e.claimOne(e.Store, job, sched, at, "a")
-	e.expire(e.Store, schedule.ClaimKey(job, a.ID))
+	e.expire(e.Store, scheddriver.ClaimKey(job, a.ID))
 	// The claim has expired, nobody else has claimed: still refused (the
 	// window a max-fence guard leaves open).
 	if err := e.Complete(ctxT(t), a); !errors.Is(err, schedule.ErrStale) || !errors.Is(err, lease.ErrNotHeld) {
@@ -647,7 +648,7 @@ func testKilledBetween(e *env) {
 		t.Fatal(err)
 	}
 	// a is killed here: no Finish, no release, no renewal.
-	e.expire(e.Store, schedule.ClaimKey(job, a.ID))
+	e.expire(e.Store, scheddriver.ClaimKey(job, a.ID))
 	var calls counter
 	b := e.start(e.node(), e.opts("b"), schedule.Job{Name: job, Schedule: sched, Run: e.completing(&calls), Overlap: schedule.OverlapAllow})
 	if _, err := b.Claim(ctxT(t), job, at); !errors.Is(err, schedule.ErrFinal) {
@@ -718,7 +719,7 @@ func testDeadNode(e *env) {
 	var bCalls counter
 	b := e.start(e.node(), e.opts("b"), schedule.Job{Name: job, Schedule: sched, Overlap: schedule.OverlapAllow, Run: e.completing(&bCalls)})
 	if e.fake() {
-		e.expire(e.Store, schedule.ClaimKey(job, dead.ID))
+		e.expire(e.Store, scheddriver.ClaimKey(job, dead.ID))
 	}
 	r := e.waitState(job, dead.ID, schedule.Done)
 	b.stop()
@@ -911,7 +912,7 @@ func testGracefulStop(e *env) {
 	if r.Attempts != 1 {
 		t.Fatalf("record %+v", r)
 	}
-	info, err := e.Store.Claims().Inspect(ctxT(t), schedule.ClaimKey(job, s.ID))
+	info, err := e.Store.Claims().Inspect(ctxT(t), scheddriver.ClaimKey(job, s.ID))
 	if err != nil || info.Held {
 		t.Fatalf("claim after stop: %+v, %v; want released", info, err)
 	}

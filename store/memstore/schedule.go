@@ -11,6 +11,7 @@ import (
 	"github.com/tenurekit/tenure/lease"
 	leasedriver "github.com/tenurekit/tenure/lease/driver"
 	"github.com/tenurekit/tenure/schedule"
+	scheddriver "github.com/tenurekit/tenure/schedule/driver"
 )
 
 // schedState is the scheduled-jobs state of a Store, guarded by Store.mu
@@ -70,7 +71,7 @@ func (st *schedState) put(r *schedule.Record) {
 	m[r.SlotID] = r
 }
 
-func (v schedules) Begin(ctx context.Context, req schedule.BeginRequest) (schedule.Record, error) {
+func (v schedules) Begin(ctx context.Context, req scheddriver.BeginRequest) (schedule.Record, error) {
 	if err := req.Validate(); err != nil {
 		return schedule.Record{}, err
 	}
@@ -81,12 +82,12 @@ func (v schedules) Begin(ctx context.Context, req schedule.BeginRequest) (schedu
 	st := s.sched()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := schedule.ApplyDefinition(req.Job, st.defs[req.Job].Fingerprint, req.Definition); err != nil {
+	if err := scheddriver.ApplyDefinition(req.Job, st.defs[req.Job].Fingerprint, req.Definition); err != nil {
 		return schedule.Record{}, err
 	}
 	cur := st.rec(req.Job, req.SlotID)
 	_, completed := st.ledger[req.Job][req.SlotID]
-	r, write, err := schedule.ApplyBegin(cur, completed, req, s.now())
+	r, write, err := scheddriver.ApplyBegin(cur, completed, req, s.now())
 	if err != nil {
 		return schedule.Record{}, err
 	}
@@ -96,7 +97,7 @@ func (v schedules) Begin(ctx context.Context, req schedule.BeginRequest) (schedu
 	return schedCopy(&r), nil
 }
 
-func (v schedules) Finish(ctx context.Context, req schedule.FinishRequest) (schedule.Record, error) {
+func (v schedules) Finish(ctx context.Context, req scheddriver.FinishRequest) (schedule.Record, error) {
 	if err := req.Validate(); err != nil {
 		return schedule.Record{}, err
 	}
@@ -108,7 +109,7 @@ func (v schedules) Finish(ctx context.Context, req schedule.FinishRequest) (sche
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	cur := st.rec(req.Job, req.SlotID)
-	r, write, err := schedule.ApplyFinish(cur, req, s.now())
+	r, write, err := scheddriver.ApplyFinish(cur, req, s.now())
 	if err != nil {
 		return schedule.Record{}, err
 	}
@@ -132,7 +133,7 @@ func (st *schedState) complete(job, id string, f uint64) {
 	}
 }
 
-func (v schedules) Mark(ctx context.Context, req schedule.MarkRequest) (schedule.Record, bool, error) {
+func (v schedules) Mark(ctx context.Context, req scheddriver.MarkRequest) (schedule.Record, bool, error) {
 	if err := req.Validate(); err != nil {
 		return schedule.Record{}, false, err
 	}
@@ -143,23 +144,23 @@ func (v schedules) Mark(ctx context.Context, req schedule.MarkRequest) (schedule
 	st := s.sched()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := schedule.ApplyDefinition(req.Job, st.defs[req.Job].Fingerprint, req.Definition); err != nil {
+	if err := scheddriver.ApplyDefinition(req.Job, st.defs[req.Job].Fingerprint, req.Definition); err != nil {
 		return schedule.Record{}, false, err
 	}
 	if r := st.rec(req.Job, req.SlotID); r != nil {
 		return schedCopy(r), false, nil
 	}
 	r := &schedule.Record{Job: req.Job, SlotID: req.SlotID, SlotTime: req.SlotTime, State: req.State,
-		Node: req.Node, Error: schedule.CutError(req.Reason), Finished: s.now()}
+		Node: req.Node, Error: scheddriver.CutError(req.Reason), Finished: s.now()}
 	st.put(r)
 	return *r, true, nil
 }
 
 func (v schedules) Slot(ctx context.Context, job, id string) (schedule.Record, error) {
-	if err := schedule.ValidateName(job); err != nil {
+	if err := scheddriver.ValidateName(job); err != nil {
 		return schedule.Record{}, err
 	}
-	if err := schedule.ValidateID(id); err != nil {
+	if err := scheddriver.ValidateID(id); err != nil {
 		return schedule.Record{}, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -178,7 +179,7 @@ func (v schedules) Slot(ctx context.Context, job, id string) (schedule.Record, e
 
 // sorted returns job's records that keep, ascending by slot time.
 func (v schedules) sorted(ctx context.Context, job string, limit int, keep func(*schedule.Record) bool) ([]schedule.Record, error) {
-	if err := schedule.ValidateName(job); err != nil {
+	if err := scheddriver.ValidateName(job); err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -255,10 +256,10 @@ func (s *Store) CompleteSlot(ctx context.Context, slot *schedule.Slot, effects .
 	if slot == nil || slot.Lease() == nil {
 		return fmt.Errorf("%w: memstore: nil slot or a slot without a claim", schedule.ErrInvalid)
 	}
-	if err := schedule.ValidateName(slot.Job); err != nil {
+	if err := scheddriver.ValidateName(slot.Job); err != nil {
 		return err
 	}
-	if err := schedule.ValidateID(slot.ID); err != nil {
+	if err := scheddriver.ValidateID(slot.ID); err != nil {
 		return err
 	}
 	for _, e := range effects {
@@ -316,11 +317,11 @@ func (s *Store) CompleteSlot(ctx context.Context, slot *schedule.Slot, effects .
 		st.put(r)
 	}
 	r.State, r.Error, r.Finished, r.RetryAt = schedule.Done, "", now, time.Time{}
-	r.History = schedule.EndAttempt(r.History, slot.Fence, now, schedule.AttemptDone, "")
+	r.History = scheddriver.EndAttempt(r.History, slot.Fence, now, schedule.AttemptDone, "")
 	return nil
 }
 
-func (v schedules) Register(ctx context.Context, req schedule.RegisterRequest) (schedule.Definition, error) {
+func (v schedules) Register(ctx context.Context, req scheddriver.RegisterRequest) (schedule.Definition, error) {
 	if err := req.Validate(); err != nil {
 		return schedule.Definition{}, err
 	}
@@ -334,13 +335,13 @@ func (v schedules) Register(ctx context.Context, req schedule.RegisterRequest) (
 	prev := st.defs[req.Job]
 	if prev.Fingerprint != req.Fingerprint {
 		st.defs[req.Job] = schedule.Definition{Job: req.Job, Fingerprint: req.Fingerprint,
-			Spec: schedule.CutError(req.Spec), Node: req.Node, Registered: s.now()}
+			Spec: scheddriver.CutError(req.Spec), Node: req.Node, Registered: s.now()}
 	}
 	return prev, nil
 }
 
 func (v schedules) Definition(ctx context.Context, job string) (schedule.Definition, error) {
-	if err := schedule.ValidateName(job); err != nil {
+	if err := scheddriver.ValidateName(job); err != nil {
 		return schedule.Definition{}, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -360,7 +361,7 @@ func (v schedules) Definition(ctx context.Context, job string) (schedule.Definit
 // SlotValue returns the job's value name as CompleteSlot left it (nil if
 // never set).
 func (s *Store) SlotValue(ctx context.Context, job, name string) ([]byte, error) {
-	if err := schedule.ValidateName(job); err != nil {
+	if err := scheddriver.ValidateName(job); err != nil {
 		return nil, err
 	}
 	if err := leasedriver.ValidateKey(name); err != nil {

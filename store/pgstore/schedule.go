@@ -16,6 +16,7 @@ import (
 	"github.com/tenurekit/tenure/fence"
 	"github.com/tenurekit/tenure/lease"
 	"github.com/tenurekit/tenure/schedule"
+	scheddriver "github.com/tenurekit/tenure/schedule/driver"
 )
 
 type schedQueries struct {
@@ -163,7 +164,7 @@ func schedScan(scan func(dest ...any) error) (schedule.Record, error) {
 		return schedule.Record{}, err
 	}
 	var err error
-	if r.History, err = schedule.DecodeHistory(hist.String); err != nil {
+	if r.History, err = scheddriver.DecodeHistory(hist.String); err != nil {
 		return schedule.Record{}, err
 	}
 	r.State, r.Fence = schedule.State(state), uint64(fence)
@@ -198,7 +199,7 @@ func (v schedules) slotTx(ctx context.Context, job, id, fp string, fn func(tx qu
 		if err != nil {
 			return err
 		}
-		if err := schedule.ApplyDefinition(job, def.String, fp); err != nil {
+		if err := scheddriver.ApplyDefinition(job, def.String, fp); err != nil {
 			return err
 		}
 		var cur *schedule.Record
@@ -206,7 +207,7 @@ func (v schedules) slotTx(ctx context.Context, job, id, fp string, fn func(tx qu
 			cur = &schedule.Record{Job: jobCol.String, SlotID: idCol.String, SlotTime: slotTime.Time, State: schedule.State(state.String),
 				Node: node.String, Attempts: int(attempts.Int32), Fence: uint64(fenceCol.Int64), Started: pgTime(started),
 				Finished: pgTime(fin), Error: errCol.String, RetryAt: pgTime(retry)}
-			if cur.History, err = schedule.DecodeHistory(hist.String); err != nil {
+			if cur.History, err = scheddriver.DecodeHistory(hist.String); err != nil {
 				return err
 			}
 		}
@@ -225,7 +226,7 @@ func (v schedules) put(ctx context.Context, tx querier, r schedule.Record) error
 		a.Error = pgText(a.Error)
 		h[i] = a
 	}
-	_, err = tx.exec(ctx, v.s.schedQ().putHistory, r.Job, r.SlotID, schedule.EncodeHistory(h))
+	_, err = tx.exec(ctx, v.s.schedQ().putHistory, r.Job, r.SlotID, scheddriver.EncodeHistory(h))
 	return err
 }
 
@@ -236,7 +237,7 @@ func jobLock(job string) int64 {
 	return int64(h.Sum64())
 }
 
-func (v schedules) Register(ctx context.Context, req schedule.RegisterRequest) (schedule.Definition, error) {
+func (v schedules) Register(ctx context.Context, req scheddriver.RegisterRequest) (schedule.Definition, error) {
 	if err := req.Validate(); err != nil {
 		return schedule.Definition{}, err
 	}
@@ -258,7 +259,7 @@ func (v schedules) Register(ctx context.Context, req schedule.RegisterRequest) (
 		if prev.Fingerprint == req.Fingerprint {
 			return nil
 		}
-		_, err = tx.exec(ctx, q.putDef, req.Job, req.Fingerprint, pgText(schedule.CutError(req.Spec)), req.Node)
+		_, err = tx.exec(ctx, q.putDef, req.Job, req.Fingerprint, pgText(scheddriver.CutError(req.Spec)), req.Node)
 		return err
 	})
 	if err != nil {
@@ -268,7 +269,7 @@ func (v schedules) Register(ctx context.Context, req schedule.RegisterRequest) (
 }
 
 func (v schedules) Definition(ctx context.Context, job string) (schedule.Definition, error) {
-	if err := schedule.ValidateName(job); err != nil {
+	if err := scheddriver.ValidateName(job); err != nil {
 		return schedule.Definition{}, err
 	}
 	var (
@@ -284,13 +285,13 @@ func (v schedules) Definition(ctx context.Context, job string) (schedule.Definit
 	return schedule.Definition{Job: job, Fingerprint: fp.String, Spec: spec.String, Node: node.String, Registered: pgTime(at)}, nil
 }
 
-func (v schedules) Begin(ctx context.Context, req schedule.BeginRequest) (schedule.Record, error) {
+func (v schedules) Begin(ctx context.Context, req scheddriver.BeginRequest) (schedule.Record, error) {
 	if err := req.Validate(); err != nil {
 		return schedule.Record{}, err
 	}
 	var out schedule.Record
 	err := v.slotTx(ctx, req.Job, req.SlotID, req.Definition, func(tx querier, cur *schedule.Record, completed bool, now time.Time) error {
-		r, write, err := schedule.ApplyBegin(cur, completed, req, now)
+		r, write, err := scheddriver.ApplyBegin(cur, completed, req, now)
 		if err != nil {
 			return err
 		}
@@ -306,13 +307,13 @@ func (v schedules) Begin(ctx context.Context, req schedule.BeginRequest) (schedu
 	return out, nil
 }
 
-func (v schedules) Finish(ctx context.Context, req schedule.FinishRequest) (schedule.Record, error) {
+func (v schedules) Finish(ctx context.Context, req scheddriver.FinishRequest) (schedule.Record, error) {
 	if err := req.Validate(); err != nil {
 		return schedule.Record{}, err
 	}
 	var out schedule.Record
 	err := v.slotTx(ctx, req.Job, req.SlotID, "", func(tx querier, cur *schedule.Record, _ bool, now time.Time) error {
-		r, write, err := schedule.ApplyFinish(cur, req, now)
+		r, write, err := scheddriver.ApplyFinish(cur, req, now)
 		if err != nil {
 			return err
 		}
@@ -334,7 +335,7 @@ func (v schedules) Finish(ctx context.Context, req schedule.FinishRequest) (sche
 	return out, nil
 }
 
-func (v schedules) Mark(ctx context.Context, req schedule.MarkRequest) (schedule.Record, bool, error) {
+func (v schedules) Mark(ctx context.Context, req scheddriver.MarkRequest) (schedule.Record, bool, error) {
 	if err := req.Validate(); err != nil {
 		return schedule.Record{}, false, err
 	}
@@ -348,7 +349,7 @@ func (v schedules) Mark(ctx context.Context, req schedule.MarkRequest) (schedule
 			return nil
 		}
 		out = schedule.Record{Job: req.Job, SlotID: req.SlotID, SlotTime: req.SlotTime, State: req.State,
-			Node: req.Node, Error: schedule.CutError(req.Reason), Finished: now}
+			Node: req.Node, Error: scheddriver.CutError(req.Reason), Finished: now}
 		wrote = true
 		return v.put(ctx, tx, out)
 	})
@@ -359,10 +360,10 @@ func (v schedules) Mark(ctx context.Context, req schedule.MarkRequest) (schedule
 }
 
 func (v schedules) Slot(ctx context.Context, job, id string) (schedule.Record, error) {
-	if err := schedule.ValidateName(job); err != nil {
+	if err := scheddriver.ValidateName(job); err != nil {
 		return schedule.Record{}, err
 	}
-	if err := schedule.ValidateID(id); err != nil {
+	if err := scheddriver.ValidateID(id); err != nil {
 		return schedule.Record{}, err
 	}
 	rs, err := v.query(ctx, job, v.s.schedQ().one, job, id)
@@ -376,7 +377,7 @@ func (v schedules) Slot(ctx context.Context, job, id string) (schedule.Record, e
 }
 
 func (v schedules) query(ctx context.Context, job, q string, args ...any) ([]schedule.Record, error) {
-	if err := schedule.ValidateName(job); err != nil {
+	if err := scheddriver.ValidateName(job); err != nil {
 		return nil, err
 	}
 	var out []schedule.Record
@@ -410,7 +411,7 @@ func (v schedules) Unfinished(ctx context.Context, job string, limit int) ([]sch
 }
 
 func (v schedules) Last(ctx context.Context, job string) (time.Time, bool, error) {
-	if err := schedule.ValidateName(job); err != nil {
+	if err := scheddriver.ValidateName(job); err != nil {
 		return time.Time{}, false, err
 	}
 	var t pgtype.Timestamptz
@@ -490,10 +491,10 @@ func (s *Store) completeArgs(slot *schedule.Slot) ([]any, error) {
 	if slot == nil || slot.Lease() == nil {
 		return nil, fmt.Errorf("%w: pgstore: nil slot or a slot without a claim", schedule.ErrInvalid)
 	}
-	if err := schedule.ValidateName(slot.Job); err != nil {
+	if err := scheddriver.ValidateName(slot.Job); err != nil {
 		return nil, err
 	}
-	if err := schedule.ValidateID(slot.ID); err != nil {
+	if err := scheddriver.ValidateID(slot.ID); err != nil {
 		return nil, err
 	}
 	l := slot.Lease()

@@ -22,7 +22,7 @@ func sweepSQL(schema string) sweepQueries {
 	q := func(t string) string { return schema + "." + t }
 	const clock = `WITH c AS (SELECT clock_timestamp() AS now) `
 	// A schedule record is final unless running or failed with a retry
-	// pending (schedule.Final).
+	// pending (schedule/driver.Final).
 	const final = `(s.state IN ('done', 'skipped', 'missed') OR (s.state = 'failed' AND s.retry_at IS NULL))`
 	return sweepQueries{
 		// $1 after (key), $2 page size, $3 retention (µs). A row is free

@@ -17,6 +17,7 @@ import (
 	"github.com/tenurekit/tenure/lease"
 	leasedriver "github.com/tenurekit/tenure/lease/driver"
 	"github.com/tenurekit/tenure/schedule"
+	scheddriver "github.com/tenurekit/tenure/schedule/driver"
 )
 
 // Lua scripts of the schedule view.
@@ -59,8 +60,8 @@ func (s *Store) schedKeys(job, id string) schedKeys {
 // schedClaimKeys maps a claims key ("schedule/<job>/<rest>") to its lock
 // and fence keys in the job's hash tag.
 func (s *Store) schedClaimKeys(key string) (lock, fenceKey string, err error) {
-	job, rest, ok := schedule.JobOfKey(key)
-	if !ok || schedule.ValidateName(job) != nil {
+	job, rest, ok := scheddriver.JobOfKey(key)
+	if !ok || scheddriver.ValidateName(job) != nil {
 		return "", "", fmt.Errorf("%w: redisstore: %q is not a schedule claims key", lease.ErrInvalid, key)
 	}
 	tag := s.schedTag(job) + "lease:" + rest
@@ -80,7 +81,7 @@ func (s *Store) Schedules() schedule.Store { return schedules{s} }
 
 type schedules struct{ s *Store }
 
-// Claims returns a lease store for the keys of schedule.ClaimKey, RunKey
+// Claims returns a lease store for the keys of scheddriver.ClaimKey, RunKey
 // and PermitKey: the store's own lease scripts, on keys in the job's hash
 // tag (other keys are refused with lease.ErrInvalid).
 func (v schedules) Claims() lease.Store { return schedClaims(v) }
@@ -161,7 +162,7 @@ func schedRecord(job, id string, m map[string]string) schedule.Record {
 			r.RetryAt = us(val)
 		case "h":
 			// A malformed history is left out; the record itself stands.
-			r.History, _ = schedule.DecodeHistory(val)
+			r.History, _ = scheddriver.DecodeHistory(val)
 		}
 	}
 	return r
@@ -192,7 +193,7 @@ func schedSuperseded(job, fp string) error {
 	return fmt.Errorf("redisstore: job %q: definition %s is not the registered one: %w", job, fp, schedule.ErrSuperseded)
 }
 
-func (v schedules) Begin(ctx context.Context, req schedule.BeginRequest) (schedule.Record, error) {
+func (v schedules) Begin(ctx context.Context, req scheddriver.BeginRequest) (schedule.Record, error) {
 	if err := req.Validate(); err != nil {
 		return schedule.Record{}, err
 	}
@@ -206,7 +207,7 @@ func (v schedules) Begin(ctx context.Context, req schedule.BeginRequest) (schedu
 		skip = "1"
 	}
 	arr, err := schedBeginScript.Exec(ctx, s.c, []string{k.rec, k.slots, k.open, k.ledger, k.def},
-		[]string{req.SlotID, usStr(req.SlotTime), req.Node, strconv.FormatUint(req.Fence, 10), skip, schedule.CutError(req.Reason), req.Definition}).ToArray()
+		[]string{req.SlotID, usStr(req.SlotTime), req.Node, strconv.FormatUint(req.Fence, 10), skip, scheddriver.CutError(req.Reason), req.Definition}).ToArray()
 	if err != nil {
 		return schedule.Record{}, v.fail(err)
 	}
@@ -229,7 +230,7 @@ func (v schedules) Begin(ctx context.Context, req schedule.BeginRequest) (schedu
 	return schedule.Record{}, malformed("schedule begin")
 }
 
-func (v schedules) Finish(ctx context.Context, req schedule.FinishRequest) (schedule.Record, error) {
+func (v schedules) Finish(ctx context.Context, req scheddriver.FinishRequest) (schedule.Record, error) {
 	if err := req.Validate(); err != nil {
 		return schedule.Record{}, err
 	}
@@ -240,7 +241,7 @@ func (v schedules) Finish(ctx context.Context, req schedule.FinishRequest) (sche
 	k := s.schedKeys(req.Job, req.SlotID)
 	retry := strconv.FormatInt(int64((req.RetryAfter+time.Microsecond-1)/time.Microsecond), 10)
 	arr, err := schedFinishScript.Exec(ctx, s.c, []string{k.rec, k.open, k.ledger},
-		[]string{req.SlotID, strconv.FormatUint(req.Fence, 10), string(req.State), schedule.CutError(req.Error), retry}).ToArray()
+		[]string{req.SlotID, strconv.FormatUint(req.Fence, 10), string(req.State), scheddriver.CutError(req.Error), retry}).ToArray()
 	if err != nil {
 		return schedule.Record{}, v.fail(err)
 	}
@@ -254,7 +255,7 @@ func (v schedules) Finish(ctx context.Context, req schedule.FinishRequest) (sche
 	return r, nil
 }
 
-func (v schedules) Mark(ctx context.Context, req schedule.MarkRequest) (schedule.Record, bool, error) {
+func (v schedules) Mark(ctx context.Context, req scheddriver.MarkRequest) (schedule.Record, bool, error) {
 	if err := req.Validate(); err != nil {
 		return schedule.Record{}, false, err
 	}
@@ -264,7 +265,7 @@ func (v schedules) Mark(ctx context.Context, req schedule.MarkRequest) (schedule
 	}
 	k := s.schedKeys(req.Job, req.SlotID)
 	arr, err := schedMarkScript.Exec(ctx, s.c, []string{k.rec, k.slots, k.def},
-		[]string{req.SlotID, usStr(req.SlotTime), string(req.State), req.Node, schedule.CutError(req.Reason), req.Definition}).ToArray()
+		[]string{req.SlotID, usStr(req.SlotTime), string(req.State), req.Node, scheddriver.CutError(req.Reason), req.Definition}).ToArray()
 	if err != nil {
 		return schedule.Record{}, false, v.fail(err)
 	}
@@ -279,10 +280,10 @@ func (v schedules) Mark(ctx context.Context, req schedule.MarkRequest) (schedule
 }
 
 func (v schedules) Slot(ctx context.Context, job, id string) (schedule.Record, error) {
-	if err := schedule.ValidateName(job); err != nil {
+	if err := scheddriver.ValidateName(job); err != nil {
 		return schedule.Record{}, err
 	}
-	if err := schedule.ValidateID(id); err != nil {
+	if err := scheddriver.ValidateID(id); err != nil {
 		return schedule.Record{}, err
 	}
 	rs, err := v.records(ctx, job, []string{id})
@@ -321,7 +322,7 @@ func (v schedules) records(ctx context.Context, job string, ids []string) ([]sch
 }
 
 func (v schedules) Slots(ctx context.Context, job string, from, to time.Time, limit int) ([]schedule.Record, error) {
-	if err := schedule.ValidateName(job); err != nil {
+	if err := scheddriver.ValidateName(job); err != nil {
 		return nil, err
 	}
 	s := v.s
@@ -338,7 +339,7 @@ func (v schedules) Slots(ctx context.Context, job string, from, to time.Time, li
 }
 
 func (v schedules) Unfinished(ctx context.Context, job string, limit int) ([]schedule.Record, error) {
-	if err := schedule.ValidateName(job); err != nil {
+	if err := scheddriver.ValidateName(job); err != nil {
 		return nil, err
 	}
 	s := v.s
@@ -359,7 +360,7 @@ func (v schedules) Unfinished(ctx context.Context, job string, limit int) ([]sch
 }
 
 func (v schedules) Last(ctx context.Context, job string) (time.Time, bool, error) {
-	if err := schedule.ValidateName(job); err != nil {
+	if err := scheddriver.ValidateName(job); err != nil {
 		return time.Time{}, false, err
 	}
 	s := v.s
@@ -392,7 +393,7 @@ func schedDef(job string, m map[string]string) schedule.Definition {
 	return d
 }
 
-func (v schedules) Register(ctx context.Context, req schedule.RegisterRequest) (schedule.Definition, error) {
+func (v schedules) Register(ctx context.Context, req scheddriver.RegisterRequest) (schedule.Definition, error) {
 	if err := req.Validate(); err != nil {
 		return schedule.Definition{}, err
 	}
@@ -401,7 +402,7 @@ func (v schedules) Register(ctx context.Context, req schedule.RegisterRequest) (
 		return schedule.Definition{}, v.fail(err)
 	}
 	arr, err := schedRegisterScript.Exec(ctx, s.c, []string{s.schedKeys(req.Job, "").def},
-		[]string{req.Fingerprint, schedule.CutError(req.Spec), req.Node}).ToArray()
+		[]string{req.Fingerprint, scheddriver.CutError(req.Spec), req.Node}).ToArray()
 	if err != nil {
 		return schedule.Definition{}, v.fail(err)
 	}
@@ -416,7 +417,7 @@ func (v schedules) Register(ctx context.Context, req schedule.RegisterRequest) (
 }
 
 func (v schedules) Definition(ctx context.Context, job string) (schedule.Definition, error) {
-	if err := schedule.ValidateName(job); err != nil {
+	if err := scheddriver.ValidateName(job); err != nil {
 		return schedule.Definition{}, err
 	}
 	s := v.s
@@ -468,10 +469,10 @@ func (s *Store) CompleteSlot(ctx context.Context, slot *schedule.Slot, effects .
 	if slot == nil || slot.Lease() == nil {
 		return fmt.Errorf("%w: redisstore: nil slot or a slot without a claim", schedule.ErrInvalid)
 	}
-	if err := schedule.ValidateName(slot.Job); err != nil {
+	if err := scheddriver.ValidateName(slot.Job); err != nil {
 		return err
 	}
-	if err := schedule.ValidateID(slot.ID); err != nil {
+	if err := scheddriver.ValidateID(slot.ID); err != nil {
 		return err
 	}
 	for _, e := range effects {
@@ -517,7 +518,7 @@ func (s *Store) CompleteSlot(ctx context.Context, slot *schedule.Slot, effects .
 // SlotValue returns the job's value name as CompleteSlot left it (nil if
 // never set).
 func (s *Store) SlotValue(ctx context.Context, job, name string) ([]byte, error) {
-	if err := schedule.ValidateName(job); err != nil {
+	if err := scheddriver.ValidateName(job); err != nil {
 		return nil, err
 	}
 	if err := leasedriver.ValidateKey(name); err != nil {

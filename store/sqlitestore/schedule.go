@@ -11,6 +11,7 @@ import (
 	"github.com/tenurekit/tenure/fence"
 	"github.com/tenurekit/tenure/lease"
 	"github.com/tenurekit/tenure/schedule"
+	scheddriver "github.com/tenurekit/tenure/schedule/driver"
 )
 
 // schedQueries are the statements of the schedule view.
@@ -98,7 +99,7 @@ func schedScan(row schedScanner) (schedule.Record, error) {
 	if err != nil {
 		return schedule.Record{}, err
 	}
-	if r.History, err = schedule.DecodeHistory(hist.String); err != nil {
+	if r.History, err = scheddriver.DecodeHistory(hist.String); err != nil {
 		return schedule.Record{}, err
 	}
 	r.SlotTime, r.State, r.Fence = time.UnixMicro(slotUS), schedule.State(state), uint64(fence)
@@ -131,7 +132,7 @@ func (v schedules) put(ctx context.Context, tx *sql.Tx, r schedule.Record) error
 	if err != nil || r.History == nil {
 		return err
 	}
-	_, err = tx.ExecContext(ctx, v.s.schedQ().putHistory, r.Job, r.SlotID, schedule.EncodeHistory(r.History))
+	_, err = tx.ExecContext(ctx, v.s.schedQ().putHistory, r.Job, r.SlotID, scheddriver.EncodeHistory(r.History))
 	return err
 }
 
@@ -156,7 +157,7 @@ func (v schedules) readDef(ctx context.Context, q interface {
 	return d, nil
 }
 
-func (v schedules) Register(ctx context.Context, req schedule.RegisterRequest) (schedule.Definition, error) {
+func (v schedules) Register(ctx context.Context, req scheddriver.RegisterRequest) (schedule.Definition, error) {
 	if err := req.Validate(); err != nil {
 		return schedule.Definition{}, err
 	}
@@ -174,7 +175,7 @@ func (v schedules) Register(ctx context.Context, req schedule.RegisterRequest) (
 		if prev.Fingerprint == req.Fingerprint {
 			return nil
 		}
-		if _, err := tx.ExecContext(ctx, v.s.schedQ().putDef, req.Job, req.Fingerprint, schedule.CutError(req.Spec), req.Node, now.UnixMicro()); err != nil {
+		if _, err := tx.ExecContext(ctx, v.s.schedQ().putDef, req.Job, req.Fingerprint, scheddriver.CutError(req.Spec), req.Node, now.UnixMicro()); err != nil {
 			return schedDBErr("register", key, err)
 		}
 		return nil
@@ -183,7 +184,7 @@ func (v schedules) Register(ctx context.Context, req schedule.RegisterRequest) (
 }
 
 func (v schedules) Definition(ctx context.Context, job string) (schedule.Definition, error) {
-	if err := schedule.ValidateName(job); err != nil {
+	if err := scheddriver.ValidateName(job); err != nil {
 		return schedule.Definition{}, err
 	}
 	d, err := v.readDef(ctx, v.s.db, job)
@@ -208,12 +209,12 @@ func schedDBErr(op, key string, err error) error {
 	return fmt.Errorf("%w: %w", schedule.ErrUnavailable, unavailable(op, key, err))
 }
 
-func (v schedules) Begin(ctx context.Context, req schedule.BeginRequest) (schedule.Record, error) {
+func (v schedules) Begin(ctx context.Context, req scheddriver.BeginRequest) (schedule.Record, error) {
 	if err := req.Validate(); err != nil {
 		return schedule.Record{}, err
 	}
 	var out schedule.Record
-	key := schedule.ClaimKey(req.Job, req.SlotID)
+	key := scheddriver.ClaimKey(req.Job, req.SlotID)
 	err := v.schedWrite(ctx, "begin", key, func(tx *sql.Tx, now time.Time) error {
 		if err := v.checkDef(ctx, tx, req.Job, req.Definition); err != nil {
 			return err
@@ -222,7 +223,7 @@ func (v schedules) Begin(ctx context.Context, req schedule.BeginRequest) (schedu
 		if err != nil {
 			return schedDBErr("begin", key, err)
 		}
-		r, write, err := schedule.ApplyBegin(cur, completed, req, now)
+		r, write, err := scheddriver.ApplyBegin(cur, completed, req, now)
 		if err != nil {
 			return err
 		}
@@ -247,7 +248,7 @@ func (v schedules) checkDef(ctx context.Context, tx *sql.Tx, job, fp string) err
 	if err != nil {
 		return schedDBErr("check definition", job, err)
 	}
-	return schedule.ApplyDefinition(job, cur, fp)
+	return scheddriver.ApplyDefinition(job, cur, fp)
 }
 
 // wrapUnavailable makes the store's own ErrUnavailable errors (its write
@@ -259,18 +260,18 @@ func (v schedules) wrapUnavailable(err error) error {
 	return err
 }
 
-func (v schedules) Finish(ctx context.Context, req schedule.FinishRequest) (schedule.Record, error) {
+func (v schedules) Finish(ctx context.Context, req scheddriver.FinishRequest) (schedule.Record, error) {
 	if err := req.Validate(); err != nil {
 		return schedule.Record{}, err
 	}
 	var out schedule.Record
-	key := schedule.ClaimKey(req.Job, req.SlotID)
+	key := scheddriver.ClaimKey(req.Job, req.SlotID)
 	err := v.schedWrite(ctx, "finish", key, func(tx *sql.Tx, now time.Time) error {
 		cur, _, err := v.current(ctx, tx, req.Job, req.SlotID)
 		if err != nil {
 			return schedDBErr("finish", key, err)
 		}
-		r, write, err := schedule.ApplyFinish(cur, req, now)
+		r, write, err := scheddriver.ApplyFinish(cur, req, now)
 		if err != nil {
 			return err
 		}
@@ -290,7 +291,7 @@ func (v schedules) Finish(ctx context.Context, req schedule.FinishRequest) (sche
 	return out, v.wrapUnavailable(err)
 }
 
-func (v schedules) Mark(ctx context.Context, req schedule.MarkRequest) (schedule.Record, bool, error) {
+func (v schedules) Mark(ctx context.Context, req scheddriver.MarkRequest) (schedule.Record, bool, error) {
 	if err := req.Validate(); err != nil {
 		return schedule.Record{}, false, err
 	}
@@ -298,7 +299,7 @@ func (v schedules) Mark(ctx context.Context, req schedule.MarkRequest) (schedule
 		out   schedule.Record
 		wrote bool
 	)
-	key := schedule.ClaimKey(req.Job, req.SlotID)
+	key := scheddriver.ClaimKey(req.Job, req.SlotID)
 	err := v.schedWrite(ctx, "mark", key, func(tx *sql.Tx, now time.Time) error {
 		if err := v.checkDef(ctx, tx, req.Job, req.Definition); err != nil {
 			return err
@@ -312,7 +313,7 @@ func (v schedules) Mark(ctx context.Context, req schedule.MarkRequest) (schedule
 			return nil
 		}
 		out = schedule.Record{Job: req.Job, SlotID: req.SlotID, SlotTime: req.SlotTime, State: req.State,
-			Node: req.Node, Error: schedule.CutError(req.Reason), Finished: now}
+			Node: req.Node, Error: scheddriver.CutError(req.Reason), Finished: now}
 		wrote = true
 		if err := v.put(ctx, tx, out); err != nil {
 			return schedDBErr("mark", key, err)
@@ -323,10 +324,10 @@ func (v schedules) Mark(ctx context.Context, req schedule.MarkRequest) (schedule
 }
 
 func (v schedules) Slot(ctx context.Context, job, id string) (schedule.Record, error) {
-	if err := schedule.ValidateName(job); err != nil {
+	if err := scheddriver.ValidateName(job); err != nil {
 		return schedule.Record{}, err
 	}
-	if err := schedule.ValidateID(id); err != nil {
+	if err := scheddriver.ValidateID(id); err != nil {
 		return schedule.Record{}, err
 	}
 	r, err := schedScan(v.s.db.QueryRowContext(ctx, v.s.schedQ().get, job, id))
@@ -340,7 +341,7 @@ func (v schedules) Slot(ctx context.Context, job, id string) (schedule.Record, e
 }
 
 func (v schedules) query(ctx context.Context, job, q string, args ...any) ([]schedule.Record, error) {
-	if err := schedule.ValidateName(job); err != nil {
+	if err := scheddriver.ValidateName(job); err != nil {
 		return nil, err
 	}
 	rows, err := v.s.db.QueryContext(ctx, q, args...)
@@ -378,7 +379,7 @@ func (v schedules) Unfinished(ctx context.Context, job string, limit int) ([]sch
 }
 
 func (v schedules) Last(ctx context.Context, job string) (time.Time, bool, error) {
-	if err := schedule.ValidateName(job); err != nil {
+	if err := scheddriver.ValidateName(job); err != nil {
 		return time.Time{}, false, err
 	}
 	var us sql.NullInt64
@@ -410,10 +411,10 @@ func (s *Store) CompleteSlot(ctx context.Context, tx *sql.Tx, slot *schedule.Slo
 	if tx == nil {
 		return fmt.Errorf("%w: sqlitestore: nil transaction", schedule.ErrInvalid)
 	}
-	if err := schedule.ValidateName(slot.Job); err != nil {
+	if err := scheddriver.ValidateName(slot.Job); err != nil {
 		return err
 	}
-	if err := schedule.ValidateID(slot.ID); err != nil {
+	if err := scheddriver.ValidateID(slot.ID); err != nil {
 		return err
 	}
 	l := slot.Lease()
@@ -459,12 +460,12 @@ func (s *Store) CompleteSlot(ctx context.Context, tx *sql.Tx, slot *schedule.Slo
 	case err != nil:
 		return txErr(err)
 	}
-	h, err := schedule.DecodeHistory(hist)
+	h, err := scheddriver.DecodeHistory(hist)
 	if err != nil {
 		return txErr(err)
 	}
 	if _, err := tx.ExecContext(ctx, q.putHistory, slot.Job, slot.ID,
-		schedule.EncodeHistory(schedule.EndAttempt(h, l.Fence(), time.UnixMicro(now), schedule.AttemptDone, ""))); err != nil {
+		scheddriver.EncodeHistory(scheddriver.EndAttempt(h, l.Fence(), time.UnixMicro(now), schedule.AttemptDone, ""))); err != nil {
 		return txErr(err)
 	}
 	return nil

@@ -2,7 +2,7 @@
 -- definition (schedule_jobs: the fingerprint that may start slots, checked
 -- when an attempt begins) and each slot's latest attempts
 -- (schedule_attempts: a JSON array, at most 16 attempts, in the form of
--- schedule.EncodeHistory).
+-- schedule/driver.EncodeHistory).
 -- {{schema}} stands for the quoted schema name ("tenure" by default).
 
 -- +goose Up

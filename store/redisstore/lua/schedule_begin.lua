@@ -7,7 +7,7 @@
 -- caller's definition fingerprint ('' skips the check)
 -- Returns {status, wait_us, record...}: status 'ok' (record written or the
 -- running attempt repeated), 'final', 'stale', 'notdue' or 'superseded'.
--- The record's field h is its attempt history (schedule.EncodeHistory's
+-- The record's field h is its attempt history (schedule/driver.EncodeHistory's
 -- JSON: numbers as strings, at most 16 attempts).
 local function valid(s)
   return #s >= 1 and #s <= 20 and s:match('^%d+$') ~= nil and s:sub(1, 1) ~= '0'

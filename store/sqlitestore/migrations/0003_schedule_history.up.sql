@@ -1,5 +1,5 @@
 -- tenure sqlitestore migration 3: each slot's latest attempts
--- (schedule_attempts, schedule.EncodeHistory's JSON) and each job's
+-- (schedule_attempts, schedule/driver.EncodeHistory's JSON) and each job's
 -- registered definition (schedule_jobs).
 -- {{prefix}} stands for the table prefix ("tenure_" by default).
 

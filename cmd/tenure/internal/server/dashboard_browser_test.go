@@ -21,6 +21,7 @@ import (
 	"github.com/tenurekit/tenure/internal/secret"
 	"github.com/tenurekit/tenure/internal/serveapi"
 	"github.com/tenurekit/tenure/schedule"
+	scheddriver "github.com/tenurekit/tenure/schedule/driver"
 	"github.com/tenurekit/tenure/server"
 )
 
@@ -326,17 +327,17 @@ func seedSlots(t *testing.T, e *dashEnv, job string) {
 	now := time.Now().Truncate(time.Minute)
 	attempt := func(slot time.Time, node string, state schedule.State, msg string, retry time.Duration) {
 		id := slot.UTC().Format(time.RFC3339)
-		g, err := e.mem.Leases().Acquire(ctx, schedule.ClaimKey(job, id), "claim-"+node+id, time.Minute)
+		g, err := e.mem.Leases().Acquire(ctx, scheddriver.ClaimKey(job, id), "claim-"+node+id, time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := st.Begin(ctx, schedule.BeginRequest{Job: job, SlotID: id, SlotTime: slot, Node: node, Fence: g.Fence}); err != nil {
+		if _, err := st.Begin(ctx, scheddriver.BeginRequest{Job: job, SlotID: id, SlotTime: slot, Node: node, Fence: g.Fence}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := st.Finish(ctx, schedule.FinishRequest{Job: job, SlotID: id, Fence: g.Fence, State: state, Error: msg, RetryAfter: retry}); err != nil {
+		if _, err := st.Finish(ctx, scheddriver.FinishRequest{Job: job, SlotID: id, Fence: g.Fence, State: state, Error: msg, RetryAfter: retry}); err != nil {
 			t.Fatal(err)
 		}
-		if err := e.mem.Leases().Release(ctx, schedule.ClaimKey(job, id), "claim-"+node+id); err != nil {
+		if err := e.mem.Leases().Release(ctx, scheddriver.ClaimKey(job, id), "claim-"+node+id); err != nil {
 			t.Fatal(err)
 		}
 	}

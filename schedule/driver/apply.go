@@ -1,4 +1,4 @@
-package schedule
+package driver
 
 import (
 	"encoding/json"
