@@ -473,7 +473,7 @@ func (k *Keeper) outcome(value []byte, err error) Outcome {
 	out := Outcome{Value: value}
 	if err != nil {
 		out.Failed = true
-		out.Message = CleanMessage(err.Error())
+		out.Message = driver.CleanMessage(err.Error())
 	}
 	return out
 }

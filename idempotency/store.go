@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"github.com/tenurekit/tenure/idempotency/driver"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/tenurekit/tenure/internal/secret"
 )
@@ -106,18 +104,4 @@ type Tx interface {
 	Complete(ctx context.Context, id ID, token string, fence uint64, out Outcome, retention time.Duration) error
 	// Release is Store.Release inside the transaction.
 	Release(ctx context.Context, id ID, token string) error
-}
-
-// CleanMessage returns msg as stores keep it: valid UTF-8 without NUL, cut
-// to MaxMessageLen bytes at a character boundary.
-func CleanMessage(msg string) string {
-	msg = strings.ReplaceAll(strings.ToValidUTF8(msg, "\uFFFD"), "\x00", "\uFFFD")
-	if len(msg) <= MaxMessageLen {
-		return msg
-	}
-	n := MaxMessageLen
-	for n > 0 && !utf8.RuneStart(msg[n]) {
-		n--
-	}
-	return msg[:n]
 }

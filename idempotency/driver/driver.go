@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -500,4 +501,18 @@ func SettleError(s Settle, r Record) error {
 		return &InProgressError{Scope: s.Scope, Key: s.Key, RetryAfter: r.ClaimTTL}
 	}
 	return nil
+}
+
+// CleanMessage returns msg as stores keep it: valid UTF-8 without NUL, cut
+// to MaxMessageLen bytes at a character boundary.
+func CleanMessage(msg string) string {
+	msg = strings.ReplaceAll(strings.ToValidUTF8(msg, "\uFFFD"), "\x00", "\uFFFD")
+	if len(msg) <= MaxMessageLen {
+		return msg
+	}
+	n := MaxMessageLen
+	for n > 0 && !utf8.RuneStart(msg[n]) {
+		n--
+	}
+	return msg[:n]
 }

@@ -162,7 +162,7 @@ func (v idemView) Complete(ctx context.Context, id idempotency.ID, token string,
 	r.done = true
 	r.claimUntil = time.Time{}
 	r.expires = now.Add(retention)
-	out.Message = idempotency.CleanMessage(out.Message)
+	out.Message = driver.CleanMessage(out.Message)
 	r.out = cloneOutcome(out)
 	return nil
 }

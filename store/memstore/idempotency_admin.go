@@ -95,7 +95,7 @@ func (v idemView) Resolve(ctx context.Context, s idempotency.Settle, out idempot
 	r.token = ""
 	r.claimUntil = time.Time{}
 	r.expires = now.Add(retention)
-	out.Message = idempotency.CleanMessage(out.Message)
+	out.Message = driver.CleanMessage(out.Message)
 	r.out = cloneOutcome(out)
 	return nil
 }

@@ -316,7 +316,7 @@ func (v idemView) complete(ctx context.Context, tx querier, id idempotency.ID, t
 	if value == nil {
 		value = []byte{}
 	}
-	args := []any{id.Scope, id.Key, token, int64(fence), grantTTL(retention), out.Failed, idempotency.CleanMessage(out.Message), value}
+	args := []any{id.Scope, id.Key, token, int64(fence), grantTTL(retention), out.Failed, driver.CleanMessage(out.Message), value}
 	q := tx
 	if q == nil {
 		q = v.s.db

@@ -177,7 +177,7 @@ func (v idemView) Resolve(ctx context.Context, s idempotency.Settle, out idempot
 	}
 	return v.settle(ctx, "resolve", s, func(q querier) (int64, error) {
 		return q.exec(ctx, v.adminQueries().resolve, s.Scope, s.Key, int64(s.Fence), grantTTL(retention),
-			out.Failed, idempotency.CleanMessage(out.Message), value)
+			out.Failed, driver.CleanMessage(out.Message), value)
 	})
 }
 

@@ -185,7 +185,7 @@ func (v idemView) Complete(ctx context.Context, id idempotency.ID, token string,
 		failed = "1"
 	}
 	return v.exec(ctx, "complete", idemCompleteScript, id, []string{token, strconv.FormatUint(fence, 10), msArg(retention),
-		failed, idempotency.CleanMessage(out.Message), rueidis.BinaryString(out.Value)})
+		failed, driver.CleanMessage(out.Message), rueidis.BinaryString(out.Value)})
 }
 
 func (v idemView) Release(ctx context.Context, id idempotency.ID, token string) error {

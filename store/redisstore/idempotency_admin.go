@@ -184,7 +184,7 @@ func (v idemView) settle(ctx context.Context, s idempotency.Settle, mode string,
 		failed = "1"
 	}
 	arr, err := idemSettleScript.Exec(ctx, v.s.c, []string{v.s.idemKey(s.ID)}, []string{strconv.FormatUint(s.Fence, 10), force, mode,
-		msArg(retention), failed, idempotency.CleanMessage(out.Message), rueidis.BinaryString(out.Value)}).ToArray()
+		msArg(retention), failed, driver.CleanMessage(out.Message), rueidis.BinaryString(out.Value)}).ToArray()
 	if err != nil {
 		return v.s.idemErr(err)
 	}

@@ -298,7 +298,7 @@ func (v idemView) complete(ctx context.Context, ex execer, id idempotency.ID, to
 		value = []byte{}
 	}
 	res, err := ex.ExecContext(ctx, v.q.complete, id.Scope, id.Key, token, int64(fence),
-		now+micros(retention), out.Failed, idempotency.CleanMessage(out.Message), value)
+		now+micros(retention), out.Failed, driver.CleanMessage(out.Message), value)
 	if err != nil {
 		return idemErr("complete", err)
 	}

@@ -132,7 +132,7 @@ func (v idemView) Resolve(ctx context.Context, s idempotency.Settle, out idempot
 	}
 	return v.settle(ctx, "resolve", s, func(tx *sql.Tx, now int64) error {
 		res, err := tx.ExecContext(ctx, v.adminQueries().resolve, s.Scope, s.Key, now+micros(retention),
-			out.Failed, idempotency.CleanMessage(out.Message), value)
+			out.Failed, driver.CleanMessage(out.Message), value)
 		if err != nil {
 			return idemErr("resolve", err)
 		}
