@@ -131,7 +131,7 @@ func TestFinalAndRecorded(t *testing.T) {
 	if idempotency.Final(f) != f || !errors.Is(f, base) || !idempotency.Recorded(f) || idempotency.Recorded(base) {
 		t.Fatal("Final/Recorded")
 	}
-	if got := idemdriver.CleanMessage("a\x00b\xff" + strings.Repeat("é", 3000)); len(got) > idempotency.MaxMessageLen ||
+	if got := driver.CleanMessage("a\x00b\xff" + strings.Repeat("é", 3000)); len(got) > idempotency.MaxMessageLen ||
 		strings.ContainsRune(got, 0) || !strings.HasPrefix(got, "a\uFFFDb\uFFFD") {
 		t.Fatalf("CleanMessage: %q…", got[:10])
 	}
