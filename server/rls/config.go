@@ -146,7 +146,23 @@ func Parse(b []byte) (*Config, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
+	for i := range c.Domains {
+		canonicalNested(c.Domains[i].Descriptors)
+	}
 	return c, nil
+}
+
+// canonicalNested gives an empty list of nested descriptors ("descriptors":
+// []) the form of an absent one (nil): both match nothing further, and the
+// JSON form leaves an empty list out, so a configuration reads back equal.
+func canonicalNested(ds []Descriptor) {
+	for i := range ds {
+		if len(ds[i].Descriptors) == 0 {
+			ds[i].Descriptors = nil
+			continue
+		}
+		canonicalNested(ds[i].Descriptors)
+	}
 }
 
 func decodeStrict(b []byte, v any) error {
