@@ -483,8 +483,8 @@ func testPausedHolder(t *testing.T, tg Target) {
 	}
 }
 
-// testGuardRejectsLateWrite runs many trials of the seeds' paused-holder
-// story against the store's own guard, and the negative control.
+// testGuardRejectsLateWrite runs many trials of the paused-holder
+// failure (a holder that wakes after its lease expired and still writes) against the store's own guard, and the negative control.
 func testGuardRejectsLateWrite(t *testing.T, tg Target) {
 	ctx := ctxT(t)
 	lk := NewLocker(t, tg.Store, nil)

@@ -35,7 +35,7 @@ func TestFencedSetModes(t *testing.T) {
 	}
 }
 
-// The seeds' max-fence-is-ttl-blind case: A expired, B holds the key but
+// The window a max-fence guard leaves open (it is blind to the TTL): A expired, B holds the key but
 // has not written. The max-fence guard still admits A; HolderSet does not.
 func TestHolderSetClosesTheTTLBlindWindow(t *testing.T) {
 	ctx := t.Context()

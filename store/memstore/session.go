@@ -44,7 +44,7 @@ func (s *Store) sessionState() *sessionState {
 
 // SetSessionDeadlines overwrites the idle and absolute deadlines of the
 // session record id, as a person editing the store by hand would (the
-// seeds' absolute-deadline experiment sets the absolute deadline in the
+// lab's absolute-deadline experiment sets the absolute deadline in the
 // past on purpose). It is a test hook; it reports whether the record
 // exists.
 func (s *Store) SetSessionDeadlines(id session.ID, idleUntil, absoluteUntil time.Time) bool {

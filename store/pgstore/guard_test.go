@@ -299,7 +299,7 @@ func TestCheckHolder(t *testing.T) {
 	})
 }
 
-// The seeds' case: A expired, B acquired but has not written yet. The
+// The window a max-fence guard leaves open: A expired, B acquired but has not written yet. The
 // max-fence guard still admits A; CheckHolder does not.
 func TestMaxFenceIsTTLBlindCheckHolderIsNot(t *testing.T) {
 	pool, db := fresh(t, nil)

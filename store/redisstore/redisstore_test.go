@@ -89,7 +89,8 @@ func TestReleasePath(t *testing.T) {
 	}
 }
 
-// TestRedisReleaseScenario is the seeds' redis-release.sh: A's 100ms lease
+// TestRedisReleaseScenario is the release that must not delete someone
+// else's lock: A's 100ms lease
 // really expires, B acquires, A's compare-and-delete deletes nothing, B's
 // token is still stored, B's release deletes the lock.
 func TestRedisReleaseScenario(t *testing.T) {

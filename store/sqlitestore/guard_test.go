@@ -245,7 +245,8 @@ func TestCheckHolder(t *testing.T) {
 	}
 }
 
-// TestMaxFenceGuardIsTTLBlindButCheckHolderIsNot is the seeds' case: A's
+// TestMaxFenceGuardIsTTLBlindButCheckHolderIsNot is the window a max-fence
+// guard leaves open: A's
 // lease expired, B acquired but has not written yet. The max-fence guard
 // still admits A; CheckHolder does not. With CheckHolder in front, A's
 // business write is rolled back and B's goes through.
