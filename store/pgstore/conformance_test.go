@@ -46,6 +46,7 @@ func TestConformance(t *testing.T) {
 	srv := testenv.SharedPostgres(t)
 	rateDSN := srv.NewDatabase(t)
 	rateDirect := srv.Pool(t, rateDSN)
+	rateSQL := openSQL(t, driverPgx, rateDSN, nil) // inspection
 	sessDSN := srv.NewDatabase(t)
 	sessDirect := srv.Pool(t, sessDSN)
 	sessDB := newPool(sessDirect, nil)
@@ -110,30 +111,8 @@ func TestConformance(t *testing.T) {
 			return ratelimittest.Target{
 				Store:  s.Limits(),
 				Faults: proxy,
-				Keys: func(ctx context.Context) ([]ratelimittest.KeyTTL, error) {
-					rows, err := rateDirect.Query(ctx, `WITH c AS (SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS now)
-						SELECT key, expires_us - c.now FROM `+schema+`.ratelimits, c WHERE expires_us > c.now
-						UNION ALL SELECT key, expires_us - c.now FROM `+schema+`.ratelimit_permits, c WHERE expires_us > c.now`)
-					if err != nil {
-						return nil, err
-					}
-					defer rows.Close()
-					var ks []ratelimittest.KeyTTL
-					for rows.Next() {
-						var k string
-						var left int64
-						if err := rows.Scan(&k, &left); err != nil {
-							return nil, err
-						}
-						ks = append(ks, ratelimittest.KeyTTL{Key: k, TTL: time.Duration(left) * time.Microsecond})
-					}
-					return ks, rows.Err()
-				},
-				Poison: func(ctx context.Context, key driver.StateKey) error {
-					_, err := rateDirect.Exec(ctx, `INSERT INTO `+schema+`.ratelimits (key, alg, a, b, c, expires_us)
-						VALUES ($1, 9, 0, 0, 0, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint + 60000000)`, key.String())
-					return err
-				},
+				Keys:   rateKeys(rateSQL, schema),
+				Poison: ratePoison(rateSQL, schema),
 			}
 		},
 		// Runs the session suite on the shared server, one database for
@@ -241,6 +220,7 @@ func TestConformanceSQLDB(t *testing.T) {
 	srv := testenv.SharedPostgres(t)
 	rateDSN := srv.NewDatabase(t)
 	rateDirect := openSQL(t, driverPgx, rateDSN, nil)
+	rateSQL := rateDirect
 	seq := 0
 	sessDSN := srv.NewDatabase(t)
 	sessDirect := openSQL(t, driverPgx, sessDSN, nil)
@@ -311,30 +291,8 @@ func TestConformanceSQLDB(t *testing.T) {
 			return ratelimittest.Target{
 				Store:  s.Limits(),
 				Faults: proxy,
-				Keys: func(ctx context.Context) ([]ratelimittest.KeyTTL, error) {
-					rows, err := rateDirect.QueryContext(ctx, `WITH c AS (SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS now)
-						SELECT key, expires_us - c.now FROM `+schema+`.ratelimits, c WHERE expires_us > c.now
-						UNION ALL SELECT key, expires_us - c.now FROM `+schema+`.ratelimit_permits, c WHERE expires_us > c.now`)
-					if err != nil {
-						return nil, err
-					}
-					defer rows.Close()
-					var ks []ratelimittest.KeyTTL
-					for rows.Next() {
-						var k string
-						var left int64
-						if err := rows.Scan(&k, &left); err != nil {
-							return nil, err
-						}
-						ks = append(ks, ratelimittest.KeyTTL{Key: k, TTL: time.Duration(left) * time.Microsecond})
-					}
-					return ks, rows.Err()
-				},
-				Poison: func(ctx context.Context, key driver.StateKey) error {
-					_, err := rateDirect.ExecContext(ctx, `INSERT INTO `+schema+`.ratelimits (key, alg, a, b, c, expires_us)
-						VALUES ($1, 9, 0, 0, 0, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint + 60000000)`, key.String())
-					return err
-				},
+				Keys:   rateKeys(rateSQL, schema),
+				Poison: ratePoison(rateSQL, schema),
 			}
 		},
 		// Runs the session suite on a Store made by NewDB on pgx's stdlib
@@ -421,4 +379,37 @@ func TestConformanceSQLDB(t *testing.T) {
 		},
 		Clocks: storetest.Clocks{Schedule: storetest.BothClocks},
 	})
+}
+
+// rateKeys lists the rate-limit keys of schema with their time left, on
+// the server's clock, for the suite's expiry checks.
+func rateKeys(direct *sql.DB, schema string) func(ctx context.Context) ([]ratelimittest.KeyTTL, error) {
+	return func(ctx context.Context) ([]ratelimittest.KeyTTL, error) {
+		rows, err := direct.QueryContext(ctx, `WITH c AS (SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS now)
+			SELECT key, expires_us - c.now FROM `+schema+`.ratelimits, c WHERE expires_us > c.now
+			UNION ALL SELECT key, expires_us - c.now FROM `+schema+`.ratelimit_permits, c WHERE expires_us > c.now`)
+		if err != nil {
+			return nil, err
+		}
+		defer rows.Close()
+		var ks []ratelimittest.KeyTTL
+		for rows.Next() {
+			var k string
+			var left int64
+			if err := rows.Scan(&k, &left); err != nil {
+				return nil, err
+			}
+			ks = append(ks, ratelimittest.KeyTTL{Key: k, TTL: time.Duration(left) * time.Microsecond})
+		}
+		return ks, rows.Err()
+	}
+}
+
+// ratePoison stores a state the store cannot read under key, in schema.
+func ratePoison(direct *sql.DB, schema string) func(ctx context.Context, key driver.StateKey) error {
+	return func(ctx context.Context, key driver.StateKey) error {
+		_, err := direct.ExecContext(ctx, `INSERT INTO `+schema+`.ratelimits (key, alg, a, b, c, expires_us)
+			VALUES ($1, 9, 0, 0, 0, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint + 60000000)`, key.String())
+		return err
+	}
 }
