@@ -83,62 +83,7 @@ func newGoStore(c redis.UniversalClient, o *redisstore.Options) *redisstore.Stor
 // server (or cluster) of its own; the others run on the shared ones, each
 // case under a prefix of its own.
 func TestConformance(t *testing.T) {
-	t.Run("Single", func(t *testing.T) {
-		srv := testenv.SharedRedis(t)
-		direct := srv.Client(t)
-		storetest.Run(t, storetest.Factory{
-			// A fresh server per case.
-			Lease: func(t *testing.T) leasetest.Target {
-				srv := testenv.Redis(t, nil)
-				p := testenv.NewProxy(t, srv.Addr())
-				s := checked(t, newProxiedClient(t, p.Addr()), nil)
-				dc := srv.Client(t)
-				direct := newStore(dc, nil)
-				return leasetest.Target{
-					Store:  s.Leases(),
-					Direct: direct.Leases(),
-					Faults: p,
-					Restart: func(t *testing.T) lease.Store {
-						srv.Restart(t)
-						return newStore(srv.Client(t), nil).Leases()
-					},
-					Resource: &resource{s: s, direct: direct, c: dc},
-				}
-			},
-			Idempotency: func(t *testing.T) idempotencytest.Target {
-				p := testenv.NewProxy(t, srv.Addr())
-				return idempotencytest.Target{
-					Store:  checked(t, newProxiedClient(t, p.Addr()), nil).Idempotency(),
-					Direct: newStore(newClient(t, srv.Addr()), nil).Idempotency(),
-					NewClient: func(t *testing.T) idempotency.Store {
-						return newStore(newClient(t, srv.Addr()), nil).Idempotency()
-					},
-					Faults: p,
-				}
-			},
-			RateLimit: func(t *testing.T, _ *storetest.Clock) ratelimittest.Target {
-				rlSeq++
-				prefix := fmt.Sprintf("rltest:%d:%d:", time.Now().UnixNano(), rlSeq)
-				p := testenv.NewProxy(t, srv.Addr())
-				s := checked(t, newProxiedClient(t, p.Addr()), &redisstore.Options{Prefix: prefix})
-				return rateTarget(s, direct, prefix, p)
-			},
-			Session: func(t *testing.T, _ *storetest.Clock) sessiontest.Target {
-				prefix := "sessiontest:" + rand.Text()[:8] + ":"
-				p := testenv.NewProxy(t, srv.Addr())
-				s := checked(t, newProxiedClient(t, p.Addr()), &redisstore.Options{Prefix: prefix})
-				dc := newClient(t, srv.Addr())
-				direct := newStore(dc, &redisstore.Options{Prefix: prefix})
-				tg := sessiontest.Target{Store: s.Sessions(), Direct: direct.Sessions(), Faults: p}
-				sessionHooks(&tg, direct, dc)
-				tg.Dump = func(t *testing.T) string { return dumpKeys(t, dc, prefix) }
-				return tg
-			},
-			Schedule: func(t *testing.T, _ *storetest.Clock) scheduletest.Target {
-				return schedTarget(t, func(t *testing.T) rueidis.Client { return newClient(t, srv.Addr()) })
-			},
-		})
-	})
+	t.Run("Single", func(t *testing.T) { storetest.Run(t, singleFactory(t, onRueidis)) })
 	// A user's sessions and index share a hash tag, and every key of a job
 	// is in the job's hash slot, so every script runs on one node.
 	t.Run("Cluster", func(t *testing.T) {
@@ -195,63 +140,7 @@ func TestConformance(t *testing.T) {
 			},
 		})
 	})
-	t.Run("GoRedis", func(t *testing.T) {
-		srv := testenv.SharedRedis(t)
-		direct := srv.Client(t)
-		storetest.Run(t, storetest.Factory{
-			Lease: func(t *testing.T) leasetest.Target {
-				srv := testenv.Redis(t, nil)
-				p := testenv.NewProxy(t, srv.Addr())
-				s := checkedGo(t, newGoClient(t, p.Addr()), nil)
-				dc := srv.Client(t)
-				direct := newGoStore(newGoClient(t, srv.Addr()), nil)
-				return leasetest.Target{
-					Store:  s.Leases(),
-					Direct: direct.Leases(),
-					Faults: p,
-					Restart: func(t *testing.T) lease.Store {
-						srv.Restart(t)
-						return newGoStore(newGoClient(t, srv.Addr()), nil).Leases()
-					},
-					Resource: &resource{s: s, direct: direct, c: dc},
-				}
-			},
-			Idempotency: func(t *testing.T) idempotencytest.Target {
-				p := testenv.NewProxy(t, srv.Addr())
-				return idempotencytest.Target{
-					Store:  checkedGo(t, newGoClient(t, p.Addr()), nil).Idempotency(),
-					Direct: newGoStore(newGoClient(t, srv.Addr()), nil).Idempotency(),
-					NewClient: func(t *testing.T) idempotency.Store {
-						return newGoStore(newGoClient(t, srv.Addr()), nil).Idempotency()
-					},
-					Faults: p,
-				}
-			},
-			RateLimit: func(t *testing.T, _ *storetest.Clock) ratelimittest.Target {
-				rlSeq++
-				prefix := fmt.Sprintf("rltest:go:%d:%d:", time.Now().UnixNano(), rlSeq)
-				p := testenv.NewProxy(t, srv.Addr())
-				s := checkedGo(t, newGoClient(t, p.Addr()), &redisstore.Options{Prefix: prefix})
-				return rateTarget(s, direct, prefix, p)
-			},
-			Session: func(t *testing.T, _ *storetest.Clock) sessiontest.Target {
-				prefix := "sessiontest:go:" + rand.Text()[:8] + ":"
-				p := testenv.NewProxy(t, srv.Addr())
-				s := checkedGo(t, newGoClient(t, p.Addr()), &redisstore.Options{Prefix: prefix})
-				dc := newClient(t, srv.Addr())
-				direct := newGoStore(newGoClient(t, srv.Addr()), &redisstore.Options{Prefix: prefix})
-				tg := sessiontest.Target{Store: s.Sessions(), Direct: direct.Sessions(), Faults: p}
-				sessionHooks(&tg, direct, dc)
-				tg.Dump = func(t *testing.T) string { return dumpKeys(t, dc, prefix) }
-				return tg
-			},
-			Schedule: func(t *testing.T, _ *storetest.Clock) scheduletest.Target {
-				return schedTargetOn(t, func(t *testing.T, o *redisstore.Options) *redisstore.Store {
-					return newGoStore(newGoClient(t, srv.Addr()), o)
-				})
-			},
-		})
-	})
+	t.Run("GoRedis", func(t *testing.T) { storetest.Run(t, singleFactory(t, onGoRedis)) })
 	// go-redis on Cluster runs the lease and session suites.
 	t.Run("GoRedisCluster", func(t *testing.T) {
 		own := testenv.RedisCluster(t) // restarted by the lease suite
@@ -284,4 +173,93 @@ func TestConformance(t *testing.T) {
 			},
 		})
 	})
+}
+
+// client is one of the two Redis clients the store runs on.
+type client struct {
+	tag string // in key prefixes, so the two never share keys
+	// proxied returns a checked store on a client fit for the faulty
+	// proxy at addr.
+	proxied func(t testing.TB, addr string, o *redisstore.Options) *redisstore.Store
+	// plain returns a store on a client of its own to addr.
+	plain func(t testing.TB, addr string, o *redisstore.Options) *redisstore.Store
+}
+
+var (
+	onRueidis = client{
+		proxied: func(t testing.TB, addr string, o *redisstore.Options) *redisstore.Store {
+			return checked(t, newProxiedClient(t, addr), o)
+		},
+		plain: func(t testing.TB, addr string, o *redisstore.Options) *redisstore.Store {
+			return newRedis(t, newClient(t, addr), o)
+		},
+	}
+	onGoRedis = client{
+		tag: "go:",
+		proxied: func(t testing.TB, addr string, o *redisstore.Options) *redisstore.Store {
+			return checkedGo(t, newGoClient(t, addr), o)
+		},
+		plain: func(t testing.TB, addr string, o *redisstore.Options) *redisstore.Store {
+			return newGoRedis(t, newGoClient(t, addr), o)
+		},
+	}
+)
+
+// singleFactory runs every suite on a single node through c: the lease
+// suite on a fresh server per case, the others on the shared one.
+func singleFactory(t *testing.T, c client) storetest.Factory {
+	srv := testenv.SharedRedis(t)
+	direct := srv.Client(t)
+	return storetest.Factory{
+		Lease: func(t *testing.T) leasetest.Target {
+			srv := testenv.Redis(t, nil)
+			p := testenv.NewProxy(t, srv.Addr())
+			s := c.proxied(t, p.Addr(), nil)
+			direct := c.plain(t, srv.Addr(), nil)
+			return leasetest.Target{
+				Store:  s.Leases(),
+				Direct: direct.Leases(),
+				Faults: p,
+				Restart: func(t *testing.T) lease.Store {
+					srv.Restart(t)
+					return c.plain(t, srv.Addr(), nil).Leases()
+				},
+				Resource: &resource{s: s, direct: direct, c: srv.Client(t)},
+			}
+		},
+		Idempotency: func(t *testing.T) idempotencytest.Target {
+			p := testenv.NewProxy(t, srv.Addr())
+			return idempotencytest.Target{
+				Store:  c.proxied(t, p.Addr(), nil).Idempotency(),
+				Direct: c.plain(t, srv.Addr(), nil).Idempotency(),
+				NewClient: func(t *testing.T) idempotency.Store {
+					return c.plain(t, srv.Addr(), nil).Idempotency()
+				},
+				Faults: p,
+			}
+		},
+		RateLimit: func(t *testing.T, _ *storetest.Clock) ratelimittest.Target {
+			rlSeq++
+			prefix := fmt.Sprintf("rltest:%s%d:%d:", c.tag, time.Now().UnixNano(), rlSeq)
+			p := testenv.NewProxy(t, srv.Addr())
+			s := c.proxied(t, p.Addr(), &redisstore.Options{Prefix: prefix})
+			return rateTarget(s, direct, prefix, p)
+		},
+		Session: func(t *testing.T, _ *storetest.Clock) sessiontest.Target {
+			prefix := "sessiontest:" + c.tag + rand.Text()[:8] + ":"
+			p := testenv.NewProxy(t, srv.Addr())
+			s := c.proxied(t, p.Addr(), &redisstore.Options{Prefix: prefix})
+			dc := newClient(t, srv.Addr())
+			direct := c.plain(t, srv.Addr(), &redisstore.Options{Prefix: prefix})
+			tg := sessiontest.Target{Store: s.Sessions(), Direct: direct.Sessions(), Faults: p}
+			sessionHooks(&tg, direct, dc)
+			tg.Dump = func(t *testing.T) string { return dumpKeys(t, dc, prefix) }
+			return tg
+		},
+		Schedule: func(t *testing.T, _ *storetest.Clock) scheduletest.Target {
+			return schedTargetOn(t, func(t *testing.T, o *redisstore.Options) *redisstore.Store {
+				return c.plain(t, srv.Addr(), o)
+			})
+		},
+	}
 }
