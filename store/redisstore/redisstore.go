@@ -88,10 +88,10 @@ type Store struct {
 	views     // per-primitive state; see views.go
 	replState // replica confirmation; see replication.go
 	c         rclient.Client
-	prefix  string
-	evict   bool
-	keep    string // fence retention in ms, as sent to the scripts
-	cluster bool
+	prefix    string
+	evict     bool
+	keep      string // fence retention in ms, as sent to the scripts
+	cluster   bool
 
 	checked atomic.Bool // the server check passed and still stands
 	delex   atomic.Bool // every node has DELEX (valid once checked)
