@@ -59,6 +59,8 @@ type probe struct {
 	sm     *session.Manager
 	keeper *idempotency.Keeper
 	tok    session.Token
+	gone   session.Token // revoked before replication was held back
+	done   string        // an idempotency key completed before
 
 	// What the writes during the hold reported.
 	heldLease *lease.Lease
@@ -96,7 +98,9 @@ func newProbe(t *testing.T, name string, s *redisstore.Store, optOut bool) *prob
 	p.resource = onShard0(base+"-res", plainTag)
 	p.user = onShard0(base+"-user", func(u string) string { return "{s:" + sessiondriver.UserShard(u) + "}" })
 	p.job = onShard0(base+"-job", func(j string) string { return "{sched:" + j + "}" })
-	p.idemKey = onShard0(base+"-idem", func(k string) string { return "{" + strconv.Itoa(len(idemScope)) + ":" + idemScope + k + "}" })
+	idemTag := func(k string) string { return "{" + strconv.Itoa(len(idemScope)) + ":" + idemScope + k + "}" }
+	p.idemKey = onShard0(base+"-idem", idemTag)
+	p.done = onShard0(base+"-done", idemTag)
 	var err error
 	if p.locker, err = lease.New(s.Leases(), nil); err != nil {
 		t.Fatal(err)
@@ -111,7 +115,8 @@ func newProbe(t *testing.T, name string, s *redisstore.Store, optOut bool) *prob
 }
 
 // before writes what must exist on the replica before replication is held
-// back: a live session and an admitted fence.
+// back: a live session, an admitted fence, a revoked session and a
+// completed idempotency record.
 func (p *probe) before(t *testing.T) {
 	t.Helper()
 	ctx := ctxT(t)
@@ -121,6 +126,15 @@ func (p *probe) before(t *testing.T) {
 	}
 	if err := p.s.FencedSet(ctx, p.resource, 10, []byte("ten")); err != nil {
 		t.Fatalf("%s: FencedSet 10: %v", p.name, err)
+	}
+	if p.gone, _, err = p.sm.Create(ctx, p.user, nil); err != nil {
+		t.Fatalf("%s: create a session: %v", p.name, err)
+	}
+	if err := p.sm.Revoke(ctx, p.gone.ID()); err != nil {
+		t.Fatalf("%s: revoke a session: %v", p.name, err)
+	}
+	if _, err := p.doKey(ctx, p.done, "zero"); err != nil {
+		t.Fatalf("%s: an idempotent request: %v", p.name, err)
 	}
 }
 
@@ -148,7 +162,11 @@ func (p *probe) slotRun(ctx context.Context) error {
 }
 
 func (p *probe) idem(ctx context.Context, value string) (idempotency.Result, error) {
-	return p.keeper.Do(ctx, idempotency.Request{Scope: idemScope, Key: p.idemKey}, func(context.Context, *idempotency.Claim) ([]byte, error) {
+	return p.doKey(ctx, p.idemKey, value)
+}
+
+func (p *probe) doKey(ctx context.Context, key, value string) (idempotency.Result, error) {
+	return p.keeper.Do(ctx, idempotency.Request{Scope: idemScope, Key: key}, func(context.Context, *idempotency.Claim) ([]byte, error) {
 		return []byte(value), nil
 	})
 }
@@ -178,6 +196,25 @@ func (p *probe) during(ctx context.Context, wg *sync.WaitGroup) {
 		p.record("idempotency", err)
 	})
 	wg.Go(func() { p.record("slot", p.slotRun(ctx)) })
+	// Answers that report state this call did not write are confirmed
+	// too: a replay, and a revoke of a session already gone (a logout
+	// takes it for done).
+	wg.Go(func() {
+		r, err := p.doKey(ctx, p.done, "again")
+		if err == nil && (!r.Replayed || string(r.Value) != "zero") {
+			err = fmt.Errorf("Do returned %q (replayed %v), want a replay of zero", r.Value, r.Replayed)
+		}
+		p.record("replay", err)
+	})
+	wg.Go(func() {
+		err := p.sm.Revoke(ctx, p.gone.ID())
+		if errors.Is(err, session.ErrNotFound) {
+			err = nil
+		} else if err == nil {
+			err = errors.New("a second revoke found the session")
+		}
+		p.record("revoke again", err)
+	})
 }
 
 // eventually retries op while it fails with ErrUnavailable (the store
@@ -378,15 +415,15 @@ func TestFailoverCluster(t *testing.T) {
 	// The rule holds per shard: a shard without replicas is not waited
 	// for, so its writes succeed while the other shard's replica lags.
 	other := func(ctx context.Context) error {
-		res := "other-shard-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-		for i := 0; ; i++ {
-			if testenv.KeySlot("{"+res+strconv.Itoa(i)+"}") > 5460 {
-				res += strconv.Itoa(i)
-				break
-			}
-		}
 		for _, p := range probes[:2] {
-			if err := p.s.FencedSet(ctx, res+"-"+p.name, 1, []byte("x")); err != nil {
+			res := "other-shard-" + p.name + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+			for i := 0; ; i++ {
+				if testenv.KeySlot("{"+res+strconv.Itoa(i)+"}") > 5460 {
+					res += strconv.Itoa(i)
+					break
+				}
+			}
+			if err := p.s.FencedSet(ctx, res, 1, []byte("x")); err != nil {
 				return fmt.Errorf("%s: FencedSet on a shard without replicas: %w", p.name, err)
 			}
 		}

@@ -477,11 +477,13 @@ func (s *Store) pinned(ctx context.Context, n *replNode, need int, key string, c
 			return res[0], p
 		}
 		if nn == nil {
+			// Not in the view: wait for as many as before; a short count
+			// is judged against what the node reports (see confirm).
 			nn = &replNode{addr: addr, client: c, online: need}
 		}
 		client, asking, n = c, ask, nn
 		if s.repl.replicas == 0 {
-			need = max(nn.online, 1)
+			need = nn.online // WAIT 0 answers at once
 		}
 	}
 }
