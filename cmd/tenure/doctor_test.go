@@ -77,6 +77,47 @@ func TestDoctorRedis(t *testing.T) {
 	}
 }
 
+// doctor reports a primary's replicas, min-replicas-to-write and whether
+// writes are confirmed there, and a replica as a replica.
+func TestDoctorRedisReplicas(t *testing.T) {
+	alone := testenv.Redis(t, nil)
+	rep, _, _ := doctorJSON(t, "--store", "redis://"+alone.Addr())
+	if f := finding(rep, "replicas"); f.Status != doctor.Info || !strings.Contains(f.Detail, "none connected") || !strings.Contains(f.Detail, "confirms no write") {
+		t.Fatalf("server without replicas: %+v", f)
+	}
+	if f := finding(rep, "min-replicas-to-write"); f.Status != doctor.Info {
+		t.Fatalf("server without replicas: min-replicas-to-write %+v", f)
+	}
+	if f := finding(rep, "WAITAOF"); f.Status != doctor.Info || f.Detail == "" {
+		t.Fatalf("WAITAOF: %+v", f)
+	}
+
+	primary := testenv.Redis(t, nil)
+	replica := testenv.RedisReplica(t, primary)
+	rep, unsafe, code := doctorJSON(t, "--store", "redis://"+primary.Addr())
+	if unsafe || code != 0 {
+		t.Fatalf("primary with a replica: unsafe=%v exit %d: %+v", unsafe, code, rep)
+	}
+	if f := finding(rep, "replicas"); f.Status != doctor.OK || !strings.Contains(f.Detail, "1 online") || !strings.Contains(f.Detail, "WAIT 1") {
+		t.Fatalf("primary with a replica: %+v", f)
+	}
+	if f := finding(rep, "min-replicas-to-write"); f.Status != doctor.Warn || !strings.Contains(f.Fix, "min-replicas-to-write 1") {
+		t.Fatalf("min-replicas-to-write 0 with a replica: %+v, want a warning", f)
+	}
+	c := primary.Client(t)
+	if err := c.Do(t.Context(), c.B().ConfigSet().ParameterValue().ParameterValue("min-replicas-to-write", "1").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	rep, _, _ = doctorJSON(t, "--store", "redis://"+primary.Addr())
+	if f := finding(rep, "min-replicas-to-write"); f.Status != doctor.OK || !strings.HasPrefix(f.Detail, "1:") {
+		t.Fatalf("min-replicas-to-write 1: %+v", f)
+	}
+	rep, _, _ = doctorJSON(t, "--store", "redis://"+replica.Addr())
+	if f := finding(rep, "replication"); f.Status != doctor.Info || !strings.Contains(f.Detail, "a replica of "+primary.Addr()) {
+		t.Fatalf("replica: %+v", f)
+	}
+}
+
 func TestDoctorRedisCluster(t *testing.T) {
 	c := testenv.RedisCluster(t)
 	rep, unsafe, code := doctorJSON(t, "--store", "redis://"+c.Addrs()[0])
