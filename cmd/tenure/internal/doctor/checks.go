@@ -323,6 +323,9 @@ func checkPostgres(ctx context.Context, url string, o Options, r *Report) error 
 	if fsync == "off" {
 		r.add("fsync", Unsafe, "off: a crash can corrupt the database", "ALTER SYSTEM SET fsync = on")
 	}
+	if err := checkStandbys(ctx, conn, syncCommit, o, r); err != nil {
+		return fmt.Errorf("doctor: postgres %s: %w", r.Target, err)
+	}
 	var tables int
 	if err := conn.QueryRow(ctx, `SELECT count(*) FROM information_schema.tables WHERE table_schema = $1`, o.Schema).Scan(&tables); err != nil {
 		return fmt.Errorf("doctor: postgres %s: %w", r.Target, err)
@@ -352,6 +355,61 @@ func checkPostgres(ctx context.Context, url string, o Options, r *Report) error 
 		return fmt.Errorf("doctor: postgres %s: %w", r.Target, err)
 	}
 	clockFinding(r, sent, time.Now(), now, o.MaxClockOffset)
+	return nil
+}
+
+// checkStandbys reports the server's streaming standbys and whether a
+// commit waits for them: tenure's writes (leases, sessions, fence
+// admissions, idempotency records, completed slots) are acknowledged when
+// they commit, so a failover to a standby keeps them only if commits wait
+// for that standby (synchronous_standby_names names it and
+// synchronous_commit is on, remote_write or remote_apply).
+func checkStandbys(ctx context.Context, conn *pgx.Conn, syncCommit string, o Options, r *Report) error {
+	var recovery bool
+	if err := conn.QueryRow(ctx, `SELECT pg_is_in_recovery()`).Scan(&recovery); err != nil {
+		return err
+	}
+	if recovery {
+		r.add("standbys", Info, "this server is a standby (in recovery): tenure writes to the primary; point --store at the primary to check what its commits wait for", "")
+		return nil
+	}
+	var streaming, covered, hidden int
+	var names string
+	if err := conn.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state = 'streaming'),
+		count(*) FILTER (WHERE state = 'streaming' AND sync_state IN ('sync', 'quorum')),
+		count(*) FILTER (WHERE state IS NULL),
+		current_setting('synchronous_standby_names')
+		FROM pg_stat_replication`).Scan(&streaming, &covered, &hidden, &names); err != nil {
+		return err
+	}
+	waits := syncCommit == "on" || syncCommit == "remote_write" || syncCommit == "remote_apply"
+	switch {
+	case hidden > 0 && streaming == 0:
+		r.add("standbys", Info, fmt.Sprintf("%d replication connections whose state this role may not see (it needs pg_monitor or pg_read_all_stats)", hidden), "")
+	case streaming == 0:
+		r.add("standbys", Info, "no streaming standby: a commit lives on this server alone; a failover to a server that was not streaming from it loses tenure's state", "")
+	case covered < streaming:
+		detail := fmt.Sprintf("%d of %d streaming standbys are asynchronous (synchronous_standby_names %q): a commit does not wait for them, so a failover to one loses what it had not received yet — leases (a second holder), revoked sessions (back again), fence admissions, idempotency records and completed slots",
+			streaming-covered, streaming, names)
+		r.add("standbys", Warn, detail,
+			"name every standby you fail over to in synchronous_standby_names (e.g. ALTER SYSTEM SET synchronous_standby_names = 'ANY 1 (s1, s2)'; SELECT pg_reload_conf()) with synchronous_commit on or remote_apply, or fail over only to synchronous standbys")
+	case !waits:
+		r.add("standbys", Warn, fmt.Sprintf("%d synchronous standbys, but synchronous_commit is %s: commits do not wait for them, so a failover can lose acknowledged commits", streaming, syncCommit),
+			"set synchronous_commit to on or remote_apply (for tenure's role at least: ALTER ROLE … SET synchronous_commit = on)")
+	default:
+		r.add("standbys", OK, fmt.Sprintf("%d streaming standbys, all synchronous (synchronous_standby_names %q, synchronous_commit %s): a commit is acknowledged once a standby has it, so a failover to one keeps it", streaming, names, syncCommit), "")
+	}
+	var unlogged bool
+	if err := conn.QueryRow(ctx, `SELECT coalesce((SELECT relpersistence = 'u' FROM pg_class WHERE oid = to_regclass(format('%I.leases', $1::text))), false)`, o.Schema).Scan(&unlogged); err != nil {
+		return err
+	}
+	if unlogged {
+		st, detail := Info, "UNLOGGED (pgstore.Options.UnloggedLeases): leases skip the write-ahead log; a crash empties the table"
+		if streaming > 0 {
+			st, detail = Warn, "UNLOGGED (pgstore.Options.UnloggedLeases): leases are not replicated, so after a failover every lease is free (fences stay above every earlier one and the guards' table is logged, so a guard still refuses the holders from before)"
+		}
+		r.add("leases table", st, detail, map[bool]string{true: "keep leases logged (the default) where a failover must not free them", false: ""}[st == Warn])
+	}
 	return nil
 }
 
