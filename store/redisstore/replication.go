@@ -188,17 +188,6 @@ func (v *replView) node(key string) *replNode {
 	return &v.nodes[i]
 }
 
-// most returns the largest replica count of the view's primaries.
-func (v *replView) most() int {
-	n := 0
-	if v != nil {
-		for _, nd := range v.nodes {
-			n = max(n, nd.online)
-		}
-	}
-	return n
-}
-
 // keySlot returns the hash slot of key (of its hash tag, when it has one).
 func keySlot(key string) uint16 {
 	if i := strings.IndexByte(key, '{'); i >= 0 {
