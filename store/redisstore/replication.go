@@ -199,11 +199,12 @@ func keySlot(key string) uint16 {
 }
 
 // probeCmds ask a node about its replicas, its append-only file and
-// WAITAOF.
+// WAITAOF. They are not marked read-only: a client that sends reads to
+// replicas must send these to the primary.
 var probeCmds = []rclient.Cmd{
-	{Name: "INFO", Args: []string{"replication"}, ReadOnly: true},
-	{Name: "INFO", Args: []string{"persistence"}, ReadOnly: true},
-	{Name: "COMMAND", Args: []string{"INFO", "WAITAOF"}, ReadOnly: true},
+	{Name: "INFO", Args: []string{"replication"}},
+	{Name: "INFO", Args: []string{"persistence"}},
+	{Name: "COMMAND", Args: []string{"INFO", "WAITAOF"}},
 }
 
 // judgeProbe reads the replies to probeCmds into n.
