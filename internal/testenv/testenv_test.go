@@ -623,7 +623,9 @@ func TestRedisFailoverHarness(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	set := func(k string) error { return c.Do(ctx(t, 2*time.Second), c.B().Set().Key(k).Value("1").Build()).Error() }
+	set := func(k string) error {
+		return c.Do(ctx(t, 2*time.Second), c.B().Set().Key(k).Value("1").Build()).Error()
+	}
 	if err := set("before"); err != nil {
 		t.Fatal(err)
 	}
