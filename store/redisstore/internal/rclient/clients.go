@@ -120,7 +120,8 @@ func (c *ruClient) script(name, body string, keys, args []string, readOnly, lone
 
 // Pinned sends cmds on a dedicated connection (rueidis Dedicate: one
 // pooled connection, held for this call only, that follows no MOVED or
-// ASK reply).
+// ASK reply), as blocking commands, so that the call ends with its
+// context rather than after the client's ConnWriteTimeout.
 func (c *ruClient) Pinned(ctx context.Context, cmds ...Cmd) []Result {
 	if c.c.Mode() == rueidis.ClientModeCluster {
 		return unsupported(len(cmds), "a rueidis cluster client")
@@ -137,7 +138,9 @@ func (c *ruClient) Pinned(ctx context.Context, cmds ...Cmd) []Result {
 		if len(cmd.Args) > 0 {
 			b = b.Args(cmd.Args...)
 		}
-		built[i] = b.Build()
+		// Blocking: rueidis caps a call's deadline at ConnWriteTimeout
+		// unless one of its commands blocks, and WAIT may outlast it.
+		built[i] = b.Blocking()
 	}
 	res := dc.DoMulti(ctx, built...)
 	out := make([]Result, len(res))
