@@ -151,7 +151,8 @@ func (s *PostgresServer) Promote(t testing.TB) {
 }
 
 // WaitReplayed waits until standby has replayed everything primary had
-// written when WaitReplayed was called.
+// written when WaitReplayed was called (its WAL insert position: with
+// synchronous_commit off a commit returns before its WAL is written).
 func WaitReplayed(t testing.TB, primary, standby *PostgresServer) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
@@ -161,7 +162,7 @@ func WaitReplayed(t testing.TB, primary, standby *PostgresServer) {
 		t.Fatalf("testenv: %v", err)
 	}
 	var lsn string
-	err = conn.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&lsn)
+	err = conn.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&lsn)
 	conn.Close(context.Background())
 	if err != nil {
 		t.Fatalf("testenv: %v", err)
