@@ -85,3 +85,30 @@ func TestSyncKey(t *testing.T) {
 		}
 	}
 }
+
+// A confirmed write follows MOVED and ASK itself; other replies are not
+// redirections.
+func TestRedirected(t *testing.T) {
+	srv := testenv.SharedRedis(t)
+	eachForm(t, func(t *testing.T, open func(t *testing.T, addr string, o *Options) *Store) {
+		s := open(t, srv.Addr(), nil)
+		ctx := context.Background()
+		for reply, want := range map[string]struct {
+			addr    string
+			ask, ok bool
+		}{
+			"MOVED 3999 127.0.0.1:6381": {"127.0.0.1:6381", false, true},
+			"ASK 3999 10.0.0.2:7000":    {"10.0.0.2:7000", true, true},
+			"ERR something else":        {"", false, false},
+		} {
+			err := rclient.NewScript("return redis.error_reply(ARGV[1])").Exec(ctx, s.c, []string{"{t}"}, []string{reply}).Error()
+			addr, ask, ok := redirected(err)
+			if addr != want.addr || ask != want.ask || ok != want.ok {
+				t.Errorf("%q: %q, ask %v, ok %v; want %+v", reply, addr, ask, ok, want)
+			}
+		}
+		if _, _, ok := redirected(nil); ok {
+			t.Error("no error is a redirection")
+		}
+	})
+}
