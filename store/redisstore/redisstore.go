@@ -333,13 +333,11 @@ func (s *Store) ready(ctx context.Context) error {
 //   - COMMAND INFO DELEX: releases use DELEX key IFEQ token when every node
 //     has it, and the compare-and-delete script otherwise;
 //   - SCRIPT LOAD of the store's scripts, so that the first call of each
-//     after a restart is one EVALSHA, not EVALSHA, NOSCRIPT and EVAL.
-//
-// //   - unless Options.Replication.Off, INFO replication, INFO persistence
-//
-//	and COMMAND INFO WAITAOF of every primary (found with CLUSTER SLOTS
-//	on a cluster): how many replicas each write waits for, and with
-//	which command (see [Replication]).
+//     after a restart is one EVALSHA, not EVALSHA, NOSCRIPT and EVAL;
+//   - unless Options.Replication.Off, INFO replication, INFO persistence
+//     and COMMAND INFO WAITAOF of every primary (found with CLUSTER SLOTS
+//     on a cluster): how many replicas each write waits for, and with
+//     which command (see [Replication]).
 //
 // The store runs the check by itself before its first write, so calling
 // Check is optional; it reports a misconfigured server early, and runs
