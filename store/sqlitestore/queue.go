@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -81,6 +82,10 @@ type writeQueue struct {
 	held  bool
 	lanes [len(lanesByPriority)][]*waiter // by lane, each in arrival order
 	refs  int                             // the stores and databases that use it (queues)
+	// lockPath, if set, is the file whose lock the holder of a turn takes
+	// too (fileLock), so that the writers of other processes take turns
+	// with this one's.
+	lockPath string
 }
 
 type waiter struct {
@@ -162,8 +167,10 @@ var queues = struct {
 	byName map[any]*writeQueue
 }{byName: map[any]*writeQueue{}}
 
-// fileKey names the database file at path for queueFor.
-func fileKey(path string) any {
+// fileKey names the database file at path for queueFor, and returns the
+// path of its writers' lock file (LockFileSuffix; empty for an in-memory
+// database, which no other process can open).
+func fileKey(path string) (key any, lockPath string) {
 	p, err := filepath.Abs(path)
 	if err != nil {
 		p = filepath.Clean(path)
@@ -171,16 +178,30 @@ func fileKey(path string) any {
 	if r, err := filepath.EvalSymlinks(p); err == nil {
 		p = r
 	}
-	return "file:" + p
+	if strings.HasPrefix(path, ":memory:") {
+		return "file:" + p, ""
+	}
+	return "file:" + p, p + LockFileSuffix
 }
 
+// LockFileSuffix names the file next to the database that [Open]'s
+// writers lock, so that the writers of several processes on one database
+// file take turns (on systems with flock: Linux, macOS, the BSDs): the
+// holder of a process's turn locks it for the length of its write
+// transaction, and a process waiting for it is woken as soon as it is
+// free, where SQLite's busy handler would have it sleep up to 100 ms
+// between tries and let the busiest process keep the lock. Like the -wal
+// and -shm files, it belongs to the database; it holds no data.
+const LockFileSuffix = "-writers"
+
 // queueFor returns the queue of key, holding a reference until put.
-func queueFor(key any) *writeQueue {
+// lockPath (empty: none) is the file a turn's holder locks as well.
+func queueFor(key any, lockPath string) *writeQueue {
 	queues.Lock()
 	defer queues.Unlock()
 	q := queues.byName[key]
 	if q == nil {
-		q = &writeQueue{}
+		q = &writeQueue{lockPath: lockPath}
 		queues.byName[key] = q
 	}
 	q.refs++
@@ -242,8 +263,9 @@ type conn interface {
 // a time.
 type queuedConn struct {
 	driver.Conn
-	q    *writeQueue
-	turn bool // a transaction of this connection holds a turn
+	q      *writeQueue
+	turn   bool   // a transaction of this connection holds a turn
+	unlock func() // ends the turn's file lock
 }
 
 func (c *queuedConn) full() (conn, error) {
@@ -272,12 +294,22 @@ func (c *queuedConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver
 	if err := c.q.acquire(ctx, laneOf(ctx)); err != nil {
 		return nil, err
 	}
+	unlock := func() {}
+	if c.q.lockPath != "" {
+		u, err := fileLock(ctx, c.q.lockPath)
+		if err != nil {
+			c.q.release()
+			return nil, err
+		}
+		unlock = u
+	}
 	tx, err := fc.BeginTx(ctx, opts)
 	if err != nil {
+		unlock()
 		c.q.release()
 		return nil, err
 	}
-	c.turn = true
+	c.turn, c.unlock = true, unlock
 	return &queuedTx{Tx: tx, c: c}, nil
 }
 
@@ -285,6 +317,7 @@ func (c *queuedConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver
 func (c *queuedConn) end() {
 	if c.turn {
 		c.turn = false
+		c.unlock()
 		c.q.release()
 	}
 }

@@ -107,8 +107,8 @@ func Open(ctx context.Context, path string, o *Options) (*Store, error) {
 	if _, _, err := resolve(o); err != nil {
 		return nil, err
 	}
-	key := fileKey(path)
-	wq := queueFor(key)
+	key, lockPath := fileKey(path)
+	wq := queueFor(key, lockPath)
 	db, err := openQueued(DSN(path), wq)
 	if err != nil {
 		putQueue(key)
