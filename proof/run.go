@@ -208,8 +208,14 @@ type workload struct {
 	check func(ctx context.Context, w *workerEnv, r *runInfo, h *History, mode string) ModeResult
 	// kills: the nemesis also kills and restarts workers.
 	kills bool
-	// settle is how long the workers run without faults at the end.
+	// settle is how long the workers run without faults at the end, at
+	// least.
 	settle func(ttl time.Duration) time.Duration
+	// settled, if set, reports whether the workers have finished the work
+	// of the run (nil error: it could tell): after settle, they run on
+	// until it says so or the check timeout passes, so that work a loaded
+	// machine made late is judged once done, not counted lost.
+	settled func(ctx context.Context, w *workerEnv, r *runInfo) (bool, error)
 }
 
 // runInfo is what a check knows about the run.
@@ -481,6 +487,7 @@ func runOne(ctx context.Context, o Options, wl *workload, t target, tmp string) 
 	}
 	start := time.Now()
 	spec.Start = start.UnixNano()
+	spec.End = start.Add(o.Duration).UnixNano()
 	members := make([]*member, o.Workers)
 	startMember := func(i, inc int) (*member, error) {
 		s := spec
@@ -525,6 +532,21 @@ func runOne(ctx context.Context, o Options, wl *workload, t target, tmp string) 
 	if settle > 0 && ctx.Err() == nil {
 		progress(o.Progress, "%s on %s: faults over; letting the workers settle for %v", wl.name, t.name, settle)
 		sleepCtx(ctx, settle)
+	}
+	if wl.settled != nil && ctx.Err() == nil {
+		ri := &runInfo{start: start, faultsEnd: faultsEnd, ttl: ttl}
+		deadline := time.Now().Add(o.CheckTimeout)
+		for {
+			done, err := wl.settled(ctx, base, ri)
+			if done || ctx.Err() != nil || time.Now().After(deadline) {
+				if !done {
+					progress(o.Progress, "%s on %s: the workers did not finish the run's work within %v (%v); judging as it is", wl.name, t.name, o.CheckTimeout, err)
+				}
+				break
+			}
+			progress(o.Progress, "%s on %s: waiting for the workers to finish the run's work", wl.name, t.name)
+			sleepCtx(ctx, 250*time.Millisecond)
+		}
 	}
 	var stderr []string
 	for _, m := range nem.members {

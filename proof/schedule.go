@@ -3,6 +3,7 @@ package proof
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -28,12 +29,53 @@ func init() {
 			}
 			return ""
 		},
-		setup:  schedSetup,
-		worker: schedWorker,
-		check:  schedCheck,
-		kills:  true,
-		settle: func(ttl time.Duration) time.Duration { return 4*ttl + 2*time.Second },
+		setup:   schedSetup,
+		worker:  schedWorker,
+		check:   schedCheck,
+		kills:   true,
+		settle:  func(ttl time.Duration) time.Duration { return 4 * ttl },
+		settled: schedSettled,
 	})
+}
+
+// schedWindow returns the slot IDs the check judges: every slot from two
+// periods after the start to the end of the faults (the jobs' last slot).
+func schedWindow(ri *runInfo) []string {
+	period := schedPeriod(ri.ttl)
+	every := schedule.Every(period)
+	var ids []string
+	for t := every.Next(ri.start.Add(2 * period)); !t.After(ri.faultsEnd); t = every.Next(t) {
+		ids = append(ids, every.ID(t))
+	}
+	return ids
+}
+
+// schedSettled reports whether every slot of the window has a final
+// record in the guarded job: the nodes are done with it, so the check
+// judges its effect, not how far behind a loaded machine left the nodes.
+func schedSettled(ctx context.Context, w *workerEnv, ri *runInfo) (bool, error) {
+	for _, id := range schedWindow(ri) {
+		r, err := w.scheduleStore().Slot(ctx, schedJob(w, Guarded), id)
+		if err != nil || !r.Final() {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// lastSlot is a schedule that ends at a time: the jobs have no slot after
+// the faults end, so that the nodes, settling, finish the window's slots
+// instead of taking new ones.
+type lastSlot struct {
+	schedule.Schedule
+	last time.Time
+}
+
+func (l lastSlot) Next(t time.Time) time.Time {
+	if at := l.Schedule.Next(t); !at.After(l.last) {
+		return at
+	}
+	return time.Time{}
 }
 
 const pgSlotEffects = "tenure_lab.tenure_proof_slot_effects"
@@ -73,7 +115,7 @@ func schedWorker(ctx context.Context, w *workerEnv) error {
 	}
 	for _, mode := range []string{Guarded, Control} {
 		err := s.Add(schedule.Job{
-			Name: schedJob(w, mode), Schedule: schedule.Every(period),
+			Name: schedJob(w, mode), Schedule: lastSlot{schedule.Every(period), time.Unix(0, w.spec.End)},
 			Misfire: schedule.MisfireCatchUp, CatchUpWindow: time.Hour, CatchUpConcurrency: 4,
 			Overlap: schedule.OverlapAllow,
 			Retry:   schedule.Retry{Attempts: 10, Backoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond},
@@ -182,17 +224,15 @@ func slotEffects(ctx context.Context, w *workerEnv, mode string, ids []string) (
 }
 
 // schedCheck: every slot from a little after the start to the end of the
-// faults must have had its effect exactly once.
+// faults must have had its effect exactly once. The run waited for the
+// guarded job's slots to be final (schedSettled, up to the check timeout):
+// a slot without effect is one that ended without it, or that the nodes
+// still had not finished by then.
 func schedCheck(ctx context.Context, w *workerEnv, ri *runInfo, h *History, mode string) ModeResult {
 	var m ModeResult
 	runs := h.Select(mode, "run")
 	m.countOps(runs)
-	period := schedPeriod(ri.ttl)
-	every := schedule.Every(period)
-	var ids []string
-	for t := every.Next(ri.start.Add(2 * period)); !t.After(ri.faultsEnd); t = every.Next(t) {
-		ids = append(ids, every.ID(t))
-	}
+	ids := schedWindow(ri)
 	effects, err := slotEffects(ctx, w, mode, ids)
 	if err != nil {
 		m.violate("cannot read the slots' effects: %v", err)
@@ -202,11 +242,27 @@ func schedCheck(ctx context.Context, w *workerEnv, ri *runInfo, h *History, mode
 		switch n := effects[id]; {
 		case n == 0:
 			m.Lost++
-			m.violate("slot %s: no effect (lost)", id)
+			m.violate("slot %s: no effect (lost; %s)", id, slotState(ctx, w, mode, id))
 		case n > 1:
 			m.Duplicates += n - 1
 			m.violate("slot %s: the effect happened %d times", id, n)
 		}
 	}
 	return m
+}
+
+// slotState describes what the store recorded of a slot, for a violation.
+func slotState(ctx context.Context, w *workerEnv, mode, id string) string {
+	r, err := w.scheduleStore().Slot(ctx, schedJob(w, mode), id)
+	switch {
+	case errors.Is(err, schedule.ErrNotFound):
+		return "no record"
+	case err != nil:
+		return "record unreadable: " + err.Error()
+	}
+	s := fmt.Sprintf("record %s after %d attempts on %s", r.State, r.Attempts, r.Node)
+	if r.Error != "" {
+		s += ": " + r.Error
+	}
+	return s
 }

@@ -89,6 +89,7 @@ type workerSpec struct {
 	Think    time.Duration `json:"think"`
 	Keys     int           `json:"keys,omitempty"` // counters per mode (lease-counter)
 	Start    int64         `json:"start"`          // the run's start, Unix nanoseconds
+	End      int64         `json:"end"`            // the end of the faults, Unix nanoseconds
 }
 
 // workerEnv is what a workload's loops get: the store, the shared ledger

@@ -139,15 +139,26 @@ func (r *slotRun) execute() {
 	r.out = r.finish(err)
 }
 
-// takeClaim takes the slot's claim lease.
+// takeClaim takes the slot's claim lease. A slot whose claim another node
+// held when this node last looked is read first: if that node settled it,
+// the slot is dropped without a claim (a claim and its release are two
+// writes, a read is none).
 func (r *slotRun) takeClaim() (outcome, bool) {
 	sent := r.s.storeNow()
+	if r.p.heldElsewhere {
+		rec, err := r.s.store.Slot(r.ctx, r.j.Name, r.p.id)
+		if err == nil && rec.Final() {
+			r.log.Debug("schedule: slot settled by another node", "state", rec.State)
+			return outcome{final: true}, false
+		}
+	}
 	claim, err := r.s.locker.TryAcquire(r.ctx, scheddriver.ClaimKey(r.j.Name, r.p.id), r.s.o.ClaimTTL)
 	if err != nil {
 		var busy *lease.HeldError
 		if errors.As(err, &busy) {
 			// Another node runs it; look again when its claim would end.
 			r.log.Debug("schedule: slot claimed by another node", "ttl", busy.TTL)
+			r.p.heldElsewhere = true
 			return later(sent, max(busy.TTL, r.s.o.PollInterval)), false
 		}
 		r.log.Warn("schedule: cannot claim the slot", "err", err)
@@ -214,22 +225,30 @@ func (r *slotRun) gate() (outcome, bool) {
 	pause := 5 * time.Millisecond
 	for {
 		wait := pause
-		if !r.s.olderGating(r.js, r.p) {
-			run, err := r.s.locker.TryAcquire(r.ctx, scheddriver.RunKey(r.j.Name), r.s.o.ClaimTTL)
-			if err == nil {
-				r.leases = append(r.leases, r.hold(run))
-				return outcome{}, true
-			}
-			var busy *lease.HeldError
-			if !errors.As(err, &busy) {
-				if r.stop.Err() == nil {
-					r.log.Warn("schedule: cannot take the job's run lease", "err", err)
-				}
+		if r.s.olderGating(r.js, r.p) {
+			// An older slot of the job decides first, on this node: wait
+			// for it without asking the store anything, so that however
+			// many slots queue at the gate, one of them polls the store.
+			if !sleep(r.ctx, r.stop, wait) {
 				return later(r.s.storeNow(), r.s.o.PollInterval), false
 			}
-			if busy.TTL > 0 {
-				wait = min(wait, busy.TTL)
+			pause = min(2*pause, r.s.o.PollInterval)
+			continue
+		}
+		run, err := r.s.locker.TryAcquire(r.ctx, scheddriver.RunKey(r.j.Name), r.s.o.ClaimTTL)
+		if err == nil {
+			r.leases = append(r.leases, r.hold(run))
+			return outcome{}, true
+		}
+		var busy *lease.HeldError
+		if !errors.As(err, &busy) {
+			if r.stop.Err() == nil {
+				r.log.Warn("schedule: cannot take the job's run lease", "err", err)
 			}
+			return later(r.s.storeNow(), r.s.o.PollInterval), false
+		}
+		if busy.TTL > 0 {
+			wait = min(wait, busy.TTL)
 		}
 		if mayskip {
 			running, err := r.earlierRunning()
@@ -394,6 +413,11 @@ func (r *slotRun) finish(runErr error) outcome {
 			// slot is due again at once; its effect, if completed, is in
 			// the ledger and will not be applied twice.
 			fin.Error = scheddriver.CutError("claim lost while running: " + runErr.Error())
+			fin.RetryAfter = time.Millisecond
+		case errors.Is(context.Cause(r.ctx), errStopped):
+			// Nor is a stop deadline: the slot is left due, as a dead
+			// node's would be.
+			fin.Error = scheddriver.CutError("node stopped while running: " + runErr.Error())
 			fin.RetryAfter = time.Millisecond
 		case r.rec.Attempts < r.j.Retry.Attempts:
 			fin.RetryAfter = backoff(r.j.Retry, r.rec.Attempts)

@@ -94,8 +94,9 @@ type Retry struct {
 	// mid-attempt does not use up an attempt's right to be recovered: its
 	// slot is re-run elsewhere under the same ID. An attempt whose claim
 	// was lost under it (its keep-alive saw the loss, or its completion
-	// was refused as stale and the claim is gone) is retried at once and
-	// uses up nothing either.
+	// was refused as stale and the claim is gone), or that a graceful stop
+	// cut short at its deadline, is retried at once and uses up nothing
+	// either.
 	Attempts int
 	// Backoff is the wait before the second attempt, doubling for each
 	// further one. Default 1s.
@@ -239,6 +240,11 @@ type pendingSlot struct {
 	// overlap gate: newer slots of the job on this node do not try the run
 	// lease before it (slot order on each node).
 	gating bool
+	// heldElsewhere is set when an attempt found the slot's claim held by
+	// another node: the next attempt reads the slot's record before it
+	// claims, since that node has most likely settled it (attempts at one
+	// slot run one at a time, so no lock is needed).
+	heldElsewhere bool
 }
 
 // New returns a Scheduler on store. o may be nil for the defaults; a zero
@@ -363,10 +369,17 @@ func (s *Scheduler) kick() {
 	}
 }
 
+// errStopped is the cause of a handler's context ended by the stop
+// deadline of a graceful stop.
+var errStopped = errors.New("schedule: the node stopped before the handler returned")
+
 // Run runs the jobs until ctx ends, then stops gracefully: it claims no
 // new slot, lets running handlers finish for up to Options.StopTimeout,
-// then cancels their contexts, waits for them to return and records their
-// outcome. It returns nil after a graceful stop, or ErrRunning if Run is
+// then cancels their contexts (cause: the node stopped), waits for them to
+// return and records their outcome. A slot whose handler failed once the
+// stop deadline had ended its context is recorded failed but due again at
+// once, using up no attempt, for another node (or this one, restarted) to
+// run, as if the node had died under it. It returns nil after a graceful stop, or ErrRunning if Run is
 // already running.
 func (s *Scheduler) Run(ctx context.Context) error {
 	s.mu.Lock()
@@ -381,7 +394,8 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		s.running = false
 		s.mu.Unlock()
 	}()
-	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
+	hctx, hcancelCause := context.WithCancelCause(context.WithoutCancel(ctx))
+	hcancel := func() { hcancelCause(errStopped) }
 	defer hcancel()
 	var wg sync.WaitGroup
 	for ctx.Err() == nil {

@@ -56,7 +56,8 @@ func NewGroup(ctx context.Context, log *slog.Logger, what string) *Group {
 // Context returns the group's context.
 func (k *Group) Context() context.Context { return k.ctx }
 
-// Add makes g a member: its first renewal is due TTL/3 from now. A grant
+// Add makes g a member: its first renewal is due a third of its ttl after
+// the request that granted it was sent (at once if that is past). A grant
 // that has already ended as lost ends the group's context at once.
 func (k *Group) Add(g *Grant) {
 	k.mu.Lock()
@@ -64,7 +65,7 @@ func (k *Group) Add(g *Grant) {
 		k.mu.Unlock()
 		return
 	}
-	k.members[g] = &member{next: time.Now().Add(g.interval())}
+	k.members[g] = &member{next: g.renewDue(time.Now())}
 	k.mu.Unlock()
 	g.whenEnded(func() { k.ended(g) })
 	k.poke()
@@ -168,7 +169,7 @@ func (k *Group) round() time.Time {
 			switch {
 			case err == nil:
 				m.fails = 0
-				m.next = time.Now().Add(g.interval())
+				m.next = g.renewDue(time.Now())
 			case g.Err() == nil:
 				m.fails++
 				m.next = time.Now().Add(g.retry(m.fails))

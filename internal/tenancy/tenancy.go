@@ -97,6 +97,7 @@ type Grant struct {
 
 	mu    sync.Mutex
 	until time.Time // carries a monotonic reading
+	sent  time.Time // the send time of the request behind until
 	timer *time.Timer
 	done  chan struct{}
 	err   error
@@ -110,7 +111,7 @@ func New(c Config, sent time.Time, ttl time.Duration) *Grant {
 	g := &Grant{c: c, token: secret.New(c.Token), done: make(chan struct{})}
 	g.c.Token = "" // kept only as a secret.Text
 	g.mu.Lock()    // the timer may fire before it is assigned
-	g.until = c.Margin.Until(sent, ttl)
+	g.until, g.sent = c.Margin.Until(sent, ttl), sent
 	g.timer = time.AfterFunc(time.Until(g.until), g.checkValidity)
 	g.mu.Unlock()
 	return g
@@ -191,7 +192,7 @@ func (g *Grant) Renew(ctx context.Context) error {
 	if g.err != nil {
 		return g.err
 	}
-	g.until = g.c.Margin.Until(sent, ttl)
+	g.until, g.sent = g.c.Margin.Until(sent, ttl), sent
 	g.timer.Reset(time.Until(g.until))
 	return nil
 }
@@ -253,6 +254,26 @@ func (g *Grant) whenEnded(f func()) {
 
 // interval is how often the keep-alive renews g.
 func (g *Grant) interval() time.Duration { return max(g.c.TTL/3, time.Millisecond) }
+
+// renewDue returns when the keep-alive renews g next, at now or later: a
+// third of the ttl after the send time of the request that gave g its
+// validity (the acquisition or the last renewal applied), so that a grant
+// whose reply came late (the request waited at the store) is renewed as
+// early as one that came at once, not a third of the ttl after the reply.
+// A grant whose validity is already less than two thirds of the ttl is
+// renewed at once.
+func (g *Grant) renewDue(now time.Time) time.Time {
+	g.mu.Lock()
+	due := g.sent.Add(g.interval())
+	g.mu.Unlock()
+	if due.After(now.Add(g.interval())) {
+		due = now.Add(g.interval())
+	}
+	if due.Before(now) {
+		due = now
+	}
+	return due
+}
 
 // retry is the jittered delay before renewing g again after fails failed
 // renewals in a row: from TTL/10, doubling, at most TTL/3.

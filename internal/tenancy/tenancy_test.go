@@ -332,3 +332,32 @@ func TestBackoff(t *testing.T) {
 		}
 	}
 }
+
+// A grant whose reply came late (its request waited at the store) is
+// renewed a third of its ttl after the request was sent, at once when that
+// is past, so that its validity does not run out before the first renewal.
+func TestGroupRenewsALateGrantEarly(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeStore{ttl: 3 * time.Second}
+		sent := time.Now()
+		time.Sleep(1500 * time.Millisecond) // the reply took 1.5s
+		g := New(config(f, 3*time.Second), sent, 3*time.Second)
+		k := NewGroup(t.Context(), nil, "test")
+		defer k.Stop()
+		k.Add(g)
+		synctest.Wait()
+		f.mu.Lock()
+		got := append([]time.Time(nil), f.sent...)
+		f.mu.Unlock()
+		if len(got) != 1 || !got[0].Equal(sent.Add(1500*time.Millisecond)) {
+			t.Fatalf("renewals %v after a reply 1.5s late, want one at once", got)
+		}
+		// The next follows a third of the ttl after that renewal was sent.
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if n := f.renewals(); n != 2 {
+			t.Fatalf("%d renewals a third of the ttl later, want 2", n)
+		}
+		g.End(errors.New("released"))
+	})
+}

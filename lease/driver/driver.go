@@ -80,9 +80,14 @@ type Grant struct {
 	// Fence is the fencing token of this tenure: strictly greater than every
 	// fence granted for the key before. Renewals keep it.
 	Fence uint64
-	// TTL is the time the store really granted, counted from when it
-	// applied the request. It may exceed the requested TTL where a store
-	// rounds up (etcd grants whole seconds and has a minimum).
+	// TTL is the time the store really granted, counted from no earlier
+	// than when the store received the request: from when it applied it,
+	// or, for a store that measures how long the request waited inside it
+	// before being applied (sqlitestore's write queue), from its arrival,
+	// with that wait added. The holder's validity runs from the request's
+	// send time, so either way it ends no later than the store's expiry. It
+	// may exceed the requested TTL where a store rounds up (etcd grants
+	// whole seconds and has a minimum) or adds the wait.
 	TTL time.Duration
 }
 

@@ -169,7 +169,7 @@ func testSettledSlotNoSkip(e *env) {
 	e.Clock.Set(at.Add(-time.Second))
 	x, slot := e.claimOneAt(job2, one, at)
 	counting := &countingStore{Store: e.node()}
-	e.start(counting, e.opts("b"), schedule.Job{Name: job2, Schedule: one, Run: e.completing(&calls)})
+	b := e.start(counting, e.opts("b"), schedule.Job{Name: job2, Schedule: one, Run: e.completing(&calls)})
 	e.waitFor("b to find the slot claimed", func() bool { return counting.claims.Load() >= 1 })
 	if err := e.Complete(ctxT(t), slot); err != nil {
 		t.Fatal(err)
@@ -177,9 +177,14 @@ func testSettledSlotNoSkip(e *env) {
 	if _, err := x.Finish(ctxT(t), slot, nil); err != nil {
 		t.Fatal(err)
 	}
+	// b looks at the slot again once x's claim would have ended: it reads
+	// the record (before claiming, or after), finds it done and drops it.
+	// Stopping b waits for that attempt to end, so every lease it took is
+	// counted by then.
+	reads := counting.reads.Load()
 	e.Clock.Advance(e.claimTTL() + time.Millisecond)
-	e.waitFor("b to claim the slot again", func() bool { return counting.claims.Load() >= 2 })
-	time.Sleep(20 * time.Millisecond)
+	e.waitFor("b to read the slot's record again", func() bool { return counting.reads.Load() > reads })
+	b.stop()
 	if n := counting.runs.Load(); n != 0 {
 		t.Fatalf("b took the run lease %d times for a slot that was done", n)
 	}
@@ -196,10 +201,17 @@ func (e *env) claimOneAt(job string, sched schedule.Schedule, at time.Time) (*sc
 }
 
 // countingStore counts the claim and run-lease acquisitions made through
-// its lease view.
+// its lease view, and the reads of slot records.
 type countingStore struct {
 	schedule.Store
-	claims, runs atomic.Int32
+	claims, runs, reads atomic.Int32
+}
+
+// Slot counts a read of a slot's record once the store has answered it.
+func (c *countingStore) Slot(ctx context.Context, job, id string) (schedule.Record, error) {
+	r, err := c.Store.Slot(ctx, job, id)
+	c.reads.Add(1)
+	return r, err
 }
 
 func (c *countingStore) Claims() lease.Store { return countingLeases{c.Store.Claims(), c} }

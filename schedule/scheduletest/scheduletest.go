@@ -19,6 +19,7 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -909,11 +910,23 @@ func testGracefulStop(e *env) {
 		t.Fatal("Run returned before the handler's context was cancelled")
 	}
 	r := e.waitState(job, s.ID, schedule.Failed)
-	if r.Attempts != 1 {
-		t.Fatalf("record %+v", r)
+	// Cut short by the node's own stop, not by the handler: due again at
+	// once, whatever Retry says, as a dead node's slot would be.
+	if r.Attempts != 1 || r.RetryAt.IsZero() || !strings.Contains(r.Error, "stopped") {
+		t.Fatalf("record %+v, want failed once with a retry due", r)
 	}
 	info, err := e.Store.Claims().Inspect(ctxT(t), scheddriver.ClaimKey(job, s.ID))
 	if err != nil || info.Held {
 		t.Fatalf("claim after stop: %+v, %v; want released", info, err)
+	}
+	// Another node runs it.
+	var calls counter
+	e.start(e.node(), e.opts("m"), schedule.Job{Name: job, Schedule: sched, Run: e.completing(&calls)})
+	if e.fake() {
+		e.Clock.Advance(time.Second)
+	}
+	r = e.waitState(job, s.ID, schedule.Done)
+	if r.Attempts != 2 || r.Node != "m" || calls.get(s.ID) != 1 {
+		t.Fatalf("record %+v after another node took the slot over, %d calls", r, calls.get(s.ID))
 	}
 }

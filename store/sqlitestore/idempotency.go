@@ -129,34 +129,10 @@ func idemErr(op string, err error) error {
 	return idemUnavailable(op, err)
 }
 
-// write runs fn in a write transaction, queued like the lease writes (see
-// Store.write), with the clock read under the write lock.
+// write runs fn in a write transaction (see Store.writeTx), with database
+// errors wrapped by idemUnavailable.
 func (v idemView) write(ctx context.Context, op string, fn func(tx *sql.Tx, now int64) error) error {
-	s := v.s
-	select {
-	case s.writing <- struct{}{}:
-	case <-ctx.Done():
-		return idemUnavailable(op, ctx.Err())
-	}
-	defer func() { <-s.writing }()
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return idemUnavailable(op, err)
-	}
-	if s.lockFirst {
-		if _, err := tx.ExecContext(ctx, s.q.lock); err != nil {
-			tx.Rollback()
-			return idemUnavailable(op, err)
-		}
-	}
-	if err := fn(tx, s.nowUS()); err != nil {
-		tx.Rollback()
-		return err
-	}
-	if err := tx.Commit(); err != nil {
-		return idemUnavailable(op, err)
-	}
-	return nil
+	return v.s.writeTx(ctx, opLane(op), func(err error) error { return idemUnavailable(op, err) }, fn)
 }
 
 // idemRow is a row of the table.

@@ -22,42 +22,10 @@ func micros(d time.Duration) int64 {
 	return int64((d + time.Microsecond - 1) / time.Microsecond)
 }
 
-// write runs fn in a write transaction. The store's clock is read only once
-// the transaction holds SQLite's write lock, so a request that waited for
-// the lock is judged on the time it is applied, not the time it was made.
-// Database errors of fn must already be wrapped; fn's other errors (the
-// store's answer, e.g. ErrNotHeld) roll back and are returned as they are.
-//
-// The store's own writers queue for the write lock in Go, one at a time and
-// in arrival order, and give up when their context ends. SQLite's busy
-// handler, which polls with growing sleeps and lets a newcomer overtake a
-// writer that has waited long, then only arbitrates between processes (and
-// the caller's own transactions).
+// write runs fn in a write transaction (see Store.writeTx), with database
+// errors wrapped by unavailable.
 func (s *Store) write(ctx context.Context, op, key string, fn func(tx *sql.Tx, now int64) error) error {
-	select {
-	case s.writing <- struct{}{}:
-	case <-ctx.Done():
-		return unavailable(op, key, ctx.Err())
-	}
-	defer func() { <-s.writing }()
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return unavailable(op, key, err)
-	}
-	if s.lockFirst {
-		if _, err := tx.ExecContext(ctx, s.q.lock); err != nil {
-			tx.Rollback()
-			return unavailable(op, key, err)
-		}
-	}
-	if err := fn(tx, s.nowUS()); err != nil {
-		tx.Rollback()
-		return err
-	}
-	if err := tx.Commit(); err != nil {
-		return unavailable(op, key, err)
-	}
-	return nil
+	return s.writeTx(ctx, opLane(op), func(err error) error { return unavailable(op, key, err) }, fn)
 }
 
 func (v leases) Acquire(ctx context.Context, key, token string, ttl time.Duration) (lease.Grant, error) {
@@ -74,9 +42,25 @@ func (v leases) AcquireHolder(ctx context.Context, key, token string, ttl time.D
 		return lease.Grant{}, err
 	}
 	s := v.s
+	// A key another token holds is refused on a read, without the write
+	// lock: waiters that poll a held key (lease.Locker.Acquire, a
+	// scheduler's overlap gate) do not queue with the writers. The refusal
+	// is linearizable at the read: the key was held then.
+	if held, err := v.heldElsewhere(ctx, key, token); err != nil || held != nil {
+		if err != nil {
+			return lease.Grant{}, err
+		}
+		return lease.Grant{}, held
+	}
 	ttlUS := micros(ttl)
-	var f int64
-	err := s.write(ctx, "acquire", key, func(tx *sql.Tx, now int64) error {
+	var (
+		f      int64
+		waited time.Duration
+	)
+	entered := time.Now()
+	err := s.write(ctx, "acquire", key, func(tx *sql.Tx, _ int64) error {
+		var now int64
+		waited, now = s.applyTime(entered)
 		err := tx.QueryRowContext(ctx, s.q.acquire, key, token, now, ttlUS, holder).Scan(&f)
 		if err == nil {
 			return nil
@@ -99,7 +83,44 @@ func (v leases) AcquireHolder(ctx context.Context, key, token string, ttl time.D
 	if err != nil {
 		return lease.Grant{}, err
 	}
-	return lease.Grant{Fence: uint64(f), TTL: time.Duration(ttlUS) * time.Microsecond}, nil
+	return lease.Grant{Fence: uint64(f), TTL: time.Duration(ttlUS)*time.Microsecond + waited}, nil
+}
+
+// applyTime reads the store's clock for a request that entered the store
+// at entered (a time.Now reading) and now holds the write lock. It returns
+// the clock in µs and how long the request waited inside the store (for
+// the write queue and the lock), read before the clock. A grant reports
+// that wait on top of its ttl (lease.Grant.TTL counts from when the store
+// received the request, no later than the holder sent it): the store's
+// expiry is the clock read here plus the ttl, so a holder whose validity
+// runs from its send time loses none of it to the queue, however long the
+// queue was.
+func (s *Store) applyTime(entered time.Time) (time.Duration, int64) {
+	waited := time.Since(entered)
+	return waited, s.nowUS()
+}
+
+// heldElsewhere reads key outside a transaction: a *lease.HeldError when a
+// token other than token holds it now, nil when the acquisition may go on.
+func (v leases) heldElsewhere(ctx context.Context, key, token string) (*lease.HeldError, error) {
+	s := v.s
+	var (
+		tok sql.NullString
+		exp sql.NullInt64
+		who string
+	)
+	err := s.db.QueryRowContext(ctx, s.q.holderOf, key).Scan(&tok, &exp, &who)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, unavailable("acquire", key, err)
+	}
+	now := s.nowUS()
+	if !tok.Valid || tok.String == token || !exp.Valid || exp.Int64 <= now {
+		return nil, nil
+	}
+	return &lease.HeldError{Key: key, TTL: time.Duration(exp.Int64-now) * time.Microsecond, Holder: who}, nil
 }
 
 func (v leases) Renew(ctx context.Context, key, token string, ttl time.Duration) (lease.Grant, error) {
@@ -108,8 +129,14 @@ func (v leases) Renew(ctx context.Context, key, token string, ttl time.Duration)
 	}
 	s := v.s
 	ttlUS := micros(ttl)
-	var f int64
-	err := s.write(ctx, "renew", key, func(tx *sql.Tx, now int64) error {
+	var (
+		f      int64
+		waited time.Duration
+	)
+	entered := time.Now()
+	err := s.write(ctx, "renew", key, func(tx *sql.Tx, _ int64) error {
+		var now int64
+		waited, now = s.applyTime(entered)
 		err := tx.QueryRowContext(ctx, s.q.renew, key, token, now, ttlUS).Scan(&f)
 		if errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("%w: sqlitestore: renew %q", lease.ErrNotHeld, key)
@@ -122,7 +149,7 @@ func (v leases) Renew(ctx context.Context, key, token string, ttl time.Duration)
 	if err != nil {
 		return lease.Grant{}, err
 	}
-	return lease.Grant{Fence: uint64(f), TTL: time.Duration(ttlUS) * time.Microsecond}, nil
+	return lease.Grant{Fence: uint64(f), TTL: time.Duration(ttlUS)*time.Microsecond + waited}, nil
 }
 
 func (v leases) Release(ctx context.Context, key, token string) error {

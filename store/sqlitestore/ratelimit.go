@@ -87,42 +87,22 @@ func (l *rateLimits) unavailable(op, key string, err error) error {
 	return fmt.Errorf("%w: %w", ratelimit.ErrUnavailable, unavailable("ratelimit "+op, key, err))
 }
 
-// write runs fn in a write transaction (the store's writers queue for the
-// write lock in Go, see Store.write), with the clock read after the lock is
-// held, and sweeps expired rows every rateSweepEvery writes.
+// write runs fn in a write transaction (see Store.writeTx), with the clock
+// read after the lock is held, and sweeps expired rows every
+// rateSweepEvery writes.
 func (l *rateLimits) write(ctx context.Context, op, key string, fn func(tx *sql.Tx, now int64) error) error {
-	s := l.s
-	select {
-	case s.writing <- struct{}{}:
-	case <-ctx.Done():
-		return l.unavailable(op, key, ctx.Err())
-	}
-	defer func() { <-s.writing }()
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return l.unavailable(op, key, err)
-	}
-	if s.lockFirst {
-		if _, err := tx.ExecContext(ctx, s.q.lock); err != nil {
-			tx.Rollback()
-			return l.unavailable(op, key, err)
+	fail := func(err error) error { return l.unavailable(op, key, err) }
+	return l.s.writeTx(ctx, opLane(op), fail, func(tx *sql.Tx, now int64) error {
+		if err := fn(tx, now); err != nil {
+			return err
 		}
-	}
-	now := s.nowUS()
-	if err := fn(tx, now); err != nil {
-		tx.Rollback()
-		return err
-	}
-	if l.writes.Add(1)%rateSweepEvery == 0 {
-		if _, err := tx.ExecContext(ctx, l.q.sweep, now, rateSweepBatch); err != nil {
-			tx.Rollback()
-			return l.unavailable(op, key, err)
+		if l.writes.Add(1)%rateSweepEvery == 0 {
+			if _, err := tx.ExecContext(ctx, l.q.sweep, now, rateSweepBatch); err != nil {
+				return fail(err)
+			}
 		}
-	}
-	if err := tx.Commit(); err != nil {
-		return l.unavailable(op, key, err)
-	}
-	return nil
+		return nil
+	})
 }
 
 type querier interface {

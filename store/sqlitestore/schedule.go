@@ -107,8 +107,9 @@ func schedScan(row schedScanner) (schedule.Record, error) {
 	return r, nil
 }
 
-// current reads a slot's record and whether the ledger has it, in tx.
-func (v schedules) current(ctx context.Context, tx *sql.Tx, job, id string) (*schedule.Record, bool, error) {
+// current reads a slot's record and whether the ledger has it, in tx (or
+// on the database, outside a transaction).
+func (v schedules) current(ctx context.Context, tx querier, job, id string) (*schedule.Record, bool, error) {
 	q := v.s.schedQ()
 	var cur *schedule.Record
 	r, err := schedScan(tx.QueryRowContext(ctx, q.get, job, id))
@@ -266,6 +267,13 @@ func (v schedules) Finish(ctx context.Context, req scheddriver.FinishRequest) (s
 	}
 	var out schedule.Record
 	key := scheddriver.ClaimKey(req.Job, req.SlotID)
+	// A slot completed in the handler's transaction (CompleteSlot) is done
+	// for good: read, that needs no write transaction.
+	if cur, _, err := v.current(ctx, v.s.db, req.Job, req.SlotID); err != nil {
+		return schedule.Record{}, schedDBErr("finish", key, err)
+	} else if cur != nil && cur.State == schedule.Done {
+		return *cur, nil
+	}
 	err := v.schedWrite(ctx, "finish", key, func(tx *sql.Tx, now time.Time) error {
 		cur, _, err := v.current(ctx, tx, req.Job, req.SlotID)
 		if err != nil {

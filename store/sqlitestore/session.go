@@ -100,33 +100,10 @@ func sessionUnavailable(op string, err error) error {
 	return fmt.Errorf("%w: sqlitestore: session %s: %w", session.ErrUnavailable, op, err)
 }
 
-// sessionWrite runs fn in a write transaction, queued like the lease
-// writes (see Store.write), with the clock read under the write lock.
+// sessionWrite runs fn in a write transaction (see Store.writeTx), with
+// database errors wrapped by sessionUnavailable.
 func (s *Store) sessionWrite(ctx context.Context, op string, fn func(tx *sql.Tx, now int64) error) error {
-	select {
-	case s.writing <- struct{}{}:
-	case <-ctx.Done():
-		return sessionUnavailable(op, ctx.Err())
-	}
-	defer func() { <-s.writing }()
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return sessionUnavailable(op, err)
-	}
-	if s.lockFirst {
-		if _, err := tx.ExecContext(ctx, s.q.lock); err != nil {
-			tx.Rollback()
-			return sessionUnavailable(op, err)
-		}
-	}
-	if err := fn(tx, s.nowUS()); err != nil {
-		tx.Rollback()
-		return err
-	}
-	if err := tx.Commit(); err != nil {
-		return sessionUnavailable(op, err)
-	}
-	return nil
+	return s.writeTx(ctx, laneNormal, func(err error) error { return sessionUnavailable(op, err) }, fn)
 }
 
 func us(d time.Duration) int64 { return micros(d) }

@@ -78,8 +78,13 @@ type Store struct {
 	// read.
 	lockFirst bool
 	q         queries
-	// writing holds a token while one of the store's lease writes runs.
-	writing chan struct{}
+	// wq is the write queue of the store's database (queue.go). On a
+	// database from Open (queued) every write transaction takes its turn
+	// in the driver; on one from New the store's own writes take theirs
+	// in writeTx.
+	wq     *writeQueue
+	wqKey  any // the queues key Close drops; nil for a queue of the store's own
+	queued bool
 
 	sweepMu    sync.Mutex
 	sweepAfter string        // the lease key the next Sweep scans after
@@ -102,17 +107,22 @@ func Open(ctx context.Context, path string, o *Options) (*Store, error) {
 	if _, _, err := resolve(o); err != nil {
 		return nil, err
 	}
-	db, err := sql.Open("sqlite", DSN(path))
+	key, lockPath := fileKey(path)
+	wq := queueFor(key, lockPath)
+	db, err := openQueued(DSN(path), wq)
 	if err != nil {
+		putQueue(key)
 		return nil, fmt.Errorf("sqlitestore: open %s: %w", path, err)
 	}
 	// Keep a few connections: opening one runs the pragmas again.
 	db.SetMaxIdleConns(8)
-	s, err := newStore(ctx, db, o, true)
+	s, err := newStore(ctx, db, o, true, wq)
 	if err != nil {
 		db.Close()
+		putQueue(key)
 		return nil, err
 	}
+	s.wqKey, s.queued = key, true
 	return s, nil
 }
 
@@ -134,7 +144,7 @@ func New(ctx context.Context, db *sql.DB, o *Options) (*Store, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: sqlitestore: nil *sql.DB", lease.ErrInvalid)
 	}
-	return newStore(ctx, db, o, false)
+	return newStore(ctx, db, o, false, &writeQueue{})
 }
 
 func resolve(o *Options) (prefix string, clock func() time.Time, err error) {
@@ -173,12 +183,12 @@ func validatePrefix(p string) error {
 	return nil
 }
 
-func newStore(ctx context.Context, db *sql.DB, o *Options, owned bool) (*Store, error) {
+func newStore(ctx context.Context, db *sql.DB, o *Options, owned bool, wq *writeQueue) (*Store, error) {
 	prefix, clock, err := resolve(o)
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{db: db, owned: owned, now: clock, lockFirst: !owned, q: buildQueries(prefix), writing: make(chan struct{}, 1)}
+	s := &Store{db: db, owned: owned, now: clock, lockFirst: !owned, q: buildQueries(prefix), wq: wq}
 	var mode MigrateMode
 	if o != nil {
 		mode = o.Migrate
@@ -201,7 +211,56 @@ func (s *Store) Close() error {
 	if !s.owned {
 		return nil
 	}
-	return s.db.Close()
+	err := s.db.Close()
+	if s.wqKey != nil {
+		putQueue(s.wqKey)
+		s.wqKey = nil
+	}
+	return err
+}
+
+// writeTx runs fn in a write transaction and commits it; fn's error rolls
+// it back and is returned as it is (database errors of fn must already be
+// wrapped; fail wraps those of the transaction itself). The writer first
+// takes its turn in the database file's write queue (queue.go), in lane l,
+// and the store's clock is read only once the transaction holds SQLite's
+// write lock, so a request that waited is judged on the time it is
+// applied, not the time it was made.
+func (s *Store) writeTx(ctx context.Context, l lane, fail func(error) error, fn func(tx *sql.Tx, now int64) error) error {
+	if !s.queued {
+		if err := s.wq.acquire(ctx, l); err != nil {
+			return fail(err)
+		}
+		defer s.wq.release()
+	}
+	tx, err := s.db.BeginTx(withLane(ctx, l), nil)
+	if err != nil {
+		return fail(err)
+	}
+	if s.lockFirst {
+		if _, err := tx.ExecContext(ctx, s.q.lock); err != nil {
+			tx.Rollback()
+			return fail(err)
+		}
+	}
+	if err := fn(tx, s.nowUS()); err != nil {
+		tx.Rollback()
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fail(err)
+	}
+	return nil
+}
+
+// opLane is the queue lane of a store write: the renewal or release of a
+// grant goes ahead (see queue.go).
+func opLane(op string) lane {
+	switch op {
+	case "renew", "release", "renew permit", "release permit":
+		return laneGrant
+	}
+	return laneNormal
 }
 
 // nowUS returns the store's clock in microseconds since the Unix epoch.
@@ -220,8 +279,8 @@ type queries struct {
 	// transaction's snapshot is already stale), like SELECT ... FOR UPDATE.
 	lock string
 
-	acquire, heldTTL, renew, release, inspect string
-	admit, admitAtLeast, fenceOf, holder      string
+	acquire, heldTTL, holderOf, renew, release, inspect string
+	admit, admitAtLeast, fenceOf, holder                string
 }
 
 func buildQueries(prefix string) queries {
@@ -247,6 +306,8 @@ func buildQueries(prefix string) queries {
 				OR $L.token = excluded.token
 			RETURNING fence`),
 		heldTTL: r.Replace(`SELECT expires_us - ?2, coalesce(holder, '') FROM $L WHERE "key" = ?1 AND expires_us > ?2`),
+		// ?1 key.
+		holderOf: r.Replace(`SELECT token, expires_us, coalesce(holder, '') FROM $L WHERE "key" = ?1`),
 		// ?1 key, ?2 token, ?3 now, ?4 ttl.
 		renew: r.Replace(`UPDATE $L SET expires_us = ?3 + ?4
 			WHERE "key" = ?1 AND token = ?2 AND expires_us > ?3
