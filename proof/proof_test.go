@@ -289,25 +289,24 @@ func TestProofPostgresStopImmediate(t *testing.T) {
 	}
 }
 
-// A Redis primary killed (SIGKILL) and its replica promoted during the
-// lease workload, the workers following through a proxy that switches to
-// the replica. Replication is asynchronous, so acknowledged increments
-// and leases not yet replicated are lost, and two workers may hold the
-// lease at once: the documented limit. What must hold: fences do not go
-// back (the store floors them at the server's time in µs), and the guard
-// refuses an older fence once a newer one wrote.
+// A Redis primary killed (SIGKILL) and its lagging replica promoted during
+// the lease workload, set up as `tenure proof --fault failover` does: the
+// replica's replication stream is held back while its link stays up, so
+// the promoted replica lacks what the primary wrote since, and the workers
+// follow through a relay switched to it. With the store's defaults a write
+// is reported done only once the replica confirmed it, so the guarded run
+// loses nothing acknowledged: no violation at all (no second holder, no
+// lost increment, no older fence), while the control still shows its own.
 func TestProofRedisFailover(t *testing.T) {
-	t.Parallel() // a server of its own; runs beside the other store-fault tests
-	primary := testenv.Redis(t, nil)
-	replica := testenv.RedisReplica(t, primary)
-	p := testenv.NewProxy(t, primary.Addr())
-	o := options(t, "redis://"+p.Addr(), 4*time.Second, "lease-counter")
-	o.Faults.Failover = func(context.Context) error {
-		primary.Kill(t)
-		replica.Promote(t)
-		p.SetUpstream(replica.Addr())
-		return nil
+	t.Parallel() // servers of its own; runs beside the other store-fault tests
+	testenv.RequireBinary(t, "redis-server")
+	s, err := proof.StartStoreWith(t.Context(), "redis", proof.StartOptions{Dir: t.TempDir(), Replica: true})
+	if err != nil {
+		t.Fatal(err)
 	}
+	defer s.Close()
+	o := options(t, s.URL, 4*time.Second, "lease-counter")
+	o.Faults.Failover = s.Failover
 	rs, err := proof.Run(t.Context(), o)
 	if err != nil {
 		t.Fatal(err)
@@ -317,16 +316,17 @@ func TestProofRedisFailover(t *testing.T) {
 	if r.Faults["failover"] != 1 {
 		t.Fatalf("faults %v, want one failover", r.Faults)
 	}
-	if r.Guarded.FenceRegressions != 0 || r.Guarded.OlderFenceAdmitted != 0 {
-		t.Errorf("fences went back (%d) or an older fence was admitted (%d) across the failover: %v",
-			r.Guarded.FenceRegressions, r.Guarded.OlderFenceAdmitted, r.Guarded.Violations)
+	if r.Guarded.Count != 0 {
+		t.Errorf("guarded run across a failover to a lagging replica: %d violations: %v", r.Guarded.Count, r.Guarded.Violations)
 	}
-	if r.Guarded.Acknowledged == 0 || r.Control.OlderFenceAdmitted == 0 {
-		t.Errorf("guarded acknowledged %d, control admitted %d older fences: the run did not exercise the guard",
-			r.Guarded.Acknowledged, r.Control.OlderFenceAdmitted)
+	if r.Guarded.Acknowledged == 0 || r.Control.Count == 0 || r.Verdict != proof.VerdictPass {
+		t.Errorf("guarded acknowledged %d, control violations %d, verdict %s: the run did not exercise the guard", r.Guarded.Acknowledged, r.Control.Count, r.Verdict)
 	}
 	if r.Error != "" {
 		t.Errorf("run error: %s", r.Error)
+	}
+	if err := s.Failover(t.Context()); err == nil {
+		t.Error("a second failover did not fail")
 	}
 }
 

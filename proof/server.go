@@ -26,6 +26,8 @@ type StartedStore struct {
 
 	bin, dir string
 	port     int
+	args     []string    // extra redis-server arguments
+	repl     *replicated // with StartOptions.Replica
 	mu       sync.Mutex
 	cmd      *exec.Cmd
 	done     chan struct{}
@@ -44,34 +46,21 @@ func StartStore(ctx context.Context, kind, dir string) (*StartedStore, error) {
 	if err != nil {
 		return nil, fmt.Errorf("proof: start a Redis server: %w", err)
 	}
-	d, err := os.MkdirTemp(dir, "tenure-proof-redis-")
+	s, err := startRedis(ctx, bin, dir)
 	if err != nil {
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		os.RemoveAll(d)
-		return nil, err
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	s := &StartedStore{bin: bin, dir: d, port: port}
-	s.URL = "redis://127.0.0.1:" + strconv.Itoa(port)
-	s.Detail = "redis-server started by tenure proof on 127.0.0.1:" + strconv.Itoa(port) + " (appendfsync always)"
-	if err := s.start(ctx); err != nil {
-		os.RemoveAll(d)
-		return nil, err
-	}
+	s.Detail = "redis-server started by tenure proof on " + s.addr() + " (appendfsync always)"
 	return s, nil
 }
 
 func (s *StartedStore) start(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	cmd := exec.Command(s.bin,
+	cmd := exec.Command(s.bin, append([]string{
 		"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1", "--protected-mode", "no",
 		"--daemonize", "no", "--dir", s.dir, "--logfile", filepath.Join(s.dir, "redis.log"),
-		"--save", "", "--appendonly", "yes", "--appendfsync", "always")
+		"--save", "", "--appendonly", "yes", "--appendfsync", "always"}, s.args...)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("proof: start redis-server: %w", err)
@@ -137,8 +126,13 @@ func (s *StartedStore) Restart(ctx context.Context) error {
 	return s.start(ctx)
 }
 
-// Close stops the server and removes its directory.
+// Close stops the server (and its replica) and removes its directory.
 func (s *StartedStore) Close() error {
+	if r := s.repl; r != nil {
+		r.front.close()
+		r.link.close()
+		r.replica.Close()
+	}
 	s.mu.Lock()
 	s.killLocked()
 	s.mu.Unlock()

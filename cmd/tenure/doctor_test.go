@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
 
@@ -77,6 +78,47 @@ func TestDoctorRedis(t *testing.T) {
 	}
 }
 
+// doctor reports a primary's replicas, min-replicas-to-write and whether
+// writes are confirmed there, and a replica as a replica.
+func TestDoctorRedisReplicas(t *testing.T) {
+	alone := testenv.Redis(t, nil)
+	rep, _, _ := doctorJSON(t, "--store", "redis://"+alone.Addr())
+	if f := finding(rep, "replicas"); f.Status != doctor.Info || !strings.Contains(f.Detail, "none connected") || !strings.Contains(f.Detail, "confirms no write") {
+		t.Fatalf("server without replicas: %+v", f)
+	}
+	if f := finding(rep, "min-replicas-to-write"); f.Status != doctor.Info {
+		t.Fatalf("server without replicas: min-replicas-to-write %+v", f)
+	}
+	if f := finding(rep, "WAITAOF"); f.Status != doctor.Info || f.Detail == "" {
+		t.Fatalf("WAITAOF: %+v", f)
+	}
+
+	primary := testenv.Redis(t, nil)
+	replica := testenv.RedisReplica(t, primary)
+	rep, unsafe, code := doctorJSON(t, "--store", "redis://"+primary.Addr())
+	if unsafe || code != 0 {
+		t.Fatalf("primary with a replica: unsafe=%v exit %d: %+v", unsafe, code, rep)
+	}
+	if f := finding(rep, "replicas"); f.Status != doctor.OK || !strings.Contains(f.Detail, "1 online") || !strings.Contains(f.Detail, "WAIT 1") {
+		t.Fatalf("primary with a replica: %+v", f)
+	}
+	if f := finding(rep, "min-replicas-to-write"); f.Status != doctor.Warn || !strings.Contains(f.Fix, "min-replicas-to-write 1") {
+		t.Fatalf("min-replicas-to-write 0 with a replica: %+v, want a warning", f)
+	}
+	c := primary.Client(t)
+	if err := c.Do(t.Context(), c.B().ConfigSet().ParameterValue().ParameterValue("min-replicas-to-write", "1").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	rep, _, _ = doctorJSON(t, "--store", "redis://"+primary.Addr())
+	if f := finding(rep, "min-replicas-to-write"); f.Status != doctor.OK || !strings.HasPrefix(f.Detail, "1:") {
+		t.Fatalf("min-replicas-to-write 1: %+v", f)
+	}
+	rep, _, _ = doctorJSON(t, "--store", "redis://"+replica.Addr())
+	if f := finding(rep, "replication"); f.Status != doctor.Info || !strings.Contains(f.Detail, "a replica of "+primary.Addr()) {
+		t.Fatalf("replica: %+v", f)
+	}
+}
+
 func TestDoctorRedisCluster(t *testing.T) {
 	c := testenv.RedisCluster(t)
 	rep, unsafe, code := doctorJSON(t, "--store", "redis://"+c.Addrs()[0])
@@ -126,6 +168,65 @@ func TestDoctorPostgres(t *testing.T) {
 	rep, unsafe, code = doctorJSON(t, "--store", dsn)
 	if f := finding(rep, "synchronous_commit"); f.Status != doctor.OK || !unsafe || code != 1 || finding(rep, "fsync").Status != doctor.Unsafe {
 		t.Fatalf("synchronous_commit on, fsync off: %+v unsafe=%v exit %d", f, unsafe, code)
+	}
+}
+
+// doctor flags asynchronous streaming standbys, passes synchronous ones,
+// reports a standby as one, and an UNLOGGED leases table next to standbys.
+func TestDoctorPostgresStandbys(t *testing.T) {
+	primary := testenv.PostgresWith(t, &testenv.PostgresOptions{Durable: true})
+	dsn := primary.DSN("postgres")
+	rep, _, _ := doctorJSON(t, "--store", dsn)
+	if f := finding(rep, "standbys"); f.Status != doctor.Info || !strings.Contains(f.Detail, "no streaming standby") {
+		t.Fatalf("server without standbys: %+v", f)
+	}
+	standby := testenv.PostgresStandby(t, primary, primary.Addr())
+	rep, _, _ = doctorJSON(t, "--store", dsn)
+	if f := finding(rep, "standbys"); f.Status != doctor.Warn || !strings.Contains(f.Detail, "1 of 1 streaming standbys are asynchronous") || !strings.Contains(f.Fix, "synchronous_standby_names") {
+		t.Fatalf("asynchronous standby: %+v, want a warning", f)
+	}
+	rep, _, _ = doctorJSON(t, "--store", standby.DSN("postgres"))
+	if f := finding(rep, "standbys"); f.Status != doctor.Info || !strings.Contains(f.Detail, "is a standby") {
+		t.Fatalf("the standby itself: %+v", f)
+	}
+
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx := t.Context()
+	// An UNLOGGED leases table is not replicated.
+	if _, err := db.ExecContext(ctx, `CREATE SCHEMA tenure; CREATE UNLOGGED TABLE tenure.leases (key text)`); err != nil {
+		t.Fatal(err)
+	}
+	rep, _, _ = doctorJSON(t, "--store", dsn)
+	if f := finding(rep, "leases table"); f.Status != doctor.Warn || !strings.Contains(f.Detail, "not replicated") {
+		t.Fatalf("UNLOGGED leases next to a standby: %+v", f)
+	}
+	// Commits that wait for the standby.
+	for _, q := range []string{`ALTER SYSTEM SET synchronous_standby_names = '*'`, `SELECT pg_reload_conf()`} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var n int
+		if err := db.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the standby did not become synchronous")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	rep, _, _ = doctorJSON(t, "--store", dsn)
+	if f := finding(rep, "standbys"); f.Status != doctor.OK || !strings.Contains(f.Detail, "all synchronous") {
+		t.Fatalf("synchronous standby: %+v", f)
 	}
 }
 

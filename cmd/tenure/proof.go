@@ -72,7 +72,15 @@ Faults (--fault, a comma-separated list; default pause,kill):
   restart   the store is killed (SIGKILL) and restarted once, halfway
             through each workload; only for a store this command started
             itself (--start-store)
-The proxy and restart faults are destructive: they disturb every client of
+  failover  the store this command started (--start-store redis) gets a
+            replica; once, halfway through each workload, the replica's
+            replication stream is held back while its link stays up, the
+            primary is killed (SIGKILL), the replica promoted (REPLICAOF NO
+            ONE) and the workers' address switched to it: what the primary
+            wrote since is lost, so a write reported done before must have
+            been confirmed by the replica (tenure's default); once per run,
+            so with one workload only, and not with restart
+The proxy, restart and failover faults are destructive: they disturb every client of
 the server, so use them on servers of your own. Faults are counted by kind
 in the report.
 
@@ -91,7 +99,8 @@ linearizability check are visualized as HTML files under --dir.
 A long run, for instance:
   tenure proof --store redis://127.0.0.1:6379 --duration 2m
 With store faults:
-  tenure proof --start-store redis --fault pause,kill,proxy,restart --duration 1m`,
+  tenure proof --start-store redis --fault pause,kill,proxy,restart --duration 1m
+  tenure proof --start-store redis --fault pause,failover --workload lease-counter`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			out := cmd.OutOrStdout()
@@ -116,7 +125,13 @@ With store faults:
 				if store != "" {
 					return fmt.Errorf("%w: --store and --start-store exclude each other", proof.ErrInvalid)
 				}
-				s, err := proof.StartStore(ctx, start, "")
+				if f.Failover != nil && f.Restart != nil {
+					return fmt.Errorf("%w: --fault failover and restart exclude each other", proof.ErrInvalid)
+				}
+				if f.Failover != nil && len(workloads) != 1 {
+					return fmt.Errorf("%w: --fault failover fails the store over once: pick one --workload", proof.ErrInvalid)
+				}
+				s, err := proof.StartStoreWith(ctx, start, proof.StartOptions{Replica: f.Failover != nil})
 				if err != nil {
 					return err
 				}
@@ -128,8 +143,11 @@ With store faults:
 				if f.Restart != nil {
 					f.Restart = s.Restart
 				}
-			} else if f.Restart != nil {
-				return fmt.Errorf("%w: --fault restart needs a store this command starts (--start-store redis)", proof.ErrInvalid)
+				if f.Failover != nil {
+					f.Failover = s.Failover
+				}
+			} else if f.Restart != nil || f.Failover != nil {
+				return fmt.Errorf("%w: --fault restart and failover need a store this command starts (--start-store redis)", proof.ErrInvalid)
 			}
 			results, err := proof.Run(ctx, proof.Options{
 				Store: store, Workloads: workloads, Duration: duration, Workers: workers, TTL: ttl,
@@ -163,15 +181,16 @@ With store faults:
 	f.StringVar(&dir, "dir", "", "where to write visualizations of failing histories (default: a new temp dir)")
 	f.Uint64Var(&seed, "seed", 0, "seed of the nemesis's choices (default random)")
 	f.BoolVarP(&quiet, "quiet", "q", false, "no progress lines on stderr")
-	f.StringSliceVar(&faults, "fault", []string{"pause", "kill"}, "faults to inject: pause, kill, proxy, restart (comma-separated)")
+	f.StringSliceVar(&faults, "fault", []string{"pause", "kill"}, "faults to inject: pause, kill, proxy, restart, failover (comma-separated)")
 	f.DurationVar(&delay, "proxy-delay", 50*time.Millisecond, "how long the proxy holds back each reply while it delays them")
 	f.StringVar(&start, "start-store", "", "start a store server for the run and use it (redis: redis-server from PATH, persistent, on a free loopback port)")
 	f.IntVar(&keys, "keys", 0, "counters per mode in lease-counter, each under its own lease (default 2, 32 on etcd)")
 	return cmd
 }
 
-// parseFaults turns --fault values into proof.Faults. Restart is set to a
-// placeholder that the caller replaces with the started store's restart.
+// parseFaults turns --fault values into proof.Faults. Restart and Failover
+// are set to placeholders that the caller replaces with the started
+// store's.
 func parseFaults(list []string) (proof.Faults, error) {
 	f := proof.Faults{NoPause: true, NoKill: true}
 	for _, v := range list {
@@ -184,12 +203,14 @@ func parseFaults(list []string) (proof.Faults, error) {
 			f.Proxy = true
 		case "restart":
 			f.Restart = func(context.Context) error { return nil }
+		case "failover":
+			f.Failover = func(context.Context) error { return nil }
 		case "":
 		default:
-			return f, fmt.Errorf("%w: unknown fault %q (have pause, kill, proxy, restart)", proof.ErrInvalid, v)
+			return f, fmt.Errorf("%w: unknown fault %q (have pause, kill, proxy, restart, failover)", proof.ErrInvalid, v)
 		}
 	}
-	if f.NoPause && f.NoKill && !f.Proxy && f.Restart == nil {
+	if f.NoPause && f.NoKill && !f.Proxy && f.Restart == nil && f.Failover == nil {
 		return f, fmt.Errorf("%w: --fault names no fault", proof.ErrInvalid)
 	}
 	return f, nil

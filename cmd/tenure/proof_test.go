@@ -55,6 +55,9 @@ func TestProofBadInput(t *testing.T) {
 		{"proof", "--start-store", "cassandra"},
 		{"proof", "--start-store", "redis", "--store", "memory"},
 		{"proof", "--fault", "proxy", "--proxy-delay", "1h"},
+		{"proof", "--fault", "failover", "--workload", "lease-counter"},
+		{"proof", "--start-store", "redis", "--fault", "failover"},
+		{"proof", "--start-store", "redis", "--fault", "failover,restart", "--workload", "lease-counter"},
 	} {
 		if out, err := run(args...); err == nil {
 			t.Errorf("%v: no error\n%s", args, out)
@@ -91,5 +94,33 @@ func TestProofCommandStoreFaults(t *testing.T) {
 	}
 	if (r.Verdict != proof.VerdictPass && r.Verdict != proof.VerdictInconclusive) || r.Guarded.Count != 0 {
 		t.Errorf("verdict %s (%v), guarded violations %v", r.Verdict, runErr, r.Guarded.Violations)
+	}
+}
+
+// The failover fault on a Redis server the command starts with a replica:
+// the failover happens once and the guarded run loses nothing
+// acknowledged.
+func TestProofCommandFailover(t *testing.T) {
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		if os.Getenv("TENURE_TEST_REQUIRE") != "" {
+			t.Fatal("redis-server is not installed")
+		}
+		t.Skip("redis-server is not installed")
+	}
+	out, runErr := run("proof", "--start-store", "redis", "--workload", "lease-counter", "--duration", "3s",
+		"--fault", "pause,failover", "--json", "-q", "--dir", t.TempDir())
+	var rs []proof.Result
+	if err := json.NewDecoder(strings.NewReader(out)).Decode(&rs); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if len(rs) != 1 {
+		t.Fatalf("%d results, want 1:\n%s", len(rs), out)
+	}
+	r := rs[0]
+	if r.Faults["failover"] != 1 {
+		t.Errorf("faults %v, want one failover", r.Faults)
+	}
+	if (r.Verdict != proof.VerdictPass && r.Verdict != proof.VerdictInconclusive) || r.Guarded.Count != 0 || r.Error != "" {
+		t.Errorf("verdict %s (%v), guarded violations %v, error %q", r.Verdict, runErr, r.Guarded.Violations, r.Error)
 	}
 }

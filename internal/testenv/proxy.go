@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"bytes"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -18,11 +19,13 @@ const (
 // Proxy is a TCP proxy on 127.0.0.1 in front of one upstream address, for
 // injecting network faults between a client and a server. It starts out
 // forwarding everything; [Proxy.Cut], [Proxy.DropReplies] and [Proxy.Heal]
-// switch between its modes at any time. All methods are safe for
+// switch between its modes at any time, and [Proxy.Hold] holds back what
+// the server sends until [Proxy.Release]. All methods are safe for
 // concurrent use.
 type Proxy struct {
 	ln   net.Listener
 	mode atomic.Int32
+	hold atomic.Pointer[holdSpec] // nil: nothing held back
 
 	mu       sync.Mutex // guards upstream, conns and closed, and orders mode changes with them
 	upstream string
@@ -31,11 +34,24 @@ type Proxy struct {
 	wg       sync.WaitGroup
 }
 
+// holdSpec says which connections [Proxy.Hold] holds back.
+type holdSpec struct {
+	marker []byte // hold only connections whose client sent it; nil: all
+}
+
+// sentMax bounds how much of what a client sent a connection remembers,
+// for [Proxy.HoldWhere].
+const sentMax = 4 << 10
+
 // proxyConn is one proxied connection: the accepted client side and the
 // dialed server side.
 type proxyConn struct {
 	client, server net.Conn
 	once           sync.Once
+
+	mu   sync.Mutex // guards held, sent and writes to client
+	held []byte     // server bytes held back, in order
+	sent []byte     // the first sentMax bytes the client sent
 }
 
 // close closes both sides, resetting them so that peers notice at once.
@@ -118,9 +134,70 @@ func (p *Proxy) DropReplies() {
 	p.setMode(proxyDrop, false)
 }
 
+// Hold keeps the link up but holds back every byte the server sends:
+// requests still reach the server and take effect, replies and streams
+// from it are kept in the proxy, in order, until [Proxy.Release] delivers
+// them. A connection that closes meanwhile loses what was held for it, as
+// a server that dies before sending would. Between a Redis replica and its
+// primary this is a replica that lags while its link stays up: the
+// primary still counts it as connected (the replica's acknowledgements
+// keep flowing to it), but the replica applies nothing new.
+func (p *Proxy) Hold() { p.hold.Store(&holdSpec{}) }
+
+// HoldWhere is Hold for the connections over which the client sent marker
+// (within its first 4 KiB) only: for a proxy that clients and a Redis
+// replica share, HoldWhere("REPLCONF") holds back the replication stream
+// and nothing else.
+func (p *Proxy) HoldWhere(marker string) { p.hold.Store(&holdSpec{marker: []byte(marker)}) }
+
+// Release ends Hold: what was held is delivered, in order, and the proxy
+// forwards again.
+func (p *Proxy) Release() {
+	p.hold.Store(nil)
+	p.mu.Lock()
+	conns := make([]*proxyConn, 0, len(p.conns))
+	for c := range p.conns {
+		conns = append(conns, c)
+	}
+	p.mu.Unlock()
+	for _, c := range conns {
+		c.mu.Lock()
+		if len(c.held) > 0 {
+			c.client.Write(c.held)
+			c.held = nil
+		}
+		c.mu.Unlock()
+	}
+}
+
+// holding reports whether c's server bytes are held back; c.mu is held.
+func (p *Proxy) holding(c *proxyConn) bool {
+	h := p.hold.Load()
+	return h != nil && (h.marker == nil || bytes.Contains(c.sent, h.marker))
+}
+
+// deliver sends server bytes to c's client, or holds them back.
+func (p *Proxy) deliver(c *proxyConn, b []byte) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if p.holding(c) {
+		c.held = append(c.held, b...)
+		return nil
+	}
+	if len(c.held) > 0 {
+		if _, err := c.client.Write(c.held); err != nil {
+			return err
+		}
+		c.held = nil
+	}
+	_, err := c.client.Write(b)
+	return err
+}
+
 // Heal closes every existing connection, so that clients reconnect with a
 // clean stream instead of one missing replies, and forwards normally again.
 func (p *Proxy) Heal() {
+	p.hold.Store(nil)
 	p.setMode(proxyForward, true)
 }
 
@@ -206,6 +283,11 @@ func (p *Proxy) serve(c *proxyConn) {
 		for {
 			n, err := c.client.Read(buf)
 			if n > 0 {
+				c.mu.Lock()
+				if len(c.sent) < sentMax {
+					c.sent = append(c.sent, buf[:min(n, sentMax-len(c.sent))]...)
+				}
+				c.mu.Unlock()
 				if _, werr := c.server.Write(buf[:n]); werr != nil {
 					break
 				}
@@ -220,7 +302,7 @@ func (p *Proxy) serve(c *proxyConn) {
 	for {
 		n, err := c.server.Read(buf)
 		if n > 0 && p.mode.Load() == proxyForward {
-			if _, werr := c.client.Write(buf[:n]); werr != nil {
+			if werr := p.deliver(c, buf[:n]); werr != nil {
 				break
 			}
 		}

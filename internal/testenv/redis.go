@@ -355,9 +355,16 @@ func (s *RedisServer) String() string { return fmt.Sprintf("redis-server %s", s.
 // acknowledged by the primary may not have reached the replica yet.
 func RedisReplica(t testing.TB, primary *RedisServer) *RedisServer {
 	t.Helper()
+	return RedisReplicaVia(t, primary, primary.Addr())
+}
+
+// RedisReplicaVia is RedisReplica for a replica that reaches primary at
+// addr (host:port), a [Proxy] in front of it for example.
+func RedisReplicaVia(t testing.TB, primary *RedisServer, addr string) *RedisServer {
+	t.Helper()
 	bin := RequireBinary(t, "redis-server")
 	o := primary.opts
-	host, port, _ := net.SplitHostPort(primary.Addr())
+	host, port, _ := net.SplitHostPort(addr)
 	o.Args = append(append([]string(nil), o.Args...), "--replicaof", host, port)
 	s, err := newRedis(bin, &o, false)
 	if err != nil {
@@ -372,21 +379,33 @@ func RedisReplica(t testing.TB, primary *RedisServer) *RedisServer {
 			t.Errorf("testenv: %v", err)
 		}
 	})
-	err = waitUntil("replica "+s.Addr()+" in sync with "+primary.Addr(), startTimeout, nil, func(ctx context.Context) error {
-		info, err := respCall(ctx, s.Addr(), "INFO", "replication")
+	if err := waitSynced(s, primary); err != nil {
+		logTails(t, "redis-server replica", s.logPath)
+		t.Fatalf("testenv: %v", err)
+	}
+	return s
+}
+
+// waitSynced waits until replica's link to its primary is up, its initial
+// sync is done, and primary lists it as online.
+func waitSynced(replica, primary *RedisServer) error {
+	return waitUntil("replica "+replica.Addr()+" in sync with "+primary.Addr(), startTimeout, nil, func(ctx context.Context) error {
+		info, err := respCall(ctx, replica.Addr(), "INFO", "replication")
 		if err != nil {
 			return err
 		}
 		if !strings.Contains(info, "master_link_status:up") || strings.Contains(info, "master_sync_in_progress:1") {
 			return fmt.Errorf("not in sync yet")
 		}
+		pinfo, err := respCall(ctx, primary.Addr(), "INFO", "replication")
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(pinfo, "state=online") {
+			return fmt.Errorf("the primary does not list the replica as online yet")
+		}
 		return nil
 	})
-	if err != nil {
-		logTails(t, "redis-server replica", s.logPath)
-		t.Fatalf("testenv: %v", err)
-	}
-	return s
 }
 
 // Kill ends the server at once with SIGKILL, as a crash would, and waits

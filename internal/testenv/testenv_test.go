@@ -559,3 +559,98 @@ func TestRedisReplicaFailover(t *testing.T) {
 		t.Fatalf("write after restarting the promoted replica: %v", err)
 	}
 }
+
+// Hold keeps connections up and requests flowing but keeps the server's
+// replies until Release, which delivers them in order; HoldWhere holds only
+// the connections whose client sent the marker.
+func TestProxyHold(t *testing.T) {
+	t.Parallel()
+	s := testenv.SharedRedis(t)
+	direct := s.Client(t)
+	p := testenv.NewProxy(t, s.Addr())
+	dial := func() rueidis.Client {
+		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{p.Addr()}, DisableRetry: true, PipelineMultiplex: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		return c
+	}
+	held, free := dial(), dial()
+	key := "testenv:hold:" + t.Name()
+	// Mark the first client's connection: it sends the marker as a value.
+	if err := held.Do(ctx(t, 2*time.Second), held.B().Set().Key(key+":m").Value("HOLDME").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	p.HoldWhere("HOLDME")
+	if err := free.Do(ctx(t, 2*time.Second), free.B().Set().Key(key+":free").Value("1").Build()).Error(); err != nil {
+		t.Fatalf("a connection without the marker is held: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- held.Do(ctx(t, 30*time.Second), held.B().Set().Key(key).Value("v").Build()).Error() }()
+	// The request reaches the server while its reply is held back.
+	eventually(t, 10*time.Second, "SET applied while its reply is held", func() error {
+		v, err := direct.Do(ctx(t, time.Second), direct.B().Get().Key(key).Build()).ToString()
+		if err == nil && v != "v" {
+			err = fmt.Errorf("%s = %q", key, v)
+		}
+		return err
+	})
+	select {
+	case err := <-done:
+		t.Fatalf("the held reply arrived before Release: %v", err)
+	default:
+	}
+	p.Release()
+	if err := <-done; err != nil {
+		t.Fatalf("the reply after Release: %v", err)
+	}
+	p.Hold()
+	fast, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if err := free.Do(fast, free.B().Get().Key(key).Build()).Error(); err == nil {
+		t.Fatal("Hold let a reply through")
+	}
+}
+
+// A replica behind a held link lags while the primary still counts it as
+// connected; the failover promotes it with what it had, and Front follows.
+func TestRedisFailoverHarness(t *testing.T) {
+	t.Parallel()
+	f := testenv.NewRedisFailover(t, nil)
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{f.Addr()}, DisableRetry: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	set := func(k string) error {
+		return c.Do(ctx(t, 2*time.Second), c.B().Set().Key(k).Value("1").Build()).Error()
+	}
+	if err := set("before"); err != nil {
+		t.Fatal(err)
+	}
+	replica := f.Replica.Client(t)
+	eventually(t, 10*time.Second, "before replicated", func() error {
+		return replica.Do(ctx(t, time.Second), replica.B().Get().Key("before").Build()).Error()
+	})
+	f.HoldReplication()
+	if err := set("during"); err != nil {
+		t.Fatal(err)
+	}
+	primary := f.Primary.Client(t)
+	dc, release := primary.Dedicate()
+	res := dc.DoMulti(ctx(t, 5*time.Second), dc.B().Set().Key("during2").Value("1").Build(), dc.B().Wait().Numreplicas(1).Timeout(200).Build())
+	release()
+	if n, err := res[1].AsInt64(); err != nil || n != 0 {
+		t.Fatalf("WAIT while replication is held = %d, %v; want 0 replicas", n, err)
+	}
+	info, err := primary.Do(ctx(t, time.Second), primary.B().Info().Section("replication").Build()).ToString()
+	if err != nil || !strings.Contains(info, "connected_slaves:1") || !strings.Contains(info, "state=online") {
+		t.Fatalf("the primary no longer counts the held replica: %s %v", info, err)
+	}
+	f.Failover(t)
+	eventually(t, 10*time.Second, "a write after the failover", func() error { return set("after") })
+	if n, err := replica.Do(ctx(t, time.Second), replica.B().Exists().Key("before", "during", "during2", "after").Build()).AsInt64(); err != nil || n != 2 {
+		t.Fatalf("keys on the promoted replica: %d, %v; want before and after only", n, err)
+	}
+}

@@ -85,3 +85,46 @@ func ExampleNewGoRedis() {
 		log.Fatal(err)
 	}
 }
+
+// Replica confirmation is on by default: with replicas online, a write is
+// reported done only once they confirmed it. These options tune it.
+func ExampleReplication() {
+	ctx := context.Background()
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{"127.0.0.1:6379"}, DisableRetry: true})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+
+	// The default: wait for every online replica, up to 1s.
+	db, err := redisstore.New(c, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	st, err := db.Replicas(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, p := range st {
+		fmt.Printf("primary %s: %d replicas online, writes confirmed with %q %d\n", p.Addr, p.Online, p.Command, p.Required)
+	}
+
+	// At least one replica, even when none is connected (fail closed), a
+	// longer wait, and WAIT even where WAITAOF is available.
+	strict, err := redisstore.New(c, &redisstore.Options{Replication: redisstore.Replication{
+		Replicas: 1,
+		Timeout:  2 * time.Second,
+		Command:  redisstore.ConfirmWait,
+	}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	_, err = strict.Leases().Acquire(ctx, "k", lease.NewToken(), time.Minute)
+	if errors.Is(err, redisstore.ErrUnconfirmed) {
+		fmt.Println("no replica confirmed the grant: it was given back")
+	}
+
+	// No confirmation at all: a failover to a lagging replica can then
+	// forget writes reported done.
+	_, _ = redisstore.New(c, &redisstore.Options{Replication: redisstore.Replication{Off: true}})
+}

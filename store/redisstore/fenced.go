@@ -41,8 +41,9 @@ func (s *Store) fencedSet(ctx context.Context, resource string, f uint64, value 
 		m = "a"
 	}
 	vk, fk := s.valueKeys(resource)
-	arr, err := fencedSetScript.Exec(ctx, s.c, []string{vk, fk},
-		[]string{strconv.FormatUint(f, 10), m, rueidis.BinaryString(value)}).ToArray()
+	res, p := s.write(ctx, fencedSetScript, []string{vk, fk},
+		[]string{strconv.FormatUint(f, 10), m, rueidis.BinaryString(value)}, false)
+	arr, err := res.ToArray()
 	if err != nil {
 		return s.fail(err)
 	}
@@ -54,7 +55,7 @@ func (s *Store) fencedSet(ctx context.Context, resource string, f uint64, value 
 		return malformed("fenced set")
 	}
 	if ok == 1 {
-		return nil
+		return s.confirm(ctx, p)
 	}
 	obs.GuardRefused(ctx, "redisstore", obs.GuardFencedSet)
 	return &fence.StaleError{Resource: resource, Fence: f, Current: parseFence(&arr[1])}
@@ -131,8 +132,9 @@ func (s *Store) HolderSet(ctx context.Context, l *lease.Lease, resource string, 
 	}
 	lock, lf := s.leaseKeys(l.Key())
 	vk, fk := s.valueKeys(resource)
-	arr, err := holderSetScript.Exec(ctx, s.c, []string{lock, lf, vk, fk},
-		[]string{l.Token(), strconv.FormatUint(l.Fence(), 10), rueidis.BinaryString(value)}).ToArray()
+	res, p := s.write(ctx, holderSetScript, []string{lock, lf, vk, fk},
+		[]string{l.Token(), strconv.FormatUint(l.Fence(), 10), rueidis.BinaryString(value)}, false)
+	arr, err := res.ToArray()
 	if err != nil {
 		return s.fail(err)
 	}
@@ -145,7 +147,7 @@ func (s *Store) HolderSet(ctx context.Context, l *lease.Lease, resource string, 
 	}
 	switch {
 	case ok == 1:
-		return nil
+		return s.confirm(ctx, p)
 	case ok == -1:
 		obs.GuardRefused(ctx, "redisstore", obs.GuardCheckHolder)
 		return lease.ErrNotHeld

@@ -93,8 +93,10 @@ func (v idemView) Begin(ctx context.Context, b driver.Begin) (driver.Begun, erro
 	if b.Takeover {
 		take = "1"
 	}
-	arr, err := idemBeginScript.Exec(ctx, v.s.c, []string{v.s.idemKey(b.ID)},
-		[]string{b.Fingerprint, b.Token.Reveal(), msArg(b.ClaimTTL), msArg(b.Retention), take}).ToArray()
+	key := v.s.idemKey(b.ID)
+	res, p := v.s.write(ctx, idemBeginScript, []string{key},
+		[]string{b.Fingerprint, b.Token.Reveal(), msArg(b.ClaimTTL), msArg(b.Retention), take}, false)
+	arr, err := res.ToArray()
 	if err != nil {
 		return driver.Begun{}, v.s.idemErr(err)
 	}
@@ -145,6 +147,22 @@ func (v idemView) Begin(ctx context.Context, b driver.Begin) (driver.Begun, erro
 	if err != nil {
 		return driver.Begun{}, err
 	}
+	switch got.State {
+	case driver.Claimed:
+		if err := v.s.confirm(ctx, p); err != nil {
+			// Give the claim up on the primary: the caller will not run.
+			cctx, cancel := v.s.afterUnconfirmed(ctx)
+			_ = idemReleaseScript.Exec(cctx, v.s.c, []string{key}, []string{b.Token.Reveal()}).Error()
+			cancel()
+			return driver.Begun{}, fmt.Errorf("%w: %w", idempotency.ErrUnavailable, err)
+		}
+	case driver.Completed:
+		// A replay reports a result this call did not write: make sure
+		// the replicas have it before answering from it.
+		if err := v.s.confirmState(ctx, key); err != nil {
+			return driver.Begun{}, v.s.idemErr(err)
+		}
+	}
 	return got, nil
 }
 
@@ -153,12 +171,16 @@ func (v idemView) exec(ctx context.Context, op string, script *rclient.Script, i
 	if err := v.ready(ctx); err != nil {
 		return err
 	}
-	n, err := script.Exec(ctx, v.s.c, []string{v.s.idemKey(id)}, args).AsInt64()
+	res, p := v.s.write(ctx, script, []string{v.s.idemKey(id)}, args, false)
+	n, err := res.AsInt64()
 	if err != nil {
 		return v.s.idemErr(err)
 	}
 	if n != 1 {
 		return fmt.Errorf("%w: redisstore: idempotency %s", idempotency.ErrClaimLost, op)
+	}
+	if err := v.s.confirm(ctx, p); err != nil {
+		return v.s.idemErr(err)
 	}
 	return nil
 }

@@ -183,8 +183,9 @@ func (v idemView) settle(ctx context.Context, s idempotency.Settle, mode string,
 	if out.Failed {
 		failed = "1"
 	}
-	arr, err := idemSettleScript.Exec(ctx, v.s.c, []string{v.s.idemKey(s.ID)}, []string{strconv.FormatUint(s.Fence, 10), force, mode,
-		msArg(retention), failed, driver.CleanMessage(out.Message), rueidis.BinaryString(out.Value)}).ToArray()
+	res, p := v.s.write(ctx, idemSettleScript, []string{v.s.idemKey(s.ID)}, []string{strconv.FormatUint(s.Fence, 10), force, mode,
+		msArg(retention), failed, driver.CleanMessage(out.Message), rueidis.BinaryString(out.Value)}, false)
+	arr, err := res.ToArray()
 	if err != nil {
 		return v.s.idemErr(err)
 	}
@@ -197,6 +198,9 @@ func (v idemView) settle(ctx context.Context, s idempotency.Settle, mode string,
 	case err != nil:
 		return bad
 	case code == 0 && len(arr) == 1:
+		if err := v.s.confirm(ctx, p); err != nil {
+			return v.s.idemErr(err)
+		}
 		return nil
 	case code != 1 || len(arr) != 5:
 		return bad

@@ -59,7 +59,8 @@ func (v leases) AcquireHolder(ctx context.Context, key, token string, ttl time.D
 	}
 	lock, fence, hk := s.leaseKeys3(key)
 	_, ms := s.ttlArg(ttl)
-	arr, err := acquireScript.Exec(ctx, s.c, []string{lock, fence, hk}, []string{token, ms, s.keep, holder}).ToArray()
+	res, p := s.write(ctx, acquireScript, []string{lock, fence, hk}, []string{token, ms, s.keep, holder}, false)
+	arr, err := res.ToArray()
 	if err != nil {
 		return lease.Grant{}, s.fail(err)
 	}
@@ -87,7 +88,21 @@ func (v leases) AcquireHolder(ctx context.Context, key, token string, ttl time.D
 	if err != nil {
 		return lease.Grant{}, malformed("acquire")
 	}
+	if err := s.confirm(ctx, p); err != nil {
+		s.releaseUnconfirmed(ctx, lock, token)
+		return lease.Grant{}, err
+	}
 	return lease.Grant{Fence: uint64(n), TTL: time.Duration(granted) * time.Millisecond}, nil
+}
+
+// releaseUnconfirmed releases a grant whose replicas did not confirm it,
+// so that the primary does not keep a lock its caller was told it did not
+// get. It is not confirmed itself: if it is lost in a failover, the lock
+// expires with its TTL there, and nobody holds it meanwhile.
+func (s *Store) releaseUnconfirmed(ctx context.Context, lock, token string) {
+	ctx, cancel := s.afterUnconfirmed(ctx)
+	defer cancel()
+	_ = releaseScript.Exec(ctx, s.c, []string{lock}, []string{token}).Error()
 }
 
 // remaining converts a PTTL reply of an existing lock to a duration: at
@@ -113,12 +128,16 @@ func (v leases) Renew(ctx context.Context, key, token string, ttl time.Duration)
 	}
 	lock, fence, hk := s.leaseKeys3(key)
 	ms, arg := s.ttlArg(ttl)
-	f, err := renewScript.Exec(ctx, s.c, []string{lock, fence, hk}, []string{token, arg, s.keep}).AsInt64()
+	res, p := s.write(ctx, renewScript, []string{lock, fence, hk}, []string{token, arg, s.keep}, false)
+	f, err := res.AsInt64()
 	if err != nil {
 		return lease.Grant{}, s.fail(err)
 	}
 	if f <= 0 {
 		return lease.Grant{}, lease.ErrNotHeld
+	}
+	if err := s.confirm(ctx, p); err != nil {
+		return lease.Grant{}, err
 	}
 	return lease.Grant{Fence: uint64(f), TTL: time.Duration(ms) * time.Millisecond}, nil
 }
@@ -135,10 +154,15 @@ func (v leases) Release(ctx context.Context, key, token string) error {
 		return err
 	}
 	lock := s.lockKey(key)
-	var n int64
-	var err error
+	var (
+		n   int64
+		err error
+		res rclient.Result
+		p   *pending
+	)
 	if s.delex.Load() {
-		n, err = s.c.Do(ctx, rclient.Cmd{Name: "DELEX", Keys: []string{lock}, Args: []string{"IFEQ", token}}).AsInt64()
+		res, p = s.writeCmd(ctx, rclient.Cmd{Name: "DELEX", Keys: []string{lock}, Args: []string{"IFEQ", token}})
+		n, err = res.AsInt64()
 		if msg, ok := rclient.ServerError(err); ok {
 			if !strings.Contains(strings.ToLower(msg), "unknown command") {
 				// Never pass on a reply that might echo the token.
@@ -147,10 +171,12 @@ func (v leases) Release(ctx context.Context, key, token string) error {
 			// A node without DELEX (a mixed-version cluster): nothing
 			// was deleted; use the script from now on.
 			s.delex.Store(false)
-			n, err = releaseScript.Exec(ctx, s.c, []string{lock}, []string{token}).AsInt64()
+			res, p = s.write(ctx, releaseScript, []string{lock}, []string{token}, false)
+			n, err = res.AsInt64()
 		}
 	} else {
-		n, err = releaseScript.Exec(ctx, s.c, []string{lock}, []string{token}).AsInt64()
+		res, p = s.write(ctx, releaseScript, []string{lock}, []string{token}, false)
+		n, err = res.AsInt64()
 	}
 	if err != nil {
 		return s.fail(err)
@@ -158,7 +184,7 @@ func (v leases) Release(ctx context.Context, key, token string) error {
 	if n != 1 {
 		return lease.ErrNotHeld
 	}
-	return nil
+	return s.confirm(ctx, p)
 }
 
 func (v leases) Inspect(ctx context.Context, key string) (lease.Info, error) {

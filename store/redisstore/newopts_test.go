@@ -46,6 +46,19 @@ func TestNewRefusesBadOptions(t *testing.T) {
 			cases = append(cases, tcase{c.name + " FenceRetention " + d.String(), func() (*redisstore.Store, error) { return c.new(o) }})
 		}
 	}
+	for _, c := range ctors {
+		for name, r := range map[string]redisstore.Replication{
+			"Replicas -1":       {Replicas: -1},
+			"Replicas too many": {Replicas: redisstore.MaxConfirmReplicas + 1},
+			"Timeout 1ns":       {Timeout: time.Nanosecond},
+			"Timeout negative":  {Timeout: -time.Second},
+			"Timeout too long":  {Timeout: redisstore.MaxConfirmTimeout + time.Millisecond},
+			"Command unknown":   {Command: redisstore.ConfirmWait + 1},
+		} {
+			o := &redisstore.Options{Prefix: prefix, Replication: r}
+			cases = append(cases, tcase{c.name + " Replication " + name, func() (*redisstore.Store, error) { return c.new(o) }})
+		}
+	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			s, err := c.new()

@@ -158,8 +158,12 @@ func (l *rateLimits) Decide(ctx context.Context, reqs []driver.Request, commit b
 			itoa(int64(r.Limit.Burst)),
 			itoa(int64(r.N)))
 	}
-	arr, err := rateDecideScript.Exec(ctx, s.c, keys, args).ToArray()
+	res, p := s.decide(ctx, rateDecideScript, keys, args, commit)
+	arr, err := res.ToArray()
 	if err != nil {
+		return nil, s.rateErr(err)
+	}
+	if err := s.confirm(ctx, p); err != nil {
 		return nil, s.rateErr(err)
 	}
 	if len(arr) != 1+4*len(reqs) {
@@ -186,6 +190,15 @@ func (l *rateLimits) Decide(ctx context.Context, reqs []driver.Request, commit b
 		}
 	}
 	return ds, nil
+}
+
+// decide runs a decision script: a write confirmed by the replicas only
+// with Replication.RateLimits, and a plain read when it does not commit.
+func (s *Store) decide(ctx context.Context, script *rclient.Script, keys, args []string, commit bool) (rclient.Result, *pending) {
+	if !commit {
+		return script.Exec(ctx, s.c, keys, args), nil
+	}
+	return s.write(ctx, script, keys, args, true)
 }
 
 // DecideOne is Decide for one request: a GCRA or fixed window limiter runs
@@ -221,8 +234,12 @@ func (l *rateLimits) DecideOne(ctx context.Context, r driver.Request, commit boo
 	}
 	key := s.rateKey(r.Key)
 	a := l.args(r.Limit)
-	reply, err := script.Exec(ctx, s.c, []string{key}, []string{c, a.rate, a.period, a.burst, itoa(int64(r.N))}).ToString()
+	res, p := s.decide(ctx, script, []string{key}, []string{c, a.rate, a.period, a.burst, itoa(int64(r.N))}, commit)
+	reply, err := res.ToString()
 	if err != nil {
+		return ratelimit.Decision{}, s.rateErr(err)
+	}
+	if err := s.confirm(ctx, p); err != nil {
 		return ratelimit.Decision{}, s.rateErr(err)
 	}
 	// "<now, negated when denied> <rest>"
@@ -313,8 +330,9 @@ func (l *rateLimits) permit(ctx context.Context, op string, key driver.StateKey,
 	}
 	s := l.s
 	set, fences := s.permitKeys(key)
-	arr, err := ratePermitScript.Exec(ctx, s.c, []string{set, fences},
-		[]string{op, id, itoa(int64(permits)), itoa(int64(ttl / time.Microsecond))}).ToArray()
+	res, p := s.write(ctx, ratePermitScript, []string{set, fences},
+		[]string{op, id, itoa(int64(permits)), itoa(int64(ttl / time.Microsecond))}, false)
+	arr, err := res.ToArray()
 	if err != nil {
 		return driver.PermitGrant{}, false, s.rateErr(err)
 	}
@@ -336,6 +354,17 @@ func (l *rateLimits) permit(ctx context.Context, op string, key driver.StateKey,
 	}
 	if g.Acquired && op != "x" {
 		g.TTL = ttl
+	}
+	if g.Acquired {
+		if err := s.confirm(ctx, p); err != nil {
+			if op == "a" {
+				// The caller does not get the permit: give it back.
+				cctx, cancel := s.afterUnconfirmed(ctx)
+				_ = ratePermitScript.Exec(cctx, s.c, []string{set, fences}, []string{"x", id, "1", "0"}).Error()
+				cancel()
+			}
+			return driver.PermitGrant{}, false, s.rateErr(err)
+		}
 	}
 	return g, v[0] == 1, nil
 }

@@ -74,6 +74,10 @@ type Options struct {
 	// microseconds), which is still above every fence granted before.
 	// It must not be negative nor above MaxFenceRetention (ten years).
 	FenceRetention time.Duration
+	// Replication configures how writes are confirmed by the replicas of
+	// the primary that ran them (WAIT, or WAITAOF). Default: on, waiting
+	// for every connected replica for up to 1s; see [Replication].
+	Replication Replication
 }
 
 // Store keeps leases and fenced values in Redis or Redis Cluster through a
@@ -81,12 +85,13 @@ type Options struct {
 // the same scripts on the same keys, so stores on either client share
 // data and give the same guarantees. It is safe for concurrent use.
 type Store struct {
-	views   // per-primitive state; see views.go
-	c       rclient.Client
-	prefix  string
-	evict   bool
-	keep    string // fence retention in ms, as sent to the scripts
-	cluster bool
+	views     // per-primitive state; see views.go
+	replState // replica confirmation; see replication.go
+	c         rclient.Client
+	prefix    string
+	evict     bool
+	keep      string // fence retention in ms, as sent to the scripts
+	cluster   bool
 
 	checked atomic.Bool // the server check passed and still stands
 	delex   atomic.Bool // every node has DELEX (valid once checked)
@@ -174,13 +179,15 @@ func validate(o *Options) error {
 	if o.FenceRetention < 0 || o.FenceRetention > MaxFenceRetention {
 		return fmt.Errorf("%w: redisstore: Options.FenceRetention is %v, want 0 (the default %v) up to %v", lease.ErrInvalid, o.FenceRetention, DefaultFenceRetention, MaxFenceRetention)
 	}
-	return nil
+	return validateReplication(o.Replication)
 }
 
 func newStore(c rclient.Client, o *Options) *Store {
 	s := &Store{c: c, prefix: DefaultPrefix, checkMu: make(chan struct{}, 1)}
 	keep := DefaultFenceRetention
+	var repl Replication
 	if o != nil {
+		repl = o.Replication
 		if o.Prefix != "" {
 			s.prefix = escape(o.Prefix)
 		}
@@ -191,6 +198,7 @@ func newStore(c rclient.Client, o *Options) *Store {
 	}
 	s.keep = strconv.FormatInt(ceilMillis(keep), 10)
 	s.cluster = c.Cluster()
+	s.repl = newReplConfig(repl)
 	return s
 }
 
@@ -325,7 +333,11 @@ func (s *Store) ready(ctx context.Context) error {
 //   - COMMAND INFO DELEX: releases use DELEX key IFEQ token when every node
 //     has it, and the compare-and-delete script otherwise;
 //   - SCRIPT LOAD of the store's scripts, so that the first call of each
-//     after a restart is one EVALSHA, not EVALSHA, NOSCRIPT and EVAL.
+//     after a restart is one EVALSHA, not EVALSHA, NOSCRIPT and EVAL;
+//   - unless Options.Replication.Off, INFO replication, INFO persistence
+//     and COMMAND INFO WAITAOF of every primary (found with CLUSTER SLOTS
+//     on a cluster): how many replicas each write waits for, and with
+//     which command (see [Replication]).
 //
 // The store runs the check by itself before its first write, so calling
 // Check is optional; it reports a misconfigured server early, and runs
@@ -392,6 +404,14 @@ func (s *Store) check(ctx context.Context) error {
 	}
 	if len(errs) > 0 {
 		return errors.Join(errs...)
+	}
+	if !s.repl.off {
+		// Learn how many replicas each primary has: writes wait for them.
+		v, err := s.loadView(ctx)
+		if err != nil {
+			return s.classify(err, errors.Unwrap(err))
+		}
+		s.replView.Store(v)
 	}
 	s.delex.Store(delex)
 	s.checked.Store(true)
@@ -479,6 +499,9 @@ func (s *Store) fail(err error) error { return s.classify(err, err) }
 
 // classify classifies cause and returns wrapped, annotated accordingly.
 func (s *Store) classify(wrapped, cause error) error {
+	if errors.Is(cause, ErrUnconfirmed) || errors.Is(cause, lease.ErrUnavailable) {
+		return wrapped // judged already (see confirm and confirming)
+	}
 	msg, ok := rclient.ServerError(cause)
 	if !ok {
 		if !errors.Is(cause, context.Canceled) && !errors.Is(cause, context.DeadlineExceeded) {
@@ -494,10 +517,13 @@ func (s *Store) classify(wrapped, cause error) error {
 	case strings.Contains(msg, "redisstore: invalid"):
 		return fmt.Errorf("%w: the server refused the arguments: %w", lease.ErrInvalid, wrapped)
 	case strings.HasPrefix(msg, "LOADING"), strings.HasPrefix(msg, "CLUSTERDOWN"), strings.HasPrefix(msg, "TRYAGAIN"), strings.HasPrefix(msg, "BUSY"),
-		strings.HasPrefix(msg, "MASTERDOWN"), strings.HasPrefix(msg, "READONLY"), strings.HasPrefix(msg, "NOREPLICAS"):
-		// Not serving right now (loading, failing over, busy script): the
-		// request was refused, but callers should treat the store as
-		// unavailable and retry. The server may have changed: check again.
+		strings.HasPrefix(msg, "MASTERDOWN"), strings.HasPrefix(msg, "READONLY"), strings.HasPrefix(msg, "NOREPLICAS"),
+		strings.HasPrefix(msg, "MOVED "), strings.HasPrefix(msg, "ASK "):
+		// Not serving right now (loading, failing over, busy script, a
+		// slot that moved under a confirmed write, which follows only a
+		// few redirections): the request was refused, but callers should
+		// treat the store as unavailable and retry. The server may have
+		// changed: check again.
 		s.checked.Store(false)
 		return fmt.Errorf("%w: server not ready: %w", lease.ErrUnavailable, wrapped)
 	}

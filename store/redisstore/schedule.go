@@ -206,8 +206,9 @@ func (v schedules) Begin(ctx context.Context, req scheddriver.BeginRequest) (sch
 	if req.Skip {
 		skip = "1"
 	}
-	arr, err := schedBeginScript.Exec(ctx, s.c, []string{k.rec, k.slots, k.open, k.ledger, k.def},
-		[]string{req.SlotID, usStr(req.SlotTime), req.Node, strconv.FormatUint(req.Fence, 10), skip, scheddriver.CutError(req.Reason), req.Definition}).ToArray()
+	res, p := s.write(ctx, schedBeginScript, []string{k.rec, k.slots, k.open, k.ledger, k.def},
+		[]string{req.SlotID, usStr(req.SlotTime), req.Node, strconv.FormatUint(req.Fence, 10), skip, scheddriver.CutError(req.Reason), req.Definition}, false)
+	arr, err := res.ToArray()
 	if err != nil {
 		return schedule.Record{}, v.fail(err)
 	}
@@ -217,6 +218,9 @@ func (v schedules) Begin(ctx context.Context, req scheddriver.BeginRequest) (sch
 	}
 	switch st {
 	case "ok":
+		if err := s.confirm(ctx, p); err != nil {
+			return schedule.Record{}, v.fail(err)
+		}
 		return r, nil
 	case "final":
 		return schedule.Record{}, &schedule.FinalError{Record: r}
@@ -240,8 +244,9 @@ func (v schedules) Finish(ctx context.Context, req scheddriver.FinishRequest) (s
 	}
 	k := s.schedKeys(req.Job, req.SlotID)
 	retry := strconv.FormatInt(int64((req.RetryAfter+time.Microsecond-1)/time.Microsecond), 10)
-	arr, err := schedFinishScript.Exec(ctx, s.c, []string{k.rec, k.open, k.ledger},
-		[]string{req.SlotID, strconv.FormatUint(req.Fence, 10), string(req.State), scheddriver.CutError(req.Error), retry}).ToArray()
+	res, p := s.write(ctx, schedFinishScript, []string{k.rec, k.open, k.ledger},
+		[]string{req.SlotID, strconv.FormatUint(req.Fence, 10), string(req.State), scheddriver.CutError(req.Error), retry}, false)
+	arr, err := res.ToArray()
 	if err != nil {
 		return schedule.Record{}, v.fail(err)
 	}
@@ -251,6 +256,9 @@ func (v schedules) Finish(ctx context.Context, req scheddriver.FinishRequest) (s
 	}
 	if st != "ok" {
 		return schedule.Record{}, schedStale(req.Job, req.SlotID, req.Fence)
+	}
+	if err := s.confirm(ctx, p); err != nil {
+		return schedule.Record{}, v.fail(err)
 	}
 	return r, nil
 }
@@ -264,8 +272,9 @@ func (v schedules) Mark(ctx context.Context, req scheddriver.MarkRequest) (sched
 		return schedule.Record{}, false, v.fail(err)
 	}
 	k := s.schedKeys(req.Job, req.SlotID)
-	arr, err := schedMarkScript.Exec(ctx, s.c, []string{k.rec, k.slots, k.def},
-		[]string{req.SlotID, usStr(req.SlotTime), string(req.State), req.Node, scheddriver.CutError(req.Reason), req.Definition}).ToArray()
+	res, p := s.write(ctx, schedMarkScript, []string{k.rec, k.slots, k.def},
+		[]string{req.SlotID, usStr(req.SlotTime), string(req.State), req.Node, scheddriver.CutError(req.Reason), req.Definition}, false)
+	arr, err := res.ToArray()
 	if err != nil {
 		return schedule.Record{}, false, v.fail(err)
 	}
@@ -275,6 +284,11 @@ func (v schedules) Mark(ctx context.Context, req scheddriver.MarkRequest) (sched
 	}
 	if st == "superseded" {
 		return schedule.Record{}, false, schedSuperseded(req.Job, req.Definition)
+	}
+	if st == "wrote" {
+		if err := s.confirm(ctx, p); err != nil {
+			return schedule.Record{}, false, v.fail(err)
+		}
 	}
 	return r, st == "wrote", nil
 }
@@ -401,9 +415,13 @@ func (v schedules) Register(ctx context.Context, req scheddriver.RegisterRequest
 	if err := s.ready(ctx); err != nil {
 		return schedule.Definition{}, v.fail(err)
 	}
-	arr, err := schedRegisterScript.Exec(ctx, s.c, []string{s.schedKeys(req.Job, "").def},
-		[]string{req.Fingerprint, scheddriver.CutError(req.Spec), req.Node}).ToArray()
+	res, p := s.write(ctx, schedRegisterScript, []string{s.schedKeys(req.Job, "").def},
+		[]string{req.Fingerprint, scheddriver.CutError(req.Spec), req.Node}, false)
+	arr, err := res.ToArray()
 	if err != nil {
+		return schedule.Definition{}, v.fail(err)
+	}
+	if err := s.confirm(ctx, p); err != nil {
 		return schedule.Definition{}, v.fail(err)
 	}
 	m, err := schedFlat(arr)
@@ -496,7 +514,8 @@ func (s *Store) CompleteSlot(ctx context.Context, slot *schedule.Slot, effects .
 		keys = append(keys, s.schedValueKey(slot.Job, e.name))
 		args = append(args, e.op, e.arg)
 	}
-	arr, err := schedCompleteScript.Exec(ctx, s.c, keys, args).ToArray()
+	res, p := s.write(ctx, schedCompleteScript, keys, args, false)
+	arr, err := res.ToArray()
 	if err != nil {
 		return schedules{s}.fail(err)
 	}
@@ -505,6 +524,9 @@ func (s *Store) CompleteSlot(ctx context.Context, slot *schedule.Slot, effects .
 	}
 	switch st, _ := arr[0].ToString(); st {
 	case "ok":
+		if err := s.confirm(ctx, p); err != nil {
+			return schedules{s}.fail(err)
+		}
 		return nil
 	case "completed":
 		return fmt.Errorf("redisstore: slot %s of %q: %w", slot.ID, slot.Job, schedule.ErrCompleted)
@@ -551,7 +573,8 @@ func (v schedClaims) Acquire(ctx context.Context, key, token string, ttl time.Du
 		return lease.Grant{}, err
 	}
 	_, ms := s.ttlArg(ttl)
-	arr, err := acquireScript.Exec(ctx, s.c, []string{lock, fk, schedHolderKey(lock)}, []string{token, ms, schedKeep, ""}).ToArray()
+	res, p := s.write(ctx, acquireScript, []string{lock, fk, schedHolderKey(lock)}, []string{token, ms, schedKeep, ""}, false)
+	arr, err := res.ToArray()
 	if err != nil {
 		return lease.Grant{}, s.fail(err)
 	}
@@ -573,6 +596,10 @@ func (v schedClaims) Acquire(ctx context.Context, key, token string, ttl time.Du
 	if err != nil {
 		return lease.Grant{}, malformed("acquire")
 	}
+	if err := s.confirm(ctx, p); err != nil {
+		s.releaseUnconfirmed(ctx, lock, token)
+		return lease.Grant{}, err
+	}
 	return lease.Grant{Fence: uint64(n), TTL: time.Duration(granted) * time.Millisecond}, nil
 }
 
@@ -589,12 +616,16 @@ func (v schedClaims) Renew(ctx context.Context, key, token string, ttl time.Dura
 		return lease.Grant{}, err
 	}
 	ms, arg := s.ttlArg(ttl)
-	f, err := renewScript.Exec(ctx, s.c, []string{lock, fk, schedHolderKey(lock)}, []string{token, arg, schedKeep}).AsInt64()
+	res, p := s.write(ctx, renewScript, []string{lock, fk, schedHolderKey(lock)}, []string{token, arg, schedKeep}, false)
+	f, err := res.AsInt64()
 	if err != nil {
 		return lease.Grant{}, s.fail(err)
 	}
 	if f <= 0 {
 		return lease.Grant{}, lease.ErrNotHeld
+	}
+	if err := s.confirm(ctx, p); err != nil {
+		return lease.Grant{}, err
 	}
 	return lease.Grant{Fence: uint64(f), TTL: time.Duration(ms) * time.Millisecond}, nil
 }
@@ -614,14 +645,15 @@ func (v schedClaims) Release(ctx context.Context, key, token string) error {
 	if err := s.ready(ctx); err != nil {
 		return err
 	}
-	n, err := releaseScript.Exec(ctx, s.c, []string{lock}, []string{token}).AsInt64()
+	res, p := s.write(ctx, releaseScript, []string{lock}, []string{token}, false)
+	n, err := res.AsInt64()
 	if err != nil {
 		return s.fail(err)
 	}
 	if n != 1 {
 		return lease.ErrNotHeld
 	}
-	return nil
+	return s.confirm(ctx, p)
 }
 
 func (v schedClaims) Inspect(ctx context.Context, key string) (lease.Info, error) {

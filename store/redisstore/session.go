@@ -145,8 +145,9 @@ func (v sessions) Create(ctx context.Context, rec session.Record, idle, absolute
 		return session.Record{}, err
 	}
 	keys := []string{s.SessionKey(rec.ID), s.SessionIndexKey(rec.UserID)}
-	arr, err := sessionCreateScript.Exec(ctx, s.c, keys,
-		[]string{rec.UserID, string(rec.Data), ms(idle), ms(absolute), string(rec.ID)}).ToArray()
+	res, p := s.write(ctx, sessionCreateScript, keys,
+		[]string{rec.UserID, string(rec.Data), ms(idle), ms(absolute), string(rec.ID)}, false)
+	arr, err := res.ToArray()
 	if err != nil {
 		return session.Record{}, s.sessionFail("create", err)
 	}
@@ -165,6 +166,13 @@ func (v sessions) Create(ctx context.Context, rec session.Record, idle, absolute
 	a, err3 := arr[3].AsInt64()
 	if err := errors.Join(err1, err2, err3); err != nil {
 		return session.Record{}, malformed("session create")
+	}
+	if err := s.confirm(ctx, p); err != nil {
+		// Nobody will get this session's token: end it on the primary.
+		cctx, cancel := s.afterUnconfirmed(ctx)
+		_ = sessionDeleteScript.Exec(cctx, s.c, []string{keys[0]}, nil).Error()
+		cancel()
+		return session.Record{}, s.sessionFail("create", err)
 	}
 	return session.Record{
 		ID: rec.ID, UserID: rec.UserID, Data: append([]byte{}, rec.Data...), Version: 1,
@@ -211,8 +219,9 @@ func (v sessions) save(ctx context.Context, op string, id session.ID, version ui
 	if write {
 		flag = "1"
 	}
-	arr, err := sessionSaveScript.Exec(ctx, s.c, []string{s.SessionKey(id)},
-		[]string{strconv.FormatUint(version, 10), ms(idle), flag, string(data)}).ToArray()
+	res, p := s.write(ctx, sessionSaveScript, []string{s.SessionKey(id)},
+		[]string{strconv.FormatUint(version, 10), ms(idle), flag, string(data)}, false)
+	arr, err := res.ToArray()
 	if err != nil {
 		return session.Record{}, s.sessionFail(op, err)
 	}
@@ -225,7 +234,14 @@ func (v sessions) save(ctx context.Context, op string, id session.ID, version ui
 	case ok < 0:
 		return session.Record{}, session.ErrConflict
 	}
-	return record(id, arr[1:])
+	r, err := record(id, arr[1:])
+	if err != nil {
+		return session.Record{}, err
+	}
+	if err := s.confirm(ctx, p); err != nil {
+		return session.Record{}, s.sessionFail(op, err)
+	}
+	return r, nil
 }
 
 func (v sessions) Touch(ctx context.Context, id session.ID, version uint64, idle time.Duration) (time.Time, error) {
@@ -277,9 +293,10 @@ func (v sessions) Rotate(ctx context.Context, old, newID session.ID, version uin
 		return session.Record{}, s.sessionFail("rotate", err)
 	}
 	keys := []string{oldKey, s.SessionKey(newID), s.SessionIndexKey(user), s.SessionRevokeKey(user)}
-	arr, err := sessionRotateScript.Exec(ctx, s.c, keys, []string{
+	res, p := s.write(ctx, sessionRotateScript, keys, []string{
 		strconv.FormatUint(version, 10), ms(idle), string(data), string(old), string(newID), user,
-	}).ToArray()
+	}, false)
+	arr, err := res.ToArray()
 	if err != nil {
 		return session.Record{}, s.sessionFail("rotate", err)
 	}
@@ -301,6 +318,9 @@ func (v sessions) Rotate(ctx context.Context, old, newID session.ID, version uin
 	if err := errors.Join(err1, err2, err3, err4); err != nil {
 		return session.Record{}, malformed("session rotate")
 	}
+	if err := s.confirm(ctx, p); err != nil {
+		return session.Record{}, s.sessionFail("rotate", err)
+	}
 	return session.Record{
 		ID: newID, UserID: user, Data: append([]byte{}, data...), Version: uint64(ver),
 		Created: fromMillis(c), IdleUntil: fromMillis(i), AbsoluteUntil: fromMillis(a),
@@ -315,12 +335,22 @@ func (v sessions) Delete(ctx context.Context, id session.ID) error {
 	if err := s.sessionReady(ctx, "revoke"); err != nil {
 		return err
 	}
-	n, err := sessionDeleteScript.Exec(ctx, s.c, []string{s.SessionKey(id)}, nil).AsInt64()
+	key := s.SessionKey(id)
+	res, p := s.write(ctx, sessionDeleteScript, []string{key}, nil, false)
+	n, err := res.AsInt64()
 	if err != nil {
 		return s.sessionFail("revoke", err)
 	}
 	if n != 1 {
+		// The caller may take this for a revoke that happened (a logout
+		// does): the replicas must not miss the revoke that made it so.
+		if err := s.confirmState(ctx, key); err != nil {
+			return s.sessionFail("revoke", err)
+		}
 		return session.ErrNotFound
+	}
+	if err := s.confirm(ctx, p); err != nil {
+		return s.sessionFail("revoke", err)
 	}
 	return nil
 }
@@ -362,8 +392,12 @@ func (v sessions) DeleteUser(ctx context.Context, userID string) (int, error) {
 	}
 	index, marks := s.SessionIndexKey(userID), s.SessionRevokeKey(userID)
 	nonce := lease.NewToken()
-	arr, err := sessionRevokeBegin.Exec(ctx, s.c, []string{index, marks}, []string{nonce}).ToArray()
+	res, p := s.write(ctx, sessionRevokeBegin, []string{index, marks}, []string{nonce}, false)
+	arr, err := res.ToArray()
 	if err != nil {
+		return 0, s.sessionFail("revoke user", err)
+	}
+	if err := s.confirm(ctx, p); err != nil {
 		return 0, s.sessionFail("revoke user", err)
 	}
 	if len(arr) < 1 {
@@ -384,8 +418,12 @@ func (v sessions) DeleteUser(ctx context.Context, userID string) (int, error) {
 	keys, args := s.indexArgs(userID, ids)
 	keys = slices.Insert(keys, 1, marks)
 	args = slices.Insert(args, 1, nonce, strconv.FormatInt(at, 10))
-	n, err := sessionDelUserScript.Exec(ctx, s.c, keys, args).AsInt64()
+	res, p = s.write(ctx, sessionDelUserScript, keys, args, false)
+	n, err := res.AsInt64()
 	if err != nil {
+		return 0, s.sessionFail("revoke user", err)
+	}
+	if err := s.confirm(ctx, p); err != nil {
 		return 0, s.sessionFail("revoke user", err)
 	}
 	return int(n), nil

@@ -114,7 +114,7 @@ func checkRedis(ctx context.Context, url string, o Options, r *Report) error {
 }
 
 func checkRedisNode(ctx context.Context, c rueidis.Client, prefix string, o Options, r *Report) error {
-	info, err := c.Do(ctx, c.B().Info().Section("server").Section("memory").Section("persistence").Section("cluster").Build()).ToString()
+	info, err := c.Do(ctx, c.B().Info().Section("server").Section("memory").Section("persistence").Section("cluster").Section("replication").Build()).ToString()
 	if err != nil {
 		return err
 	}
@@ -181,6 +181,10 @@ func checkRedisNode(ctx context.Context, c rueidis.Client, prefix string, o Opti
 		r.add(prefix+"release path", Info, "no DELEX (it needs Redis 8.4+): releases run a compare-and-delete script, equally safe", "")
 	}
 
+	if err := checkReplication(ctx, c, prefix, info, field, aof, r); err != nil {
+		return err
+	}
+
 	if field("cluster_enabled") == "1" {
 		ci, err := c.Do(ctx, c.B().ClusterInfo().Build()).ToString()
 		if err != nil {
@@ -211,6 +215,68 @@ func checkRedisNode(ctx context.Context, c rueidis.Client, prefix string, o Opti
 		sec, _ := strconv.ParseInt(t[0], 10, 64)
 		usec, _ := strconv.ParseInt(t[1], 10, 64)
 		clockFinding(r, sent, received, time.Unix(sec, usec*1000), o.MaxClockOffset)
+	}
+	return nil
+}
+
+// checkReplication reports a node's replicas and whether redisstore, with
+// its default options, confirms writes there: it waits for every replica
+// the primary lists as online (WAIT N, or WAITAOF 1 N where the server has
+// WAITAOF and runs with appendonly yes) and, with none online, for none.
+func checkReplication(ctx context.Context, c rueidis.Client, prefix, info string, field func(string) string, aof bool, r *Report) error {
+	if field("role") == "slave" {
+		r.add(prefix+"replication", Info, fmt.Sprintf("a replica of %s:%s (link %s): tenure writes go to its primary; point --store at the primary to check what confirms them",
+			field("master_host"), field("master_port"), field("master_link_status")), "")
+		return nil
+	}
+	online := 0
+	for line := range strings.SplitSeq(info, "\n") {
+		line = strings.TrimSpace(line)
+		if strings.HasPrefix(line, "slave") && strings.Contains(line, "ip=") && strings.Contains(line, "state=online") {
+			online++
+		}
+	}
+	connected, _ := strconv.Atoi(field("connected_slaves"))
+	waitaof, err := c.Do(ctx, c.B().Arbitrary("COMMAND", "INFO", "WAITAOF").Build()).ToArray()
+	if err != nil {
+		return err
+	}
+	hasWaitAOF := len(waitaof) > 0 && !waitaof[0].IsNil()
+	command := fmt.Sprintf("WAIT %d", online)
+	how := "the replicas received the write"
+	if hasWaitAOF && aof {
+		command = fmt.Sprintf("WAITAOF 1 %d", online)
+		how = "the write is in this server's append-only file and in that of the replicas (a replica without appendonly yes never confirms it)"
+	}
+	syncing := ""
+	if connected > online {
+		syncing = fmt.Sprintf("; %d more still syncing, not waited for until online", connected-online)
+	}
+	switch {
+	case online == 0 && connected == 0:
+		r.add(prefix+"replicas", Info, "none connected: redisstore confirms no write here (there is no copy to wait for), so a failover to a server that was not replicating from this one loses what it wrote; a replica that connects is waited for from about a second later", "")
+	case online == 0:
+		r.add(prefix+"replicas", Warn, fmt.Sprintf("%d connected, none online yet (still syncing): until one is, redisstore confirms no write here", connected),
+			"wait for the initial sync to finish (INFO replication shows state=online), or set redisstore.Options.Replication.Replicas to make writes fail until then")
+	default:
+		r.add(prefix+"replicas", OK, fmt.Sprintf("%d online%s: with its default options redisstore sends %s with each write that a guarantee rests on and reports it done only once confirmed (%s) within 1s; a failover to one of these replicas keeps it", online, syncing, command, how), "")
+	}
+	if hasWaitAOF {
+		r.add(prefix+"WAITAOF", Info, "available: with appendonly yes redisstore confirms with WAITAOF (with appendfsync everysec it waits for the next fsync, up to about a second); Replication.Command = ConfirmWait confirms with WAIT only", "")
+	} else {
+		r.add(prefix+"WAITAOF", Info, "not available (it needs Redis 7.2+): redisstore confirms with WAIT, which says the replicas received a write, not that it reached a disk", "")
+	}
+	minRep, err := configGet(ctx, c, "min-replicas-to-write")
+	switch {
+	case err != nil || minRep == "":
+		r.add(prefix+"min-replicas-to-write", Info, "not readable (CONFIG GET refused)", "")
+	case minRep != "0":
+		r.add(prefix+"min-replicas-to-write", OK, minRep+": this server refuses writes while fewer replicas are in sync, which redisstore reports as unavailable", "")
+	case online > 0:
+		r.add(prefix+"min-replicas-to-write", Warn, "0: if every replica drops off, this server goes on accepting writes and redisstore, which then has no replica to wait for, reports them done; a failover after that loses them",
+			"CONFIG SET min-replicas-to-write 1 and min-replicas-max-lag 10 (and in redis.conf), or set redisstore.Options.Replication.Replicas = 1, so that a primary cut off from its replicas refuses writes instead")
+	default:
+		r.add(prefix+"min-replicas-to-write", Info, "0: this server accepts writes without replicas", "")
 	}
 	return nil
 }
@@ -257,6 +323,9 @@ func checkPostgres(ctx context.Context, url string, o Options, r *Report) error 
 	if fsync == "off" {
 		r.add("fsync", Unsafe, "off: a crash can corrupt the database", "ALTER SYSTEM SET fsync = on")
 	}
+	if err := checkStandbys(ctx, conn, syncCommit, o, r); err != nil {
+		return fmt.Errorf("doctor: postgres %s: %w", r.Target, err)
+	}
 	var tables int
 	if err := conn.QueryRow(ctx, `SELECT count(*) FROM information_schema.tables WHERE table_schema = $1`, o.Schema).Scan(&tables); err != nil {
 		return fmt.Errorf("doctor: postgres %s: %w", r.Target, err)
@@ -286,6 +355,61 @@ func checkPostgres(ctx context.Context, url string, o Options, r *Report) error 
 		return fmt.Errorf("doctor: postgres %s: %w", r.Target, err)
 	}
 	clockFinding(r, sent, time.Now(), now, o.MaxClockOffset)
+	return nil
+}
+
+// checkStandbys reports the server's streaming standbys and whether a
+// commit waits for them: tenure's writes (leases, sessions, fence
+// admissions, idempotency records, completed slots) are acknowledged when
+// they commit, so a failover to a standby keeps them only if commits wait
+// for that standby (synchronous_standby_names names it and
+// synchronous_commit is on, remote_write or remote_apply).
+func checkStandbys(ctx context.Context, conn *pgx.Conn, syncCommit string, o Options, r *Report) error {
+	var recovery bool
+	if err := conn.QueryRow(ctx, `SELECT pg_is_in_recovery()`).Scan(&recovery); err != nil {
+		return err
+	}
+	if recovery {
+		r.add("standbys", Info, "this server is a standby (in recovery): tenure writes to the primary; point --store at the primary to check what its commits wait for", "")
+		return nil
+	}
+	var streaming, covered, hidden int
+	var names string
+	if err := conn.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state = 'streaming'),
+		count(*) FILTER (WHERE state = 'streaming' AND sync_state IN ('sync', 'quorum')),
+		count(*) FILTER (WHERE state IS NULL),
+		current_setting('synchronous_standby_names')
+		FROM pg_stat_replication`).Scan(&streaming, &covered, &hidden, &names); err != nil {
+		return err
+	}
+	waits := syncCommit == "on" || syncCommit == "remote_write" || syncCommit == "remote_apply"
+	switch {
+	case hidden > 0 && streaming == 0:
+		r.add("standbys", Info, fmt.Sprintf("%d replication connections whose state this role may not see (it needs pg_monitor or pg_read_all_stats)", hidden), "")
+	case streaming == 0:
+		r.add("standbys", Info, "no streaming standby: a commit lives on this server alone; a failover to a server that was not streaming from it loses tenure's state", "")
+	case covered < streaming:
+		detail := fmt.Sprintf("%d of %d streaming standbys are asynchronous (synchronous_standby_names %q): a commit does not wait for them, so a failover to one loses what it had not received yet — leases (a second holder), revoked sessions (back again), fence admissions, idempotency records and completed slots",
+			streaming-covered, streaming, names)
+		r.add("standbys", Warn, detail,
+			"name every standby you fail over to in synchronous_standby_names (e.g. ALTER SYSTEM SET synchronous_standby_names = 'ANY 1 (s1, s2)'; SELECT pg_reload_conf()) with synchronous_commit on or remote_apply, or fail over only to synchronous standbys")
+	case !waits:
+		r.add("standbys", Warn, fmt.Sprintf("%d synchronous standbys, but synchronous_commit is %s: commits do not wait for them, so a failover can lose acknowledged commits", streaming, syncCommit),
+			"set synchronous_commit to on or remote_apply (for tenure's role at least: ALTER ROLE … SET synchronous_commit = on)")
+	default:
+		r.add("standbys", OK, fmt.Sprintf("%d streaming standbys, all synchronous (synchronous_standby_names %q, synchronous_commit %s): a commit is acknowledged once a standby has it, so a failover to one keeps it", streaming, names, syncCommit), "")
+	}
+	var unlogged bool
+	if err := conn.QueryRow(ctx, `SELECT coalesce((SELECT relpersistence = 'u' FROM pg_class WHERE oid = to_regclass(format('%I.leases', $1::text))), false)`, o.Schema).Scan(&unlogged); err != nil {
+		return err
+	}
+	if unlogged {
+		st, detail := Info, "UNLOGGED (pgstore.Options.UnloggedLeases): leases skip the write-ahead log; a crash empties the table"
+		if streaming > 0 {
+			st, detail = Warn, "UNLOGGED (pgstore.Options.UnloggedLeases): leases are not replicated, so after a failover every lease is free (fences stay above every earlier one and the guards' table is logged, so a guard still refuses the holders from before)"
+		}
+		r.add("leases table", st, detail, map[bool]string{true: "keep leases logged (the default) where a failover must not free them", false: ""}[st == Warn])
+	}
 	return nil
 }
 

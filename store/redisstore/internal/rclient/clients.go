@@ -55,7 +55,11 @@ func finish[B builder](b B, readOnly, lone bool) rueidis.Completed {
 }
 
 func (c *ruClient) build(cmd Cmd, lone bool) rueidis.Completed {
-	b := c.c.B().Arbitrary(cmd.Name)
+	tokens := []string{cmd.Name}
+	if len(cmd.Pre) > 0 {
+		tokens = append(append(make([]string, 0, 1+len(cmd.Pre)), cmd.Name), cmd.Pre...)
+	}
+	b := c.c.B().Arbitrary(tokens...)
 	if len(cmd.Keys) > 0 {
 		b = b.Keys(cmd.Keys...)
 	}
@@ -114,6 +118,47 @@ func (c *ruClient) script(name, body string, keys, args []string, readOnly, lone
 	return finish(b, readOnly, lone)
 }
 
+// Pinned sends cmds on a dedicated connection (rueidis Dedicate: one
+// pooled connection, held for this call only, that follows no MOVED or
+// ASK reply), as blocking commands, so that the call ends with its
+// context rather than after the client's ConnWriteTimeout.
+func (c *ruClient) Pinned(ctx context.Context, cmds ...Cmd) []Result {
+	if c.c.Mode() == rueidis.ClientModeCluster {
+		return unsupported(len(cmds), "a rueidis cluster client")
+	}
+	dc, release := c.c.Dedicate()
+	defer release()
+	built := make(rueidis.Commands, len(cmds))
+	for i, cmd := range cmds {
+		tokens := append(append(make([]string, 0, 1+len(cmd.Pre)), cmd.Name), cmd.Pre...)
+		b := dc.B().Arbitrary(tokens...)
+		if len(cmd.Keys) > 0 {
+			b = b.Keys(cmd.Keys...)
+		}
+		if len(cmd.Args) > 0 {
+			b = b.Args(cmd.Args...)
+		}
+		// Blocking: rueidis caps a call's deadline at ConnWriteTimeout
+		// unless one of its commands blocks, and WAIT may outlast it.
+		built[i] = b.Blocking()
+	}
+	res := dc.DoMulti(ctx, built...)
+	out := make([]Result, len(res))
+	for i, r := range res {
+		out[i] = Result{r: r}
+	}
+	return out
+}
+
+// unsupported answers n commands with ErrUnsupported.
+func unsupported(n int, what string) []Result {
+	out := make([]Result, n)
+	for i := range out {
+		out[i] = ErrorResult(fmt.Errorf("%w: %s cannot pin a connection", ErrUnsupported, what))
+	}
+	return out
+}
+
 func (c *ruClient) Nodes(context.Context) ([]Node, error) {
 	nodes := c.c.Nodes()
 	out := make([]Node, 0, len(nodes))
@@ -140,9 +185,12 @@ type goClient struct {
 	cluster bool
 }
 
-func toAny(name string, keys, args []string) []any {
-	out := make([]any, 0, 1+len(keys)+len(args))
+func toAny(name string, pre, keys, args []string) []any {
+	out := make([]any, 0, 1+len(pre)+len(keys)+len(args))
 	out = append(out, name)
+	for _, p := range pre {
+		out = append(out, p)
+	}
 	for _, k := range keys {
 		out = append(out, k)
 	}
@@ -161,7 +209,7 @@ func goResult(cmd *redis.Cmd) Result {
 }
 
 func (c goClient) Do(ctx context.Context, cmd Cmd) Result {
-	return goResult(c.c.Do(ctx, toAny(cmd.Name, cmd.Keys, cmd.Args)...))
+	return goResult(c.c.Do(ctx, toAny(cmd.Name, cmd.Pre, cmd.Keys, cmd.Args)...))
 }
 
 func (c goClient) DoMulti(ctx context.Context, cmds ...Cmd) []Result {
@@ -173,7 +221,7 @@ func (c goClient) DoMulti(ctx context.Context, cmds ...Cmd) []Result {
 	pipe := c.c.Pipeline()
 	sent := make([]*redis.Cmd, len(cmds))
 	for i, cmd := range cmds {
-		sent[i] = pipe.Do(ctx, toAny(cmd.Name, cmd.Keys, cmd.Args)...)
+		sent[i] = pipe.Do(ctx, toAny(cmd.Name, cmd.Pre, cmd.Keys, cmd.Args)...)
 	}
 	_, _ = pipe.Exec(ctx) // each command carries its own error
 	for i, cmd := range sent {
@@ -191,6 +239,28 @@ func (c goClient) Eval(ctx context.Context, s *Script, keys, args []string) Resu
 		return goResult(s.g.RunRO(ctx, c.c, keys, a...))
 	}
 	return goResult(s.g.Run(ctx, c.c, keys, a...))
+}
+
+// Pinned sends cmds as one pipeline of a *redis.Client, which runs on one
+// pooled connection (a failover client's too). go-redis sends a pipeline
+// again, whole, on a new connection after a network error when MaxRetries
+// allows it, so the commands still share one connection.
+func (c goClient) Pinned(ctx context.Context, cmds ...Cmd) []Result {
+	cc, ok := c.c.(*redis.Client)
+	if !ok {
+		return unsupported(len(cmds), fmt.Sprintf("%T", c.c))
+	}
+	pipe := cc.Pipeline()
+	sent := make([]*redis.Cmd, len(cmds))
+	for i, cmd := range cmds {
+		sent[i] = pipe.Do(ctx, toAny(cmd.Name, cmd.Pre, cmd.Keys, cmd.Args)...)
+	}
+	_, _ = pipe.Exec(ctx) // each command carries its own error
+	out := make([]Result, len(cmds))
+	for i, cmd := range sent {
+		out[i] = goResult(cmd)
+	}
+	return out
 }
 
 func (c goClient) Nodes(ctx context.Context) ([]Node, error) {

@@ -11,16 +11,19 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 )
 
-// Cmd is one command that is not a script: its name, its keys (every key
-// the command touches, in order; they follow the name) and its remaining
-// arguments. ReadOnly marks commands that only read.
+// Cmd is one command: its name, the tokens that come between the name and
+// the keys (Pre: a script's digest or body and its key count, for EVALSHA
+// and EVAL), its keys (every key the command touches, in order) and its
+// remaining arguments. ReadOnly marks commands that only read.
 type Cmd struct {
 	Name     string
+	Pre      []string
 	Keys     []string
 	Args     []string
 	ReadOnly bool
@@ -42,6 +45,14 @@ type Client interface {
 	// Eval runs a script: EVALSHA, then EVAL if the node answers NOSCRIPT
 	// (script caches are per node), routed by the first key.
 	Eval(ctx context.Context, s *Script, keys, args []string) Result
+	// Pinned sends cmds in order over one connection, which no other call
+	// uses meanwhile, and returns their results in order. It follows no
+	// redirection and retries nothing, so every result comes from that
+	// connection: a WAIT among cmds counts the writes sent before it. It
+	// is for clients bound to one server (a single node, a failover
+	// client, or a node of [Client.Nodes]); a cluster client answers every
+	// command with ErrUnsupported.
+	Pinned(ctx context.Context, cmds ...Cmd) []Result
 	// Nodes returns every node the client knows (a single server, or each
 	// master and replica of a cluster), each with a client bound to it.
 	Nodes(ctx context.Context) ([]Node, error)
@@ -76,6 +87,31 @@ func sha1Hex(src string) string {
 
 // Source returns the script's text.
 func (s *Script) Source() string { return s.src }
+
+// Cmd returns the script as a command, EVALSHA (EVALSHA_RO) with its
+// digest or, with body set, EVAL (EVAL_RO) with its text, for
+// [Client.Pinned].
+func (s *Script) Cmd(keys, args []string, body bool) Cmd {
+	name, pre := "EVALSHA", s.sha
+	if body {
+		name, pre = "EVAL", s.src
+	}
+	if s.ro {
+		name += "_RO"
+	}
+	return Cmd{Name: name, Pre: []string{pre, strconv.Itoa(len(keys))}, Keys: keys, Args: args, ReadOnly: s.ro}
+}
+
+// IsNoScript reports whether err is the server's NOSCRIPT reply (EVALSHA
+// of a script the node does not have).
+func IsNoScript(err error) bool {
+	msg, ok := ServerError(err)
+	return ok && strings.HasPrefix(msg, "NOSCRIPT")
+}
+
+// ErrorResult returns a result that carries err, as a command that could
+// not be sent.
+func ErrorResult(err error) Result { return Result{err: err, isG: true} }
 
 // Exec runs the script on c.
 func (s *Script) Exec(ctx context.Context, c Client, keys, args []string) Result {

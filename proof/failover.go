@@ -1,0 +1,333 @@
+package proof
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// StartOptions configure [StartStoreWith].
+type StartOptions struct {
+	// Dir is where the server's directory is made ("" for the system's
+	// temporary directory).
+	Dir string
+	// Replica also starts a replica of the server, for Faults.Failover
+	// ([StartedStore.Failover]). The replica reaches the server through a
+	// relay that the failover holds back (the replica stays connected and
+	// keeps acknowledging, but receives nothing new), and the store's URL
+	// is a relay in front of the server that the failover points at the
+	// promoted replica, as Sentinel or a managed service moves a primary's
+	// address.
+	Replica bool
+}
+
+// StartStoreWith is [StartStore] with options.
+func StartStoreWith(ctx context.Context, kind string, o StartOptions) (*StartedStore, error) {
+	s, err := StartStore(ctx, kind, o.Dir)
+	if err != nil || !o.Replica {
+		return s, err
+	}
+	if err := s.addReplica(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// replicated is the replica of a started store and the relays around it.
+type replicated struct {
+	replica *StartedStore
+	link    *relay // replica -> primary: the replication stream
+	front   *relay // workers -> the current primary
+	failed  bool   // the failover happened
+}
+
+func (s *StartedStore) addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
+
+func (s *StartedStore) addReplica(ctx context.Context) error {
+	link, err := newRelay(s.addr())
+	if err != nil {
+		return err
+	}
+	r, err := startRedis(ctx, s.bin, filepath.Dir(s.dir), "--replicaof", "127.0.0.1", link.port())
+	if err != nil {
+		link.close()
+		return err
+	}
+	front, err := newRelay(s.addr())
+	if err != nil {
+		link.close()
+		r.Close()
+		return err
+	}
+	s.repl = &replicated{replica: r, link: link, front: front}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		info, err := redisCall(r.addr(), "INFO", "replication")
+		if err == nil && strings.Contains(info, "master_link_status:up") && !strings.Contains(info, "master_sync_in_progress:1") {
+			break
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("proof: the replica on %s did not sync with %s: %v", r.addr(), s.addr(), err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	s.URL = "redis://" + front.addr()
+	s.Detail = fmt.Sprintf("redis-server started by tenure proof on %s (appendfsync always) with a replica on %s; the store is reached through a relay on %s", s.addr(), r.addr(), front.addr())
+	return nil
+}
+
+// Failover fails the started store over to its replica, as a primary that
+// dies while its replica lags: it holds back the replication stream, waits
+// until the primary has written something the replica did not receive (at
+// most five seconds), kills the primary (SIGKILL), promotes the replica
+// (REPLICAOF NO ONE) and points the store's address at it. What the
+// primary wrote meanwhile is lost, unless it was refused as unconfirmed:
+// tenure reports a write done only once the replica confirmed it. It fits
+// Faults.Failover and needs a store started with StartOptions.Replica; it
+// fails over once.
+func (s *StartedStore) Failover(ctx context.Context) error {
+	if s.repl == nil {
+		return fmt.Errorf("%w: the store was started without a replica", ErrInvalid)
+	}
+	if s.repl.failed {
+		return errors.New("proof: the store failed over already")
+	}
+	s.repl.failed = true
+	before, _ := replOffset(s.addr())
+	s.repl.link.hold()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		if off, err := replOffset(s.addr()); err != nil || off > before {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	s.mu.Lock()
+	s.killLocked()
+	s.mu.Unlock()
+	if _, err := redisCall(s.repl.replica.addr(), "REPLICAOF", "NO", "ONE"); err != nil {
+		return fmt.Errorf("proof: promote the replica: %w", err)
+	}
+	s.repl.link.close()
+	s.repl.front.switchTo(s.repl.replica.addr())
+	return nil
+}
+
+// replOffset reads master_repl_offset from a server's INFO replication.
+func replOffset(addr string) (int64, error) {
+	info, err := redisCall(addr, "INFO", "replication")
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(line, "master_repl_offset:"); ok {
+			return strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		}
+	}
+	return 0, errors.New("proof: INFO replication without master_repl_offset")
+}
+
+// startRedis starts a persistent redis-server with extra arguments on a
+// free port in a new directory under dir.
+func startRedis(ctx context.Context, bin, dir string, args ...string) (*StartedStore, error) {
+	d, err := os.MkdirTemp(dir, "tenure-proof-redis-")
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		os.RemoveAll(d)
+		return nil, err
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	s := &StartedStore{bin: bin, dir: d, port: port, args: args}
+	s.URL = "redis://" + s.addr()
+	if err := s.start(ctx); err != nil {
+		os.RemoveAll(d)
+		return nil, err
+	}
+	return s, nil
+}
+
+// redisCall sends one command and returns its reply as text (a bulk or
+// simple string, or an integer).
+func redisCall(addr string, args ...string) (string, error) {
+	conn, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(5 * time.Second))
+	var b strings.Builder
+	fmt.Fprintf(&b, "*%d\r\n", len(args))
+	for _, a := range args {
+		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	}
+	if _, err := io.WriteString(conn, b.String()); err != nil {
+		return "", err
+	}
+	r := bufio.NewReader(conn)
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return "", err
+	}
+	line = strings.TrimRight(line, "\r\n")
+	switch {
+	case strings.HasPrefix(line, "-"):
+		return "", errors.New(line[1:])
+	case strings.HasPrefix(line, "$"):
+		n, err := strconv.Atoi(line[1:])
+		if err != nil || n < 0 {
+			return "", err
+		}
+		buf := make([]byte, n+2)
+		if _, err := io.ReadFull(r, buf); err != nil {
+			return "", err
+		}
+		return string(buf[:n]), nil
+	case len(line) > 0:
+		return line[1:], nil
+	}
+	return "", errors.New("proof: empty reply")
+}
+
+// relay forwards TCP connections to an upstream address. hold stops
+// passing on what the upstream sends (the connections stay up, and what
+// the clients send still arrives); switchTo closes every connection and
+// sends new ones to another upstream.
+type relay struct {
+	ln net.Listener
+
+	mu       sync.Mutex
+	cond     *sync.Cond
+	upstream string
+	held     bool
+	closed   bool
+	conns    map[*pconn]struct{}
+	wg       sync.WaitGroup
+}
+
+func newRelay(upstream string) (*relay, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("proof: relay: %w", err)
+	}
+	r := &relay{ln: ln, upstream: upstream, conns: map[*pconn]struct{}{}}
+	r.cond = sync.NewCond(&r.mu)
+	r.wg.Add(1)
+	go r.accept()
+	return r, nil
+}
+
+func (r *relay) addr() string { return r.ln.Addr().String() }
+
+func (r *relay) port() string {
+	_, p, _ := net.SplitHostPort(r.addr())
+	return p
+}
+
+func (r *relay) hold() {
+	r.mu.Lock()
+	r.held = true
+	r.mu.Unlock()
+}
+
+func (r *relay) switchTo(upstream string) {
+	r.mu.Lock()
+	r.upstream = upstream
+	conns := r.conns
+	r.conns = map[*pconn]struct{}{}
+	r.mu.Unlock()
+	for c := range conns {
+		c.close()
+	}
+}
+
+func (r *relay) close() {
+	r.mu.Lock()
+	r.closed = true
+	conns := r.conns
+	r.conns = map[*pconn]struct{}{}
+	r.cond.Broadcast()
+	r.mu.Unlock()
+	r.ln.Close()
+	for c := range conns {
+		c.close()
+	}
+	r.wg.Wait()
+}
+
+func (r *relay) accept() {
+	defer r.wg.Done()
+	for {
+		conn, err := r.ln.Accept()
+		if err != nil {
+			return
+		}
+		r.wg.Add(1)
+		go r.serve(&pconn{client: conn})
+	}
+}
+
+func (r *relay) serve(c *pconn) {
+	defer r.wg.Done()
+	r.mu.Lock()
+	upstream := r.upstream
+	r.mu.Unlock()
+	server, err := net.DialTimeout("tcp", upstream, 5*time.Second)
+	if err != nil {
+		c.close()
+		return
+	}
+	c.server = server
+	r.mu.Lock()
+	if r.closed || r.upstream != upstream {
+		r.mu.Unlock()
+		c.close()
+		return
+	}
+	r.conns[c] = struct{}{}
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		delete(r.conns, c)
+		r.mu.Unlock()
+		c.close()
+	}()
+	go func() {
+		io.Copy(c.server, c.client)
+		c.close()
+	}()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := c.server.Read(buf)
+		if n > 0 {
+			r.mu.Lock()
+			for r.held && !r.closed {
+				r.cond.Wait() // until close: a held stream is never delivered
+			}
+			stop := r.closed
+			r.mu.Unlock()
+			if stop {
+				return
+			}
+			if _, werr := c.client.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
