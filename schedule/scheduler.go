@@ -461,6 +461,7 @@ func (s *Scheduler) pollJob(ctx, hctx context.Context, wg *sync.WaitGroup, js *j
 		s.mu.Unlock()
 		return s.o.PollInterval
 	}
+	var gap []time.Time
 	if !js.init {
 		last, ok, err := s.store.Last(ctx, j.Name)
 		if err != nil {
@@ -471,6 +472,12 @@ func (s *Scheduler) pollJob(ctx, hctx context.Context, wg *sync.WaitGroup, js *j
 		if err != nil {
 			s.log.Warn("schedule: cannot read the job's unfinished slots", "job", j.Name, "err", err)
 			return s.o.PollInterval
+		}
+		if ok {
+			if gap, err = s.unrecorded(ctx, js, last, now); err != nil {
+				s.log.Warn("schedule: cannot read the job's recent slots", "job", j.Name, "err", err)
+				return s.o.PollInterval
+			}
 		}
 		s.mu.Lock()
 		js.cursor = now
@@ -486,8 +493,10 @@ func (s *Scheduler) pollJob(ctx, hctx context.Context, wg *sync.WaitGroup, js *j
 		s.mu.Unlock()
 	}
 
-	// The slots due since the last poll, on the store's clock.
-	var due []time.Time
+	// The slots due since the last poll, on the store's clock (on the
+	// first, after those before the latest recorded one that have no
+	// record).
+	due := gap
 	dropped := 0
 	cursor := js.cursor
 	for t := j.Schedule.Next(cursor); !t.IsZero() && !t.After(now); t = j.Schedule.Next(t) {
@@ -596,6 +605,62 @@ func (s *Scheduler) classify(ctx context.Context, js *jobState, due []time.Time,
 			js.pending[id] = &pendingSlot{id: id, at: t, late: isLate}
 		}
 	}
+}
+
+// unrecorded returns the slots of the job up to last (the latest slot with
+// a record) that are due at now, recent enough to run (within the misfire
+// threshold, or the catch-up window under MisfireCatchUp; at most
+// maxBacklog of them), no older than the registration of the job's
+// current definition (when it is this node's) and have no record: slots
+// that were due while the nodes that knew of them died before any began
+// it. A node that starts takes them up with the slots after last, so no
+// slot is forgotten because every node that had it pending went down
+// before recording it.
+func (s *Scheduler) unrecorded(ctx context.Context, js *jobState, last, now time.Time) ([]time.Time, error) {
+	j := js.job
+	def, err := s.store.Definition(ctx, j.Name)
+	if errors.Is(err, ErrNotFound) || (err == nil && def.Fingerprint != js.fp) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	back := j.MisfireThreshold
+	if j.Misfire == MisfireCatchUp {
+		back = max(back, j.CatchUpWindow)
+	}
+	from := now.Add(-back)
+	if def.Registered.After(from) {
+		from = def.Registered
+	}
+	var slots []time.Time
+	for t := j.Schedule.Next(from); !t.IsZero() && !t.After(last) && !t.After(now); t = j.Schedule.Next(t) {
+		slots = append(slots, t)
+		if len(slots) >= 2*maxBacklog {
+			slots = slices.Clone(slots[len(slots)-maxBacklog:])
+		}
+	}
+	if len(slots) > maxBacklog {
+		slots = slots[len(slots)-maxBacklog:]
+	}
+	if len(slots) == 0 {
+		return nil, nil
+	}
+	recs, err := s.store.Slots(ctx, j.Name, slots[0], last.Add(time.Nanosecond), 0)
+	if err != nil {
+		return nil, err
+	}
+	have := make(map[string]bool, len(recs))
+	for _, r := range recs {
+		have[r.SlotID] = true
+	}
+	var out []time.Time
+	for _, t := range slots {
+		if !have[j.Schedule.ID(t)] {
+			out = append(out, t)
+		}
+	}
+	return out, nil
 }
 
 // start launches attempts at the pending slots that may start now.

@@ -389,3 +389,53 @@ func (l listed) Next(t time.Time) time.Time {
 	}
 	return time.Time{}
 }
+
+// A slot that came due while the nodes that knew of it died before any
+// of them began it, and a later slot that one of them ran: a node that
+// starts afterwards runs the forgotten slot (it is due and has no record)
+// although a later slot is recorded.
+func testUnrecordedSlot(e *env) {
+	t, ctx := e.t, ctxT(e.t)
+	job := jobName(t, "forgotten")
+	sched := schedule.Every(time.Minute)
+	slot := func(i int) time.Time { return t0.Add(time.Duration(i) * time.Minute) }
+	var calls counter
+	j := schedule.Job{Name: job, Schedule: sched, MisfireThreshold: 10 * time.Minute, Overlap: schedule.OverlapAllow, Run: e.completing(&calls)}
+	e.Clock.Set(slot(0).Add(-time.Second))
+	a := e.start(e.node(), e.opts("a"), j)
+	e.Clock.Set(slot(0))
+	e.waitState(job, sched.ID(slot(0)), schedule.Done)
+	a.stop()
+	// Slot 1 is due with no node up; slot 2 is run by a node ("x") that
+	// then dies, never having begun slot 1.
+	x := e.newScheduler(e.Store, e.opts("x"))
+	if err := x.Add(j); err != nil {
+		t.Fatal(err)
+	}
+	e.Clock.Set(slot(2))
+	s2, err := x.Claim(ctx, job, slot(2))
+	if err != nil {
+		t.Fatalf("x's claim of slot 2: %v", err)
+	}
+	if err := e.Complete(ctx, s2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := x.Finish(ctx, s2, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := e.record(job, sched.ID(slot(1))); ok {
+		t.Fatal("slot 1 has a record before any node ran it")
+	}
+	e.Clock.Set(slot(2).Add(30 * time.Second))
+	e.start(e.node(), e.opts("b"), j)
+	r := e.waitState(job, sched.ID(slot(1)), schedule.Done)
+	if r.Node != "b" || r.Attempts != 1 || calls.get(sched.ID(slot(1))) != 1 {
+		t.Fatalf("slot 1: %+v, %d calls; want run once by b", r, calls.get(sched.ID(slot(1))))
+	}
+	if r2, _ := e.record(job, sched.ID(slot(2))); r2.State != schedule.Done || r2.Node != "x" || r2.Attempts != 1 {
+		t.Fatalf("slot 2: %+v, want x's single attempt", r2)
+	}
+	if n := e.count(job); n != 3 {
+		t.Fatalf("business counter %d, want 3 (slots 0, 1, 2 once each)", n)
+	}
+}

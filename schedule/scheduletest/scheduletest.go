@@ -86,6 +86,7 @@ func Run(t *testing.T, newTarget func(t *testing.T) Target) {
 		{"TakeoverWaitsForRunLease", testTakeoverWaitsForRunLease, true},
 		{"SettledSlotNoSkip", testSettledSlotNoSkip, true},
 		{"CatchUpDefaultOverlap", testCatchUpDefaultOverlap, true},
+		{"UnrecordedSlotNotForgotten", testUnrecordedSlot, true},
 		{"PanickingHandler", testPanickingHandler, false},
 		{"DefinitionContract", testDefinitionContract, false},
 		{"AttemptHistory", testAttemptHistory, false},
@@ -95,7 +96,7 @@ func Run(t *testing.T, newTarget func(t *testing.T) Target) {
 	// clock the suite controls; Run leaves them out elsewhere (and logs it).
 	movable := newTarget(t).Clock != nil
 	if !movable {
-		t.Logf("scheduletest: the store's clock cannot be moved by the test; MisfirePolicies, CatchUpConcurrencyAcrossNodes, OverlapPolicies, DST, StaleCompletionRetried, TakeoverWaitsForRunLease, SettledSlotNoSkip and CatchUpDefaultOverlap run on targets with a Clock (memstore, sqlitestore, pgstore)")
+		t.Logf("scheduletest: the store's clock cannot be moved by the test; MisfirePolicies, CatchUpConcurrencyAcrossNodes, OverlapPolicies, DST, StaleCompletionRetried, TakeoverWaitsForRunLease, SettledSlotNoSkip, CatchUpDefaultOverlap and UnrecordedSlotNotForgotten run on targets with a Clock (memstore, sqlitestore, pgstore)")
 	}
 	for _, tc := range tests {
 		if tc.fake && !movable {

@@ -206,7 +206,7 @@ func TestHolderKeyFollowsGrant(t *testing.T) {
 		if v, ok := get(t, c, hk); !ok || v != strconv.FormatUint(g.Fence, 10)+" node-1 export" {
 			t.Fatalf("holder key = %q, %v", v, ok)
 		}
-		if a, b := pttl(t, c, hk), pttl(t, c, lock); a <= 0 || a > b+time.Millisecond || b-a > time.Second {
+		if a, b := pttl2(t, c, hk, lock); a <= 0 || a > b+time.Millisecond || b-a > time.Second {
 			t.Fatalf("holder key PTTL %v, lock PTTL %v", a, b)
 		}
 		var held *lease.HeldError

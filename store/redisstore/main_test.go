@@ -116,6 +116,18 @@ func pttl(t testing.TB, c rueidis.Client, key string) time.Duration {
 	return time.Duration(n) * time.Millisecond
 }
 
+// pttl2 returns the PTTL of two keys of one hash slot read in one atomic
+// step (a script), so that the time between two reads does not show as a
+// difference.
+func pttl2(t testing.TB, c rueidis.Client, a, b string) (time.Duration, time.Duration) {
+	t.Helper()
+	res, err := c.Do(ctxT(t), c.B().Eval().Script("return {redis.call('PTTL', KEYS[1]), redis.call('PTTL', KEYS[2])}").Numkeys(2).Key(a, b).Build()).AsIntSlice()
+	if err != nil || len(res) != 2 {
+		t.Fatalf("PTTL %s and %s: %v, %v", a, b, res, err)
+	}
+	return time.Duration(res[0]) * time.Millisecond, time.Duration(res[1]) * time.Millisecond
+}
+
 // uniq returns a name unique to the running test.
 func uniq(t testing.TB, suffix string) string {
 	return fmt.Sprintf("%s/%d/%s", strings.ReplaceAll(t.Name(), "/", "."), time.Now().UnixNano(), suffix)

@@ -13,7 +13,10 @@ import (
 
 // fileLock takes the writers' lock file at path (see LockFileSuffix) with
 // flock: at once if it is free, else waiting for it until ctx ends or
-// queueWait passes, as a writer waits for SQLite's lock. A lock file that
+// queueWait passes, as a writer waits for SQLite's lock (only this
+// process's writer whose turn it is waits here, for one transaction of
+// each other process at a time, since a waiting process is woken as soon
+// as the lock is free). A lock file that
 // cannot be created (a read-only directory) is no lock: the writers then
 // take turns in SQLite's busy handler. It returns the function that
 // releases the lock. A process that dies holding it releases it (the
@@ -45,7 +48,7 @@ func fileLock(ctx context.Context, path string) (func(), error) {
 	case <-ctx.Done():
 		err = ctx.Err()
 	case <-t.C:
-		err = errQueueTimeout
+		err = errFileLockTimeout
 	}
 	// Given up: the waiting flock ends when the other process lets go
 	// (or dies); the file is closed then, releasing the lock if it came.
@@ -55,6 +58,10 @@ func fileLock(ctx context.Context, path string) (func(), error) {
 	}()
 	return nil, err
 }
+
+// errFileLockTimeout is the error of a writer that waited queueWait for
+// another process's writer.
+var errFileLockTimeout = errors.New("database is locked: another process's transaction has held the write lock for 5s")
 
 // flockWait waits for an exclusive flock on fd, again after a signal.
 func flockWait(fd int) error {

@@ -68,13 +68,18 @@ func laneOf(ctx context.Context) lane {
 	return l
 }
 
-// queueWait bounds the wait in the queue as SQLite's busy timeout bounds
-// the wait for the lock (DSNParams): a writer that waited this long gets
-// errQueueTimeout, as it would get SQLITE_BUSY from SQLite.
+// queueWait bounds how long a turn may stay with one writer while others
+// wait, as SQLite's busy timeout bounds the wait for a lock that one
+// writer holds (DSNParams): a waiter whose queue has not moved for this
+// long gets errQueueTimeout, as it would get SQLITE_BUSY from SQLite. A
+// queue that keeps moving is waited for until the waiter's context ends,
+// however long it is: its turn comes in arrival order.
 const queueWait = 5 * time.Second
 
-// errQueueTimeout is the error of a writer that waited queueWait.
-var errQueueTimeout = errors.New("database is locked: waited 5s for the other writers of the file")
+// errQueueTimeout is the error of a writer whose queue did not move for
+// queueWait: a transaction held the write lock that long (a caller's
+// transaction left open, or one that waits for a write of its own).
+var errQueueTimeout = errors.New("database is locked: one transaction has held the write lock for 5s")
 
 // writeQueue lets the writers of one database file take turns.
 type writeQueue struct {
@@ -82,6 +87,7 @@ type writeQueue struct {
 	held  bool
 	lanes [len(lanesByPriority)][]*waiter // by lane, each in arrival order
 	refs  int                             // the stores and databases that use it (queues)
+	moved time.Time                       // when the turn last changed hands
 	// lockPath, if set, is the file whose lock the holder of a turn takes
 	// too (fileLock), so that the writers of other processes take turns
 	// with this one's.
@@ -94,27 +100,39 @@ type waiter struct {
 }
 
 // acquire waits for the writer's turn: until it has it, ctx ends (its
-// error) or queueWait passes (errQueueTimeout).
+// error) or the turn stays queueWait with one holder (errQueueTimeout).
 func (q *writeQueue) acquire(ctx context.Context, l lane) error {
 	q.mu.Lock()
 	if !q.held && q.empty() {
-		q.held = true
+		q.held, q.moved = true, time.Now()
 		q.mu.Unlock()
 		return nil
 	}
 	w := &waiter{ready: make(chan struct{})}
 	q.lanes[l] = append(q.lanes[l], w)
+	stuck := time.Until(q.moved.Add(queueWait))
 	q.mu.Unlock()
-	t := time.NewTimer(queueWait)
+	t := time.NewTimer(stuck)
 	defer t.Stop()
 	var err error
-	select {
-	case <-w.ready:
-		return nil
-	case <-ctx.Done():
-		err = ctx.Err()
-	case <-t.C:
-		err = errQueueTimeout
+wait:
+	for {
+		select {
+		case <-w.ready:
+			return nil
+		case <-ctx.Done():
+			err = ctx.Err()
+			break wait
+		case <-t.C:
+			q.mu.Lock()
+			stuck = time.Until(q.moved.Add(queueWait))
+			q.mu.Unlock()
+			if stuck <= 0 {
+				err = errQueueTimeout
+				break wait
+			}
+			t.Reset(stuck)
+		}
 	}
 	q.mu.Lock()
 	if w.granted {
@@ -151,7 +169,7 @@ func (q *writeQueue) release() {
 		if len(q.lanes[l]) > 0 {
 			w := q.lanes[l][0]
 			q.lanes[l] = q.lanes[l][1:]
-			w.granted = true
+			w.granted, q.moved = true, time.Now()
 			close(w.ready)
 			return
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -205,5 +206,27 @@ func TestGrantReportsItsWait(t *testing.T) {
 	}
 	if extra := r.g.TTL - time.Minute; extra < waited || extra > r.took {
 		t.Fatalf("granted TTL %v: %v on top of the minute asked, want between the %v it was seen waiting and the %v the call took", r.g.TTL, extra, waited, r.took)
+	}
+}
+
+// A transaction left open holds the write lock: a writer waiting behind it
+// gives up once the lock has not changed hands for the busy timeout (5s),
+// with an error wrapping lease.ErrUnavailable, as SQLite's busy handler
+// would; nothing is written.
+func TestStuckTransactionTimesOut(t *testing.T) {
+	ctx := t.Context()
+	s := open(t, tempPath(t), nil)
+	hold, err := s.DB().BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hold.Rollback()
+	_, err = s.Leases().Acquire(ctx, "k", lease.NewToken(), time.Minute)
+	if !errors.Is(err, lease.ErrUnavailable) || !strings.Contains(err.Error(), "database is locked") {
+		t.Fatalf("acquire behind a transaction left open: %v, want ErrUnavailable (database is locked)", err)
+	}
+	hold.Rollback()
+	if info, err := s.Leases().Inspect(ctx, "k"); err != nil || info.Held || info.Fence != 0 {
+		t.Fatalf("after the refused acquire: %+v, %v; want nothing written", info, err)
 	}
 }
