@@ -17,7 +17,7 @@ var scheduleOps = []operation{
 		Method: "GET", Path: "/v1/schedule/slots", ID: "slotHistory",
 		Doc:   "The audit records of a job's slots with from <= slot time < to, oldest first.",
 		Needs: scheduleView, Scope: func(in slotHistoryQuery) (string, string) { return "job", in.Job },
-		Example: slotHistoryQuery{Job: "billing/nightly", Limit: 100},
+		Example: slotHistoryQuery{Job: "billing.nightly", Limit: 100},
 		Handle:  slotHistory,
 	},
 }

@@ -44,15 +44,16 @@ func buildOpenAPI() []byte {
 	if len(s.unused) > 0 {
 		panic("server: schema extras for no field: " + strings.Join(sortedKeys(s.unused), ", "))
 	}
-	plain := func(id, summary, ct string) map[string]any {
+	// The unauthenticated endpoints.
+	plain := func(id, summary, ct, typ string) map[string]any {
 		return map[string]any{"get": map[string]any{"operationId": id, "summary": summary, "security": []any{},
-			"responses": map[string]any{"200": map[string]any{"description": "ok", "content": map[string]any{ct: map[string]any{"schema": map[string]any{"type": "string"}}}}}}}
+			"responses": map[string]any{"200": map[string]any{"description": "ok", "content": map[string]any{ct: map[string]any{"schema": map[string]any{"type": typ}}}}}}}
 	}
-	paths["/healthz"] = plain("health", "The process is up.", "text/plain")
-	paths["/readyz"] = plain("ready", "The store answers (503 when it does not).", "text/plain")
+	paths["/healthz"] = plain("health", "The process is up.", "text/plain", "string")
+	paths["/readyz"] = plain("ready", "The store answers (503 when it does not).", "text/plain", "string")
 	paths["/readyz"]["get"].(map[string]any)["responses"].(map[string]any)["503"] = map[string]any{"description": "the store does not answer"}
-	paths["/metrics"] = plain("metrics", "tenure's metrics in the Prometheus text format.", "text/plain")
-	paths["/v1/openapi.json"] = plain("openapi", "This document.", "application/json")
+	paths["/metrics"] = plain("metrics", "tenure's metrics in the Prometheus text format.", "text/plain", "string")
+	paths["/v1/openapi.json"] = plain("openapi", "This document.", "application/json", "object")
 	doc := map[string]any{
 		"openapi": "3.1.0",
 		"info": map[string]any{"title": "tenure serve", "version": "1",
