@@ -75,9 +75,9 @@ func (s *Server) routes() {
 // the response body, or noBody for 204 No Content.
 //
 // Every operation is served the same way: In is decoded (strictly), the
-// store view it needs is checked (not_supported), the token's namespace
-// is checked for Scope's key (forbidden), Handle runs, and Out or the
-// problem of Handle's error is written. The OpenAPI document describes In
+// store view it needs is checked (not_supported), the token's namespaces
+// are checked for the Scope member's value (forbidden), Handle runs, and
+// Out or the problem of Handle's error is written. The OpenAPI document describes In
 // and Out from their struct tags: json names the field, doc describes it,
 // and a field without omitempty (or omitzero) is one the server requires
 // in a request and always writes in a response.
@@ -93,10 +93,10 @@ type op[In, Out any] struct {
 	// Needs is the store view the operation calls; without it the
 	// operation answers not_supported.
 	Needs storeView
-	// Scope returns what the token's namespaces must cover: what the key
-	// is (for the problem's detail) and the key. Nil when Handle checks a
-	// key it derives itself (request.guard).
-	Scope func(in In) (what, key string)
+	// Scope is the member of In (its JSON or query name) whose value the
+	// token's namespaces must cover; "" when Handle checks a key it
+	// derives itself (request.guard).
+	Scope string
 	// Required lists the fields this operation requires beyond those In's
 	// type requires: JSON names, "a.b" for a field of an object and
 	// "a[].b" for a field of each item of an array.
@@ -132,6 +132,7 @@ type opSpec struct {
 	doc      string
 	status   int
 	needs    storeView
+	scope    string
 	in, out  reflect.Type
 	required []string
 	oneOf    [][]string
@@ -148,7 +149,7 @@ func (o *op[In, Out]) spec() opSpec {
 			st = http.StatusNoContent
 		}
 	}
-	return opSpec{Route: Route{o.Method, o.Path, o.ID}, doc: o.Doc, status: st, needs: o.Needs,
+	return opSpec{Route: Route{o.Method, o.Path, o.ID}, doc: o.Doc, status: st, needs: o.Needs, scope: o.Scope,
 		in: reflect.TypeFor[In](), out: out, required: o.Required, oneOf: o.OneOf, problems: o.Problems, example: o.Example}
 }
 
@@ -160,6 +161,7 @@ func (o *op[In, Out]) serve(s *Server) handler {
 	if get {
 		query = queryFields(reflect.TypeFor[In]())
 	}
+	scope := scopeField(o.spec())
 	return func(w http.ResponseWriter, hr *http.Request, p principal) {
 		var in In
 		var err error
@@ -177,8 +179,8 @@ func (o *op[In, Out]) serve(s *Server) handler {
 			return
 		}
 		r := &request{s: s, p: p}
-		if o.Scope != nil {
-			if err := r.guard(o.Scope(in)); err != nil {
+		if scope >= 0 {
+			if err := r.guard(o.Scope, reflect.ValueOf(&in).Elem().Field(scope).String()); err != nil {
 				fail(w, err)
 				return
 			}
@@ -193,6 +195,27 @@ func (o *op[In, Out]) serve(s *Server) handler {
 			writeJSON(w, status, out)
 		}
 	}
+}
+
+// scopeField returns the index of d's Scope member in its input, -1 for
+// none; it panics when the input has no such string member.
+func scopeField(d opSpec) int {
+	if d.scope == "" {
+		return -1
+	}
+	if d.Method == http.MethodGet {
+		for _, f := range queryFields(d.in) {
+			if f.name == d.scope && f.typ.Kind() == reflect.String {
+				return f.index
+			}
+		}
+	}
+	for _, f := range jsonFields(d.in) {
+		if f.name == d.scope && f.typ.Kind() == reflect.String {
+			return f.index
+		}
+	}
+	panic("server: " + d.OperationID + ": no string member " + d.scope)
 }
 
 // storeView is a store view operations call.

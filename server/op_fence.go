@@ -11,21 +11,14 @@ import (
 // fencedOps are the operations on the values the server keeps behind a
 // fence (FencedKV), for resources that have no guard of their own.
 var fencedOps = []operation{
-	&op[serveapi.FencedWrite, noBody]{
-		Method: "POST", Path: "/v1/fenced/write", ID: "fencedWrite",
-		Doc:   "Set a server-kept value if fence is greater than every fence admitted for name before (the guard for resources without one).",
-		Needs: fencedView, Scope: func(in serveapi.FencedWrite) (string, string) { return "fenced name", in.Name },
-		Problems: []string{"stale"},
-		Example:  serveapi.FencedWrite{Name: "billing/ledger", Fence: 1796137794183175, Value: "closed: 2026-11"},
-		Handle:   fencedWrite,
-	},
-	&op[fencedReadQuery, serveapi.FencedValue]{
-		Method: "GET", Path: "/v1/fenced/read", ID: "fencedRead",
-		Doc:   "A server-kept value and the fence that wrote it (fence 0: never written).",
-		Needs: fencedView, Scope: func(in fencedReadQuery) (string, string) { return "fenced name", in.Name },
-		Example: fencedReadQuery{Name: "billing/ledger"},
-		Handle:  fencedRead,
-	},
+	&op[serveapi.FencedWrite, noBody]{Method: "POST", Path: "/v1/fenced/write", ID: "fencedWrite",
+		Needs: fencedView, Scope: "name", Problems: []string{"stale"}, Handle: fencedWrite,
+		Doc:     "Set a server-kept value if fence is greater than every fence admitted for name before (the guard for resources without one).",
+		Example: serveapi.FencedWrite{Name: "billing/ledger", Fence: 1796137794183175, Value: "closed: 2026-11"}},
+	&op[fencedReadQuery, serveapi.FencedValue]{Method: "GET", Path: "/v1/fenced/read", ID: "fencedRead",
+		Needs: fencedView, Scope: "name", Handle: fencedRead,
+		Doc:     "A server-kept value and the fence that wrote it (fence 0: never written).",
+		Example: fencedReadQuery{Name: "billing/ledger"}},
 }
 
 // fencedReadQuery is the query of fencedRead.

@@ -13,47 +13,34 @@ import (
 // idempotencyOps are the operations on idempotency records:
 // idempotency.Store's calls.
 var idempotencyOps = []operation{
-	&op[serveapi.IdemBegin, serveapi.IdemBegun]{
-		Method: "POST", Path: "/v1/idempotency/begin", ID: "beginIdempotency",
-		Doc:   "Claim an idempotency record for token, or answer from the live record (claimed, completed, in-progress, abandoned, mismatch).",
-		Needs: idemView, Scope: func(in serveapi.IdemBegin) (string, string) { return "idempotency scope", in.Scope },
+	&op[serveapi.IdemBegin, serveapi.IdemBegun]{Method: "POST", Path: "/v1/idempotency/begin", ID: "beginIdempotency",
+		Needs: idemView, Scope: "scope", Handle: beginIdempotency,
+		Doc: "Claim an idempotency record for token, or answer from the live record (claimed, completed, in-progress, abandoned, mismatch).",
 		Example: serveapi.IdemBegin{Scope: "billing/charge", Key: "order-1234", Fingerprint: "sha256-5d36fce2", Token: "claim-7c1e9a",
-			ClaimTTL: serveapi.Duration(30 * time.Second), Retention: serveapi.Duration(24 * time.Hour)},
-		Handle: beginIdempotency,
-	},
-	&op[serveapi.IdemClaim, noBody]{
-		Method: "POST", Path: "/v1/idempotency/renew", ID: "renewIdempotency",
-		Doc:   "Extend a claim held by token and fence.",
-		Needs: idemView, Scope: idemClaimScope, Required: []string{"fence", "ttl"}, Problems: []string{"lost"},
+			ClaimTTL: serveapi.Duration(30 * time.Second), Retention: serveapi.Duration(24 * time.Hour)}},
+	&op[serveapi.IdemClaim, noBody]{Method: "POST", Path: "/v1/idempotency/renew", ID: "renewIdempotency",
+		Needs: idemView, Scope: "scope", Required: []string{"fence", "ttl"}, Problems: []string{"lost"},
+		Doc:     "Extend a claim held by token and fence.",
 		Example: serveapi.IdemClaim{Scope: "billing/charge", Key: "order-1234", Token: "claim-7c1e9a", Fence: 1796137794183175, TTL: serveapi.Duration(30 * time.Second)},
 		Handle: func(ctx context.Context, r *request, in serveapi.IdemClaim) (noBody, error) {
 			return noBody{}, r.s.st.Idempotency.Renew(ctx, idemID(in), in.Token, in.Fence, in.TTL.D())
-		},
-	},
-	&op[serveapi.IdemClaim, noBody]{
-		Method: "POST", Path: "/v1/idempotency/complete", ID: "completeIdempotency",
-		Doc:   "Record the outcome of the claim held by token and fence.",
-		Needs: idemView, Scope: idemClaimScope, Required: []string{"fence", "outcome", "retention"}, Problems: []string{"lost"},
+		}},
+	&op[serveapi.IdemClaim, noBody]{Method: "POST", Path: "/v1/idempotency/complete", ID: "completeIdempotency",
+		Needs: idemView, Scope: "scope", Required: []string{"fence", "outcome", "retention"}, Problems: []string{"lost"}, Handle: completeIdempotency,
+		Doc: "Record the outcome of the claim held by token and fence.",
 		Example: serveapi.IdemClaim{Scope: "billing/charge", Key: "order-1234", Token: "claim-7c1e9a", Fence: 1796137794183175,
-			Outcome: &serveapi.IdemOutcome{Value: []byte(`{"charged":1200}`)}, Retention: serveapi.Duration(24 * time.Hour)},
-		Handle: completeIdempotency,
-	},
-	&op[serveapi.IdemClaim, noBody]{
-		Method: "POST", Path: "/v1/idempotency/release", ID: "releaseIdempotency",
-		Doc:   "Drop the claim held by token (the next begin claims anew).",
-		Needs: idemView, Scope: idemClaimScope, Problems: []string{"lost"},
+			Outcome: &serveapi.IdemOutcome{Value: []byte(`{"charged":1200}`)}, Retention: serveapi.Duration(24 * time.Hour)}},
+	&op[serveapi.IdemClaim, noBody]{Method: "POST", Path: "/v1/idempotency/release", ID: "releaseIdempotency",
+		Needs: idemView, Scope: "scope", Problems: []string{"lost"},
+		Doc:     "Drop the claim held by token (the next begin claims anew).",
 		Example: serveapi.IdemClaim{Scope: "billing/charge", Key: "order-1234", Token: "claim-7c1e9a"},
 		Handle: func(ctx context.Context, r *request, in serveapi.IdemClaim) (noBody, error) {
 			return noBody{}, r.s.st.Idempotency.Release(ctx, idemID(in), in.Token)
-		},
-	},
-	&op[inspectIdemQuery, serveapi.IdemRecord]{
-		Method: "GET", Path: "/v1/idempotency/inspect", ID: "inspectIdempotency",
-		Doc:   "An idempotency record, unchanged.",
-		Needs: idemView, Scope: func(in inspectIdemQuery) (string, string) { return "idempotency scope", in.Scope },
-		Example: inspectIdemQuery{Scope: "billing/charge", Key: "order-1234"},
-		Handle:  inspectIdempotency,
-	},
+		}},
+	&op[inspectIdemQuery, serveapi.IdemRecord]{Method: "GET", Path: "/v1/idempotency/inspect", ID: "inspectIdempotency",
+		Needs: idemView, Scope: "scope", Handle: inspectIdempotency,
+		Doc:     "An idempotency record, unchanged.",
+		Example: inspectIdemQuery{Scope: "billing/charge", Key: "order-1234"}},
 }
 
 // inspectIdemQuery is the query of inspectIdempotency.
@@ -61,9 +48,6 @@ type inspectIdemQuery struct {
 	Scope string `query:"scope" doc:"the record's scope"`
 	Key   string `query:"key" doc:"the client's idempotency key"`
 }
-
-// idemClaimScope is the namespace check of the operations on a claim.
-func idemClaimScope(in serveapi.IdemClaim) (string, string) { return "idempotency scope", in.Scope }
 
 func idemID(in serveapi.IdemClaim) idempotency.ID {
 	return idempotency.ID{Scope: in.Scope, Key: in.Key}

@@ -15,55 +15,39 @@ import (
 // leaseOps are the operations on leases: lease.Store's calls and
 // lease.Lister's list.
 var leaseOps = []operation{
-	&op[serveapi.AcquireLease, serveapi.LeaseGrant]{
-		Method: "POST", Path: "/v1/leases/acquire", ID: "acquireLease",
+	&op[serveapi.AcquireLease, serveapi.LeaseGrant]{Method: "POST", Path: "/v1/leases/acquire", ID: "acquireLease",
+		Needs: leaseView, Scope: "key", Problems: []string{"held"}, Handle: acquireLease,
 		Doc: "Acquire a lease (optionally waiting for a held key: a long poll bounded by max_wait). " +
 			"Without token the server makes one; the response carries it, and it is the client's secret.",
-		Needs: leaseView, Scope: func(in serveapi.AcquireLease) (string, string) { return "lease key", in.Key },
-		Problems: []string{"held"},
-		Example:  serveapi.AcquireLease{Key: "billing/close-month", TTL: serveapi.Duration(30 * time.Second)},
-		Handle:   acquireLease,
-	},
-	&op[serveapi.LeaseToken, serveapi.LeaseGrant]{
-		Method: "POST", Path: "/v1/leases/renew", ID: "renewLease",
-		Doc:   "Extend a lease held by token to ttl from now (store clock).",
-		Needs: leaseView, Scope: leaseTokenScope, Required: []string{"ttl"}, Problems: []string{"not_held"},
+		Example: serveapi.AcquireLease{Key: "billing/close-month", TTL: serveapi.Duration(30 * time.Second)}},
+	&op[serveapi.LeaseToken, serveapi.LeaseGrant]{Method: "POST", Path: "/v1/leases/renew", ID: "renewLease",
+		Needs: leaseView, Scope: "key", Required: []string{"ttl"}, Problems: []string{"not_held"},
+		Doc:     "Extend a lease held by token to ttl from now (store clock).",
 		Example: serveapi.LeaseToken{Key: "billing/close-month", Token: "R7FJKTDJ6NNMY7V2J5BMYEMBIO", TTL: serveapi.Duration(30 * time.Second)},
 		Handle: func(ctx context.Context, r *request, in serveapi.LeaseToken) (serveapi.LeaseGrant, error) {
 			g, err := r.s.st.Leases.Renew(ctx, in.Key, in.Token, in.TTL.D())
 			return serveapi.LeaseGrant{Key: in.Key, Fence: g.Fence, TTL: serveapi.Duration(g.TTL)}, err
-		},
-	},
-	&op[serveapi.LeaseToken, noBody]{
-		Method: "POST", Path: "/v1/leases/release", ID: "releaseLease",
-		Doc:   "End a lease held by token.",
-		Needs: leaseView, Scope: leaseTokenScope, Problems: []string{"not_held"},
+		}},
+	&op[serveapi.LeaseToken, noBody]{Method: "POST", Path: "/v1/leases/release", ID: "releaseLease",
+		Needs: leaseView, Scope: "key", Problems: []string{"not_held"},
+		Doc:     "End a lease held by token.",
 		Example: serveapi.LeaseToken{Key: "billing/close-month", Token: "R7FJKTDJ6NNMY7V2J5BMYEMBIO"},
 		Handle: func(ctx context.Context, r *request, in serveapi.LeaseToken) (noBody, error) {
 			return noBody{}, r.s.st.Leases.Release(ctx, in.Key, in.Token)
-		},
-	},
-	&op[inspectLeaseQuery, serveapi.LeaseInfo]{
-		Method: "GET", Path: "/v1/leases/inspect", ID: "inspectLease",
-		Doc:   "The state of a key, unchanged.",
-		Needs: leaseView, Scope: func(in inspectLeaseQuery) (string, string) { return "lease key", in.Key },
+		}},
+	&op[inspectLeaseQuery, serveapi.LeaseInfo]{Method: "GET", Path: "/v1/leases/inspect", ID: "inspectLease",
+		Needs: leaseView, Scope: "key",
+		Doc:     "The state of a key, unchanged.",
 		Example: inspectLeaseQuery{Key: "billing/close-month"},
 		Handle: func(ctx context.Context, r *request, in inspectLeaseQuery) (serveapi.LeaseInfo, error) {
 			info, err := r.s.st.Leases.Inspect(ctx, in.Key)
 			return leaseInfo(info), err
-		},
-	},
-	&op[listLeasesQuery, serveapi.LeaseList]{
-		Method: "GET", Path: "/v1/leases", ID: "listLeases",
-		Doc:   "The keys the store remembers under a prefix (held, or released or expired with their last fence), in key order.",
-		Needs: listView, Scope: func(in listLeasesQuery) (string, string) { return "lease prefix", in.Prefix },
-		Example: listLeasesQuery{Prefix: "billing/", Limit: 100},
-		Handle:  listLeases,
-	},
+		}},
+	&op[listLeasesQuery, serveapi.LeaseList]{Method: "GET", Path: "/v1/leases", ID: "listLeases",
+		Needs: listView, Scope: "prefix", Handle: listLeases,
+		Doc:     "The keys the store remembers under a prefix (held, or released or expired with their last fence), in key order.",
+		Example: listLeasesQuery{Prefix: "billing/", Limit: 100}},
 }
-
-// leaseTokenScope is the namespace check of renewLease and releaseLease.
-func leaseTokenScope(in serveapi.LeaseToken) (string, string) { return "lease key", in.Key }
 
 // inspectLeaseQuery is the query of inspectLease.
 type inspectLeaseQuery struct {

@@ -16,29 +16,22 @@ import (
 // rateOps are the operations on rate limits: ratelimit.Store's Decide and
 // Reset.
 var rateOps = []operation{
-	&op[serveapi.RateAllow, serveapi.RateDecisions]{
-		Method: "POST", Path: "/v1/rate/allow", ID: "allowRate",
-		Doc:   "Judge up to 16 limits in one atomic step on the store's clock: all are consumed if all allow, none otherwise (peek: nothing is consumed).",
-		Needs: rateView, Required: []string{"requests[].limit"}, OneOf: [][]string{{"requests[].key", "requests[].state"}},
-		Example: serveapi.RateAllow{Requests: []serveapi.RateRequest{{Key: "user-42", Limit: serveapi.Limit{Name: "api", Rate: 2, Period: serveapi.Duration(time.Minute)}}}},
-		Handle:  allowRate,
-	},
-	&op[serveapi.RateReset, noBody]{
-		Method: "POST", Path: "/v1/rate/reset", ID: "resetRate",
-		Doc:   "Forget the state of limits: they are fully available again.",
-		Needs: rateView, OneOf: [][]string{{"requests[].key+requests[].limit", "requests[].state"}},
-		Example: serveapi.RateReset{Requests: []serveapi.RateRequest{{Key: "user-42", Limit: serveapi.Limit{Name: "api", Rate: 2, Period: serveapi.Duration(time.Minute)}}}},
-		Handle:  resetRate,
-	},
+	&op[serveapi.RateAllow, serveapi.RateDecisions]{Method: "POST", Path: "/v1/rate/allow", ID: "allowRate",
+		Needs: rateView, Required: []string{"requests[].limit"}, OneOf: [][]string{{"requests[].key", "requests[].state"}}, Handle: allowRate,
+		Doc:     "Judge up to 16 limits in one atomic step on the store's clock: all are consumed if all allow, none otherwise (peek: nothing is consumed).",
+		Example: serveapi.RateAllow{Requests: []serveapi.RateRequest{{Key: "user-42", Limit: serveapi.Limit{Name: "api", Rate: 2, Period: serveapi.Duration(time.Minute)}}}}},
+	&op[serveapi.RateReset, noBody]{Method: "POST", Path: "/v1/rate/reset", ID: "resetRate",
+		Needs: rateView, OneOf: [][]string{{"requests[].key+requests[].limit", "requests[].state"}}, Handle: resetRate,
+		Doc:     "Forget the state of limits: they are fully available again.",
+		Example: serveapi.RateReset{Requests: []serveapi.RateRequest{{Key: "user-42", Limit: serveapi.Limit{Name: "api", Rate: 2, Period: serveapi.Duration(time.Minute)}}}}},
 }
 
 // permitOps are the operations on concurrency permits: ratelimit.Store's
 // AcquirePermit, RenewPermit and ReleasePermit.
 var permitOps = []operation{
-	&op[serveapi.Permit, serveapi.PermitGrant]{
-		Method: "POST", Path: "/v1/permits/acquire", ID: "acquirePermit",
-		Doc:   "Take one of permits concurrency permits on a key for ttl (acquired false when all are held).",
+	&op[serveapi.Permit, serveapi.PermitGrant]{Method: "POST", Path: "/v1/permits/acquire", ID: "acquirePermit",
 		Needs: rateView, Required: []string{"permits", "ttl"}, OneOf: permitRef,
+		Doc:     "Take one of permits concurrency permits on a key for ttl (acquired false when all are held).",
 		Example: serveapi.Permit{Key: "export-jobs", Name: "exports", Permits: 2, TTL: serveapi.Duration(time.Minute)},
 		Handle: func(ctx context.Context, r *request, in serveapi.Permit) (serveapi.PermitGrant, error) {
 			k, err := r.permitKey(in)
@@ -51,12 +44,10 @@ var permitOps = []operation{
 			}
 			g, err := r.s.st.Limits.AcquirePermit(ctx, k, id, in.Permits, in.TTL.D())
 			return permitOut(id, g), err
-		},
-	},
-	&op[serveapi.Permit, serveapi.PermitGrant]{
-		Method: "POST", Path: "/v1/permits/renew", ID: "renewPermit",
-		Doc:   "Extend a held permit to ttl from now.",
+		}},
+	&op[serveapi.Permit, serveapi.PermitGrant]{Method: "POST", Path: "/v1/permits/renew", ID: "renewPermit",
 		Needs: rateView, Required: []string{"id", "ttl"}, OneOf: permitRef, Problems: []string{"lost"},
+		Doc:     "Extend a held permit to ttl from now.",
 		Example: serveapi.Permit{Key: "export-jobs", Name: "exports", ID: "QJ3V7ZK2M4XW", TTL: serveapi.Duration(time.Minute)},
 		Handle: func(ctx context.Context, r *request, in serveapi.Permit) (serveapi.PermitGrant, error) {
 			k, err := r.permitKey(in)
@@ -65,12 +56,10 @@ var permitOps = []operation{
 			}
 			g, err := r.s.st.Limits.RenewPermit(ctx, k, in.ID, in.TTL.D())
 			return permitOut(in.ID, g), err
-		},
-	},
-	&op[serveapi.Permit, noBody]{
-		Method: "POST", Path: "/v1/permits/release", ID: "releasePermit",
-		Doc:   "Free a held permit.",
+		}},
+	&op[serveapi.Permit, noBody]{Method: "POST", Path: "/v1/permits/release", ID: "releasePermit",
 		Needs: rateView, Required: []string{"id"}, OneOf: permitRef, Problems: []string{"lost"},
+		Doc:     "Free a held permit.",
 		Example: serveapi.Permit{Key: "export-jobs", Name: "exports", ID: "QJ3V7ZK2M4XW"},
 		Handle: func(ctx context.Context, r *request, in serveapi.Permit) (noBody, error) {
 			k, err := r.permitKey(in)
@@ -78,8 +67,7 @@ var permitOps = []operation{
 				return noBody{}, err
 			}
 			return noBody{}, r.s.st.Limits.ReleasePermit(ctx, k, in.ID)
-		},
-	},
+		}},
 }
 
 // permitRef is how a permit request names its state: the exact state

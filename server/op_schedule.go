@@ -13,13 +13,10 @@ const maxSlotPage = 1000
 // scheduleOps are the operations on schedules: schedule.Store's slot
 // history.
 var scheduleOps = []operation{
-	&op[slotHistoryQuery, slotList]{
-		Method: "GET", Path: "/v1/schedule/slots", ID: "slotHistory",
-		Doc:   "The audit records of a job's slots with from <= slot time < to, oldest first.",
-		Needs: scheduleView, Scope: func(in slotHistoryQuery) (string, string) { return "job", in.Job },
-		Example: slotHistoryQuery{Job: "billing.nightly", Limit: 100},
-		Handle:  slotHistory,
-	},
+	&op[slotHistoryQuery, slotList]{Method: "GET", Path: "/v1/schedule/slots", ID: "slotHistory",
+		Needs: scheduleView, Scope: "job", Handle: slotHistory,
+		Doc:     "The audit records of a job's slots with from <= slot time < to, oldest first.",
+		Example: slotHistoryQuery{Job: "billing.nightly", Limit: 100}},
 }
 
 // slotHistoryQuery is the query of slotHistory.

@@ -11,95 +11,6 @@ import (
 	sessiondriver "github.com/tenurekit/tenure/session/driver"
 )
 
-// sessionOps are the operations on sessions: session.Store's calls, and
-// session.Manager's Create for a token the server makes.
-var sessionOps = []operation{
-	&op[serveapi.SessionCreate, serveapi.SessionRecord]{
-		Method: "POST", Path: "/v1/sessions", ID: "createSession",
-		Doc:    "Create a session: under a given id (data opaque), or with a token the server makes from values (returned once).",
-		Status: 201, Needs: sessionView, Scope: func(in serveapi.SessionCreate) (string, string) { return "user", in.UserID },
-		Problems: []string{"conflict"},
-		Example: serveapi.SessionCreate{UserID: "alice", Values: map[string]string{"cart": "3"},
-			Idle: serveapi.Duration(30 * time.Minute), Absolute: serveapi.Duration(8 * time.Hour)},
-		Handle: createSession,
-	},
-	&op[serveapi.SessionRef, serveapi.SessionRecord]{
-		Method: "POST", Path: "/v1/sessions/load", ID: "loadSession",
-		Doc:   "Load a live session by id or token, refreshing its idle deadline when idle is given.",
-		Needs: sessionView, OneOf: sessionRef, Problems: []string{"not_found"},
-		Example: serveapi.SessionRef{Token: "BwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyAhIiMkJSYnKA", Idle: serveapi.Duration(30 * time.Minute)},
-		Handle: func(ctx context.Context, r *request, in serveapi.SessionRef) (serveapi.SessionRecord, error) {
-			return onSession(ctx, r, in, func(id session.ID) (session.Record, error) { return r.s.st.Sessions.Load(ctx, id, in.Idle.D()) })
-		},
-	},
-	&op[serveapi.SessionRef, serveapi.SessionTouched]{
-		Method: "POST", Path: "/v1/sessions/touch", ID: "touchSession",
-		Doc:   "Refresh the idle deadline of a session at version.",
-		Needs: sessionView, Required: []string{"version", "idle"}, OneOf: sessionRef, Problems: []string{"not_found", "conflict"},
-		Example: serveapi.SessionRef{ID: exampleSessionID, Version: 1, Idle: serveapi.Duration(30 * time.Minute)},
-		Handle: func(ctx context.Context, r *request, in serveapi.SessionRef) (serveapi.SessionTouched, error) {
-			id, err := r.sessionID(ctx, in)
-			if err != nil {
-				return serveapi.SessionTouched{}, err
-			}
-			t, err := r.s.st.Sessions.Touch(ctx, id, in.Version, in.Idle.D())
-			return serveapi.SessionTouched{IdleUntil: t}, err
-		},
-	},
-	&op[serveapi.SessionRef, serveapi.SessionRecord]{
-		Method: "POST", Path: "/v1/sessions/save", ID: "saveSession",
-		Doc:   "Replace a session's data if its version is version (compare-and-set).",
-		Needs: sessionView, Required: []string{"version", "idle"}, OneOf: sessionRef, Problems: []string{"not_found", "conflict"},
-		Example: serveapi.SessionRef{ID: exampleSessionID, Version: 1, Data: []byte(`{"cart":"4"}`), Idle: serveapi.Duration(30 * time.Minute)},
-		Handle: func(ctx context.Context, r *request, in serveapi.SessionRef) (serveapi.SessionRecord, error) {
-			return onSession(ctx, r, in, func(id session.ID) (session.Record, error) {
-				return r.s.st.Sessions.Save(ctx, id, in.Version, in.Data, in.Idle.D())
-			})
-		},
-	},
-	&op[serveapi.SessionRef, serveapi.SessionRecord]{
-		Method: "POST", Path: "/v1/sessions/rotate", ID: "rotateSession",
-		Doc:   "Move a session at version to new_id (same user and absolute deadline).",
-		Needs: sessionView, Required: []string{"version", "idle", "new_id"}, OneOf: sessionRef, Problems: []string{"not_found", "conflict"},
-		Example: serveapi.SessionRef{ID: exampleSessionID, NewID: exampleSessionID[:4] + strings.Repeat("0a1b2c3d", 8), Version: 2, Idle: serveapi.Duration(30 * time.Minute)},
-		Handle: func(ctx context.Context, r *request, in serveapi.SessionRef) (serveapi.SessionRecord, error) {
-			return onSession(ctx, r, in, func(id session.ID) (session.Record, error) {
-				return r.s.st.Sessions.Rotate(ctx, id, session.ID(in.NewID), in.Version, in.Data, in.Idle.D())
-			})
-		},
-	},
-	&op[serveapi.SessionRef, noBody]{
-		Method: "POST", Path: "/v1/sessions/revoke", ID: "revokeSession",
-		Doc:   "End a session.",
-		Needs: sessionView, OneOf: sessionRef, Problems: []string{"not_found"},
-		Example: serveapi.SessionRef{ID: exampleSessionID},
-		Handle: func(ctx context.Context, r *request, in serveapi.SessionRef) (noBody, error) {
-			id, err := r.sessionID(ctx, in)
-			if err != nil {
-				return noBody{}, err
-			}
-			return noBody{}, r.s.st.Sessions.Delete(ctx, id)
-		},
-	},
-	&op[listSessionsQuery, serveapi.SessionList]{
-		Method: "GET", Path: "/v1/sessions", ID: "listSessions",
-		Doc:   "A user's live sessions, oldest first.",
-		Needs: sessionView, Scope: func(in listSessionsQuery) (string, string) { return "user", in.UserID },
-		Example: listSessionsQuery{UserID: "alice"},
-		Handle:  listSessions,
-	},
-	&op[serveapi.UserRef, serveapi.Revoked]{
-		Method: "POST", Path: "/v1/sessions/revoke-user", ID: "revokeUserSessions",
-		Doc:   "End every session of a user in one atomic step.",
-		Needs: sessionView, Scope: func(in serveapi.UserRef) (string, string) { return "user", in.UserID },
-		Example: serveapi.UserRef{UserID: "alice"},
-		Handle: func(ctx context.Context, r *request, in serveapi.UserRef) (serveapi.Revoked, error) {
-			n, err := r.s.st.Sessions.DeleteUser(ctx, in.UserID)
-			return serveapi.Revoked{Removed: n}, err
-		},
-	},
-}
-
 // sessionRef is how a request names a session: by its store ID or by
 // its token.
 var sessionRef = [][]string{{"id", "token"}}
@@ -111,6 +22,76 @@ const exampleSessionID = "5d362d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02
 // listSessionsQuery is the query of listSessions.
 type listSessionsQuery struct {
 	UserID string `query:"user_id" doc:"the user"`
+}
+
+// sessionOps are the operations on sessions: session.Store's calls, and
+// session.Manager's Create for a token the server makes.
+var sessionOps = []operation{
+	&op[serveapi.SessionCreate, serveapi.SessionRecord]{Method: "POST", Path: "/v1/sessions", ID: "createSession",
+		Status: 201, Needs: sessionView, Scope: "user_id", Problems: []string{"conflict"}, Handle: createSession,
+		Doc: "Create a session: under a given id (data opaque), or with a token the server makes from values (returned once).",
+		Example: serveapi.SessionCreate{UserID: "alice", Values: map[string]string{"cart": "3"},
+			Idle: serveapi.Duration(30 * time.Minute), Absolute: serveapi.Duration(8 * time.Hour)}},
+	&op[serveapi.SessionRef, serveapi.SessionRecord]{Method: "POST", Path: "/v1/sessions/load", ID: "loadSession",
+		Needs: sessionView, OneOf: sessionRef, Problems: []string{"not_found"},
+		Doc:     "Load a live session by id or token, refreshing its idle deadline when idle is given.",
+		Example: serveapi.SessionRef{Token: "BwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyAhIiMkJSYnKA", Idle: serveapi.Duration(30 * time.Minute)},
+		Handle: func(ctx context.Context, r *request, in serveapi.SessionRef) (serveapi.SessionRecord, error) {
+			return onSession(ctx, r, in, func(id session.ID) (session.Record, error) { return r.s.st.Sessions.Load(ctx, id, in.Idle.D()) })
+		}},
+	&op[serveapi.SessionRef, serveapi.SessionTouched]{Method: "POST", Path: "/v1/sessions/touch", ID: "touchSession",
+		Needs: sessionView, Required: []string{"version", "idle"}, OneOf: sessionRef, Problems: []string{"not_found", "conflict"},
+		Doc:     "Refresh the idle deadline of a session at version.",
+		Example: serveapi.SessionRef{ID: exampleSessionID, Version: 1, Idle: serveapi.Duration(30 * time.Minute)},
+		Handle: func(ctx context.Context, r *request, in serveapi.SessionRef) (serveapi.SessionTouched, error) {
+			id, err := r.sessionID(ctx, in)
+			if err != nil {
+				return serveapi.SessionTouched{}, err
+			}
+			t, err := r.s.st.Sessions.Touch(ctx, id, in.Version, in.Idle.D())
+			return serveapi.SessionTouched{IdleUntil: t}, err
+		}},
+	&op[serveapi.SessionRef, serveapi.SessionRecord]{Method: "POST", Path: "/v1/sessions/save", ID: "saveSession",
+		Needs: sessionView, Required: []string{"version", "idle"}, OneOf: sessionRef, Problems: []string{"not_found", "conflict"},
+		Doc:     "Replace a session's data if its version is version (compare-and-set).",
+		Example: serveapi.SessionRef{ID: exampleSessionID, Version: 1, Data: []byte(`{"cart":"4"}`), Idle: serveapi.Duration(30 * time.Minute)},
+		Handle: func(ctx context.Context, r *request, in serveapi.SessionRef) (serveapi.SessionRecord, error) {
+			return onSession(ctx, r, in, func(id session.ID) (session.Record, error) {
+				return r.s.st.Sessions.Save(ctx, id, in.Version, in.Data, in.Idle.D())
+			})
+		}},
+	&op[serveapi.SessionRef, serveapi.SessionRecord]{Method: "POST", Path: "/v1/sessions/rotate", ID: "rotateSession",
+		Needs: sessionView, Required: []string{"version", "idle", "new_id"}, OneOf: sessionRef, Problems: []string{"not_found", "conflict"},
+		Doc:     "Move a session at version to new_id (same user and absolute deadline).",
+		Example: serveapi.SessionRef{ID: exampleSessionID, NewID: exampleSessionID[:4] + strings.Repeat("0a1b2c3d", 8), Version: 2, Idle: serveapi.Duration(30 * time.Minute)},
+		Handle: func(ctx context.Context, r *request, in serveapi.SessionRef) (serveapi.SessionRecord, error) {
+			return onSession(ctx, r, in, func(id session.ID) (session.Record, error) {
+				return r.s.st.Sessions.Rotate(ctx, id, session.ID(in.NewID), in.Version, in.Data, in.Idle.D())
+			})
+		}},
+	&op[serveapi.SessionRef, noBody]{Method: "POST", Path: "/v1/sessions/revoke", ID: "revokeSession",
+		Needs: sessionView, OneOf: sessionRef, Problems: []string{"not_found"},
+		Doc:     "End a session.",
+		Example: serveapi.SessionRef{ID: exampleSessionID},
+		Handle: func(ctx context.Context, r *request, in serveapi.SessionRef) (noBody, error) {
+			id, err := r.sessionID(ctx, in)
+			if err != nil {
+				return noBody{}, err
+			}
+			return noBody{}, r.s.st.Sessions.Delete(ctx, id)
+		}},
+	&op[listSessionsQuery, serveapi.SessionList]{Method: "GET", Path: "/v1/sessions", ID: "listSessions",
+		Needs: sessionView, Scope: "user_id", Handle: listSessions,
+		Doc:     "A user's live sessions, oldest first.",
+		Example: listSessionsQuery{UserID: "alice"}},
+	&op[serveapi.UserRef, serveapi.Revoked]{Method: "POST", Path: "/v1/sessions/revoke-user", ID: "revokeUserSessions",
+		Needs: sessionView, Scope: "user_id",
+		Doc:     "End every session of a user in one atomic step.",
+		Example: serveapi.UserRef{UserID: "alice"},
+		Handle: func(ctx context.Context, r *request, in serveapi.UserRef) (serveapi.Revoked, error) {
+			n, err := r.s.st.Sessions.DeleteUser(ctx, in.UserID)
+			return serveapi.Revoked{Removed: n}, err
+		}},
 }
 
 func sessionOut(rec session.Record) serveapi.SessionRecord {

@@ -77,6 +77,9 @@ func (s *schemaSet) operation(d opSpec) map[string]any {
 		panic("server: no summary for " + d.OperationID)
 	}
 	op := map[string]any{"operationId": d.OperationID, "summary": d.doc, "security": []any{map[string]any{"bearer": []string{}}}}
+	if d.scope != "" {
+		op["description"] = "The token's namespaces must cover " + d.scope + " (otherwise 403 forbidden)."
+	}
 	resp := map[string]any{}
 	status := strconv.Itoa(d.status)
 	if d.status == http.StatusNoContent {

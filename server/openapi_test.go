@@ -3,10 +3,7 @@ package server_test
 import (
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"slices"
 	"strings"
@@ -56,22 +53,6 @@ func loadDoc(t *testing.T) (openapiDoc, map[string]any) {
 		t.Fatal(err)
 	}
 	return d, raw
-}
-
-// newFullEnv is a server over every view of a memory store.
-func newFullEnv(t *testing.T) *env {
-	t.Helper()
-	m := newMem(t, nil)
-	srv, err := server.New(server.Stores{Leases: m.Leases(), Idempotency: m.Idempotency(), Limits: m.Limits(),
-		Sessions: m.Sessions(), Schedules: m.Schedules(), Fenced: fencedMem{m}},
-		&server.Options{Config: testConfig(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-			Metrics: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "# metrics\n") })})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(srv)
-	t.Cleanup(hs.Close)
-	return &env{mem: m, srv: srv, url: hs.URL}
 }
 
 // TestOpenAPIDescribesEveryRoute: every route is documented under its
@@ -254,7 +235,7 @@ func deepCopy(v map[string]any) map[string]any {
 // default is not required.
 func TestOpenAPIRequiredMatchesServer(t *testing.T) {
 	d, raw := loadDoc(t)
-	e := newFullEnv(t)
+	e := newEnv(t, nil)
 	check := func(id, what string, st int, b []byte, mustFail bool) {
 		t.Helper()
 		var p serveapi.Problem
@@ -339,7 +320,7 @@ func seedSlot(t *testing.T, e *env, job string) time.Time {
 // documented schema describes.
 func TestOpenAPIEveryOperationExercised(t *testing.T) {
 	d, raw := loadDoc(t)
-	e := newFullEnv(t)
+	e := newEnv(t, nil)
 	called := map[string]bool{}
 	statusOf := map[string]string{}
 	schemaOf := map[string]any{}

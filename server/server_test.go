@@ -62,16 +62,17 @@ func testConfig() *server.Config {
 	}
 }
 
+// newEnv is a server over every view of a memory store, with cfg
+// (default testConfig) and a /metrics handler.
 func newEnv(t *testing.T, cfg *server.Config) *env {
 	t.Helper()
 	if cfg == nil {
 		cfg = testConfig()
 	}
-	m := newMem(t, nil)
+	m, st := memStores(t)
 	logs := &syncBuf{}
-	srv, err := server.New(server.Stores{Leases: m.Leases(), Idempotency: m.Idempotency(), Limits: m.Limits(),
-		Sessions: m.Sessions(), Schedules: m.Schedules(), Fenced: fencedMem{m}},
-		&server.Options{Config: cfg, Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	srv, err := server.New(st, &server.Options{Config: cfg, Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Metrics: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "# metrics\n") })})
 	if err != nil {
 		t.Fatal(err)
 	}
