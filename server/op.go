@@ -77,10 +77,10 @@ func (s *Server) routes() {
 // Every operation is served the same way: In is decoded (strictly), the
 // store view it needs is checked (not_supported), the token's namespaces
 // are checked for the Scope member's value (forbidden), Handle runs, and
-// Out or the problem of Handle's error is written. The OpenAPI document describes In
-// and Out from their struct tags: json names the field, doc describes it,
-// and a field without omitempty (or omitzero) is one the server requires
-// in a request and always writes in a response.
+// Out or the problem of Handle's error is written. The OpenAPI document
+// describes In and Out from their struct tags: json names the field, doc
+// describes it, and a field without omitempty (or omitzero) is one the
+// server requires in a request and always writes in a response.
 type op[In, Out any] struct {
 	// Method, Path and ID are the route and the operation ID (the OpenAPI
 	// operationId, and the name a token's operation list uses).
