@@ -36,8 +36,10 @@ const (
 	DefaultPeriod = time.Second
 )
 
-// ReadOps are the operations the "read" alias in Token.Operations allows.
-var ReadOps = []string{"inspectLease", "listLeases", "fencedRead", "inspectIdempotency", "listSessions", "slotHistory"}
+// ReadOps are the operations the "read" alias in Token.Operations allows:
+// the GET operations (inspectLease, listLeases, fencedRead,
+// inspectIdempotency, listSessions, slotHistory), which change nothing.
+var ReadOps = readOps()
 
 // Config is what tenure serve reads from its --config file (JSON). The
 // zero value of every field means its default.
@@ -159,30 +161,14 @@ func ParseConfig(b []byte, dir string) (*Config, error) {
 
 // validate checks c and fills its defaults.
 func (c *Config) validate() error {
-	if c.MaxBodyBytes == 0 {
-		c.MaxBodyBytes = DefaultMaxBodyBytes
-	}
-	if c.MaxWait == 0 {
-		c.MaxWait = DefaultMaxWait
-	}
-	if c.Rate == 0 {
-		c.Rate = DefaultRate
-	}
-	if c.Period == 0 {
-		c.Period = DefaultPeriod
-	}
-	if c.ReadHeaderTimeout == 0 {
-		c.ReadHeaderTimeout = DefaultReadHeaderTimeout
-	}
-	if c.ReadTimeout == 0 {
-		c.ReadTimeout = DefaultReadTimeout
-	}
-	if c.WriteTimeout == 0 {
-		c.WriteTimeout = c.MaxWait + 30*time.Second
-	}
-	if c.IdleTimeout == 0 {
-		c.IdleTimeout = DefaultIdleTimeout
-	}
+	orDefault(&c.MaxBodyBytes, DefaultMaxBodyBytes)
+	orDefault(&c.MaxWait, DefaultMaxWait)
+	orDefault(&c.Rate, DefaultRate)
+	orDefault(&c.Period, DefaultPeriod)
+	orDefault(&c.ReadHeaderTimeout, DefaultReadHeaderTimeout)
+	orDefault(&c.ReadTimeout, DefaultReadTimeout)
+	orDefault(&c.WriteTimeout, c.MaxWait+30*time.Second)
+	orDefault(&c.IdleTimeout, DefaultIdleTimeout)
 	switch {
 	case c.MaxBodyBytes < 1024:
 		return fmt.Errorf("%w: max_body_bytes %d below 1024", ErrConfig, c.MaxBodyBytes)
@@ -265,4 +251,12 @@ func LoadOrCreateToken(path string) (tok secret.Text, created bool, err error) {
 func AdminConfig(tok secret.Text) *Config {
 	c := &Config{Tokens: []Token{{Name: "admin", Secret: tok, Prefixes: []string{""}, Operations: []string{"*"}}}}
 	return c
+}
+
+// orDefault sets *v to def when it is zero.
+func orDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
+	}
 }

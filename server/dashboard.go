@@ -3,8 +3,6 @@ package server
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"embed"
 	"encoding/json"
 	"errors"
@@ -12,7 +10,6 @@ import (
 	"html/template"
 	"io"
 	"io/fs"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -20,13 +17,10 @@ import (
 	"strings"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/metric"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/tenurekit/tenure/internal/serveapi"
-	"github.com/tenurekit/tenure/lease"
 	"github.com/tenurekit/tenure/ratelimit"
 	"github.com/tenurekit/tenure/session"
 	"github.com/tenurekit/tenure/store/memstore"
@@ -145,8 +139,8 @@ func (s *Server) mountDashboard(base string, opt Options) error {
 	h("GET "+base+"api/me", d.api("dashboardMe", d.me))
 	h("GET "+base+"api/events", d.api("dashboardEvents", d.events))
 	h("POST "+base+"api/rate/peek", d.api("allowRate", d.peekRate))
-	h("POST "+base+"api/sessions/revoke", d.api("revokeSession", s.revokeSession))
-	h("POST "+base+"api/sessions/revoke-user", d.api("revokeUserSessions", s.revokeUser))
+	h("POST "+base+"api/sessions/revoke", d.api("revokeSession", s.handlers["revokeSession"]))
+	h("POST "+base+"api/sessions/revoke-user", d.api("revokeUserSessions", s.handlers["revokeUserSessions"]))
 	h("POST "+base+"api/idempotency/resolve", d.api("completeIdempotency", d.resolveIdem))
 	h("POST "+base+"api/idempotency/release", d.api("releaseIdempotency", d.forceReleaseIdem))
 	// Anything else under the UI path is not found (not the index).
@@ -246,13 +240,7 @@ func (d *dashboard) doLogin(w http.ResponseWriter, r *http.Request) {
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, 8<<10)
 	tok := strings.TrimSpace(r.PostFormValue("token"))
-	sum := sha256.Sum256([]byte(tok))
-	var found *authToken
-	for i := range d.s.tokens {
-		if subtle.ConstantTimeCompare(sum[:], d.s.tokens[i].sum[:]) == 1 {
-			found = &d.s.tokens[i]
-		}
-	}
+	found := d.s.tokenFor(tok)
 	if tok == "" || found == nil {
 		status = http.StatusUnauthorized
 		d.loginPage(w, status, "Unknown token.")
@@ -284,46 +272,19 @@ func (d *dashboard) doLogout(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, d.base, status)
 }
 
-// logRequest writes a request's log line and counts it, as the API does.
-func (s *Server) logRequest(r *http.Request, op string, status int, token string, start time.Time) {
-	s.requests.Add(r.Context(), 1, metric.WithAttributes(attribute.String("operation", op), attribute.Int("status", status)))
-	s.log.LogAttrs(r.Context(), slog.LevelInfo, "request", slog.String("operation", op),
-		slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Int("status", status),
-		slog.String("token", token), slog.Duration("duration", time.Since(start)))
-}
-
-// uiWriter records the status written and lets http.ResponseController
-// reach the writer below (for the event stream's flushes and deadlines).
-type uiWriter struct {
-	http.ResponseWriter
-	status int
-}
-
-func (w *uiWriter) WriteHeader(code int) {
-	if w.status == 0 {
-		w.status = code
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *uiWriter) Write(b []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	return w.ResponseWriter.Write(b)
-}
-
-func (w *uiWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
 // api wraps a dashboard endpoint as the API wraps its routes, with the
 // login session in place of the bearer token: the token it stands for
 // must be allowed op (the dashboard's own endpoints, named dashboard*,
 // need only a login), its per-token rate limit applies, and the body is
 // bounded.
 func (d *dashboard) api(op string, h handler) http.HandlerFunc {
+	need := op
+	if strings.HasPrefix(op, "dashboard") {
+		need = ""
+	}
 	return func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		sw := &uiWriter{ResponseWriter: w}
+		sw := &statusWriter{ResponseWriter: w}
 		name := "-"
 		defer func() { d.s.logRequest(r, op, sw.status, name, start) }()
 		t := d.principalOf(r)
@@ -332,24 +293,9 @@ func (d *dashboard) api(op string, h handler) http.HandlerFunc {
 			return
 		}
 		name = t.name
-		if !strings.HasPrefix(op, "dashboard") && !t.all && !t.ops[op] {
-			writeProblem(sw, serveapi.NewProblem(serveapi.TypeForbidden, fmt.Sprintf("token %q may not call %s", t.name, op)))
-			return
+		if d.s.admit(sw, r, t, need) {
+			h(sw, r, principal{t})
 		}
-		if d.s.limiter != nil {
-			dec, err := d.s.limiter.Allow(r.Context(), t.name)
-			if err != nil {
-				writeProblem(sw, serveapi.NewProblem(serveapi.TypeUnavailable, "the API's rate limit could not be checked"))
-				return
-			}
-			if !dec.Allowed {
-				sw.Header().Set("Retry-After", strconv.Itoa(int((dec.RetryAfter+time.Second-1)/time.Second)))
-				writeProblem(sw, serveapi.NewProblem(serveapi.TypeRateLimited, fmt.Sprintf("token %q is over %d requests per %v", t.name, d.s.cfg.Rate, d.s.cfg.Period)))
-				return
-			}
-		}
-		r.Body = http.MaxBytesReader(sw, r.Body, d.s.cfg.MaxBodyBytes)
-		h(sw, r, principal{t})
 	}
 }
 
@@ -375,11 +321,12 @@ func (d *dashboard) me(w http.ResponseWriter, r *http.Request, p principal) {
 // forced): the dashboard checks a limit before it watches it.
 func (d *dashboard) peekRate(w http.ResponseWriter, r *http.Request, p principal) {
 	var req serveapi.RateAllow
-	if !decode(w, r, &req) {
+	if err := decodeBody(r, &req); err != nil {
+		fail(w, err)
 		return
 	}
 	req.Peek = true
-	st, body := d.call(r.Context(), p, "allowRate", d.s.allowRate, http.MethodPost, "/v1/rate/allow", req)
+	st, body := d.call(r.Context(), p, "allowRate", "/v1/rate/allow", req)
 	w.Header().Set("Content-Type", "application/json")
 	if st != http.StatusOK {
 		w.Header().Set("Content-Type", serveapi.ProblemContentType)
@@ -409,29 +356,30 @@ func (r *recorder) Write(b []byte) (int, error) {
 	return r.buf.Write(b)
 }
 
-// call runs an API handler in process as p (the operation check included)
-// and returns its status and body.
-func (d *dashboard) call(ctx context.Context, p principal, op string, h handler, method, target string, body any) (int, json.RawMessage) {
+// call runs operation op in process as p (the operation check included),
+// a GET of target or, with a body, a POST, and returns its status and
+// body.
+func (d *dashboard) call(ctx context.Context, p principal, op, target string, body any) (int, json.RawMessage) {
 	rec := &recorder{h: http.Header{}}
 	if !p.t.all && !p.t.ops[op] {
 		writeProblem(rec, serveapi.NewProblem(serveapi.TypeForbidden, fmt.Sprintf("token %q may not call %s", p.t.name, op)))
 		return rec.status, rec.buf.Bytes()
 	}
-	var rd io.Reader = http.NoBody
+	method, rd := http.MethodGet, io.Reader(http.NoBody)
 	if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
-			invalid(rec, "%v", err)
+			fail(rec, invalidf("%v", err))
 			return rec.status, rec.buf.Bytes()
 		}
-		rd = bytes.NewReader(b)
+		method, rd = http.MethodPost, bytes.NewReader(b)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, target, rd)
 	if err != nil {
-		invalid(rec, "%v", err)
+		fail(rec, invalidf("%v", err))
 		return rec.status, rec.buf.Bytes()
 	}
-	h(rec, req, p)
+	d.s.handlers[op](rec, req, p)
 	if rec.status == 0 {
 		rec.status = http.StatusOK
 	}
@@ -445,8 +393,8 @@ type panel struct {
 	Body   json.RawMessage `json:"body,omitempty"`
 }
 
-func (d *dashboard) panel(ctx context.Context, p principal, op string, h handler, target string) *panel {
-	st, b := d.call(ctx, p, op, h, http.MethodGet, target, nil)
+func (d *dashboard) panel(ctx context.Context, p principal, op, target string) *panel {
+	st, b := d.call(ctx, p, op, target, nil)
 	return &panel{Status: st, Body: b}
 }
 
@@ -493,25 +441,25 @@ type snapshot struct {
 func (d *dashboard) snapshot(ctx context.Context, p principal, v view) snapshot {
 	out := snapshot{Now: time.Now().UTC()}
 	if v.listLeases {
-		out.Leases = d.panel(ctx, p, "listLeases", d.s.listLeases,
+		out.Leases = d.panel(ctx, p, "listLeases",
 			"/v1/leases?"+url.Values{"prefix": {v.prefix}, "limit": {strconv.Itoa(leasePage)}}.Encode())
 	}
 	if len(v.keys) > 0 {
 		out.Watched = map[string]*panel{}
 		for _, k := range v.keys {
-			out.Watched[k] = d.panel(ctx, p, "inspectLease", d.s.inspectLease, "/v1/leases/inspect?"+url.Values{"key": {k}}.Encode())
+			out.Watched[k] = d.panel(ctx, p, "inspectLease", "/v1/leases/inspect?"+url.Values{"key": {k}}.Encode())
 		}
 	}
 	if v.user != "" {
-		pn := d.panel(ctx, p, "listSessions", d.s.listSessions, "/v1/sessions?"+url.Values{"user_id": {v.user}}.Encode())
+		pn := d.panel(ctx, p, "listSessions", "/v1/sessions?"+url.Values{"user_id": {v.user}}.Encode())
 		pn.Body = withoutSessionData(pn)
 		out.Sessions = pn
 	}
 	if v.job != "" {
-		out.Slots = d.panel(ctx, p, "slotHistory", d.s.slotHistory, "/v1/schedule/slots?"+url.Values{"job": {v.job}}.Encode())
+		out.Slots = d.panel(ctx, p, "slotHistory", "/v1/schedule/slots?"+url.Values{"job": {v.job}}.Encode())
 	}
 	if len(v.limits) > 0 {
-		st, b := d.call(ctx, p, "allowRate", d.s.allowRate, http.MethodPost, "/v1/rate/allow", serveapi.RateAllow{Requests: v.limits, Peek: true})
+		st, b := d.call(ctx, p, "allowRate", "/v1/rate/allow", serveapi.RateAllow{Requests: v.limits, Peek: true})
 		out.Limits = &panel{Status: st, Body: b}
 	}
 	if v.idemList {
@@ -545,7 +493,7 @@ func withoutSessionData(pn *panel) json.RawMessage {
 func (d *dashboard) events(w http.ResponseWriter, r *http.Request, p principal) {
 	v, err := parseView(r.URL.Query())
 	if err != nil {
-		invalid(w, "%v", err)
+		fail(w, invalidf("%v", err))
 		return
 	}
 	sess := session.FromContext(r.Context())
@@ -602,7 +550,4 @@ func (s *Server) canSettle() bool {
 }
 
 // canList reports whether the lease store lists its keys.
-func (s *Server) canList() bool {
-	_, ok := s.st.Leases.(lease.Lister)
-	return ok
-}
+func (s *Server) canList() bool { return listView.has(&s.st) }

@@ -96,15 +96,20 @@ type idemSettle struct {
 
 func (d *dashboard) settleRequest(w http.ResponseWriter, r *http.Request, p principal) (idempotency.Admin, idemSettle, bool) {
 	var req idemSettle
-	if !decode(w, r, &req) {
+	if err := decodeBody(r, &req); err != nil {
+		fail(w, err)
 		return nil, req, false
 	}
 	a, ok := d.s.idemAdmin()
 	if !ok {
-		notSupported(w, "an operator's list or settlement of idempotency records")
+		fail(w, notSupported("an operator's list or settlement of idempotency records"))
 		return nil, req, false
 	}
-	return a, req, guard(w, p, "idempotency scope", req.Scope)
+	if err := (&request{s: d.s, p: p}).guard("idempotency scope", req.Scope); err != nil {
+		fail(w, err)
+		return nil, req, false
+	}
+	return a, req, true
 }
 
 // resolveIdem records an outcome for a record of unknown outcome
@@ -115,7 +120,7 @@ func (d *dashboard) resolveIdem(w http.ResponseWriter, r *http.Request, p princi
 		return
 	}
 	if req.Outcome == nil {
-		invalid(w, "outcome is required")
+		fail(w, invalidf("outcome is required"))
 		return
 	}
 	s := idempotency.Settle{ID: idempotency.ID{Scope: req.Scope, Key: req.Key}, Fence: req.Fence, Force: req.Force}

@@ -39,7 +39,7 @@ type dashEnv struct {
 
 func newDash(t *testing.T, opt *server.Options) *dashEnv {
 	t.Helper()
-	m := newMem(t, nil)
+	m, st := memStores(t)
 	logs := &syncBuf{}
 	var o server.Options
 	if opt != nil {
@@ -52,8 +52,7 @@ func newDash(t *testing.T, opt *server.Options) *dashEnv {
 		o.UIRefresh = 100 * time.Millisecond
 	}
 	o.Logger = slog.New(slog.NewTextHandler(logs, nil))
-	srv, err := server.New(server.Stores{Leases: m.Leases(), Idempotency: m.Idempotency(), Limits: m.Limits(),
-		Sessions: m.Sessions(), Schedules: m.Schedules(), Fenced: fencedMem{m}}, &o)
+	srv, err := server.New(st, &o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -528,8 +527,8 @@ func TestDashboardAssetsAreSelfContained(t *testing.T) {
 type noList struct{ lease.Store }
 
 func TestDashboardWatchesKeysWithoutList(t *testing.T) {
-	m := newMem(t, nil)
-	srv, err := server.New(server.Stores{Leases: noList{m.Leases()}}, &server.Options{Config: testConfig(), UIRefresh: 100 * time.Millisecond,
+	m, st := memStores(t)
+	srv, err := server.New(server.Stores{Leases: noList{st.Leases}}, &server.Options{Config: testConfig(), UIRefresh: 100 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)

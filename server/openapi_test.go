@@ -2,16 +2,16 @@ package server_test
 
 import (
 	"encoding/json"
-	"io"
-	"log/slog"
+	"fmt"
 	"net/http"
-	"net/http/httptest"
+	"net/url"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/tenurekit/tenure/internal/serveapi"
+	scheddriver "github.com/tenurekit/tenure/schedule/driver"
 	"github.com/tenurekit/tenure/server"
 )
 
@@ -22,32 +22,52 @@ type openapiDoc struct {
 }
 
 type openapiOp struct {
-	OperationID string                     `json:"operationId"`
-	Responses   map[string]json.RawMessage `json:"responses"`
-	RequestBody json.RawMessage            `json:"requestBody"`
+	OperationID string                    `json:"operationId"`
+	Summary     string                    `json:"summary"`
+	Responses   map[string]openapiContent `json:"responses"`
+	RequestBody *openapiContent           `json:"requestBody"`
+	Parameters  []struct {
+		Name     string `json:"name"`
+		Required bool   `json:"required"`
+		Example  any    `json:"example"`
+	} `json:"parameters"`
 }
 
-func loadDoc(t *testing.T) openapiDoc {
+type openapiContent struct {
+	Content map[string]struct {
+		Schema  any `json:"schema"`
+		Example any `json:"example"`
+	} `json:"content"`
+}
+
+// loadDoc returns the document, typed and as decoded JSON (for
+// server.ValidateJSON).
+func loadDoc(t *testing.T) (openapiDoc, map[string]any) {
 	t.Helper()
 	var d openapiDoc
+	var raw map[string]any
 	if err := json.Unmarshal(server.OpenAPI(), &d); err != nil {
 		t.Fatal(err)
 	}
-	return d
+	if err := json.Unmarshal(server.OpenAPI(), &raw); err != nil {
+		t.Fatal(err)
+	}
+	return d, raw
 }
 
 // TestOpenAPIDescribesEveryRoute: every route is documented under its
-// method, path and operation ID, every documented operation is a route,
-// operation IDs are unique, and every schema reference resolves.
+// method, path and operation ID with a summary, every documented
+// operation is a route, operation IDs are unique, every schema reference
+// resolves, and every example is valid by its schema.
 func TestOpenAPIDescribesEveryRoute(t *testing.T) {
-	d := loadDoc(t)
+	d, raw := loadDoc(t)
 	if d.OpenAPI != "3.1.0" {
 		t.Fatalf("openapi %q", d.OpenAPI)
 	}
 	routes := server.Routes()
 	for _, rt := range routes {
 		op, ok := d.Paths[rt.Path][strings.ToLower(rt.Method)]
-		if !ok || op.OperationID != rt.OperationID {
+		if !ok || op.OperationID != rt.OperationID || op.Summary == "" {
 			t.Errorf("%s %s (%s) not documented: %+v", rt.Method, rt.Path, rt.OperationID, op)
 		}
 		if (rt.Method == "POST") != (op.RequestBody != nil) {
@@ -55,6 +75,12 @@ func TestOpenAPIDescribesEveryRoute(t *testing.T) {
 		}
 		if _, ok := op.Responses["401"]; !ok {
 			t.Errorf("%s: no 401 documented", rt.OperationID)
+		}
+		if op.RequestBody != nil {
+			c := op.RequestBody.Content["application/json"]
+			if err := server.ValidateJSON(raw, c.Schema, c.Example, rt.OperationID); err != nil {
+				t.Errorf("example: %v", err)
+			}
 		}
 	}
 	seen := map[string]bool{}
@@ -82,8 +108,7 @@ func TestOpenAPIDescribesEveryRoute(t *testing.T) {
 			t.Errorf("operation %s missing", id)
 		}
 	}
-	raw := string(server.OpenAPI())
-	for _, part := range strings.Split(raw, `"$ref": "#/components/schemas/`)[1:] {
+	for _, part := range strings.Split(string(server.OpenAPI()), `"$ref": "#/components/schemas/`)[1:] {
 		name := part[:strings.IndexByte(part, '"')]
 		if _, ok := d.Comp.Schemas[name]; !ok {
 			t.Errorf("unresolved schema reference %s", name)
@@ -91,28 +116,220 @@ func TestOpenAPIDescribesEveryRoute(t *testing.T) {
 	}
 }
 
-// TestOpenAPIEveryOperationExercised calls every documented operation and
-// checks it answers with its documented success status.
-func TestOpenAPIEveryOperationExercised(t *testing.T) {
-	d := loadDoc(t)
-	m := newMem(t, nil)
-	srv, err := server.New(server.Stores{Leases: m.Leases(), Idempotency: m.Idempotency(), Limits: m.Limits(),
-		Sessions: m.Sessions(), Schedules: m.Schedules(), Fenced: fencedMem{m}},
-		&server.Options{Config: testConfig(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-			Metrics: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "# metrics\n") })})
+// flatten returns sc and the schemas it holds by $ref and allOf.
+func flatten(doc map[string]any, sc any) []map[string]any {
+	m, ok := sc.(map[string]any)
+	if !ok {
+		return nil
+	}
+	out := []map[string]any{m}
+	if r, ok := m["$ref"].(string); ok {
+		out = append(out, flatten(doc, doc["components"].(map[string]any)["schemas"].(map[string]any)[strings.TrimPrefix(r, "#/components/schemas/")])...)
+	}
+	if all, ok := m["allOf"].([]any); ok {
+		for _, s := range all {
+			out = append(out, flatten(doc, s)...)
+		}
+	}
+	return out
+}
+
+// schemasAt returns the schemas that apply to the value at path (member
+// names, "[]" for an array's items) in a value of schema sc.
+func schemasAt(doc map[string]any, sc any, path []string) []map[string]any {
+	flat := flatten(doc, sc)
+	if len(path) == 0 {
+		return flat
+	}
+	var out []map[string]any
+	for _, m := range flat {
+		if path[0] == "[]" {
+			if it, ok := m["items"]; ok {
+				out = append(out, schemasAt(doc, it, path[1:])...)
+			}
+			continue
+		}
+		props, _ := m["properties"].(map[string]any)
+		if p, ok := props[path[0]]; ok {
+			out = append(out, schemasAt(doc, p, path[1:])...)
+		}
+	}
+	return out
+}
+
+func stringList(l any) []string {
+	var out []string
+	for _, e := range l.([]any) {
+		out = append(out, e.(string))
+	}
+	return out
+}
+
+// mustGive reports whether the document says a request must give member
+// key of the object obj (the object without it) that lies at path: a
+// required member, or a member of the alternatives of which obj no
+// longer gives one complete.
+func mustGive(doc map[string]any, sc any, path []string, key string, obj map[string]any) bool {
+	for _, m := range schemasAt(doc, sc, path) {
+		if req, ok := m["required"]; ok && slices.Contains(stringList(req), key) {
+			return true
+		}
+		alts, _ := m["oneOf"].([]any)
+		in, complete := false, false
+		for _, a := range alts {
+			fields := stringList(a.(map[string]any)["required"])
+			in = in || slices.Contains(fields, key)
+			complete = complete || !slices.ContainsFunc(fields, func(f string) bool { _, ok := obj[f]; return !ok })
+		}
+		if in && !complete {
+			return true
+		}
+	}
+	return false
+}
+
+// removal is a request body with one member left out.
+type removal struct {
+	name     string
+	body     map[string]any
+	required bool
+}
+
+// removals returns the example body with each member left out in turn
+// (into objects, and into the first item of arrays), and whether the
+// document says a request must give it.
+func removals(doc map[string]any, sc any, body map[string]any) []removal {
+	var out []removal
+	var walk func(obj map[string]any, path []string, name string)
+	walk = func(obj map[string]any, path []string, name string) {
+		for k, v := range obj {
+			delete(obj, k)
+			out = append(out, removal{name: name + k, body: deepCopy(body), required: mustGive(doc, sc, path, k, obj)})
+			obj[k] = v
+			switch x := v.(type) {
+			case map[string]any:
+				walk(x, append(slices.Clone(path), k), name+k+".")
+			case []any:
+				if o, ok := x[0].(map[string]any); ok {
+					walk(o, append(slices.Clone(path), k, "[]"), name+k+"[0].")
+				}
+			}
+		}
+	}
+	walk(body, nil, "")
+	return out
+}
+
+func deepCopy(v map[string]any) map[string]any {
+	b, _ := json.Marshal(v)
+	var out map[string]any
+	json.Unmarshal(b, &out)
+	return out
+}
+
+// TestOpenAPIRequiredMatchesServer: the document's example of every
+// operation is accepted, and each of its members (of the body, nested
+// ones included, or of the query) left out is refused as invalid exactly
+// when the document says a request must give it: the required lists and
+// alternatives are what the server requires, and a member with a server
+// default is not required.
+func TestOpenAPIRequiredMatchesServer(t *testing.T) {
+	d, raw := loadDoc(t)
+	e := newEnv(t, nil)
+	check := func(id, what string, st int, b []byte, mustFail bool) {
+		t.Helper()
+		var p serveapi.Problem
+		json.Unmarshal(b, &p)
+		invalid := st == http.StatusBadRequest && p.Type == serveapi.TypeInvalid
+		if invalid != mustFail {
+			t.Errorf("%s %s: %d %s; the document says it is %s", id, what, st, b, map[bool]string{true: "required", false: "optional"}[mustFail])
+		}
+	}
+	n := 0
+	for path, ops := range d.Paths {
+		for method, op := range ops {
+			if !strings.HasPrefix(path, "/v1/") || path == "/v1/openapi.json" {
+				continue
+			}
+			if op.RequestBody == nil {
+				q := url.Values{}
+				for _, p := range op.Parameters {
+					if p.Example != nil {
+						q.Set(p.Name, fmt.Sprint(p.Example))
+					}
+				}
+				st, b, _ := e.do(t, adminTok, "GET", path+"?"+q.Encode(), nil)
+				check(op.OperationID, "example", st, b, false)
+				for _, p := range op.Parameters {
+					if p.Example == nil {
+						continue
+					}
+					q2 := url.Values{}
+					for k, v := range q {
+						if k != p.Name {
+							q2[k] = v
+						}
+					}
+					st, b, _ := e.do(t, adminTok, "GET", path+"?"+q2.Encode(), nil)
+					check(op.OperationID, "without "+p.Name, st, b, p.Required)
+					n++
+				}
+				continue
+			}
+			c := op.RequestBody.Content["application/json"]
+			body, ok := c.Example.(map[string]any)
+			if !ok {
+				t.Fatalf("%s: no example", op.OperationID)
+			}
+			st, b, _ := e.do(t, adminTok, strings.ToUpper(method), path, body)
+			check(op.OperationID, "example", st, b, false)
+			for _, r := range removals(raw, c.Schema, deepCopy(body)) {
+				st, b, _ := e.do(t, adminTok, strings.ToUpper(method), path, r.body)
+				check(op.OperationID, "without "+r.name, st, b, r.required)
+				n++
+			}
+		}
+	}
+	if n < 80 {
+		t.Errorf("only %d members left out", n)
+	}
+}
+
+// seedSlot records a failed slot of job that will be retried.
+func seedSlot(t *testing.T, e *env, job string) time.Time {
+	t.Helper()
+	ctx := t.Context()
+	slot := time.Now().Add(-time.Hour).Truncate(time.Minute)
+	id := slot.UTC().Format(time.RFC3339)
+	g, err := e.mem.Leases().Acquire(ctx, scheddriver.ClaimKey(job, id), "claim-token", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs := httptest.NewServer(srv)
-	defer hs.Close()
-	e := &env{mem: m, srv: srv, url: hs.URL}
+	if _, err := e.mem.Schedules().Begin(ctx, scheddriver.BeginRequest{Job: job, SlotID: id, SlotTime: slot, Node: "node-a", Fence: g.Fence}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.mem.Schedules().Finish(ctx, scheddriver.FinishRequest{Job: job, SlotID: id, Fence: g.Fence, State: scheddriver.Failed,
+		Error: "disk full", RetryAfter: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	return slot
+}
+
+// TestOpenAPIEveryOperationExercised calls every documented operation and
+// checks it answers with its documented success status and a body its
+// documented schema describes.
+func TestOpenAPIEveryOperationExercised(t *testing.T) {
+	d, raw := loadDoc(t)
+	e := newEnv(t, nil)
 	called := map[string]bool{}
 	statusOf := map[string]string{}
+	schemaOf := map[string]any{}
 	for _, ops := range d.Paths {
 		for _, op := range ops {
-			for st := range op.Responses {
+			for st, r := range op.Responses {
 				if st[0] == '2' {
 					statusOf[op.OperationID] = st
+					schemaOf[op.OperationID] = r.Content["application/json"].Schema
 				}
 			}
 		}
@@ -124,6 +341,15 @@ func TestOpenAPIEveryOperationExercised(t *testing.T) {
 			t.Fatalf("%s: status %d, want %s: %s", id, st, want, b)
 		}
 		called[id] = true
+		if sc := schemaOf[id]; sc != nil {
+			var v any
+			if err := json.Unmarshal(b, &v); err != nil {
+				t.Fatalf("%s: %v", id, err)
+			}
+			if err := server.ValidateJSON(raw, sc, v, id); err != nil {
+				t.Errorf("answer not as documented: %v\n%s", err, b)
+			}
+		}
 		if out != nil {
 			if err := json.Unmarshal(b, out); err != nil {
 				t.Fatalf("%s: %v", id, err)
@@ -132,12 +358,24 @@ func TestOpenAPIEveryOperationExercised(t *testing.T) {
 	}
 	ttl := serveapi.Duration(time.Minute)
 	var g serveapi.LeaseGrant
-	call("acquireLease", "POST", "/v1/leases/acquire", serveapi.AcquireLease{Key: "k", TTL: ttl}, &g)
+	call("acquireLease", "POST", "/v1/leases/acquire", serveapi.AcquireLease{Key: "k", TTL: ttl, Holder: "node-a"}, &g)
 	call("renewLease", "POST", "/v1/leases/renew", serveapi.LeaseToken{Key: "k", Token: g.Token, TTL: ttl}, nil)
-	call("inspectLease", "GET", "/v1/leases/inspect?key=k", nil, nil)
-	call("listLeases", "GET", "/v1/leases", nil, nil)
+	var info serveapi.LeaseInfo
+	call("inspectLease", "GET", "/v1/leases/inspect?key=k", nil, &info)
+	if !info.Held || info.Fence != g.Fence || info.Holder != "node-a" {
+		t.Fatalf("inspect %+v after grant %+v", info, g)
+	}
+	var ll serveapi.LeaseList
+	call("listLeases", "GET", "/v1/leases", nil, &ll)
+	if len(ll.Leases) != 1 || ll.Leases[0].Key != "k" {
+		t.Fatalf("list %+v", ll)
+	}
 	call("fencedWrite", "POST", "/v1/fenced/write", serveapi.FencedWrite{Name: "r", Fence: g.Fence, Value: "v"}, nil)
-	call("fencedRead", "GET", "/v1/fenced/read?name=r", nil, nil)
+	var fv serveapi.FencedValue
+	call("fencedRead", "GET", "/v1/fenced/read?name=r", nil, &fv)
+	if fv.Value != "v" || fv.Fence != g.Fence {
+		t.Fatalf("fenced value %+v", fv)
+	}
 	call("releaseLease", "POST", "/v1/leases/release", serveapi.LeaseToken{Key: "k", Token: g.Token}, nil)
 
 	var b serveapi.IdemBegun
@@ -150,6 +388,10 @@ func TestOpenAPIEveryOperationExercised(t *testing.T) {
 	call("inspectIdempotency", "GET", "/v1/idempotency/inspect?scope=s&key=k1", nil, &rec)
 	if !rec.Completed || string(rec.Outcome.Value) != "ok" {
 		t.Fatalf("record %+v", rec)
+	}
+	call("beginIdempotency", "POST", "/v1/idempotency/begin", begin, &b)
+	if b.State != "completed" || string(b.Outcome.Value) != "ok" {
+		t.Fatalf("begin after complete: %+v", b)
 	}
 	begin.Key, begin.Token = "k2", "claim-2"
 	call("beginIdempotency", "POST", "/v1/idempotency/begin", begin, nil)
@@ -165,13 +407,16 @@ func TestOpenAPIEveryOperationExercised(t *testing.T) {
 	if ds.Allowed || ds.Decisions[0].RetryAfter <= 0 {
 		t.Fatalf("second request: %+v", ds)
 	}
-	call("resetRate", "POST", "/v1/rate/reset", serveapi.RateReset{Requests: []serveapi.RateRequest{rq}}, nil)
+	call("resetRate", "POST", "/v1/rate/reset", serveapi.RateReset{Requests: []serveapi.RateRequest{{State: &ds.Decisions[0].State}}}, nil)
 	call("allowRate", "POST", "/v1/rate/allow", serveapi.RateAllow{Requests: []serveapi.RateRequest{rq}}, &ds)
 	if !ds.Allowed {
 		t.Fatalf("after reset: %+v", ds)
 	}
 	var pg serveapi.PermitGrant
 	call("acquirePermit", "POST", "/v1/permits/acquire", serveapi.Permit{Key: "u", Name: "jobs", Permits: 2, TTL: ttl}, &pg)
+	if !pg.Acquired || pg.InUse != 1 {
+		t.Fatalf("permit %+v", pg)
+	}
 	call("renewPermit", "POST", "/v1/permits/renew", serveapi.Permit{Key: "u", Name: "jobs", ID: pg.ID, TTL: ttl}, nil)
 	call("releasePermit", "POST", "/v1/permits/release", serveapi.Permit{Key: "u", Name: "jobs", ID: pg.ID}, nil)
 
@@ -187,12 +432,28 @@ func TestOpenAPIEveryOperationExercised(t *testing.T) {
 	call("rotateSession", "POST", "/v1/sessions/rotate", serveapi.SessionRef{ID: sr.ID, NewID: sr.ID[:len(sr.ID)-4] + "abcd", Version: 2, Idle: serveapi.Duration(time.Hour)}, &sr)
 	var sl serveapi.SessionList
 	call("listSessions", "GET", "/v1/sessions?user_id=alice", nil, &sl)
-	if len(sl.Sessions) != 1 {
+	if len(sl.Sessions) != 1 || sl.Sessions[0].ID != sr.ID {
 		t.Fatalf("sessions %+v", sl)
 	}
 	call("revokeSession", "POST", "/v1/sessions/revoke", serveapi.SessionRef{ID: sr.ID}, nil)
 	call("revokeUserSessions", "POST", "/v1/sessions/revoke-user", serveapi.UserRef{UserID: "alice"}, nil)
-	call("slotHistory", "GET", "/v1/schedule/slots?job=nightly", nil, nil)
+	slot := seedSlot(t, e, "nightly")
+	var slots struct {
+		Slots []struct {
+			SlotTime time.Time `json:"slot_time"`
+			State    string    `json:"state"`
+			RetryAt  time.Time `json:"retry_at"`
+			History  []struct {
+				Node    string `json:"node"`
+				Outcome string `json:"outcome"`
+			} `json:"history"`
+		} `json:"slots"`
+	}
+	call("slotHistory", "GET", "/v1/schedule/slots?job=nightly", nil, &slots)
+	if len(slots.Slots) != 1 || !slots.Slots[0].SlotTime.Equal(slot) || slots.Slots[0].State != "failed" || slots.Slots[0].RetryAt.IsZero() ||
+		len(slots.Slots[0].History) != 1 || slots.Slots[0].History[0].Outcome != "failed" || slots.Slots[0].History[0].Node != "node-a" {
+		t.Fatalf("slots %+v", slots)
+	}
 	call("health", "GET", "/healthz", nil, nil)
 	call("ready", "GET", "/readyz", nil, nil)
 	call("metrics", "GET", "/metrics", nil, nil)

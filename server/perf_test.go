@@ -40,8 +40,8 @@ func allowRateAllocs(t *testing.T, srv *server.Server) float64 {
 const maxAllowRateAllocs = 100
 
 func TestAllowRateBuildsNoTelemetry(t *testing.T) {
-	m := newMem(t, nil)
-	srv, err := server.New(server.Stores{Limits: m.Limits()},
+	_, st := memStores(t)
+	srv, err := server.New(server.Stores{Limits: st.Limits},
 		&server.Options{Config: testConfig(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)

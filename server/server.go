@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -99,6 +98,13 @@ type Server struct {
 	limiter  *ratelimit.Limiter
 	ready    func(ctx context.Context) error
 	requests metric.Int64Counter
+
+	// handlers are the operations' handlers by operation ID, for the
+	// dashboard's in-process calls.
+	handlers map[string]handler
+	// onWait, when set (by tests), is called when an acquire starts to
+	// wait for a held key.
+	onWait func()
 
 	drainOnce sync.Once
 	draining  chan struct{}
@@ -223,6 +229,16 @@ func (s *Server) Protect(op string, h http.Handler) http.Handler {
 // have, for a graceful shutdown: call it before http.Server.Shutdown.
 func (s *Server) Drain() { s.drainOnce.Do(func() { close(s.draining) }) }
 
+// isDraining reports whether Drain was called.
+func (s *Server) isDraining() bool {
+	select {
+	case <-s.draining:
+		return true
+	default:
+		return false
+	}
+}
+
 // HTTPServer returns an http.Server for s on addr with the configured
 // timeouts on every phase.
 func (s *Server) HTTPServer(addr string) *http.Server {
@@ -253,7 +269,9 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 // handler is an API handler: it runs after authentication.
 type handler func(w http.ResponseWriter, r *http.Request, p principal)
 
-// statusWriter records the status written.
+// statusWriter records the status written and lets
+// http.ResponseController reach the writer below (for the dashboard's
+// event stream: flushes and deadlines).
 type statusWriter struct {
 	http.ResponseWriter
 	status int
@@ -273,19 +291,15 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 	return w.ResponseWriter.Write(b)
 }
 
-// api wraps h: authentication, operation check, rate limit, body limit,
-// logging and metrics.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// api wraps h: authentication, admission, logging and metrics.
 func (s *Server) api(op string, h handler) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w}
 		name := "-"
-		defer func() {
-			s.requests.Add(r.Context(), 1, metric.WithAttributes(attribute.String("operation", op), attribute.Int("status", sw.status)))
-			s.log.LogAttrs(r.Context(), slog.LevelInfo, "request", slog.String("operation", op),
-				slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Int("status", sw.status),
-				slog.String("token", name), slog.Duration("duration", time.Since(start)))
-		}()
+		defer func() { s.logRequest(r, op, sw.status, name, start) }()
 		t := s.authenticate(r)
 		if t == nil {
 			sw.Header().Set("WWW-Authenticate", `Bearer realm="tenure"`)
@@ -293,36 +307,60 @@ func (s *Server) api(op string, h handler) http.HandlerFunc {
 			return
 		}
 		name = t.name
-		if !t.all && !t.ops[op] {
-			writeProblem(sw, serveapi.NewProblem(serveapi.TypeForbidden, fmt.Sprintf("token %q may not call %s", t.name, op)))
-			return
+		if s.admit(sw, r, t, op) {
+			h(sw, r, principal{t})
 		}
-		if s.limiter != nil {
-			d, err := s.limiter.Allow(r.Context(), t.name)
-			if err != nil {
-				writeProblem(sw, serveapi.NewProblem(serveapi.TypeUnavailable, "the API's rate limit could not be checked"))
-				return
-			}
-			if !d.Allowed {
-				sw.Header().Set("Retry-After", strconv.Itoa(int((d.RetryAfter+time.Second-1)/time.Second)))
-				writeProblem(sw, serveapi.NewProblem(serveapi.TypeRateLimited, fmt.Sprintf("token %q is over %d requests per %v", t.name, s.cfg.Rate, s.cfg.Period)))
-				return
-			}
-		}
-		r.Body = http.MaxBytesReader(sw, r.Body, s.cfg.MaxBodyBytes)
-		h(sw, r, principal{t})
 	}
 }
 
-// authenticate finds the request's bearer token. Every configured token is
-// compared (in constant time, on SHA-256 digests), whichever matches.
+// admit checks that token t may call operation op ("" for none: the
+// dashboard's own endpoints) and is within its rate limit, and bounds the
+// request's body. It writes the problem and returns false otherwise.
+func (s *Server) admit(w http.ResponseWriter, r *http.Request, t *authToken, op string) bool {
+	if op != "" && !t.all && !t.ops[op] {
+		writeProblem(w, serveapi.NewProblem(serveapi.TypeForbidden, fmt.Sprintf("token %q may not call %s", t.name, op)))
+		return false
+	}
+	if s.limiter != nil {
+		d, err := s.limiter.Allow(r.Context(), t.name)
+		if err != nil {
+			writeProblem(w, serveapi.NewProblem(serveapi.TypeUnavailable, "the API's rate limit could not be checked"))
+			return false
+		}
+		if !d.Allowed {
+			w.Header().Set("Retry-After", strconv.Itoa(int((d.RetryAfter+time.Second-1)/time.Second)))
+			writeProblem(w, serveapi.NewProblem(serveapi.TypeRateLimited, fmt.Sprintf("token %q is over %d requests per %v", t.name, s.cfg.Rate, s.cfg.Period)))
+			return false
+		}
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+	return true
+}
+
+// logRequest writes a request's log line (never a token, only its name)
+// and counts it.
+func (s *Server) logRequest(r *http.Request, op string, status int, token string, start time.Time) {
+	s.requests.Add(r.Context(), 1, metric.WithAttributes(attribute.String("operation", op), attribute.Int("status", status)))
+	s.log.LogAttrs(r.Context(), slog.LevelInfo, "request", slog.String("operation", op),
+		slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Int("status", status),
+		slog.String("token", token), slog.Duration("duration", time.Since(start)))
+}
+
+// authenticate finds the request's bearer token.
 func (s *Server) authenticate(r *http.Request) *authToken {
 	h := r.Header.Get("Authorization")
 	scheme, tok, ok := strings.Cut(h, " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") {
 		return nil
 	}
-	sum := sha256.Sum256([]byte(strings.TrimSpace(tok)))
+	return s.tokenFor(strings.TrimSpace(tok))
+}
+
+// tokenFor returns the configured token whose secret is secret, or nil.
+// Every configured token is compared (in constant time, on SHA-256
+// digests), whichever matches.
+func (s *Server) tokenFor(secret string) *authToken {
+	sum := sha256.Sum256([]byte(secret))
 	var found *authToken
 	for i := range s.tokens {
 		if subtle.ConstantTimeCompare(sum[:], s.tokens[i].sum[:]) == 1 {
@@ -342,58 +380,16 @@ func (p principal) allows(key string) bool {
 	return false
 }
 
-// guard writes a forbidden problem and returns false when key is outside
-// the token's namespaces.
-func guard(w http.ResponseWriter, p principal, what, key string) bool {
-	if p.allows(key) {
-		return true
-	}
-	writeProblem(w, serveapi.NewProblem(serveapi.TypeForbidden, fmt.Sprintf("token %q may not touch %s %q", p.t.name, what, key)))
-	return false
-}
-
-// decode reads a JSON body into v, refusing unknown fields and trailing
-// data. It writes the problem and returns false on failure.
-func decode(w http.ResponseWriter, r *http.Request, v any) bool {
-	dec := json.NewDecoder(r.Body)
-	dec.DisallowUnknownFields()
-	err := dec.Decode(v)
-	if err == nil && dec.More() {
-		err = errors.New("data after the JSON value")
-	}
-	if err == nil {
-		return true
-	}
-	var tooLarge *http.MaxBytesError
-	if errors.As(err, &tooLarge) {
-		writeProblem(w, serveapi.NewProblem(serveapi.TypeTooLarge, fmt.Sprintf("the body is larger than %d bytes", tooLarge.Limit)))
-		return false
-	}
-	if errors.Is(err, io.EOF) {
-		err = errors.New("empty body")
-	}
-	writeProblem(w, serveapi.NewProblem(serveapi.TypeInvalid, "the body is not valid: "+err.Error()))
-	return false
-}
-
-// invalid writes a bad-input problem.
-func invalid(w http.ResponseWriter, format string, args ...any) {
-	writeProblem(w, serveapi.NewProblem(serveapi.TypeInvalid, fmt.Sprintf(format, args...)))
-}
-
-// fail writes the problem of a store error.
+// fail writes the problem of err: the server's own problem, or the one
+// of a store error.
 func fail(w http.ResponseWriter, err error) {
-	p := serveapi.ProblemOf(err)
+	p := problemOf(err)
 	if p.Type == serveapi.TypeInProgress || p.Type == serveapi.TypeHeld {
 		if p.TTL > 0 {
 			w.Header().Set("Retry-After", strconv.Itoa(int((p.TTL.D()+time.Second-1)/time.Second)))
 		}
 	}
 	writeProblem(w, p)
-}
-
-func notSupported(w http.ResponseWriter, what string) {
-	writeProblem(w, serveapi.NewProblem(serveapi.TypeNotSupported, "the store does not keep "+what))
 }
 
 func writeProblem(w http.ResponseWriter, p serveapi.Problem) {

@@ -62,16 +62,17 @@ func testConfig() *server.Config {
 	}
 }
 
+// newEnv is a server over every view of a memory store, with cfg
+// (default testConfig) and a /metrics handler.
 func newEnv(t *testing.T, cfg *server.Config) *env {
 	t.Helper()
 	if cfg == nil {
 		cfg = testConfig()
 	}
-	m := newMem(t, nil)
+	m, st := memStores(t)
 	logs := &syncBuf{}
-	srv, err := server.New(server.Stores{Leases: m.Leases(), Idempotency: m.Idempotency(), Limits: m.Limits(),
-		Sessions: m.Sessions(), Schedules: m.Schedules(), Fenced: fencedMem{m}},
-		&server.Options{Config: cfg, Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	srv, err := server.New(st, &server.Options{Config: cfg, Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Metrics: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "# metrics\n") })})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,6 +84,16 @@ func newEnv(t *testing.T, cfg *server.Config) *env {
 // do sends a request and returns the status and body.
 func (e *env) do(t *testing.T, tok, method, path string, body any) (int, []byte, http.Header) {
 	t.Helper()
+	st, b, h, err := e.send(t.Context(), tok, method, path, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st, b, h
+}
+
+// send sends a request (a string body as it is, another as JSON) and
+// returns the status, body and headers.
+func (e *env) send(ctx context.Context, tok, method, path string, body any) (int, []byte, http.Header, error) {
 	var r io.Reader
 	if s, ok := body.(string); ok {
 		r = strings.NewReader(s)
@@ -90,17 +101,20 @@ func (e *env) do(t *testing.T, tok, method, path string, body any) (int, []byte,
 		b, _ := json.Marshal(body)
 		r = bytes.NewReader(b)
 	}
-	req, _ := http.NewRequestWithContext(t.Context(), method, e.url+path, r)
+	req, err := http.NewRequestWithContext(ctx, method, e.url+path, r)
+	if err != nil {
+		return 0, nil, nil, err
+	}
 	if tok != "" {
 		req.Header.Set("Authorization", "Bearer "+tok)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Fatal(err)
+		return 0, nil, nil, err
 	}
 	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, b, resp.Header
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, b, resp.Header, err
 }
 
 func problem(t *testing.T, status int, b []byte, h http.Header, wantStatus int, wantType string) serveapi.Problem {
@@ -306,21 +320,58 @@ func TestAcquireLongPoll(t *testing.T) {
 	if !info.Held || info.Fence != g.Fence {
 		t.Fatalf("store %+v after grant %+v", info, g)
 	}
-	// Drain ends a waiting acquire at once with the held answer.
-	done := make(chan int, 1)
+	// Drain ends a waiting acquire at once: once it is observably waiting
+	// (the server says so, and the key is still held by the grant above),
+	// Drain makes it answer held with the drain's note.
+	waits := make(chan struct{}, 4)
+	e.srv.SetOnWait(func() { waits <- struct{}{} })
+	type answer struct {
+		status int
+		body   []byte
+		h      http.Header
+		err    error
+	}
+	done := make(chan answer, 1)
+	wait := serveapi.AcquireLease{Key: "k", TTL: serveapi.Duration(time.Minute), Wait: serveapi.Duration(25 * time.Second)}
 	go func() {
-		st, _, _ := e.do(t, adminTok, "POST", "/v1/leases/acquire", serveapi.AcquireLease{Key: "k", TTL: serveapi.Duration(time.Minute), Wait: serveapi.Duration(25 * time.Second)})
-		done <- st
+		st, b, h, err := e.send(ctx, adminTok, "POST", "/v1/leases/acquire", wait)
+		done <- answer{st, b, h, err}
 	}()
-	time.Sleep(50 * time.Millisecond)
+	select {
+	case <-waits:
+	case a := <-done:
+		t.Fatalf("the acquire answered without waiting: %d %s %v", a.status, a.body, a.err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the acquire did not start to wait")
+	}
+	if info, _ := e.mem.Leases().Inspect(ctx, "k"); !info.Held || info.Fence != g.Fence {
+		t.Fatalf("store %+v while the acquire waits, want the grant %+v", info, g)
+	}
 	e.srv.Drain()
 	select {
-	case st := <-done:
-		if st != 409 {
-			t.Errorf("drained long poll: %d, want 409", st)
+	case a := <-done:
+		if a.err != nil {
+			t.Fatal(a.err)
+		}
+		p := problem(t, a.status, a.body, a.h, 409, serveapi.TypeHeld)
+		if !strings.HasSuffix(p.Detail, "("+server.DrainedNote+")") || p.TTL <= 0 {
+			t.Errorf("drained acquire answered %+v, want held with the drain's note", p)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("Drain did not end the long poll")
+	}
+	// An acquire that comes after Drain does not wait: it answers held at
+	// once, as one without a wait would, without the drain's note.
+	st, b, h := e.do(t, adminTok, "POST", "/v1/leases/acquire", wait)
+	p := problem(t, st, b, h, 409, serveapi.TypeHeld)
+	if strings.Contains(p.Detail, server.DrainedNote) {
+		t.Errorf("an acquire after Drain answered %+v, as if it had waited", p)
+	}
+	if len(waits) != 0 {
+		t.Error("an acquire after Drain waited")
+	}
+	if info, _ := e.mem.Leases().Inspect(ctx, "k"); !info.Held || info.Fence != g.Fence {
+		t.Errorf("store %+v after Drain, want the grant %+v", info, g)
 	}
 }
 

@@ -3,15 +3,18 @@ package server_test
 import (
 	"testing"
 
+	"github.com/tenurekit/tenure/server"
 	"github.com/tenurekit/tenure/store/memstore"
 )
 
-// newMem returns memstore.New(o), failing t on an error.
-func newMem(t testing.TB, o *memstore.Options) *memstore.Store {
+// memStores returns a memory store and every view of it the server
+// serves, its fenced values included.
+func memStores(t testing.TB) (*memstore.Store, server.Stores) {
 	t.Helper()
-	s, err := memstore.New(o)
+	m, err := memstore.New(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s
+	return m, server.Stores{Leases: m.Leases(), Idempotency: m.Idempotency(), Limits: m.Limits(),
+		Sessions: m.Sessions(), Schedules: m.Schedules(), Fenced: fencedMem{m}}
 }

@@ -75,19 +75,19 @@ const ProblemContentType = "application/problem+json"
 
 // Problem is an error body (RFC 9457) with tenure's extension members.
 type Problem struct {
-	Type   string `json:"type"`
-	Title  string `json:"title"`
-	Status int    `json:"status"`
-	Detail string `json:"detail,omitempty"`
+	Type   string `json:"type" doc:"problem type URI, one per tenure error"`
+	Title  string `json:"title" doc:"short summary"`
+	Status int    `json:"status" doc:"HTTP status"`
+	Detail string `json:"detail,omitempty" doc:"what happened"`
 	// TTL is, for held, the holder's remaining time; for in_progress, the
 	// claim's remaining time.
-	TTL Duration `json:"ttl,omitempty"`
+	TTL Duration `json:"ttl,omitempty" doc:"held: the holder's remaining time; in_progress: the claim's"`
 	// Holder is, for held, the holder's description when it gave one.
-	Holder string `json:"holder,omitempty"`
+	Holder string `json:"holder,omitempty" doc:"held: the holder's description, when it gave one"`
 	// Fence and Current are, for stale, the refused fence and the greatest
 	// admitted one.
-	Fence   uint64 `json:"fence,omitempty"`
-	Current uint64 `json:"current,omitempty"`
+	Fence   uint64 `json:"fence,omitempty" doc:"stale: the refused fence"`
+	Current uint64 `json:"current,omitempty" doc:"stale: the greatest admitted fence"`
 }
 
 // Kinds lists every problem type with its status and title.

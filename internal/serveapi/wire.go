@@ -4,257 +4,262 @@ import (
 	"time"
 )
 
+// The struct tags of these types describe the API in its OpenAPI
+// document, which the server builds from them: json names a field, doc
+// describes it, and a field without omitempty or omitzero is one the
+// server requires in a request and always writes in a response.
+
 // AcquireLease is the body of acquireLease.
 type AcquireLease struct {
-	Key string `json:"key"`
+	Key string `json:"key" doc:"lease key (1 to 512 bytes of UTF-8)"`
 	// Token is the holder's secret token; empty asks the server to make one
 	// (returned in the response, to be kept by the client).
-	Token string   `json:"token,omitempty"`
-	TTL   Duration `json:"ttl"`
+	Token string   `json:"token,omitempty" doc:"the holder's secret token (visible ASCII, up to 128 bytes); left out, the server makes one"`
+	TTL   Duration `json:"ttl" doc:"lease time"`
 	// Wait is how long to wait for a held key (long poll); 0 answers at once.
-	Wait Duration `json:"wait,omitempty"`
+	Wait Duration `json:"wait,omitempty" doc:"how long to wait for a held key, up to the server's max_wait (default 0: answer at once)"`
 	// Holder describes the holder for operators (lease/driver.ValidateHolder);
 	// never a secret.
-	Holder string `json:"holder,omitempty"`
+	Holder string `json:"holder,omitempty" doc:"a description of the holder for operators (node, purpose; at most 128 bytes; never a secret)"`
 }
 
 // LeaseGrant is the answer to acquireLease and renewLease.
 type LeaseGrant struct {
-	Key   string   `json:"key"`
-	Token string   `json:"token,omitempty"`
-	Fence uint64   `json:"fence"`
-	TTL   Duration `json:"ttl"`
+	Key   string   `json:"key" doc:"the lease key"`
+	Token string   `json:"token,omitempty" doc:"acquireLease: the holder's token; keep it secret"`
+	Fence uint64   `json:"fence" doc:"fencing token: strictly greater than every fence granted for the key before"`
+	TTL   Duration `json:"ttl" doc:"time granted"`
 }
 
 // LeaseToken is the body of renewLease (with TTL) and releaseLease.
 type LeaseToken struct {
-	Key   string   `json:"key"`
-	Token string   `json:"token"`
-	TTL   Duration `json:"ttl,omitempty"`
+	Key   string   `json:"key" doc:"the lease key"`
+	Token string   `json:"token" doc:"the holder's token"`
+	TTL   Duration `json:"ttl,omitempty" doc:"renewLease: the new lease time"`
 }
 
 // LeaseInfo is the state of a key.
 type LeaseInfo struct {
-	Key   string   `json:"key"`
-	Held  bool     `json:"held"`
-	Fence uint64   `json:"fence"`
-	TTL   Duration `json:"ttl,omitempty"`
+	Key   string   `json:"key" doc:"the lease key"`
+	Held  bool     `json:"held" doc:"a lease is in force"`
+	Fence uint64   `json:"fence" doc:"the current or last fence (0: never granted)"`
+	TTL   Duration `json:"ttl,omitempty" doc:"the remaining time, when held"`
 	// Holder is the holder's description, when it gave one.
-	Holder string `json:"holder,omitempty"`
+	Holder string `json:"holder,omitempty" doc:"the holder's description, when it gave one"`
 }
 
 // LeaseList is the answer to listLeases.
 type LeaseList struct {
-	Leases []LeaseInfo `json:"leases"`
+	Leases []LeaseInfo `json:"leases" doc:"the keys in key order"`
 	// Next is the key to pass as after for the next page ("" at the end).
-	Next string `json:"next,omitempty"`
+	Next string `json:"next,omitempty" doc:"the after of the next page; absent at the end"`
 }
 
 // FencedWrite is the body of fencedWrite. Value is text; ValueBase64 is
 // the same for binary values (one of them).
 type FencedWrite struct {
-	Name        string `json:"name"`
-	Fence       uint64 `json:"fence"`
-	Value       string `json:"value,omitempty"`
-	ValueBase64 []byte `json:"value_base64,omitempty"`
+	Name        string `json:"name" doc:"the value's name"`
+	Fence       uint64 `json:"fence" doc:"the writer's lease fence"`
+	Value       string `json:"value,omitempty" doc:"the value as text"`
+	ValueBase64 []byte `json:"value_base64,omitempty" doc:"the value as bytes (instead of value)"`
 }
 
 // FencedValue is the answer to fencedRead.
 type FencedValue struct {
-	Name string `json:"name"`
+	Name string `json:"name" doc:"the value's name"`
 	// Fence is the fence that wrote the value (0: never written).
-	Fence       uint64 `json:"fence"`
-	Value       string `json:"value"`
-	ValueBase64 []byte `json:"value_base64"`
+	Fence       uint64 `json:"fence" doc:"the fence that wrote it (0: never written)"`
+	Value       string `json:"value" doc:"the value when it is UTF-8 text (else empty)"`
+	ValueBase64 []byte `json:"value_base64" doc:"the value"`
 }
 
 // IdemBegin is the body of beginIdempotency.
 type IdemBegin struct {
-	Scope       string   `json:"scope"`
-	Key         string   `json:"key"`
-	Fingerprint string   `json:"fingerprint"`
-	Token       string   `json:"token"`
-	ClaimTTL    Duration `json:"claim_ttl"`
-	Retention   Duration `json:"retention"`
-	Takeover    bool     `json:"takeover,omitempty"`
+	Scope       string   `json:"scope" doc:"principal and operation"`
+	Key         string   `json:"key" doc:"the client's key (1 to 255 bytes of printable ASCII)"`
+	Fingerprint string   `json:"fingerprint,omitempty" doc:"digest of the request's input (visible ASCII; default empty)"`
+	Token       string   `json:"token" doc:"this attempt's claim token"`
+	ClaimTTL    Duration `json:"claim_ttl" doc:"claim time"`
+	Retention   Duration `json:"retention" doc:"how long the record is kept"`
+	Takeover    bool     `json:"takeover,omitempty" doc:"take over an abandoned claim"`
 }
 
 // IdemOutcome is a recorded result.
 type IdemOutcome struct {
-	Value   []byte `json:"value,omitempty"`
-	Failed  bool   `json:"failed,omitempty"`
-	Message string `json:"message,omitempty"`
+	Value   []byte `json:"value,omitempty" doc:"the result"`
+	Failed  bool   `json:"failed,omitempty" doc:"the result is a final error"`
+	Message string `json:"message,omitempty" doc:"the final error's text"`
 }
 
 // IdemBegun is the answer to beginIdempotency.
 type IdemBegun struct {
 	// State is claimed, completed, in-progress, abandoned or mismatch.
-	State   string       `json:"state"`
-	Fence   uint64       `json:"fence,omitempty"`
-	TTL     Duration     `json:"ttl,omitempty"`
-	Outcome *IdemOutcome `json:"outcome,omitempty"`
+	State   string       `json:"state" doc:"how the record answered"`
+	Fence   uint64       `json:"fence,omitempty" doc:"claimed: the claim's fence; abandoned: the abandoned claim's"`
+	TTL     Duration     `json:"ttl,omitempty" doc:"claimed: the claim time; in-progress: the holder's remaining time"`
+	Outcome *IdemOutcome `json:"outcome,omitempty" doc:"completed: the recorded result"`
 }
 
 // IdemClaim is the body of renewIdempotency, completeIdempotency and
 // releaseIdempotency.
 type IdemClaim struct {
-	Scope     string       `json:"scope"`
-	Key       string       `json:"key"`
-	Token     string       `json:"token"`
-	Fence     uint64       `json:"fence,omitempty"`
-	TTL       Duration     `json:"ttl,omitempty"`
-	Outcome   *IdemOutcome `json:"outcome,omitempty"`
-	Retention Duration     `json:"retention,omitempty"`
+	Scope     string       `json:"scope" doc:"the record's scope"`
+	Key       string       `json:"key" doc:"the client's key"`
+	Token     string       `json:"token" doc:"the claim's token"`
+	Fence     uint64       `json:"fence,omitempty" doc:"renew, complete: the claim's fence"`
+	TTL       Duration     `json:"ttl,omitempty" doc:"renew: the claim time from now"`
+	Outcome   *IdemOutcome `json:"outcome,omitempty" doc:"complete: the result to record"`
+	Retention Duration     `json:"retention,omitempty" doc:"complete: how long the record is kept from now"`
 }
 
 // IdemRecord is the answer to inspectIdempotency.
 type IdemRecord struct {
-	Scope       string       `json:"scope"`
-	Key         string       `json:"key"`
-	Exists      bool         `json:"exists"`
-	Completed   bool         `json:"completed"`
-	Fingerprint string       `json:"fingerprint,omitempty"`
-	Fence       uint64       `json:"fence,omitempty"`
-	ClaimTTL    Duration     `json:"claim_ttl,omitempty"`
-	Expires     Duration     `json:"expires,omitempty"`
-	Outcome     *IdemOutcome `json:"outcome,omitempty"`
+	Scope       string       `json:"scope" doc:"the record's scope"`
+	Key         string       `json:"key" doc:"the client's key"`
+	Exists      bool         `json:"exists" doc:"the store keeps a record"`
+	Completed   bool         `json:"completed" doc:"the record holds a result"`
+	Fingerprint string       `json:"fingerprint,omitempty" doc:"the claim's or result's fingerprint"`
+	Fence       uint64       `json:"fence,omitempty" doc:"the last claim's fence"`
+	ClaimTTL    Duration     `json:"claim_ttl,omitempty" doc:"the live claim's remaining time"`
+	Expires     Duration     `json:"expires,omitempty" doc:"the remaining retention"`
+	Outcome     *IdemOutcome `json:"outcome,omitempty" doc:"the recorded result, when completed"`
 }
 
 // StateKey names limiter state (driver.StateKey).
 type StateKey struct {
-	Group string `json:"group,omitempty"`
-	Name  string `json:"name"`
-	Kind  string `json:"kind"`
-	Key   string `json:"key"`
+	Group string `json:"group,omitempty" doc:"the limit group, if any"`
+	Name  string `json:"name" doc:"the limit name"`
+	Kind  string `json:"kind" doc:"g GCRA, f fixed window, l sliding log, w sliding window, p permits"`
+	Key   string `json:"key" doc:"the caller's key"`
 }
 
 // Limit is a quota (ratelimit.Limit).
 type Limit struct {
-	Name   string   `json:"name,omitempty"`
-	Rate   int      `json:"rate"`
-	Period Duration `json:"period"`
-	Burst  int      `json:"burst,omitempty"`
+	Name   string   `json:"name,omitempty" doc:"limit name (letters, digits, . _ -); default made from rate and period"`
+	Rate   int      `json:"rate" doc:"units per period"`
+	Period Duration `json:"period" doc:"the period"`
+	Burst  int      `json:"burst,omitempty" doc:"GCRA bucket size (default rate)"`
 }
 
 // RateRequest is one limit to judge. Either State (the exact state key a
 // Go limiter computed) or Key (the caller's key; the server derives the
 // state key of a single limiter) is set.
 type RateRequest struct {
-	Key       string    `json:"key,omitempty"`
-	State     *StateKey `json:"state,omitempty"`
-	Algorithm string    `json:"algorithm,omitempty"`
-	Limit     Limit     `json:"limit"`
-	N         *int      `json:"n,omitempty"`
+	Key       string    `json:"key,omitempty" doc:"the caller's key (the server derives the state key)"`
+	State     *StateKey `json:"state,omitempty" doc:"the exact state key a Go limiter computed"`
+	Algorithm string    `json:"algorithm,omitempty" doc:"the algorithm"`
+	Limit     Limit     `json:"limit,omitzero" doc:"the limit (resetRate with state: not needed)"`
+	N         *int      `json:"n,omitempty" doc:"cost (default 1)"`
 }
 
 // RateAllow is the body of allowRate.
 type RateAllow struct {
-	Requests []RateRequest `json:"requests"`
+	Requests []RateRequest `json:"requests" doc:"the limits to judge together"`
 	// Peek judges without consuming anything.
-	Peek bool `json:"peek,omitempty"`
+	Peek bool `json:"peek,omitempty" doc:"judge without consuming anything"`
 }
 
 // RateDecision is one decision.
 type RateDecision struct {
-	Allowed    bool      `json:"allowed"`
-	Remaining  int       `json:"remaining"`
-	RetryAfter Duration  `json:"retry_after,omitempty"`
-	ResetAfter Duration  `json:"reset_after,omitempty"`
-	Limit      Limit     `json:"limit"`
-	Algorithm  string    `json:"algorithm"`
-	At         time.Time `json:"at"`
-	State      StateKey  `json:"state"`
+	Allowed    bool      `json:"allowed" doc:"the units were admitted (peek: would be)"`
+	Remaining  int       `json:"remaining" doc:"units the limit would still admit now"`
+	RetryAfter Duration  `json:"retry_after,omitempty" doc:"denied: until the same request would pass"`
+	ResetAfter Duration  `json:"reset_after,omitempty" doc:"until the limit is fully available"`
+	Limit      Limit     `json:"limit" doc:"the limit as normalized"`
+	Algorithm  string    `json:"algorithm" doc:"the algorithm"`
+	At         time.Time `json:"at" doc:"the store's clock"`
+	State      StateKey  `json:"state" doc:"the state key judged"`
 }
 
 // RateDecisions is the answer to allowRate.
 type RateDecisions struct {
 	// Allowed is true when every request was allowed.
-	Allowed   bool           `json:"allowed"`
-	Decisions []RateDecision `json:"decisions"`
+	Allowed   bool           `json:"allowed" doc:"every request was allowed"`
+	Decisions []RateDecision `json:"decisions" doc:"one per request, in order"`
 }
 
 // RateReset is the body of resetRate.
 type RateReset struct {
-	Requests []RateRequest `json:"requests"`
+	Requests []RateRequest `json:"requests" doc:"the limits to forget"`
 }
 
 // Permit is the body of acquirePermit, renewPermit and releasePermit.
 // Either State or Key and Name are set.
 type Permit struct {
-	State *StateKey `json:"state,omitempty"`
-	Key   string    `json:"key,omitempty"`
-	Name  string    `json:"name,omitempty"`
+	State *StateKey `json:"state,omitempty" doc:"the exact state key"`
+	Key   string    `json:"key,omitempty" doc:"the caller's key (with name)"`
+	Name  string    `json:"name,omitempty" doc:"the limit name (with key)"`
 	// ID is the permit's id; empty on acquirePermit asks the server to
 	// make one.
-	ID      string   `json:"id,omitempty"`
-	Permits int      `json:"permits,omitempty"`
-	TTL     Duration `json:"ttl,omitempty"`
+	ID      string   `json:"id,omitempty" doc:"the permit's id (acquirePermit: left out, the server makes one)"`
+	Permits int      `json:"permits,omitempty" doc:"acquirePermit: the permits on the key"`
+	TTL     Duration `json:"ttl,omitempty" doc:"acquirePermit, renewPermit: the permit time"`
 }
 
 // PermitGrant is the answer to acquirePermit and renewPermit.
 type PermitGrant struct {
-	ID         string    `json:"id"`
-	Acquired   bool      `json:"acquired"`
-	Fence      uint64    `json:"fence,omitempty"`
-	InUse      int       `json:"in_use"`
-	RetryAfter Duration  `json:"retry_after,omitempty"`
-	TTL        Duration  `json:"ttl,omitempty"`
-	At         time.Time `json:"at"`
+	ID         string    `json:"id" doc:"the permit's id"`
+	Acquired   bool      `json:"acquired" doc:"the permit is held"`
+	Fence      uint64    `json:"fence,omitempty" doc:"the permit's fence"`
+	InUse      int       `json:"in_use" doc:"permits held on the key"`
+	RetryAfter Duration  `json:"retry_after,omitempty" doc:"not acquired: until a permit may be free"`
+	TTL        Duration  `json:"ttl,omitempty" doc:"the permit time"`
+	At         time.Time `json:"at" doc:"the store's clock"`
 }
 
 // SessionCreate is the body of createSession. With ID set it stores the
 // record under ID (a client that made the token itself); without, the
 // server makes a token (returned once) from Values.
 type SessionCreate struct {
-	ID       string            `json:"id,omitempty"`
-	UserID   string            `json:"user_id"`
-	Data     []byte            `json:"data,omitempty"`
-	Values   map[string]string `json:"values,omitempty"`
-	Idle     Duration          `json:"idle"`
-	Absolute Duration          `json:"absolute"`
+	ID       string            `json:"id,omitempty" doc:"store ID (the SHA-256 of a token the client made, after its user's shard); left out, the server makes the token"`
+	UserID   string            `json:"user_id" doc:"the user"`
+	Data     []byte            `json:"data,omitempty" doc:"opaque data (with id)"`
+	Values   map[string]string `json:"values,omitempty" doc:"the session's values (without id)"`
+	Idle     Duration          `json:"idle" doc:"idle timeout"`
+	Absolute Duration          `json:"absolute" doc:"absolute timeout"`
 }
 
 // SessionRef names a session by its ID or by its token (one of them) and
 // carries the arguments of the operation.
 type SessionRef struct {
-	ID      string   `json:"id,omitempty"`
-	Token   string   `json:"token,omitempty"`
-	Version uint64   `json:"version,omitempty"`
-	Data    []byte   `json:"data,omitempty"`
-	Idle    Duration `json:"idle,omitempty"`
+	ID      string   `json:"id,omitempty" doc:"the store ID"`
+	Token   string   `json:"token,omitempty" doc:"or the session token"`
+	Version uint64   `json:"version,omitempty" doc:"the expected version"`
+	Data    []byte   `json:"data,omitempty" doc:"saveSession, rotateSession: the new data"`
+	Idle    Duration `json:"idle,omitempty" doc:"the idle timeout to refresh with (loadSession: left out, no refresh)"`
 	// NewID is the ID the record moves to (rotateSession).
-	NewID string `json:"new_id,omitempty"`
+	NewID string `json:"new_id,omitempty" doc:"rotateSession: the new store ID"`
 }
 
 // SessionRecord is a session as the store keeps it.
 type SessionRecord struct {
-	ID            string    `json:"id"`
-	UserID        string    `json:"user_id"`
-	Data          []byte    `json:"data,omitempty"`
-	Version       uint64    `json:"version"`
+	ID            string    `json:"id" doc:"the store ID"`
+	UserID        string    `json:"user_id" doc:"the user"`
+	Data          []byte    `json:"data,omitempty" doc:"the session's data"`
+	Version       uint64    `json:"version" doc:"the version, 1 at creation and one more with every save"`
 	Created       time.Time `json:"created"`
-	IdleUntil     time.Time `json:"idle_until"`
-	AbsoluteUntil time.Time `json:"absolute_until"`
+	IdleUntil     time.Time `json:"idle_until" doc:"the idle deadline"`
+	AbsoluteUntil time.Time `json:"absolute_until" doc:"the absolute deadline"`
 	// Token is set only by createSession when the server made the token.
-	Token string `json:"token,omitempty"`
+	Token string `json:"token,omitempty" doc:"createSession without id: the new token, given once"`
 }
 
 // SessionTouched is the answer to touchSession.
 type SessionTouched struct {
-	IdleUntil time.Time `json:"idle_until"`
+	IdleUntil time.Time `json:"idle_until" doc:"the new idle deadline"`
 }
 
 // SessionList is the answer to listSessions.
 type SessionList struct {
-	Sessions []SessionRecord `json:"sessions"`
+	Sessions []SessionRecord `json:"sessions" doc:"the live sessions, oldest first"`
 }
 
 // UserRef is the body of revokeUserSessions.
 type UserRef struct {
-	UserID string `json:"user_id"`
+	UserID string `json:"user_id" doc:"the user"`
 }
 
 // Revoked is the answer to revokeUserSessions.
 type Revoked struct {
-	Removed int `json:"removed"`
+	Removed int `json:"removed" doc:"live sessions removed"`
 }

@@ -126,6 +126,17 @@ func serveTCP(t *testing.T, srv *rls.Server) *grpc.ClientConn {
 	return cc
 }
 
+// bufClient is a client of a server over store with testConfig and o,
+// served over bufconn.
+func bufClient(t *testing.T, store ratelimit.Store, o *rls.Options) rlsv3.RateLimitServiceClient {
+	t.Helper()
+	srv, err := rls.NewServer(store, mustConfig(t, testConfig), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rlsv3.NewRateLimitServiceClient(serveBuf(t, srv))
+}
+
 // serveBuf serves srv, registered on a plain grpc.Server, over bufconn.
 func serveBuf(t *testing.T, srv *rls.Server) *grpc.ClientConn {
 	t.Helper()
@@ -325,11 +336,7 @@ func TestHitsAddend(t *testing.T) {
 // limits from counting it.
 func TestShadowMode(t *testing.T) {
 	clock := &fakeClock{t: epoch}
-	srv, err := rls.NewServer(newMem(t, &memstore.Options{Clock: clock.Now}).Limits(), mustConfig(t, testConfig), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := rlsv3.NewRateLimitServiceClient(serveBuf(t, srv))
+	c := bufClient(t, newMem(t, &memstore.Options{Clock: clock.Now}).Limits(), nil)
 	req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlcommon.RateLimitDescriptor{desc("remote_address", "10.0.0.1"), desc("tenant", "b")}}
 	shadow := func(rem uint32, reset time.Duration) want {
 		return want{ok, "*", 1, rlsv3.RateLimitResponse_RateLimit_SECOND, rem, reset}
@@ -384,11 +391,7 @@ func TestTwoInstances(t *testing.T) {
 // TestBadRequests follows envoyproxy/ratelimit: an empty domain or
 // descriptor list is an error, an unknown domain limits nothing.
 func TestBadRequests(t *testing.T) {
-	srv, err := rls.NewServer(newMem(t, nil).Limits(), mustConfig(t, testConfig), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := rlsv3.NewRateLimitServiceClient(serveBuf(t, srv))
+	c := bufClient(t, newMem(t, nil).Limits(), nil)
 	for _, req := range []*rlsv3.RateLimitRequest{
 		{Descriptors: []*rlcommon.RateLimitDescriptor{desc("tenant", "a")}},
 		{Domain: "edge"},
@@ -416,12 +419,8 @@ func (failingStore) Decide(context.Context, []driver.Request, bool) ([]ratelimit
 // with Unavailable (Envoy's failure_mode_deny then decides), unless no
 // descriptor needs the store.
 func TestStoreUnavailable(t *testing.T) {
-	srv, err := rls.NewServer(failingStore{newMem(t, nil).Limits()}, mustConfig(t, testConfig), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := rlsv3.NewRateLimitServiceClient(serveBuf(t, srv))
-	_, err = c.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlcommon.RateLimitDescriptor{desc("tenant", "a")}})
+	c := bufClient(t, failingStore{newMem(t, nil).Limits()}, nil)
+	_, err := c.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlcommon.RateLimitDescriptor{desc("tenant", "a")}})
 	if status.Code(err) != codes.Unavailable {
 		t.Errorf("got %v, want Unavailable", err)
 	}
@@ -441,12 +440,8 @@ func (slowStore) Decide(ctx context.Context, _ []driver.Request, _ bool) ([]rate
 // TestTimeout: Options.Timeout bounds the store's answer; the call fails
 // with DeadlineExceeded.
 func TestTimeout(t *testing.T) {
-	srv, err := rls.NewServer(slowStore{newMem(t, nil).Limits()}, mustConfig(t, testConfig), &rls.Options{Timeout: 10 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := rlsv3.NewRateLimitServiceClient(serveBuf(t, srv))
-	_, err = c.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlcommon.RateLimitDescriptor{desc("tenant", "a")}})
+	c := bufClient(t, slowStore{newMem(t, nil).Limits()}, &rls.Options{Timeout: 10 * time.Millisecond})
+	_, err := c.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlcommon.RateLimitDescriptor{desc("tenant", "a")}})
 	if status.Code(err) != codes.DeadlineExceeded {
 		t.Errorf("got %v, want DeadlineExceeded", err)
 	}

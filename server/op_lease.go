@@ -1,0 +1,132 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/tenurekit/tenure/internal/serveapi"
+	"github.com/tenurekit/tenure/lease"
+	leasedriver "github.com/tenurekit/tenure/lease/driver"
+)
+
+// leaseOps are the operations on leases: lease.Store's calls and
+// lease.Lister's list.
+var leaseOps = []operation{
+	&op[serveapi.AcquireLease, serveapi.LeaseGrant]{Method: "POST", Path: "/v1/leases/acquire", ID: "acquireLease",
+		Needs: leaseView, Scope: "key", Problems: []string{"held"}, Handle: acquireLease,
+		Doc: "Acquire a lease (optionally waiting for a held key: a long poll bounded by max_wait). " +
+			"Without token the server makes one; the response carries it, and it is the client's secret.",
+		Example: serveapi.AcquireLease{Key: "billing/close-month", TTL: serveapi.Duration(30 * time.Second)}},
+	&op[serveapi.LeaseToken, serveapi.LeaseGrant]{Method: "POST", Path: "/v1/leases/renew", ID: "renewLease",
+		Needs: leaseView, Scope: "key", Required: []string{"ttl"}, Problems: []string{"not_held"},
+		Doc:     "Extend a lease held by token to ttl from now (store clock).",
+		Example: serveapi.LeaseToken{Key: "billing/close-month", Token: "R7FJKTDJ6NNMY7V2J5BMYEMBIO", TTL: serveapi.Duration(30 * time.Second)},
+		Handle: func(ctx context.Context, r *request, in serveapi.LeaseToken) (serveapi.LeaseGrant, error) {
+			g, err := r.s.st.Leases.Renew(ctx, in.Key, in.Token, in.TTL.D())
+			return serveapi.LeaseGrant{Key: in.Key, Fence: g.Fence, TTL: serveapi.Duration(g.TTL)}, err
+		}},
+	&op[serveapi.LeaseToken, noBody]{Method: "POST", Path: "/v1/leases/release", ID: "releaseLease",
+		Needs: leaseView, Scope: "key", Problems: []string{"not_held"},
+		Doc:     "End a lease held by token.",
+		Example: serveapi.LeaseToken{Key: "billing/close-month", Token: "R7FJKTDJ6NNMY7V2J5BMYEMBIO"},
+		Handle: func(ctx context.Context, r *request, in serveapi.LeaseToken) (noBody, error) {
+			return noBody{}, r.s.st.Leases.Release(ctx, in.Key, in.Token)
+		}},
+	&op[inspectLeaseQuery, serveapi.LeaseInfo]{Method: "GET", Path: "/v1/leases/inspect", ID: "inspectLease",
+		Needs: leaseView, Scope: "key",
+		Doc:     "The state of a key, unchanged.",
+		Example: inspectLeaseQuery{Key: "billing/close-month"},
+		Handle: func(ctx context.Context, r *request, in inspectLeaseQuery) (serveapi.LeaseInfo, error) {
+			info, err := r.s.st.Leases.Inspect(ctx, in.Key)
+			return leaseInfo(info), err
+		}},
+	&op[listLeasesQuery, serveapi.LeaseList]{Method: "GET", Path: "/v1/leases", ID: "listLeases",
+		Needs: listView, Scope: "prefix", Handle: listLeases,
+		Doc:     "The keys the store remembers under a prefix (held, or released or expired with their last fence), in key order.",
+		Example: listLeasesQuery{Prefix: "billing/", Limit: 100}},
+}
+
+// inspectLeaseQuery is the query of inspectLease.
+type inspectLeaseQuery struct {
+	Key string `query:"key" doc:"the lease key"`
+}
+
+// listLeasesQuery is the query of listLeases.
+type listLeasesQuery struct {
+	Prefix string `query:"prefix,omitempty" doc:"key prefix, which the token's namespaces must cover (default: every key)"`
+	After  string `query:"after,omitempty" doc:"start after this key (the previous page's next)"`
+	Limit  int    `query:"limit,omitempty" default:"100" doc:"the most keys to return"`
+}
+
+// drainedNote ends the detail of a held answer to an acquire that was
+// waiting when the server began to drain.
+const drainedNote = "stopped waiting: the server is shutting down"
+
+// acquireLease tries to acquire until it is granted, the key is held past
+// the request's wait, or the server drains. An acquire that arrives while
+// the server drains does not wait.
+func acquireLease(ctx context.Context, r *request, in serveapi.AcquireLease) (serveapi.LeaseGrant, error) {
+	s := r.s
+	if in.Wait < 0 || in.Wait.D() > s.cfg.MaxWait {
+		return serveapi.LeaseGrant{}, invalidf("wait %v out of range [0, %v]", in.Wait.D(), s.cfg.MaxWait)
+	}
+	if err := leasedriver.ValidateHolder(in.Holder); err != nil {
+		return serveapi.LeaseGrant{}, err
+	}
+	token := in.Token
+	if token == "" {
+		token = lease.NewToken()
+	}
+	deadline := time.Now().Add(in.Wait.D())
+	for attempt := 0; ; attempt++ {
+		g, err := leasedriver.AcquireAs(ctx, s.st.Leases, in.Key, token, in.TTL.D(), in.Holder)
+		if err == nil {
+			return serveapi.LeaseGrant{Key: in.Key, Token: token, Fence: g.Fence, TTL: serveapi.Duration(g.TTL)}, nil
+		}
+		var held *lease.HeldError
+		left := time.Until(deadline)
+		if !errors.As(err, &held) || left <= 0 || s.isDraining() {
+			return serveapi.LeaseGrant{}, err
+		}
+		if attempt == 0 && s.onWait != nil {
+			s.onWait()
+		}
+		// Back off with jitter, never past the deadline nor much past the
+		// holder's remaining time.
+		d := min(10*time.Millisecond<<min(attempt, 5), 250*time.Millisecond)
+		d = d/2 + rand.N(d/2+1)
+		d = min(d, left, held.TTL+time.Millisecond)
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return serveapi.LeaseGrant{}, err
+		case <-s.draining:
+			t.Stop()
+			return serveapi.LeaseGrant{}, fmt.Errorf("%w (%s)", err, drainedNote)
+		}
+	}
+}
+
+func leaseInfo(i lease.Info) serveapi.LeaseInfo {
+	return serveapi.LeaseInfo{Key: i.Key, Held: i.Held, Fence: i.Fence, TTL: serveapi.Duration(i.TTL), Holder: i.Holder}
+}
+
+func listLeases(ctx context.Context, r *request, in listLeasesQuery) (serveapi.LeaseList, error) {
+	infos, err := r.s.st.Leases.(lease.Lister).List(ctx, in.Prefix, in.After, in.Limit)
+	if err != nil {
+		return serveapi.LeaseList{}, err
+	}
+	out := serveapi.LeaseList{Leases: make([]serveapi.LeaseInfo, 0, len(infos))}
+	for _, i := range infos {
+		out.Leases = append(out.Leases, leaseInfo(i))
+	}
+	if len(infos) == in.Limit {
+		out.Next = infos[len(infos)-1].Key
+	}
+	return out, nil
+}
