@@ -38,23 +38,37 @@ func init() {
 	})
 }
 
-// schedWindow returns the slot IDs the check judges: every slot from two
-// periods after the start to the end of the faults (the jobs' last slot).
-func schedWindow(ri *runInfo) []string {
+// schedWindow returns the slot IDs the check judges in mode's job: every
+// slot after the job's registration (the first poll of the first node
+// that started: a new job runs no slot from before it) and two periods
+// after the start, up to the end of the faults (the jobs' last slot).
+func schedWindow(ctx context.Context, w *workerEnv, ri *runInfo, mode string) ([]string, error) {
+	def, err := w.scheduleStore().Definition(ctx, schedJob(w, mode))
+	if err != nil {
+		return nil, fmt.Errorf("the job's definition: %w", err)
+	}
 	period := schedPeriod(ri.ttl)
 	every := schedule.Every(period)
+	from := ri.start.Add(2 * period)
+	if def.Registered.After(from) {
+		from = def.Registered
+	}
 	var ids []string
-	for t := every.Next(ri.start.Add(2 * period)); !t.After(ri.faultsEnd); t = every.Next(t) {
+	for t := every.Next(from); !t.After(ri.faultsEnd); t = every.Next(t) {
 		ids = append(ids, every.ID(t))
 	}
-	return ids
+	return ids, nil
 }
 
 // schedSettled reports whether every slot of the window has a final
 // record in the guarded job: the nodes are done with it, so the check
 // judges its effect, not how far behind a loaded machine left the nodes.
 func schedSettled(ctx context.Context, w *workerEnv, ri *runInfo) (bool, error) {
-	for _, id := range schedWindow(ri) {
+	ids, err := schedWindow(ctx, w, ri, Guarded)
+	if err != nil {
+		return false, err
+	}
+	for _, id := range ids {
 		r, err := w.scheduleStore().Slot(ctx, schedJob(w, Guarded), id)
 		if err != nil || !r.Final() {
 			return false, err
@@ -223,8 +237,9 @@ func slotEffects(ctx context.Context, w *workerEnv, mode string, ids []string) (
 	return out, nil
 }
 
-// schedCheck: every slot from a little after the start to the end of the
-// faults must have had its effect exactly once. The run waited for the
+// schedCheck: every slot from a little after the start (and after the
+// job's registration) to the end of the faults must have had its effect
+// exactly once. The run waited for the
 // guarded job's slots to be final (schedSettled, up to the check timeout):
 // a slot without effect is one that ended without it, or that the nodes
 // still had not finished by then.
@@ -232,7 +247,11 @@ func schedCheck(ctx context.Context, w *workerEnv, ri *runInfo, h *History, mode
 	var m ModeResult
 	runs := h.Select(mode, "run")
 	m.countOps(runs)
-	ids := schedWindow(ri)
+	ids, err := schedWindow(ctx, w, ri, mode)
+	if err != nil {
+		m.violate("cannot tell which slots the run covers: %v", err)
+		return m
+	}
 	effects, err := slotEffects(ctx, w, mode, ids)
 	if err != nil {
 		m.violate("cannot read the slots' effects: %v", err)
