@@ -368,19 +368,33 @@ func Run(ctx context.Context, o Options) ([]Result, error) {
 	if o.Dir == "" {
 		o.Dir = filepath.Join(os.TempDir(), "tenure-proof-"+crand.Text()[:8])
 	}
-	var results []Result
+	type planned struct {
+		t  target
+		wl *workload
+	}
+	var plan []planned
+	runs := 0
 	for _, t := range ts {
 		for _, wl := range workloads {
 			if len(o.Workloads) > 0 && !slices.Contains(o.Workloads, wl.name) {
 				continue
 			}
-			if ctx.Err() != nil {
-				return results, ctx.Err()
+			plan = append(plan, planned{t, wl})
+			if wl.supports(t.kind) == "" {
+				runs++
 			}
-			r := runOne(ctx, o, wl, t, tmp)
-			progress(o.Progress, "%s on %s: %s%s", wl.name, t.name, r.Verdict, noteSuffix(r))
-			results = append(results, r)
 		}
+	}
+	progress(o.Progress, "%d workload runs, %v under faults each: at least %v in all, plus the time each run takes to start its workers, settle and check its history (usually seconds)",
+		runs, o.Duration, time.Duration(runs)*o.Duration)
+	var results []Result
+	for i, p := range plan {
+		if ctx.Err() != nil {
+			return results, ctx.Err()
+		}
+		r := runOne(ctx, o, p.wl, p.t, tmp)
+		progress(o.Progress, "[%d/%d] %s on %s: %s%s", i+1, len(plan), p.wl.name, p.t.name, r.Verdict, noteSuffix(r))
+		results = append(results, r)
 	}
 	return results, nil
 }

@@ -92,6 +92,10 @@ in the report.
   postgres://…          PostgreSQL (uses the schema tenure_lab)
   etcd://HOST:PORT[,…]  etcd (lease-counter only)
 
+--duration is per workload and store: ten workloads at 10s are at least 100s,
+plus the few seconds each takes to start, settle and check. The run prints
+its plan and total first, and each workload's verdict as [i/n] when it ends.
+
 Exit status: 0 when every workload passed (or was skipped for the store), 1
 on any violation, inconclusive run or error. Histories that fail the
 linearizability check are visualized as HTML files under --dir.
@@ -173,7 +177,7 @@ With store faults:
 	f := cmd.Flags()
 	f.StringVar(&store, "store", "", "store URL (default: embedded SQLite file and memory)")
 	f.StringArrayVar(&workloads, "workload", nil, "run only this workload (repeatable; default all)")
-	f.DurationVar(&duration, "duration", 10*time.Second, "how long each workload runs under faults")
+	f.DurationVar(&duration, "duration", 10*time.Second, "how long each workload runs under faults (per workload: the total is printed first)")
 	f.IntVar(&workers, "workers", 3, "worker processes per workload")
 	f.DurationVar(&ttl, "ttl", 0, "lease and claim TTL (default 300ms, 2s on etcd)")
 	f.BoolVar(&asJSON, "json", false, "print the results as JSON")
