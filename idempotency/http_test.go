@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/tenurekit/tenure/idempotency"
+	"github.com/tenurekit/tenure/idempotency/driver"
 	"github.com/tenurekit/tenure/idempotency/idempotencytest"
 	"github.com/tenurekit/tenure/store/memstore"
 )
@@ -237,11 +238,27 @@ func (g *gate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Write([]byte("accepted"))
 }
 
+// inProgressSeen closes seen the first time a Begin answers InProgress.
+type inProgressSeen struct {
+	idempotency.Store
+	once sync.Once
+	seen chan struct{}
+}
+
+func (s *inProgressSeen) Begin(ctx context.Context, b driver.Begin) (driver.Begun, error) {
+	r, err := s.Store.Begin(ctx, b)
+	if err == nil && r.State == driver.InProgress {
+		s.once.Do(func() { close(s.seen) })
+	}
+	return r, err
+}
+
 func TestMiddlewareInFlight(t *testing.T) {
 	for _, wait := range []bool{false, true} {
 		t.Run("wait="+strconv.FormatBool(wait), func(t *testing.T) {
 			s := newMem(t, nil)
-			k := newKeeper(t, s.Idempotency(), &idempotency.Options{ClaimTTL: 10 * time.Second, Wait: wait})
+			busy := &inProgressSeen{Store: s.Idempotency(), seen: make(chan struct{})}
+			k := newKeeper(t, busy, &idempotency.Options{ClaimTTL: 10 * time.Second, Wait: wait})
 			g := &gate{started: make(chan struct{}), release: make(chan struct{})}
 			h := middleware(t, k, nil)(g)
 			send := func() *httptest.ResponseRecorder {
@@ -264,7 +281,10 @@ func TestMiddlewareInFlight(t *testing.T) {
 			} else {
 				dup := make(chan *httptest.ResponseRecorder, 1)
 				go func() { dup <- send() }()
-				time.Sleep(20 * time.Millisecond) // let it start waiting
+				// The duplicate found the first request in progress: it
+				// is waiting now, and only its wait can turn that answer
+				// into the replay asserted below.
+				<-busy.seen
 				close(g.release)
 				w := <-dup
 				if w.Code != http.StatusAccepted || w.Body.String() != "accepted" || w.Header().Get(idempotency.HeaderReplayed) != "true" {

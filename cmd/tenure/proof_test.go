@@ -2,11 +2,10 @@ package main
 
 import (
 	"encoding/json"
-	"os"
-	"os/exec"
 	"strings"
 	"testing"
 
+	"github.com/tenurekit/tenure/internal/testenv"
 	"github.com/tenurekit/tenure/proof"
 )
 
@@ -69,12 +68,7 @@ func TestProofBadInput(t *testing.T) {
 // cuts and black-holes the workers' connections, the server is killed and
 // restarted halfway, and each fault is reported by kind.
 func TestProofCommandStoreFaults(t *testing.T) {
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		if os.Getenv("TENURE_TEST_REQUIRE") != "" {
-			t.Fatal("redis-server is not installed")
-		}
-		t.Skip("redis-server is not installed")
-	}
+	testenv.RequireBinary(t, "redis-server")
 	out, runErr := run("proof", "--start-store", "redis", "--workload", "lease-counter", "--duration", "3s",
 		"--fault", "pause,proxy,restart", "--proxy-delay", "20ms", "--json", "-q", "--dir", t.TempDir())
 	// The subject here is the fault wiring and the guarded run: in 3 s the
@@ -101,12 +95,7 @@ func TestProofCommandStoreFaults(t *testing.T) {
 // the failover happens once and the guarded run loses nothing
 // acknowledged.
 func TestProofCommandFailover(t *testing.T) {
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		if os.Getenv("TENURE_TEST_REQUIRE") != "" {
-			t.Fatal("redis-server is not installed")
-		}
-		t.Skip("redis-server is not installed")
-	}
+	testenv.RequireBinary(t, "redis-server")
 	out, runErr := run("proof", "--start-store", "redis", "--workload", "lease-counter", "--duration", "3s",
 		"--fault", "pause,failover", "--json", "-q", "--dir", t.TempDir())
 	var rs []proof.Result

@@ -35,6 +35,7 @@ var installHints = map[string]string{
 	"initdb":       "apt-get install postgresql",
 	"postgres":     "apt-get install postgresql",
 	"pg_ctl":       "apt-get install postgresql",
+	"chromium":     "apt-get install chromium",
 }
 
 // postgresBinaries are looked up in /usr/lib/postgresql/*/bin after PATH.

@@ -8,7 +8,6 @@ import (
 	"github.com/tenurekit/tenure/idempotency/driver"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -20,30 +19,21 @@ import (
 	"github.com/tenurekit/tenure/idempotency"
 	"github.com/tenurekit/tenure/internal/secret"
 	"github.com/tenurekit/tenure/internal/serveapi"
+	"github.com/tenurekit/tenure/internal/testenv"
 	"github.com/tenurekit/tenure/schedule"
 	scheddriver "github.com/tenurekit/tenure/schedule/driver"
 	"github.com/tenurekit/tenure/server"
 )
 
 // chromiumPath finds the headless browser: $TENURE_CHROMIUM, else
-// chromium on PATH, else /usr/bin/chromium. Without one the test skips,
-// or fails under TENURE_TEST_REQUIRE=1.
+// chromium on PATH. Without one the test skips, or fails under
+// TENURE_TEST_REQUIRE=1 (testenv.RequireBinary).
 func chromiumPath(t *testing.T) string {
 	t.Helper()
 	if p := os.Getenv("TENURE_CHROMIUM"); p != "" {
 		return p
 	}
-	if p, err := exec.LookPath("chromium"); err == nil {
-		return p
-	}
-	if _, err := os.Stat("/usr/bin/chromium"); err == nil {
-		return "/usr/bin/chromium"
-	}
-	if os.Getenv("TENURE_TEST_REQUIRE") == "1" {
-		t.Fatal("chromium is not installed (apt-get install chromium) and TENURE_TEST_REQUIRE=1")
-	}
-	t.Skip("chromium is not installed (apt-get install chromium)")
-	return ""
+	return testenv.RequireBinary(t, "chromium")
 }
 
 // artifacts is where screenshots go: $TENURE_ARTIFACTS/dashboard if set,
