@@ -4,7 +4,6 @@ go 1.26.0
 
 replace (
 	github.com/tenurekit/tenure => ..
-	github.com/tenurekit/tenure/internal/testenv => ../internal/testenv
 	github.com/tenurekit/tenure/store/pgstore => ../store/pgstore
 	github.com/tenurekit/tenure/store/sqlitestore => ../store/sqlitestore
 )

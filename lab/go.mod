@@ -5,7 +5,6 @@ go 1.26.0
 replace (
 	github.com/tenurekit/tenure => ..
 	github.com/tenurekit/tenure/examples => ../examples
-	github.com/tenurekit/tenure/internal/testenv => ../internal/testenv
 	github.com/tenurekit/tenure/store/etcdstore => ../store/etcdstore
 	github.com/tenurekit/tenure/store/pgstore => ../store/pgstore
 	github.com/tenurekit/tenure/store/redisstore => ../store/redisstore
@@ -16,7 +15,6 @@ require (
 	github.com/jackc/pgx/v5 v5.13.0
 	github.com/redis/rueidis v1.0.80
 	github.com/tenurekit/tenure v0.0.0-00010101000000-000000000000
-	github.com/tenurekit/tenure/internal/testenv v0.0.0-00010101000000-000000000000
 	github.com/tenurekit/tenure/store/etcdstore v0.0.0-00010101000000-000000000000
 	github.com/tenurekit/tenure/store/pgstore v0.0.0-00010101000000-000000000000
 	github.com/tenurekit/tenure/store/redisstore v0.0.0-00010101000000-000000000000

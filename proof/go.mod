@@ -5,7 +5,6 @@ go 1.26.0
 replace (
 	github.com/tenurekit/tenure => ..
 	github.com/tenurekit/tenure/examples => ../examples
-	github.com/tenurekit/tenure/internal/testenv => ../internal/testenv
 	github.com/tenurekit/tenure/lab => ../lab
 	github.com/tenurekit/tenure/store/etcdstore => ../store/etcdstore
 	github.com/tenurekit/tenure/store/pgstore => ../store/pgstore
@@ -17,7 +16,6 @@ require (
 	github.com/anishathalye/porcupine v1.3.1
 	github.com/jackc/pgx/v5 v5.13.0
 	github.com/tenurekit/tenure v0.0.0-00010101000000-000000000000
-	github.com/tenurekit/tenure/internal/testenv v0.0.0-00010101000000-000000000000
 	github.com/tenurekit/tenure/lab v0.0.0-00010101000000-000000000000
 	github.com/tenurekit/tenure/store/redisstore v0.0.0-00010101000000-000000000000
 	github.com/tenurekit/tenure/store/sqlitestore v0.0.0-00010101000000-000000000000

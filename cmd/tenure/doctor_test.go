@@ -105,7 +105,7 @@ func TestDoctorRedisReplicas(t *testing.T) {
 	if f := finding(rep, "min-replicas-to-write"); f.Status != doctor.Warn || !strings.Contains(f.Fix, "min-replicas-to-write 1") {
 		t.Fatalf("min-replicas-to-write 0 with a replica: %+v, want a warning", f)
 	}
-	c := primary.Client(t)
+	c := redisClient(t, primary.Addr())
 	if err := c.Do(t.Context(), c.B().ConfigSet().ParameterValue().ParameterValue("min-replicas-to-write", "1").Build()).Error(); err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,6 @@ go 1.26.0
 replace (
 	github.com/tenurekit/tenure => ../..
 	github.com/tenurekit/tenure/examples => ../../examples
-	github.com/tenurekit/tenure/internal/testenv => ../../internal/testenv
 	github.com/tenurekit/tenure/lab => ../../lab
 	github.com/tenurekit/tenure/proof => ../../proof
 	github.com/tenurekit/tenure/server/rls => ../../server/rls
@@ -24,7 +23,6 @@ require (
 	github.com/redis/rueidis v1.0.80
 	github.com/spf13/cobra v1.10.2
 	github.com/tenurekit/tenure v0.0.0-00010101000000-000000000000
-	github.com/tenurekit/tenure/internal/testenv v0.0.0-00010101000000-000000000000
 	github.com/tenurekit/tenure/lab v0.0.0-00010101000000-000000000000
 	github.com/tenurekit/tenure/proof v0.0.0-00010101000000-000000000000
 	github.com/tenurekit/tenure/server/rls v0.0.0-00010101000000-000000000000

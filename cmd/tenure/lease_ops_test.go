@@ -34,9 +34,9 @@ func TestLeaseListAndHolder(t *testing.T) {
 		t.Fatal(err)
 	}
 	et := testenv.Etcd(t)
-	est := newEtcd(t, et.Client(t), nil)
+	est := newEtcd(t, etcdClient(t, et), nil)
 	rd := testenv.Redis(t, nil)
-	rst := newRedis(t, rd.Client(t), nil)
+	rst := newRedis(t, redisClient(t, rd.Addr()), nil)
 	for _, tg := range []struct {
 		name  string
 		flags []string

@@ -64,7 +64,7 @@ func TestMigrateCommandPostgres(t *testing.T) {
 	if st.Current != pgstore.SchemaVersion || len(st.Pending) != 0 || len(st.Applied) != pgstore.SchemaVersion {
 		t.Fatalf("after up: %+v", st)
 	}
-	pool := srv.Pool(t, dsn)
+	pool := pgxPool(t, dsn)
 	if _, err := pgstore.Open(t.Context(), pool, &pgstore.Options{Schema: "ops"}); err != nil {
 		t.Fatalf("Open after migrate up: %v", err)
 	}

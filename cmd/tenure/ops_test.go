@@ -57,7 +57,7 @@ func opsTargets(t *testing.T) []opsTarget {
 	}
 
 	rd := testenv.Redis(t, nil)
-	rst := newRedis(t, rd.Client(t), nil)
+	rst := newRedis(t, redisClient(t, rd.Addr()), nil)
 
 	return []opsTarget{
 		{"embedded", []string{"--data-dir", dir}, views{sq.Leases(), sq.Idempotency(), sq.Sessions(), sq.Limits(), sq.Schedules()}},
@@ -250,7 +250,7 @@ func TestOpsCommands(t *testing.T) {
 
 func TestOpsLeaseOnEtcd(t *testing.T) {
 	e := testenv.Etcd(t)
-	es := newEtcd(t, e.Client(t), nil)
+	es := newEtcd(t, etcdClient(t, e), nil)
 	lk, err := lease.New(es.Leases(), nil)
 	if err != nil {
 		t.Fatal(err)

@@ -8,8 +8,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-
-	"github.com/redis/rueidis"
 )
 
 // clusterSlots are the slot ranges of the three masters of a
@@ -140,18 +138,14 @@ func newRedisCluster(bin string) (*RedisClusterServer, error) {
 	for i, r := range clusterSlots {
 		keys[i] = keyInSlots("testenv:probe", r[0], r[1])
 	}
-	return c, waitUntil("redis cluster client", startTimeout, procs, func(ctx context.Context) error {
-		cl, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: c.Addrs(), DisableRetry: true})
-		if err != nil {
-			return err
-		}
-		defer cl.Close()
-		for _, k := range keys {
-			if err := cl.Do(ctx, cl.B().Set().Key(k).Value("1").Build()).Error(); err != nil {
-				return fmt.Errorf("SET %s: %w", k, err)
+	return c, waitUntil("redis cluster slots served", startTimeout, procs, func(ctx context.Context) error {
+		for i, k := range keys {
+			addr := c.nodes[i].Addr()
+			if _, err := respCall(ctx, addr, "SET", k, "1"); err != nil {
+				return fmt.Errorf("SET %s on %s: %w", k, addr, err)
 			}
-			if err := cl.Do(ctx, cl.B().Del().Key(k).Build()).Error(); err != nil {
-				return fmt.Errorf("DEL %s: %w", k, err)
+			if _, err := respCall(ctx, addr, "DEL", k); err != nil {
+				return fmt.Errorf("DEL %s on %s: %w", k, addr, err)
 			}
 		}
 		return nil
@@ -202,13 +196,6 @@ func (c *RedisClusterServer) Addrs() []string {
 // stopped and started individually like any [RedisServer].
 func (c *RedisClusterServer) Nodes() []*RedisServer {
 	return append([]*RedisServer(nil), c.nodes...)
-}
-
-// Client returns a rueidis cluster client seeded with every node, with
-// retries disabled. It is closed when the test ends.
-func (c *RedisClusterServer) Client(t testing.TB) rueidis.Client {
-	t.Helper()
-	return newRueidisClient(t, c.Addrs()...)
 }
 
 // keyInSlots returns the first key of the form prefix:N whose hash slot lies

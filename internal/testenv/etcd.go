@@ -1,7 +1,9 @@
 package testenv
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -16,8 +18,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // EtcdServer is an etcd cluster of one or more members, each listening on
@@ -280,47 +280,78 @@ func etcdHealth(ctx context.Context, url string) error {
 // etcdRead performs a v3 read through each member in ms.
 func etcdRead(ctx context.Context, ms []*etcdMember) error {
 	for _, m := range ms {
-		c, err := clientv3.New(clientv3.Config{
-			Endpoints:   []string{m.clientURL()},
-			DialTimeout: 2 * time.Second,
-			Context:     ctx,
-		})
-		if err != nil {
-			return err
-		}
-		err = etcdCheckMember(ctx, c, m)
-		c.Close()
-		if err != nil {
+		if err := etcdCheckMember(ctx, m); err != nil {
 			return fmt.Errorf("member %s: %w", m.name, err)
 		}
 	}
 	return nil
 }
 
-// etcdCheckMember reads a key through c, connected to member m only, and
-// makes sure m's client URL is served by m itself, not by another etcd that
-// got hold of the port: that member must be named and peered as m is.
-func etcdCheckMember(ctx context.Context, c *clientv3.Client, m *etcdMember) error {
-	if _, err := c.Get(ctx, "testenv/probe"); err != nil {
+// etcdCheckMember reads a key through member m's JSON gateway and makes
+// sure m's client URL is served by m itself, not by another etcd that got
+// hold of the port: that member must be named and peered as m is.
+func etcdCheckMember(ctx context.Context, m *etcdMember) error {
+	url := m.clientURL()
+	if err := etcdPost(ctx, url, "/v3/kv/range", map[string]string{"key": base64.StdEncoding.EncodeToString([]byte("testenv/probe"))}, nil); err != nil {
 		return fmt.Errorf("get: %w", err)
 	}
-	st, err := c.Status(ctx, m.clientURL())
-	if err != nil {
+	var st struct {
+		Header struct {
+			MemberID string `json:"member_id"`
+		} `json:"header"`
+	}
+	if err := etcdPost(ctx, url, "/v3/maintenance/status", struct{}{}, &st); err != nil {
 		return fmt.Errorf("status: %w", err)
 	}
-	ml, err := c.MemberList(ctx)
-	if err != nil {
+	var ml struct {
+		Members []struct {
+			ID       string   `json:"ID"`
+			Name     string   `json:"name"`
+			PeerURLs []string `json:"peerURLs"`
+		} `json:"members"`
+	}
+	if err := etcdPost(ctx, url, "/v3/cluster/member/list", struct{}{}, &ml); err != nil {
 		return fmt.Errorf("member list: %w", err)
 	}
 	for _, mem := range ml.Members {
-		if mem.ID == st.Header.MemberId {
+		if mem.ID == st.Header.MemberID {
 			if mem.Name == m.name && slices.Contains(mem.PeerURLs, m.peerURL()) {
 				return nil
 			}
-			return fmt.Errorf("%s is served by etcd member %q with peer URLs %v", m.clientURL(), mem.Name, mem.PeerURLs)
+			return fmt.Errorf("%s is served by etcd member %q with peer URLs %v", url, mem.Name, mem.PeerURLs)
 		}
 	}
-	return fmt.Errorf("%s is served by etcd member %x, which is not in its own member list", m.clientURL(), st.Header.MemberId)
+	return fmt.Errorf("%s is served by etcd member %s, which is not in its own member list", url, st.Header.MemberID)
+}
+
+// etcdPost sends in as JSON to path on the etcd JSON gateway at url and
+// decodes the reply into out (when out is not nil).
+func etcdPost(ctx context.Context, url, path string, in, out any) error {
+	body, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+path, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	reply, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s %s", path, resp.Status, strings.TrimSpace(string(reply)))
+	}
+	if out == nil {
+		return nil
+	}
+	return json.Unmarshal(reply, out)
 }
 
 // etcdStopGrace bounds a member's graceful stop. A leader asked to stop
@@ -411,21 +442,6 @@ func (s *EtcdServer) Endpoints() []string {
 
 // Size returns the number of members.
 func (s *EtcdServer) Size() int { return len(s.members) }
-
-// Client returns a clientv3 client for all members with a 5s dial timeout.
-// It is closed when the test ends.
-func (s *EtcdServer) Client(t testing.TB) *clientv3.Client {
-	t.Helper()
-	c, err := clientv3.New(clientv3.Config{
-		Endpoints:   s.Endpoints(),
-		DialTimeout: 5 * time.Second,
-	})
-	if err != nil {
-		t.Fatalf("testenv: etcd client for %v: %v", s.Endpoints(), err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
-}
 
 // Stop stops every member and waits for them to exit. Data is kept: a
 // single member is stopped gracefully (SIGTERM), the members of a larger

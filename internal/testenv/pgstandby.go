@@ -9,8 +9,6 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // PostgresStandby makes a streaming standby of primary: a base backup
@@ -103,16 +101,11 @@ func newStandby(basebackup, postgresBin string, primary *PostgresServer, addr st
 	}
 	s.mu.Unlock()
 	err = waitUntil("standby "+s.Addr()+" streaming from "+primary.Addr(), startTimeout, nil, func(ctx context.Context) error {
-		conn, err := pgx.Connect(ctx, primary.DSN("postgres"))
+		n, err := psql(ctx, primary.DSN("postgres"), `SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'`)
 		if err != nil {
 			return err
 		}
-		defer conn.Close(context.Background())
-		var n int
-		if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'`).Scan(&n); err != nil {
-			return err
-		}
-		if n == 0 {
+		if n == "0" {
 			return errors.New("no standby streaming yet")
 		}
 		return nil
@@ -139,14 +132,9 @@ func (s *PostgresServer) Promote(t testing.TB) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, s.DSN("postgres"))
-	if err != nil {
-		t.Fatalf("testenv: promote %s: %v", s, err)
-	}
-	defer conn.Close(context.Background())
-	var ok bool
-	if err := conn.QueryRow(ctx, `SELECT pg_promote(true, 60)`).Scan(&ok); err != nil || !ok {
-		t.Fatalf("testenv: promote %s: %v (promoted %v)", s, err, ok)
+	ok, err := psql(ctx, s.DSN("postgres"), `SELECT pg_promote(true, 60)`)
+	if err != nil || ok != "t" {
+		t.Fatalf("testenv: promote %s: %v (promoted %q)", s, err, ok)
 	}
 }
 
@@ -157,27 +145,16 @@ func WaitReplayed(t testing.TB, primary, standby *PostgresServer) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, primary.DSN("postgres"))
-	if err != nil {
-		t.Fatalf("testenv: %v", err)
-	}
-	var lsn string
-	err = conn.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&lsn)
-	conn.Close(context.Background())
+	lsn, err := psql(ctx, primary.DSN("postgres"), `SELECT pg_current_wal_insert_lsn()::text`)
 	if err != nil {
 		t.Fatalf("testenv: %v", err)
 	}
 	err = waitUntil("standby "+standby.Addr()+" replayed "+lsn, startTimeout, nil, func(ctx context.Context) error {
-		conn, err := pgx.Connect(ctx, standby.DSN("postgres"))
+		done, err := psql(ctx, standby.DSN("postgres"), `SELECT pg_last_wal_replay_lsn() >= '`+lsn+`'::pg_lsn`)
 		if err != nil {
 			return err
 		}
-		defer conn.Close(context.Background())
-		var done bool
-		if err := conn.QueryRow(ctx, `SELECT pg_last_wal_replay_lsn() >= $1::pg_lsn`, lsn).Scan(&done); err != nil {
-			return err
-		}
-		if !done {
+		if done != "t" {
 			return errors.New("not yet")
 		}
 		return nil

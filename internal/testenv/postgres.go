@@ -1,11 +1,13 @@
 package testenv
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net"
 	"net/url"
 	"os"
+	"os/exec"
 	"os/user"
 	"path/filepath"
 	"strconv"
@@ -15,9 +17,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // PostgresServer is a PostgreSQL cluster (one postmaster and its data
@@ -308,15 +307,10 @@ func (s *PostgresServer) startLocked() (*process, error) {
 	}
 	dsn := s.dsnLocked("postgres")
 	err = p.waitReady(func(ctx context.Context) error {
-		conn, err := pgx.Connect(ctx, dsn)
-		if err != nil {
-			return err
-		}
-		defer conn.Close(context.Background())
 		// Make sure this is our server, not another one that got hold of
 		// the port.
-		var dir string
-		if err := conn.QueryRow(ctx, "SHOW data_directory").Scan(&dir); err != nil {
+		dir, err := psql(ctx, dsn, "SHOW data_directory")
+		if err != nil {
 			return err
 		}
 		if dir != s.dataDir {
@@ -389,7 +383,7 @@ func (s *PostgresServer) Dir() string { return s.base }
 func (s *PostgresServer) NewDatabase(t testing.TB) string {
 	t.Helper()
 	name := fmt.Sprintf("t_%s_%d", sanitize(t.Name(), 40), dbSeq.Add(1))
-	ident := pgx.Identifier{name}.Sanitize()
+	ident := `"` + name + `"` // sanitize leaves [a-z0-9_] only
 	if err := s.admin("CREATE DATABASE " + ident); err != nil {
 		t.Fatalf("testenv: create database %s: %v", name, err)
 	}
@@ -411,26 +405,29 @@ func (s *PostgresServer) NewDatabase(t testing.TB) string {
 func (s *PostgresServer) admin(sql string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, s.DSN("postgres"))
-	if err != nil {
-		return err
-	}
-	defer conn.Close(context.Background())
-	_, err = conn.Exec(ctx, sql)
+	_, err := psql(ctx, s.DSN("postgres"), sql)
 	return err
 }
 
-// Pool returns a pgx connection pool for dsn, closed when the test ends.
-// Connections are made lazily, so it can be created while the server is
-// down.
-func (s *PostgresServer) Pool(t testing.TB, dsn string) *pgxpool.Pool {
-	t.Helper()
-	pool, err := pgxpool.New(context.Background(), dsn)
+// psql runs sql with the psql binary against dsn and returns the trimmed
+// output; an error carries psql's message.
+func psql(ctx context.Context, dsn, sql string) (string, error) {
+	bin, err := lookBinary("psql")
 	if err != nil {
-		t.Fatalf("testenv: pgx pool for %s: %v", dsn, err)
+		return "", fmt.Errorf("psql: %w", err)
 	}
-	t.Cleanup(pool.Close)
-	return pool
+	cmd := exec.CommandContext(ctx, bin, "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-d", dsn, "-c", sql)
+	cmd.Env = append(os.Environ(), "PGCONNECT_TIMEOUT=5")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		msg := strings.TrimSpace(stderr.String())
+		if msg == "" {
+			msg = err.Error()
+		}
+		return "", fmt.Errorf("psql %q: %s", sql, msg)
+	}
+	return strings.TrimSpace(stdout.String()), nil
 }
 
 // Stop shuts the server down in fast mode (SIGINT: open transactions are

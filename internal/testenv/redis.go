@@ -13,8 +13,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/redis/rueidis"
 )
 
 // RedisOptions configures a server started by [Redis]. The zero value (and
@@ -260,29 +258,6 @@ func (s *RedisServer) Addr() string {
 // Dir returns the server's data directory, which also holds its log file
 // redis.log.
 func (s *RedisServer) Dir() string { return s.dir }
-
-// Client returns a rueidis client connected to the server, with retries
-// disabled so that tests observe every failure. It is closed when the test
-// ends.
-func (s *RedisServer) Client(t testing.TB) rueidis.Client {
-	t.Helper()
-	return newRueidisClient(t, s.Addr())
-}
-
-// newRueidisClient connects a rueidis client with retries disabled to the
-// given addresses and closes it when the test ends.
-func newRueidisClient(t testing.TB, addrs ...string) rueidis.Client {
-	t.Helper()
-	c, err := rueidis.NewClient(rueidis.ClientOption{
-		InitAddress:  addrs,
-		DisableRetry: true,
-	})
-	if err != nil {
-		t.Fatalf("testenv: connect rueidis client to %v: %v", addrs, err)
-	}
-	t.Cleanup(c.Close)
-	return c
-}
 
 // Stop shuts the server down (SIGTERM) and waits for it to exit. Data is
 // kept on disk only when the server runs with Persist. Stopping a stopped

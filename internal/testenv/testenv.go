@@ -35,11 +35,12 @@ var installHints = map[string]string{
 	"initdb":       "apt-get install postgresql",
 	"postgres":     "apt-get install postgresql",
 	"pg_ctl":       "apt-get install postgresql",
+	"psql":         "apt-get install postgresql",
 	"chromium":     "apt-get install chromium",
 }
 
 // postgresBinaries are looked up in /usr/lib/postgresql/*/bin after PATH.
-var postgresBinaries = map[string]bool{"initdb": true, "postgres": true, "pg_ctl": true}
+var postgresBinaries = map[string]bool{"initdb": true, "postgres": true, "pg_ctl": true, "psql": true}
 
 // RequireBinary returns the absolute path of the executable name. It is
 // looked up on PATH and, for PostgreSQL's binaries (initdb, postgres,

@@ -19,7 +19,7 @@ func TestGuardRefusalsCounted(t *testing.T) {
 	otel.SetMeterProvider(tl.Meter)
 	defer otel.SetMeterProvider(prev)
 
-	es := newEtcd(t, testenv.Etcd(t).Client(t), nil)
+	es := newEtcd(t, newClient(t, testenv.Etcd(t).Endpoints()...), nil)
 	ctx := t.Context()
 	if err := es.FencedPut(ctx, "r", "new", 5); err != nil {
 		t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/tenurekit/tenure/internal/testenv"
 	"github.com/tenurekit/tenure/lease"
 )
@@ -17,7 +18,11 @@ import (
 //	go test -run '^$' -bench AcquireRelease ./store/pgstore/
 func BenchmarkAcquireRelease(b *testing.B) {
 	srv := testenv.SharedPostgres(b)
-	pool := srv.Pool(b, srv.NewDatabase(b))
+	pool, err := pgxpool.New(context.Background(), srv.NewDatabase(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(pool.Close)
 	s, err := New(pool, nil)
 	if err != nil {
 		b.Fatal(err)

@@ -45,17 +45,18 @@ func TestConformance(t *testing.T) {
 	priv := testenv.Postgres(t)
 	srv := testenv.SharedPostgres(t)
 	rateDSN := srv.NewDatabase(t)
-	rateDirect := srv.Pool(t, rateDSN)
+	rateDirect := pgxPool(t, rateDSN)
 	rateSQL := openSQL(t, driverPgx, rateDSN, nil) // inspection
 	sessDSN := srv.NewDatabase(t)
-	sessDirect := srv.Pool(t, sessDSN)
+	sessDirect := pgxPool(t, sessDSN)
 	sessDB := newPool(sessDirect, nil)
 	if err := sessDB.Migrate(ctxT(t)); err != nil {
 		t.Fatalf("Migrate: %v", err)
 	}
 	storetest.Run(t, storetest.Factory{
 		// Runs the lease suite with the Store (on a pgx pool) behind a
-		// real TCP proxy, its guard in *sql.Tx transactions of lib/pq.
+		// real TCP proxy, its guard in *sql.Tx transactions of pgx's
+		// stdlib driver.
 		// The suite restarts the server, which a shared server must not
 		// be, so it runs on a private one with a fresh database per
 		// subtest.
@@ -66,7 +67,7 @@ func TestConformance(t *testing.T) {
 		// client; a fresh database per subtest on the shared server.
 		Idempotency: func(t *testing.T) idempotencytest.Target {
 			dsn := srv.NewDatabase(t)
-			direct := srv.Pool(t, dsn)
+			direct := pgxPool(t, dsn)
 			db := newPool(direct, nil)
 			if err := db.Migrate(ctxT(t)); err != nil {
 				t.Fatalf("Migrate: %v", err)
@@ -147,7 +148,7 @@ func TestConformance(t *testing.T) {
 func pgLeases(priv *testenv.PostgresServer, o *pgstore.Options) func(t *testing.T) leasetest.Target {
 	return func(t *testing.T) leasetest.Target {
 		dsn := priv.NewDatabase(t)
-		direct := priv.Pool(t, dsn)
+		direct := pgxPool(t, dsn)
 		db := newPool(direct, o)
 		if err := db.Migrate(ctxT(t)); err != nil {
 			t.Fatalf("Migrate: %v", err)
@@ -161,7 +162,7 @@ func pgLeases(priv *testenv.PostgresServer, o *pgstore.Options) func(t *testing.
 				priv.Restart(t)
 				return newPool(poolVia(t, dsn, proxy.Addr(), db, false), o).Leases()
 			},
-			Resource: newSQLResource(t, openSQL(t, driverPQ, dsn, nil), db),
+			Resource: newSQLResource(t, openSQL(t, driverPgx, dsn, nil), db),
 		}
 	}
 }
@@ -174,7 +175,7 @@ func pgSchedules(o *pgstore.Options) func(t *testing.T, clock *storetest.Clock) 
 		if clock != nil {
 			dsn = fakeServerClock(t, srv, dsn, clock)
 		}
-		pool := srv.Pool(t, dsn)
+		pool := pgxPool(t, dsn)
 		db := newPool(pool, o)
 		if err := db.Migrate(ctxT(t)); err != nil {
 			t.Fatal(err)
@@ -184,7 +185,7 @@ func pgSchedules(o *pgstore.Options) func(t *testing.T, clock *storetest.Clock) 
 		}
 		return scheduletest.Target{
 			Store: db.Schedules(),
-			Node:  func(t *testing.T) schedule.Store { return newPool(srv.Pool(t, dsn), o).Schedules() },
+			Node:  func(t *testing.T) schedule.Store { return newPool(pgxPool(t, dsn), o).Schedules() },
 			Complete: func(ctx context.Context, slot *schedule.Slot) error {
 				return schedCompleteCounted(ctx, pool, db, slot)
 			},
@@ -255,7 +256,7 @@ func TestConformanceSQLDB(t *testing.T) {
 		},
 		// Runs the idempotency suite on a Store made by NewDB on pgx's
 		// stdlib driver; its transactional cases run in *sql.Tx
-		// transactions of lib/pq.
+		// transactions of the same driver.
 		Idempotency: func(t *testing.T) idempotencytest.Target {
 			dsn := srv.NewDatabase(t)
 			direct := openSQL(t, driverPgx, dsn, nil)
@@ -273,7 +274,7 @@ func TestConformanceSQLDB(t *testing.T) {
 					return newDB(c, nil).Idempotency()
 				},
 				Faults: proxy,
-				Tx:     idemSQLTxTarget(t, openSQL(t, driverPQ, dsn, nil), db),
+				Tx:     idemSQLTxTarget(t, openSQL(t, driverPgx, dsn, nil), db),
 			}
 		},
 		// Runs the rate limit suite on a Store made by NewDB on pgx's
@@ -336,16 +337,18 @@ func TestConformanceSQLDB(t *testing.T) {
 				},
 			}
 		},
-		// Runs the schedule suite on Stores made by NewDB on lib/pq,
-		// completing slots with CompleteSlot in *sql.Tx transactions of
-		// lib/pq; on a faked server clock and on the server's own.
+		// Runs the schedule suite on Stores made by NewDB on pgx's stdlib
+		// driver, completing slots with CompleteSlot in *sql.Tx
+		// transactions; on a faked server clock and on the server's own.
+		// (The integration module runs the *sql.Tx entry points on
+		// lib/pq.)
 		Schedule: func(t *testing.T, clock *storetest.Clock) scheduletest.Target {
 			srv := testenv.SharedPostgres(t)
 			dsn := srv.NewDatabase(t)
 			if clock != nil {
 				dsn = fakeServerClock(t, srv, dsn, clock)
 			}
-			sqlDB := openSQL(t, driverPQ, dsn, nil)
+			sqlDB := openSQL(t, driverPgx, dsn, nil)
 			db := newDB(sqlDB, nil)
 			if err := db.Migrate(ctxT(t)); err != nil {
 				t.Fatal(err)
@@ -356,7 +359,7 @@ func TestConformanceSQLDB(t *testing.T) {
 			return scheduletest.Target{
 				Store: db.Schedules(),
 				Node: func(t *testing.T) schedule.Store {
-					return newDB(openSQL(t, driverPQ, dsn, nil), nil).Schedules()
+					return newDB(openSQL(t, driverPgx, dsn, nil), nil).Schedules()
 				},
 				Complete: func(ctx context.Context, slot *schedule.Slot) error {
 					return inSQLTx(ctx, sqlDB, func(tx *sql.Tx) error {

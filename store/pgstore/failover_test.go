@@ -29,7 +29,7 @@ func TestFailoverGuardAndDataTogether(t *testing.T) {
 	standby := testenv.PostgresStandby(t, primary, link.Addr())
 	dsn := primary.NewDatabase(t)
 	testenv.WaitReplayed(t, primary, standby)
-	pool := primary.Pool(t, dsn)
+	pool := pgxPool(t, dsn)
 	db := newPG(t, pool, nil)
 	ctx := ctxT(t)
 	if err := db.Migrate(ctx); err != nil {
@@ -79,7 +79,7 @@ func TestFailoverGuardAndDataTogether(t *testing.T) {
 	primary.Kill(t)
 	standby.Promote(t)
 
-	spool := standby.Pool(t, standby.DSN(poolDatabase(t, pool)))
+	spool := pgxPool(t, standby.DSN(poolDatabase(t, pool)))
 	state := func(resource string) (admitted, newest int64) {
 		t.Helper()
 		if err := spool.QueryRow(ctx, `SELECT coalesce((SELECT fence FROM tenure.fences WHERE resource = $1), 0),
@@ -124,7 +124,7 @@ func TestFailoverLeases(t *testing.T) {
 	primary := testenv.Postgres(t)
 	standby := testenv.PostgresStandby(t, primary, primary.Addr())
 	dsn := primary.NewDatabase(t)
-	pool := primary.Pool(t, dsn)
+	pool := pgxPool(t, dsn)
 	ctx := ctxT(t)
 	logged := newPG(t, pool, nil)
 	unlogged := newPG(t, pool, &pgstore.Options{Schema: "tenure_unlogged", UnloggedLeases: true})
@@ -148,7 +148,7 @@ func TestFailoverLeases(t *testing.T) {
 	primary.Kill(t)
 	standby.Promote(t)
 
-	spool := standby.Pool(t, standby.DSN(poolDatabase(t, pool)))
+	spool := pgxPool(t, standby.DSN(poolDatabase(t, pool)))
 	sLogged := newPG(t, spool, nil)
 	sUnlogged := newPG(t, spool, &pgstore.Options{Schema: "tenure_unlogged", UnloggedLeases: true})
 	if _, err := sLogged.Leases().Acquire(ctx, "k", lease.NewToken(), time.Hour); !errors.Is(err, lease.ErrHeld) {

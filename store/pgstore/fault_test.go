@@ -22,7 +22,7 @@ import (
 // shared one must not be paused.
 func TestServerPausedPastTTL(t *testing.T) {
 	srv := testenv.Postgres(t)
-	pool := srv.Pool(t, srv.NewDatabase(t))
+	pool := pgxPool(t, srv.NewDatabase(t))
 	db := newPG(t, pool, nil)
 	ctx := ctxT(t)
 	if err := db.Migrate(ctx); err != nil {

@@ -25,7 +25,7 @@ func TestGuardRefusalsCounted(t *testing.T) {
 	defer otel.SetMeterProvider(prev)
 
 	srv := testenv.SharedPostgres(t)
-	pool := srv.Pool(t, srv.NewDatabase(t))
+	pool := pgxPool(t, srv.NewDatabase(t))
 	db := newPG(t, pool, nil)
 	ctx := t.Context()
 	if err := db.Migrate(ctx); err != nil {

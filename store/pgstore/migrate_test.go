@@ -93,7 +93,7 @@ func TestMigrateConcurrently(t *testing.T) {
 		start := make(chan struct{})
 		stores := make([]*pgstore.Store, procs)
 		for i := range procs {
-			pool := srv.Pool(t, dsn)
+			pool := pgxPool(t, dsn)
 			if err := pool.Ping(ctxT(t)); err != nil { // connect ahead of the start
 				t.Fatal(err)
 			}
@@ -113,7 +113,7 @@ func TestMigrateConcurrently(t *testing.T) {
 			}
 		}
 	}
-	pool := srv.Pool(t, dsn)
+	pool := pgxPool(t, dsn)
 	want := []string{"one.fences", "one.leases", "tenure.fences", "tenure.leases", "two.fences", "two.leases"}
 	if got := tables(t, pool); !slices.Equal(got, want) {
 		t.Fatalf("tables %v, want %v", got, want)
@@ -149,7 +149,7 @@ func TestCustomSchema(t *testing.T) {
 
 func TestBadSchemaWritesNothing(t *testing.T) {
 	srv := testenv.SharedPostgres(t)
-	pool := srv.Pool(t, srv.NewDatabase(t))
+	pool := pgxPool(t, srv.NewDatabase(t))
 	ctx := ctxT(t)
 	before := schemas(t, pool)
 	bad := []string{
@@ -195,7 +195,7 @@ func TestBadSchemaWritesNothing(t *testing.T) {
 
 func TestNotMigratedIsAPlainError(t *testing.T) {
 	srv := testenv.SharedPostgres(t)
-	pool := srv.Pool(t, srv.NewDatabase(t))
+	pool := pgxPool(t, srv.NewDatabase(t))
 	db := newPG(t, pool, nil)
 	_, err := db.Leases().Acquire(ctxT(t), "k", lease.NewToken(), time.Second)
 	if err == nil || errors.Is(err, lease.ErrUnavailable) || errors.Is(err, lease.ErrHeld) || errors.Is(err, lease.ErrInvalid) {

@@ -52,7 +52,7 @@ func allVersions() []int {
 // current version with its rows kept.
 func TestMigrateUpgradesUnversionedSchema(t *testing.T) {
 	srv := testenv.SharedPostgres(t)
-	pool := srv.Pool(t, srv.NewDatabase(t))
+	pool := pgxPool(t, srv.NewDatabase(t))
 	ctx := ctxT(t)
 	v1, err := os.ReadFile("testdata/schema_v1_unversioned.sql")
 	if err != nil {
@@ -157,7 +157,7 @@ func TestNewerSchemaVersionRefused(t *testing.T) {
 // order), give a schema the Store accepts.
 func TestMigrationsAppliedByAnotherTool(t *testing.T) {
 	srv := testenv.SharedPostgres(t)
-	pool := srv.Pool(t, srv.NewDatabase(t))
+	pool := pgxPool(t, srv.NewDatabase(t))
 	ctx := ctxT(t)
 	fsys, err := pgstore.Migrations("billing_locks")
 	if err != nil {
@@ -202,7 +202,7 @@ func TestMigrateConcurrentlyRecordsOnce(t *testing.T) {
 	errs := make([]error, 2)
 	start := make(chan struct{})
 	for i := range errs {
-		pool := srv.Pool(t, dsn)
+		pool := pgxPool(t, dsn)
 		if err := pool.Ping(ctxT(t)); err != nil {
 			t.Fatal(err)
 		}
@@ -239,7 +239,7 @@ func TestMigrateConcurrentlyRecordsOnce(t *testing.T) {
 			t.Fatalf("Migrate %d: %v", i, err)
 		}
 	}
-	pool := srv.Pool(t, dsn)
+	pool := pgxPool(t, dsn)
 	if got := versions(t, pool, "tenure"); !slices.Equal(got, allVersions()) {
 		t.Fatalf("versions %v, want %v", got, allVersions())
 	}

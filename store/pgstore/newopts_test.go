@@ -15,7 +15,7 @@ import (
 
 func TestNewRefusesBadOptions(t *testing.T) {
 	srv := testenv.SharedPostgres(t)
-	pool := srv.Pool(t, srv.NewDatabase(t))
+	pool := pgxPool(t, srv.NewDatabase(t))
 	sqlDB := stdlib.OpenDBFromPool(pool)
 	t.Cleanup(func() { sqlDB.Close() })
 	ctx := ctxT(t)

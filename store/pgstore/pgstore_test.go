@@ -78,7 +78,7 @@ func poolVia(t *testing.T, dsn, addr string, db *pgstore.Store, warm bool) *pgxp
 func fresh(t *testing.T, o *pgstore.Options) (*pgxpool.Pool, *pgstore.Store) {
 	t.Helper()
 	srv := testenv.SharedPostgres(t)
-	pool := srv.Pool(t, srv.NewDatabase(t))
+	pool := pgxPool(t, srv.NewDatabase(t))
 	db := newPG(t, pool, o)
 	if err := db.Migrate(ctxT(t)); err != nil {
 		t.Fatalf("Migrate: %v", err)

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/lib/pq"
 )
 
 // Durations go to every driver as whole microseconds, rounded up, and
@@ -60,6 +59,13 @@ func TestPgArrayAndParse(t *testing.T) {
 	}
 }
 
+// stateErr is another driver's error carrying a SQLSTATE (lib/pq's *pq.Error
+// has the same SQLState method).
+type stateErr string
+
+func (e stateErr) Error() string    { return "pq: " + string(e) }
+func (e stateErr) SQLState() string { return string(e) }
+
 // The server's SQLSTATE is read from every driver's error type, so lib/pq's
 // errors are classified like pgx's.
 func TestSQLStateAcrossDrivers(t *testing.T) {
@@ -70,11 +76,11 @@ func TestSQLStateAcrossDrivers(t *testing.T) {
 		unavailable bool
 	}{
 		{&pgconn.PgError{Code: "57P01"}, "57P01", true},
-		{&pq.Error{Code: "57P01"}, "57P01", true},
-		{fmt.Errorf("wrapped: %w", &pq.Error{Code: "08006"}), "08006", true},
-		{&pq.Error{Code: "57014"}, "57014", true},
-		{&pq.Error{Code: "23505"}, "23505", false},
-		{&pq.Error{Code: "TS002"}, "TS002", false},
+		{stateErr("57P01"), "57P01", true},
+		{fmt.Errorf("wrapped: %w", stateErr("08006")), "08006", true},
+		{stateErr("57014"), "57014", true},
+		{stateErr("23505"), "23505", false},
+		{stateErr("TS002"), "TS002", false},
 		{driver.ErrBadConn, "", true},
 		{errors.New("other"), "", false},
 	} {
@@ -86,8 +92,8 @@ func TestSQLStateAcrossDrivers(t *testing.T) {
 		}
 	}
 	s := &Store{schema: "tenure"}
-	if err := s.wrap(ctx, "op", &pq.Error{Code: "42P01"}); !strings.Contains(err.Error(), "run Migrate") {
-		t.Errorf("undefined table through lib/pq: %v, want the Migrate hint", err)
+	if err := s.wrap(ctx, "op", stateErr("42P01")); !strings.Contains(err.Error(), "run Migrate") {
+		t.Errorf("undefined table through another driver: %v, want the Migrate hint", err)
 	}
 }
 

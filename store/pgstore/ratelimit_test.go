@@ -76,7 +76,7 @@ func TestRateLimitSweep(t *testing.T) {
 // "unavailable" and certainly not "allowed".
 func TestRateLimitNotMigrated(t *testing.T) {
 	srv := testenv.SharedPostgres(t)
-	pool := srv.Pool(t, srv.NewDatabase(t))
+	pool := pgxPool(t, srv.NewDatabase(t))
 	l, _ := ratelimit.New(newPG(t, pool, nil).Limits(), ratelimit.GCRA, ratelimit.Limit{Rate: 1, Period: time.Second})
 	d, err := l.Allow(ctxT(t), "k")
 	if err == nil || d.Allowed || !strings.Contains(err.Error(), "Migrate") {

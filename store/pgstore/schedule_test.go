@@ -34,7 +34,7 @@ func schedCompleteCounted(ctx context.Context, pool *pgxpool.Pool, db *pgstore.S
 // to, ahead of pg_catalog in their search_path. Every statement of the
 // store under test (leases, slot records, ledger) then runs on clock.
 func fakeServerClock(t *testing.T, srv *testenv.PostgresServer, dsn string, clock *scheduletest.Clock) string {
-	pool := srv.Pool(t, dsn)
+	pool := pgxPool(t, dsn)
 	ctx := ctxT(t)
 	if _, err := pool.Exec(ctx, `CREATE SCHEMA fakeclock;
 CREATE TABLE fakeclock.now (t timestamptz NOT NULL);
@@ -50,7 +50,7 @@ CREATE FUNCTION fakeclock.clock_timestamp() RETURNS timestamptz LANGUAGE sql VOL
 	faked := dsn + "&search_path=fakeclock,pg_catalog,public"
 	// The faked connections really see the clock.
 	var got time.Time
-	if err := srv.Pool(t, faked).QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&got); err != nil || !got.Equal(clock.Now()) {
+	if err := pgxPool(t, faked).QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&got); err != nil || !got.Equal(clock.Now()) {
 		t.Fatalf("clock_timestamp() on the faked connection = %v (%v), want %v", got, err, clock.Now())
 	}
 	return faked

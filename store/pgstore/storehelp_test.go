@@ -1,6 +1,7 @@
 package pgstore_test
 
 import (
+	"context"
 	"database/sql"
 	"testing"
 
@@ -35,4 +36,17 @@ func must[S any](s S, err error) S {
 		panic(err)
 	}
 	return s
+}
+
+// pgxPool returns a pgx connection pool for dsn, closed when the test
+// ends. Connections are made lazily, so it can be created while the
+// server is down.
+func pgxPool(t testing.TB, dsn string) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), dsn)
+	if err != nil {
+		t.Fatalf("pgx pool for %s: %v", dsn, err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
 }

@@ -103,7 +103,7 @@ func TestUnloggedLeasesMigrateAndCheck(t *testing.T) {
 // database creates the tables and the leases table UNLOGGED.
 func TestUnloggedLeasesNewSchema(t *testing.T) {
 	srv := testenv.SharedPostgres(t)
-	empty := newPG(t, srv.Pool(t, srv.NewDatabase(t)), nil)
+	empty := newPG(t, pgxPool(t, srv.NewDatabase(t)), nil)
 	if _, err := empty.LeasesUnlogged(ctxT(t)); err == nil {
 		t.Fatal("LeasesUnlogged on a database without tenure's tables: no error")
 	}
@@ -203,7 +203,7 @@ func TestUnloggedLeasesTruncated(t *testing.T) {
 func TestUnloggedLeasesCrash(t *testing.T) {
 	srv := testenv.Postgres(t)
 	dsn := srv.NewDatabase(t)
-	pool := srv.Pool(t, dsn)
+	pool := pgxPool(t, dsn)
 	db := newPG(t, pool, unloggedOpts)
 	if err := db.Migrate(ctxT(t)); err != nil {
 		t.Fatal(err)

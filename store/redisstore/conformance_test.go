@@ -209,7 +209,7 @@ var (
 // suite on a fresh server per case, the others on the shared one.
 func singleFactory(t *testing.T, c client) storetest.Factory {
 	srv := testenv.SharedRedis(t)
-	direct := srv.Client(t)
+	direct := newClient(t, srv.Addr())
 	return storetest.Factory{
 		Lease: func(t *testing.T) leasetest.Target {
 			srv := testenv.Redis(t, nil)
@@ -224,7 +224,7 @@ func singleFactory(t *testing.T, c client) storetest.Factory {
 					srv.Restart(t)
 					return c.plain(t, srv.Addr(), nil).Leases()
 				},
-				Resource: &resource{s: s, direct: direct, c: srv.Client(t)},
+				Resource: &resource{s: s, direct: direct, c: newClient(t, srv.Addr())},
 			}
 		},
 		Idempotency: func(t *testing.T) idempotencytest.Target {

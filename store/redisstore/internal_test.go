@@ -111,7 +111,7 @@ func TestScriptsValidateBeforeWriting(t *testing.T) {
 func testScriptsValidateBeforeWriting(t *testing.T, open func(t *testing.T, addr string, o *Options) *Store) {
 	ctx := context.Background()
 	srv := testenv.Redis(t, nil)
-	c := srv.Client(t)
+	c := newClient(t, srv.Addr())
 	s := open(t, srv.Addr(), nil)
 	lock, fk, hk := s.leaseKeys3("k")
 	vk, ak := s.valueKeys("r")
@@ -177,7 +177,7 @@ func TestDelexFallback(t *testing.T) { eachForm(t, testDelexFallback) }
 func testDelexFallback(t *testing.T, open func(t *testing.T, addr string, o *Options) *Store) {
 	ctx := context.Background()
 	srv := testenv.Redis(t, nil)
-	c := srv.Client(t)
+	c := newClient(t, srv.Addr())
 	s := open(t, srv.Addr(), nil)
 	if err := s.Check(ctx); err != nil {
 		t.Fatal(err)
@@ -301,7 +301,7 @@ func TestCheckLoadsEveryScript(t *testing.T) { eachForm(t, testCheckLoadsEverySc
 func testCheckLoadsEveryScript(t *testing.T, open func(t *testing.T, addr string, o *Options) *Store) {
 	ctx := context.Background()
 	srv := testenv.Redis(t, nil)
-	c := srv.Client(t)
+	c := newClient(t, srv.Addr())
 	if err := open(t, srv.Addr(), nil).Check(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -320,4 +320,16 @@ func testCheckLoadsEveryScript(t *testing.T, open func(t *testing.T, addr string
 			t.Errorf("%s not loaded by Check: %v, %v", f.Name(), ok, err)
 		}
 	}
+}
+
+// newClient connects a rueidis client with retries disabled and closes it
+// when the test ends.
+func newClient(t testing.TB, addr string) rueidis.Client {
+	t.Helper()
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableRetry: true})
+	if err != nil {
+		t.Fatalf("connect to %s: %v", addr, err)
+	}
+	t.Cleanup(c.Close)
+	return c
 }

@@ -36,9 +36,9 @@ func listTargets(t *testing.T) []struct {
 	}
 	var out []tg
 	o := opts()
-	out = append(out, tg{"rueidis", checked(t, srv.Client(t), o), srv.Client(t), o})
+	out = append(out, tg{"rueidis", checked(t, newClient(t, srv.Addr()), o), newClient(t, srv.Addr()), o})
 	o = opts()
-	out = append(out, tg{"goredis", checkedGo(t, newGoClient(t, srv.Addr()), o), srv.Client(t), o})
+	out = append(out, tg{"goredis", checkedGo(t, newGoClient(t, srv.Addr()), o), newClient(t, srv.Addr()), o})
 	o = opts()
 	out = append(out, tg{"cluster-rueidis", checked(t, newClusterClient(t, cl.Addrs(), nil), o), newClusterClient(t, cl.Addrs(), nil), o})
 	o = opts()
@@ -160,9 +160,9 @@ func TestListLeases(t *testing.T) {
 func TestListManyKeys(t *testing.T) {
 	srv := testenv.SharedRedis(t)
 	o := &redisstore.Options{Prefix: "listmany:" + rand.Text()[:8] + ":"}
-	s := checked(t, srv.Client(t), o)
+	s := checked(t, newClient(t, srv.Addr()), o)
 	ctx := ctxT(t)
-	c := srv.Client(t)
+	c := newClient(t, srv.Addr())
 	// Fence keys written directly: 2500 keys, more than one SCAN step.
 	const n = 2500
 	var cmds rueidis.Commands
@@ -266,6 +266,6 @@ func TestHolderKeyFollowsGrant(t *testing.T) {
 // go-redis, with a direct rueidis client.
 func eachClient(t *testing.T, fn func(t *testing.T, s *redisstore.Store, c rueidis.Client)) {
 	srv := testenv.SharedRedis(t)
-	t.Run("rueidis", func(t *testing.T) { fn(t, checked(t, srv.Client(t), nil), srv.Client(t)) })
-	t.Run("goredis", func(t *testing.T) { fn(t, checkedGo(t, newGoClient(t, srv.Addr()), nil), srv.Client(t)) })
+	t.Run("rueidis", func(t *testing.T) { fn(t, checked(t, newClient(t, srv.Addr()), nil), newClient(t, srv.Addr())) })
+	t.Run("goredis", func(t *testing.T) { fn(t, checkedGo(t, newGoClient(t, srv.Addr()), nil), newClient(t, srv.Addr())) })
 }

@@ -175,7 +175,7 @@ func commandStats(t *testing.T, c rueidis.Client) map[string]int {
 // reported (not silently replaced), and nothing is written.
 func TestRateLimitMalformedState(t *testing.T) {
 	ctx := ctxT(t)
-	c := testenv.SharedRedis(t).Client(t)
+	c := newClient(t, testenv.SharedRedis(t).Addr())
 	prefix := fmt.Sprintf("rlbad:%d:", time.Now().UnixNano())
 	s := checked(t, c, &redisstore.Options{Prefix: prefix})
 	for _, alg := range ratelimittest.Algorithms {
@@ -199,7 +199,7 @@ func TestRateLimitMalformedState(t *testing.T) {
 func TestRateLimitEvictingServerRefused(t *testing.T) {
 	ctx := ctxT(t)
 	srv := testenv.Redis(t, &testenv.RedisOptions{MaxMemoryPolicy: "allkeys-lru"})
-	c := srv.Client(t)
+	c := newClient(t, srv.Addr())
 	s := newRedis(t, c, nil)
 	l, _ := ratelimit.New(s.Limits(), ratelimit.GCRA, ratelimit.Limit{Rate: 1, Period: time.Second})
 	if _, err := l.Allow(ctx, "k"); !errors.Is(err, redisstore.ErrEvictionPolicy) {

@@ -50,7 +50,7 @@ func serverVersion(t *testing.T, c rueidis.Client) string {
 // owner's lock in place.
 func TestReleasePath(t *testing.T) {
 	ctx := ctxT(t)
-	c := testenv.SharedRedis(t).Client(t)
+	c := newClient(t, testenv.SharedRedis(t).Addr())
 	s := newRedis(t, c, nil)
 	want := wantReleasePath(t, c)
 	if v := serverVersion(t, c); strings.HasPrefix(v, "7.") && want != redisstore.ReleaseLua {
@@ -95,7 +95,7 @@ func TestReleasePath(t *testing.T) {
 // token is still stored, B's release deletes the lock.
 func TestRedisReleaseScenario(t *testing.T) {
 	ctx := ctxT(t)
-	c := testenv.SharedRedis(t).Client(t)
+	c := newClient(t, testenv.SharedRedis(t).Addr())
 	s := checked(t, c, nil)
 	ls := s.Leases()
 	k := uniq(t, "redis-release")
@@ -147,7 +147,7 @@ func TestRedisReleaseScenario(t *testing.T) {
 func TestEvictionPolicyRefused(t *testing.T) {
 	ctx := ctxT(t)
 	srv := testenv.Redis(t, &testenv.RedisOptions{MaxMemoryPolicy: "allkeys-lru"})
-	c := srv.Client(t)
+	c := newClient(t, srv.Addr())
 	s := newRedis(t, c, nil)
 	k := "k"
 	tok := lease.NewToken()
@@ -209,7 +209,7 @@ func TestEvictionPolicyRefused(t *testing.T) {
 func TestCheckRunsAgain(t *testing.T) {
 	ctx := ctxT(t)
 	srv := testenv.Redis(t, nil)
-	c := srv.Client(t)
+	c := newClient(t, srv.Addr())
 	s := newRedis(t, c, nil)
 	setPolicy := func(p string) {
 		t.Helper()
@@ -243,7 +243,7 @@ func TestCheckRunsAgain(t *testing.T) {
 func TestOutOfMemory(t *testing.T) {
 	ctx := ctxT(t)
 	srv := testenv.Redis(t, &testenv.RedisOptions{MaxMemoryPolicy: "noeviction"})
-	c := srv.Client(t)
+	c := newClient(t, srv.Addr())
 	s := checked(t, c, nil)
 	ls := s.Leases()
 	holder := lease.NewToken()
@@ -321,7 +321,7 @@ func TestOutOfMemory(t *testing.T) {
 // comparison over the whole uint64 range.
 func TestFencedSet(t *testing.T) {
 	ctx := ctxT(t)
-	c := testenv.SharedRedis(t).Client(t)
+	c := newClient(t, testenv.SharedRedis(t).Addr())
 	s := checked(t, c, nil)
 	r := uniq(t, "r")
 	vk, fk := s.ValueKeys(r)
@@ -415,7 +415,7 @@ func TestFencedSet(t *testing.T) {
 func TestInvalidInputWritesNothing(t *testing.T) {
 	ctx := ctxT(t)
 	srv := testenv.Redis(t, nil)
-	c := srv.Client(t)
+	c := newClient(t, srv.Addr())
 	s := checked(t, c, nil)
 	long := strings.Repeat("r", lease.MaxKeyLen+1)
 	for _, name := range []string{"", long, "\xff\xfe", "a\x00b"} {
@@ -463,7 +463,7 @@ func TestInvalidInputWritesNothing(t *testing.T) {
 func TestLayout(t *testing.T) {
 	ctx := ctxT(t)
 	srv := testenv.Redis(t, nil)
-	c := srv.Client(t)
+	c := newClient(t, srv.Addr())
 
 	s := checked(t, c, nil)
 	tok := lease.NewToken()
@@ -547,7 +547,7 @@ func TestLayout(t *testing.T) {
 // higher fence from the clock floor.
 func TestFenceKeyLost(t *testing.T) {
 	ctx := ctxT(t)
-	c := testenv.SharedRedis(t).Client(t)
+	c := newClient(t, testenv.SharedRedis(t).Addr())
 	s := checked(t, c, nil)
 	k := uniq(t, "k")
 	tok := lease.NewToken()
@@ -579,7 +579,7 @@ func TestFenceKeyLost(t *testing.T) {
 // it.
 func TestHolderSet(t *testing.T) {
 	ctx := ctxT(t)
-	c := testenv.SharedRedis(t).Client(t)
+	c := newClient(t, testenv.SharedRedis(t).Addr())
 	s := checked(t, c, nil)
 	lk := leasetest.NewLocker(t, s.Leases(), nil)
 	k := uniq(t, "k")

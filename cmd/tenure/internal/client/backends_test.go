@@ -160,7 +160,7 @@ func TestLeaseConformanceTwoInstancesRedis(t *testing.T) {
 	leasetest.Run(t, func(t *testing.T) leasetest.Target {
 		prefix := fmt.Sprintf("serve%d:", prefixSeq.Add(1))
 		a, _, stopA := redisServe(t, r.Addr(), prefix)
-		rc := r.Client(t)
+		rc := redisClient(t, r.Addr())
 		b, _, stopB := redisServe(t, r.Addr(), prefix)
 		f := &faults{}
 		return leasetest.Target{

@@ -46,7 +46,7 @@ var pgSchemaSeq atomic.Int64
 func TestRateLimitConformancePostgres(t *testing.T) {
 	srv := testenv.SharedPostgres(t)
 	dsn := srv.NewDatabase(t)
-	direct := srv.Pool(t, dsn)
+	direct := pgxPool(t, dsn)
 	ratelimittest.Run(t, func(t *testing.T) ratelimittest.Target {
 		schema := fmt.Sprintf("serve_rl_%d", pgSchemaSeq.Add(1))
 		if err := newPG(t, direct, &pgstore.Options{Schema: schema}).Migrate(t.Context()); err != nil {
@@ -131,7 +131,7 @@ func redisRateKey(prefix string, k driver.StateKey) string {
 // read directly from the server.
 func TestRateLimitConformanceRedis(t *testing.T) {
 	r := testenv.SharedRedis(t)
-	direct := r.Client(t)
+	direct := redisClient(t, r.Addr())
 	ratelimittest.Run(t, func(t *testing.T) ratelimittest.Target {
 		prefix := redisPrefix("rl")
 		u, _, _ := redisServe(t, r.Addr(), prefix)
@@ -160,7 +160,7 @@ func TestRateLimitConformanceRedis(t *testing.T) {
 // on instances of their own.
 func TestSessionConformancePostgres(t *testing.T) {
 	dsn := pgDatabase(t)
-	direct := testenv.SharedPostgres(t).Pool(t, dsn)
+	direct := pgxPool(t, dsn)
 	sessiontest.Run(t, func(t *testing.T) sessiontest.Target {
 		a, _, _ := pgServe(t, dsn)
 		b, _, _ := pgServe(t, dsn)

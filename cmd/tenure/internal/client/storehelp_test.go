@@ -1,6 +1,7 @@
 package client_test
 
 import (
+	"context"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -27,4 +28,29 @@ func newRedis(t testing.TB, c rueidis.Client, o *redisstore.Options) *redisstore
 		t.Fatal(err)
 	}
 	return s
+}
+
+// pgxPool returns a pgx connection pool for dsn, closed when the test
+// ends. Connections are made lazily, so it can be created while the
+// server is down.
+func pgxPool(t testing.TB, dsn string) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), dsn)
+	if err != nil {
+		t.Fatalf("pgx pool for %s: %v", dsn, err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// redisClient connects a rueidis client with retries disabled to addr and
+// closes it when the test ends.
+func redisClient(t testing.TB, addr string) rueidis.Client {
+	t.Helper()
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableRetry: true})
+	if err != nil {
+		t.Fatalf("connect to %s: %v", addr, err)
+	}
+	t.Cleanup(c.Close)
+	return c
 }

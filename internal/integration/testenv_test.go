@@ -1,4 +1,4 @@
-package testenv_test
+package integration_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/rueidis"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -17,6 +18,43 @@ import (
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
+
+// redisClient connects a rueidis client with retries disabled to addrs and
+// closes it when the test ends.
+func redisClient(t testing.TB, addrs ...string) rueidis.Client {
+	t.Helper()
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: addrs, DisableRetry: true})
+	if err != nil {
+		t.Fatalf("connect to %v: %v", addrs, err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// etcdClient returns a client for every member of s, closed when the test
+// ends.
+func etcdClient(t testing.TB, s *testenv.EtcdServer) *clientv3.Client {
+	t.Helper()
+	c, err := clientv3.New(clientv3.Config{Endpoints: s.Endpoints(), DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatalf("etcd client for %v: %v", s.Endpoints(), err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// pgxPool returns a pgx connection pool for dsn, closed when the test
+// ends. Connections are made lazily, so it can be created while the
+// server is down.
+func pgxPool(t testing.TB, dsn string) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), dsn)
+	if err != nil {
+		t.Fatalf("pgx pool for %s: %v", dsn, err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
 
 // ctx returns a context that ends after d or with the test.
 func ctx(t *testing.T, d time.Duration) context.Context {
@@ -80,7 +118,7 @@ func TestRequireBinary(t *testing.T) {
 func TestRedisVolatile(t *testing.T) {
 	t.Parallel()
 	s := testenv.Redis(t, &testenv.RedisOptions{MaxMemory: "64mb", MaxMemoryPolicy: "allkeys-lru"})
-	c := s.Client(t)
+	c := redisClient(t, s.Addr())
 	if err := c.Do(ctx(t, 5*time.Second), c.B().Set().Key("k").Value("v").Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +135,7 @@ func TestRedisVolatile(t *testing.T) {
 	if s.Addr() != addr {
 		t.Fatalf("address changed across restart: %s -> %s", addr, s.Addr())
 	}
-	c = s.Client(t)
+	c = redisClient(t, s.Addr())
 	err = c.Do(ctx(t, 5*time.Second), c.B().Get().Key("k").Build()).Error()
 	if !rueidis.IsRedisNil(err) {
 		t.Fatalf("GET k after restart without persistence: err = %v, want nil reply", err)
@@ -107,7 +145,7 @@ func TestRedisVolatile(t *testing.T) {
 func TestRedisPersist(t *testing.T) {
 	t.Parallel()
 	s := testenv.Redis(t, &testenv.RedisOptions{Persist: true})
-	c := s.Client(t)
+	c := redisClient(t, s.Addr())
 	if err := c.Do(ctx(t, 5*time.Second), c.B().Set().Key("k").Value("kept").Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +154,7 @@ func TestRedisPersist(t *testing.T) {
 		t.Fatal("GET succeeded against a stopped server")
 	}
 	s.Start(t)
-	c = s.Client(t)
+	c = redisClient(t, s.Addr())
 	if v, err := c.Do(ctx(t, 5*time.Second), c.B().Get().Key("k").Build()).ToString(); err != nil || v != "kept" {
 		t.Fatalf("GET k after restart with persistence = %q, %v", v, err)
 	}
@@ -125,7 +163,7 @@ func TestRedisPersist(t *testing.T) {
 func TestRedisPause(t *testing.T) {
 	t.Parallel()
 	s := testenv.Redis(t, nil)
-	c := s.Client(t)
+	c := redisClient(t, s.Addr())
 	s.Pause(t)
 	err := c.Do(ctx(t, 300*time.Millisecond), c.B().Ping().Build()).Error()
 	if !errors.Is(err, context.DeadlineExceeded) {
@@ -143,7 +181,7 @@ func TestSharedRedis(t *testing.T) {
 	if s2 := testenv.SharedRedis(t); s2 != s {
 		t.Fatal("SharedRedis returned two different servers")
 	}
-	c := s.Client(t)
+	c := redisClient(t, s.Addr())
 	key := "TestSharedRedis:k"
 	if err := c.Do(ctx(t, 5*time.Second), c.B().Set().Key(key).Value("v").Build()).Error(); err != nil {
 		t.Fatal(err)
@@ -163,7 +201,7 @@ func TestRedisCluster(t *testing.T) {
 	if len(addrs) != 3 {
 		t.Fatalf("Addrs() = %v, want 3 masters", addrs)
 	}
-	c := cl.Client(t)
+	c := redisClient(t, cl.Addrs()...)
 	nodes := c.Nodes()
 	ranges := [][2]int64{{0, 5460}, {5461, 10922}, {10923, 16383}}
 	for i, r := range ranges {
@@ -208,7 +246,7 @@ func TestPostgres(t *testing.T) {
 	if !strings.HasPrefix(s.DSN("x"), "postgres://postgres@127.0.0.1:") || !strings.HasSuffix(s.DSN("x"), "/x?sslmode=disable") {
 		t.Fatalf("DSN = %q", s.DSN("x"))
 	}
-	pool := s.Pool(t, s.DSN("postgres"))
+	pool := pgxPool(t, s.DSN("postgres"))
 	if _, err := pool.Exec(ctx(t, 10*time.Second), `CREATE TABLE kv (k text PRIMARY KEY, v text); INSERT INTO kv VALUES ('a', 'kept')`); err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +254,7 @@ func TestPostgres(t *testing.T) {
 	var v string
 	// The pool's old connections died with the server; a fresh pool
 	// avoids depending on how quickly pgxpool notices.
-	pool = s.Pool(t, s.DSN("postgres"))
+	pool = pgxPool(t, s.DSN("postgres"))
 	if err := pool.QueryRow(ctx(t, 10*time.Second), `SELECT v FROM kv WHERE k = 'a'`).Scan(&v); err != nil || v != "kept" {
 		t.Fatalf("after restart: v = %q, %v", v, err)
 	}
@@ -255,7 +293,7 @@ func TestSharedPostgresNewDatabase(t *testing.T) {
 		if dbA == dbB {
 			t.Fatalf("NewDatabase returned %q twice", dbA)
 		}
-		a, b := s.Pool(t, dbA), s.Pool(t, dbB)
+		a, b := pgxPool(t, dbA), pgxPool(t, dbB)
 		if _, err := a.Exec(ctx(t, 10*time.Second), `CREATE TABLE only_in_a (x int)`); err != nil {
 			t.Fatal(err)
 		}
@@ -272,7 +310,7 @@ func TestSharedPostgresNewDatabase(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	admin := s.Pool(t, s.DSN("postgres"))
+	admin := pgxPool(t, s.DSN("postgres"))
 	var n int
 	if err := admin.QueryRow(ctx(t, 10*time.Second), `SELECT count(*) FROM pg_database WHERE datname = $1`, cfg.Database).Scan(&n); err != nil || n != 0 {
 		t.Fatalf("database %s still exists after its test: n = %d, %v", cfg.Database, n, err)
@@ -296,7 +334,7 @@ func TestEtcd(t *testing.T) {
 	if eps := s.Endpoints(); len(eps) != 1 || !strings.HasPrefix(eps[0], "http://127.0.0.1:") {
 		t.Fatalf("Endpoints() = %v", eps)
 	}
-	c := s.Client(t)
+	c := etcdClient(t, s)
 	etcdPutGet(t, c, "k", "kept")
 	s.Restart(t)
 	eventually(t, 10*time.Second, "get after restart", func() error {
@@ -317,7 +355,7 @@ func TestSharedEtcd(t *testing.T) {
 	if s2 := testenv.SharedEtcd(t); s2 != s {
 		t.Fatal("SharedEtcd returned two different servers")
 	}
-	etcdPutGet(t, s.Client(t), "TestSharedEtcd/k", "v")
+	etcdPutGet(t, etcdClient(t, s), "TestSharedEtcd/k", "v")
 }
 
 func TestEtcdCluster(t *testing.T) {
@@ -326,7 +364,7 @@ func TestEtcdCluster(t *testing.T) {
 	if n := len(s.Endpoints()); n != 3 {
 		t.Fatalf("%d endpoints, want 3", n)
 	}
-	c := s.Client(t)
+	c := etcdClient(t, s)
 	etcdPutGet(t, c, "a", "1")
 	members, err := c.MemberList(ctx(t, 10*time.Second))
 	if err != nil || len(members.Members) != 3 {
@@ -377,7 +415,7 @@ func TestEtcdCluster(t *testing.T) {
 	s.Start(t)
 	// A fresh client: the old one's connections are in gRPC's reconnect
 	// backoff after every member went away.
-	c = s.Client(t)
+	c = etcdClient(t, s)
 	eventually(t, 10*time.Second, "get c after a full restart", func() error {
 		resp, err := c.Get(ctx(t, 2*time.Second), "c")
 		if err != nil {
@@ -393,7 +431,7 @@ func TestEtcdCluster(t *testing.T) {
 func TestProxyRedis(t *testing.T) {
 	t.Parallel()
 	s := testenv.Redis(t, nil)
-	direct := s.Client(t)
+	direct := redisClient(t, s.Addr())
 	p := testenv.NewProxy(t, s.Addr())
 	// One connection only: rueidis otherwise spreads commands over
 	// several lazily opened connections, and one opened while replies are
@@ -485,7 +523,7 @@ func TestProxyPostgres(t *testing.T) {
 func TestPostgresDurableStopImmediate(t *testing.T) {
 	t.Parallel()
 	s := testenv.PostgresWith(t, &testenv.PostgresOptions{Durable: true})
-	pool := s.Pool(t, s.DSN("postgres"))
+	pool := pgxPool(t, s.DSN("postgres"))
 	var fsync, syncCommit string
 	if err := pool.QueryRow(ctx(t, 10*time.Second), `SELECT current_setting('fsync'), current_setting('synchronous_commit')`).Scan(&fsync, &syncCommit); err != nil {
 		t.Fatal(err)
@@ -506,7 +544,7 @@ func TestPostgresDurableStopImmediate(t *testing.T) {
 		t.Fatal("query succeeded against a stopped server")
 	}
 	s.Start(t)
-	pool = s.Pool(t, s.DSN("postgres"))
+	pool = pgxPool(t, s.DSN("postgres"))
 	var n int
 	if err := pool.QueryRow(ctx(t, 10*time.Second), `SELECT count(*) FROM n`).Scan(&n); err != nil || n != 50 {
 		t.Fatalf("after an immediate stop: %d rows, %v; want 50", n, err)
@@ -529,7 +567,7 @@ func TestRedisReplicaFailover(t *testing.T) {
 	if err := c.Do(ctx(t, 2*time.Second), c.B().Set().Key("k").Value("v").Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
-	direct := replica.Client(t)
+	direct := redisClient(t, replica.Addr())
 	eventually(t, 5*time.Second, "k replicated", func() error {
 		v, err := direct.Do(ctx(t, time.Second), direct.B().Get().Key("k").Build()).ToString()
 		if err == nil && v != "v" {
@@ -554,7 +592,7 @@ func TestRedisReplicaFailover(t *testing.T) {
 		t.Fatalf("k2 on the promoted replica = %q, %v", v, err)
 	}
 	replica.Restart(t) // stays a primary
-	direct = replica.Client(t)
+	direct = redisClient(t, replica.Addr())
 	if err := direct.Do(ctx(t, 2*time.Second), direct.B().Set().Key("x").Value("1").Build()).Error(); err != nil {
 		t.Fatalf("write after restarting the promoted replica: %v", err)
 	}
@@ -566,7 +604,7 @@ func TestRedisReplicaFailover(t *testing.T) {
 func TestProxyHold(t *testing.T) {
 	t.Parallel()
 	s := testenv.SharedRedis(t)
-	direct := s.Client(t)
+	direct := redisClient(t, s.Addr())
 	p := testenv.NewProxy(t, s.Addr())
 	dial := func() rueidis.Client {
 		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{p.Addr()}, DisableRetry: true, PipelineMultiplex: -1})
@@ -629,7 +667,7 @@ func TestRedisFailoverHarness(t *testing.T) {
 	if err := set("before"); err != nil {
 		t.Fatal(err)
 	}
-	replica := f.Replica.Client(t)
+	replica := redisClient(t, f.Replica.Addr())
 	eventually(t, 10*time.Second, "before replicated", func() error {
 		return replica.Do(ctx(t, time.Second), replica.B().Get().Key("before").Build()).Error()
 	})
@@ -637,7 +675,7 @@ func TestRedisFailoverHarness(t *testing.T) {
 	if err := set("during"); err != nil {
 		t.Fatal(err)
 	}
-	primary := f.Primary.Client(t)
+	primary := redisClient(t, f.Primary.Addr())
 	dc, release := primary.Dedicate()
 	res := dc.DoMulti(ctx(t, 5*time.Second), dc.B().Set().Key("during2").Value("1").Build(), dc.B().Wait().Numreplicas(1).Timeout(200).Build())
 	release()
