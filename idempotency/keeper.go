@@ -401,37 +401,56 @@ func (k *Keeper) do(ctx context.Context, req Request, fn Func, takeover bool) (R
 		return Result{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	token := NewToken()
-	var waited *InProgressError // the last answer while waiting
-	for attempt := 1; ; attempt++ {
-		sent := time.Now()
+	var sent time.Time // when the answer's Begin was sent
+	b, err := k.claimWaiting(ctx, req, func(ctx context.Context) (driver.Begun, error) {
+		sent = time.Now()
 		b, err := k.st.Begin(ctx, k.begin(req, token, takeover))
+		if err != nil && !errors.Is(err, ErrInvalid) {
+			// The claim may have been applied without its reply: drop it,
+			// so it does not block the key for a whole claim TTL.
+			k.cleanup(ctx, req.ID(), token)
+		}
+		return b, err
+	})
+	if err != nil {
+		return Result{}, err
+	}
+	if b.State == driver.Claimed {
+		return k.run(ctx, req, token, b, sent, fn)
+	}
+	k.abandoned(ctx, req, b)
+	return k.answer(req, b)
+}
+
+// claimWaiting calls begin (a Begin, or a Claim in the caller's
+// transaction) and returns its answer. While the answer is another
+// request's live claim and Options.Wait is set, it calls begin again after
+// a jittered backoff, never longer than the holder's remaining claim time,
+// until the answer changes or ctx ends.
+func (k *Keeper) claimWaiting(ctx context.Context, req Request, begin func(context.Context) (driver.Begun, error)) (driver.Begun, error) {
+	var waited *InProgressError // the last answer while waiting
+	gaveUp := func() error {
+		return fmt.Errorf("idempotency: gave up waiting for key %q: %w (last: %w)", req.Key, ctx.Err(), waited)
+	}
+	for attempt := 1; ; attempt++ {
+		b, err := begin(ctx)
 		if err != nil {
-			if !errors.Is(err, ErrInvalid) {
-				// The claim may have been applied without its reply: drop
-				// it, so it does not block the key for a whole claim TTL.
-				k.cleanup(ctx, req.ID(), token)
-			}
 			if waited != nil && ctx.Err() != nil {
-				return Result{}, fmt.Errorf("idempotency: gave up waiting for key %q: %w (last: %w)", req.Key, ctx.Err(), waited)
+				return driver.Begun{}, gaveUp()
 			}
-			return Result{}, err
+			return driver.Begun{}, err
 		}
-		if b.State == driver.InProgress && k.o.Wait {
-			waited = &InProgressError{Scope: req.Scope, Key: req.Key, RetryAfter: b.TTL}
-			wait := k.backoff(attempt)
-			if b.TTL > 0 && b.TTL < wait {
-				wait = b.TTL
-			}
-			if !sleep(ctx, wait) {
-				return Result{}, fmt.Errorf("idempotency: gave up waiting for key %q: %w (last: %w)", req.Key, ctx.Err(), waited)
-			}
-			continue
+		if b.State != driver.InProgress || !k.o.Wait {
+			return b, nil
 		}
-		if b.State == driver.Claimed {
-			return k.run(ctx, req, token, b, sent, fn)
+		waited = &InProgressError{Scope: req.Scope, Key: req.Key, RetryAfter: b.TTL}
+		wait := k.backoff(attempt)
+		if b.TTL > 0 && b.TTL < wait {
+			wait = b.TTL
 		}
-		k.abandoned(ctx, req, b)
-		return k.answer(req, b)
+		if !sleep(ctx, wait) {
+			return driver.Begun{}, gaveUp()
+		}
 	}
 }
 

@@ -44,32 +44,17 @@ func (k *Keeper) doTx(ctx context.Context, tx Tx, req Request, fn Func) (Result,
 	}
 	tx = newTimedTx(tx, k.tel)
 	token := NewToken()
-	var waited *InProgressError // the last answer while waiting
-	for attempt := 1; ; attempt++ {
-		b, err := tx.Claim(ctx, k.begin(req, token, k.o.Abandoned == Rerun))
-		if err != nil {
-			if waited != nil && ctx.Err() != nil {
-				return Result{}, fmt.Errorf("idempotency: gave up waiting for key %q: %w (last: %w)", req.Key, ctx.Err(), waited)
-			}
-			return Result{}, err
-		}
-		if b.State == driver.InProgress && k.o.Wait {
-			waited = &InProgressError{Scope: req.Scope, Key: req.Key, RetryAfter: b.TTL}
-			wait := k.backoff(attempt)
-			if b.TTL > 0 && b.TTL < wait {
-				wait = b.TTL
-			}
-			if !sleep(ctx, wait) {
-				return Result{}, fmt.Errorf("idempotency: gave up waiting for key %q: %w (last: %w)", req.Key, ctx.Err(), waited)
-			}
-			continue
-		}
-		if b.State != driver.Claimed {
-			k.abandoned(ctx, req, b)
-			return k.answer(req, b)
-		}
-		return k.runTx(ctx, tx, req, token, b.Fence, fn)
+	b, err := k.claimWaiting(ctx, req, func(ctx context.Context) (driver.Begun, error) {
+		return tx.Claim(ctx, k.begin(req, token, k.o.Abandoned == Rerun))
+	})
+	if err != nil {
+		return Result{}, err
 	}
+	if b.State != driver.Claimed {
+		k.abandoned(ctx, req, b)
+		return k.answer(req, b)
+	}
+	return k.runTx(ctx, tx, req, token, b.Fence, fn)
 }
 
 func (k *Keeper) runTx(ctx context.Context, tx Tx, req Request, token Token, fence uint64, fn Func) (Result, error) {
