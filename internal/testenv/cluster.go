@@ -27,19 +27,7 @@ func RedisCluster(t testing.TB) *RedisClusterServer {
 	t.Helper()
 	bin := RequireBinary(t, "redis-server")
 	c, err := newRedisCluster(bin)
-	if err != nil {
-		defer c.destroy()
-		failStart(t, err, c.logFiles()...)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			logTails(t, "redis cluster node", c.logFiles()...)
-		}
-		if err := c.destroy(); err != nil {
-			t.Errorf("testenv: %v", err)
-		}
-	})
-	return c
+	return forTest(t, "redis cluster node", c, err)
 }
 
 // sharedRedisCluster is started by the first call of SharedRedisCluster.

@@ -64,19 +64,7 @@ func EtcdCluster(t testing.TB, n int) *EtcdServer {
 	}
 	bin := RequireBinary(t, "etcd")
 	s, err := newEtcd(bin, n)
-	if err != nil {
-		defer s.destroy()
-		failStart(t, err, s.logFiles()...)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			logTails(t, "etcd", s.logFiles()...)
-		}
-		if err := s.destroy(); err != nil {
-			t.Errorf("testenv: %v", err)
-		}
-	})
-	return s
+	return forTest(t, "etcd", s, err)
 }
 
 // sharedEtcd is started by the first call of SharedEtcd.

@@ -53,6 +53,7 @@ func fileExists(p string) bool {
 
 func newStandby(basebackup, postgresBin string, primary *PostgresServer, addr string) (*PostgresServer, error) {
 	s := &PostgresServer{postgresBin: postgresBin, env: postgresEnv(), durable: primary.durable, cred: primary.cred}
+	s.lifecycle = s.newLifecycle()
 	var err error
 	if s.base, err = postgresTempDir(s.cred); err != nil {
 		return s, err

@@ -29,14 +29,12 @@ type PostgresServer struct {
 	postgresBin string
 	base        string // private temp dir: log, socket and data/
 	dataDir     string
-	logPath     string
 	cred        *syscall.Credential // run as this user (set when root)
 	env         []string
 	durable     bool
 
-	mu   sync.Mutex
-	port int
-	proc *process // nil while stopped
+	lifecycle // mu guards port too
+	port      int
 }
 
 // dbSeq numbers the databases made by NewDatabase in this process.
@@ -66,19 +64,7 @@ func PostgresWith(t testing.TB, o *PostgresOptions) *PostgresServer {
 	t.Helper()
 	initdb, pg := requirePostgres(t)
 	s, err := newPostgres(initdb, pg, o != nil && o.Durable)
-	if err != nil {
-		defer s.destroy()
-		failStart(t, err, s.logFiles()...)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			logTails(t, "postgres", s.logPath)
-		}
-		if err := s.destroy(); err != nil {
-			t.Errorf("testenv: %v", err)
-		}
-	})
-	return s
+	return forTest(t, "postgres", s, err)
 }
 
 // sharedPostgres is started by the first call of SharedPostgres.
@@ -138,6 +124,7 @@ func requirePostgres(t testing.TB) (initdb, postgres string) {
 // still names its log file.
 func newPostgres(initdbBin, postgresBin string, durable bool) (*PostgresServer, error) {
 	s := &PostgresServer{postgresBin: postgresBin, env: postgresEnv(), durable: durable}
+	s.lifecycle = s.newLifecycle()
 	cred, err := postgresCredential()
 	if err != nil {
 		return s, err
@@ -326,6 +313,14 @@ func (s *PostgresServer) startLocked() (*process, error) {
 	return p, nil
 }
 
+// newLifecycle is s's Stop, Start and Restart: a fast shutdown (SIGINT:
+// open transactions are rolled back, connections closed; data is kept),
+// and a start on the same port with the same data directory that waits
+// until the server accepts connections.
+func (s *PostgresServer) newLifecycle() lifecycle {
+	return lifecycle{name: "postgres", launch: func() error { _, err := s.startLocked(); return err }, halt: s.stopLocked}
+}
+
 // stopLocked shuts the server down in fast mode (SIGINT) and waits for it.
 func (s *PostgresServer) stopLocked() error {
 	if s.proc == nil {
@@ -430,35 +425,6 @@ func psql(ctx context.Context, dsn, sql string) (string, error) {
 	return strings.TrimSpace(stdout.String()), nil
 }
 
-// Stop shuts the server down in fast mode (SIGINT: open transactions are
-// rolled back, connections closed) and waits for it to exit. Data is kept.
-// Stopping a stopped server does nothing.
-func (s *PostgresServer) Stop(t testing.TB) {
-	t.Helper()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.stopLocked(); err != nil {
-		logTails(t, "postgres", s.logPath)
-		t.Fatalf("%v", err)
-	}
-}
-
-// Start starts a stopped server again on the same port with the same data
-// directory and waits until it accepts connections. Starting a running
-// server does nothing.
-func (s *PostgresServer) Start(t testing.TB) {
-	t.Helper()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.proc != nil {
-		return
-	}
-	if _, err := s.startLocked(); err != nil {
-		logTails(t, "postgres", s.logPath)
-		t.Fatalf("testenv: restart postgres: %v", err)
-	}
-}
-
 // StopImmediate shuts the server down in immediate mode, as `pg_ctl stop
 // -m immediate` does (SIGQUIT to the postmaster): every backend quits at
 // once without a checkpoint, and the next Start runs crash recovery from
@@ -478,13 +444,6 @@ func (s *PostgresServer) StopImmediate(t testing.TB) {
 		logTails(t, "postgres", s.logPath)
 		t.Fatalf("%v", err)
 	}
-}
-
-// Restart stops and starts the server, keeping its port and data.
-func (s *PostgresServer) Restart(t testing.TB) {
-	t.Helper()
-	s.Stop(t)
-	s.Start(t)
 }
 
 // Pause freezes the postmaster and all its backends with SIGSTOP:

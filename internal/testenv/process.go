@@ -422,3 +422,79 @@ func stopShared() []error {
 	}
 	return errs
 }
+
+// lifecycle is the Stop, Start and Restart that PostgresServer and
+// RedisServer share: one process at a time, started and stopped under mu,
+// and the server's log shown when either fails. Each server sets name,
+// logPath, launch and halt when it is made.
+type lifecycle struct {
+	mu      sync.Mutex
+	proc    *process // nil while stopped
+	name    string   // the binary, in messages
+	logPath string
+	launch  func() error // starts the process and waits until it serves; mu held
+	halt    func() error // stops the process and sets proc to nil; mu held
+}
+
+// Stop shuts the server down gracefully (PostgreSQL in fast mode: open
+// transactions are rolled back, connections closed; Redis with SIGTERM)
+// and waits for it to exit. Data is kept (Redis: only with Persist).
+// Stopping a stopped server does nothing.
+func (l *lifecycle) Stop(t testing.TB) {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.halt(); err != nil {
+		logTails(t, l.name, l.logPath)
+		t.Fatalf("%v", err)
+	}
+}
+
+// Start starts a stopped server again on the same port with the same data
+// and waits until it serves. Starting a running server does nothing.
+func (l *lifecycle) Start(t testing.TB) {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.proc != nil {
+		return
+	}
+	if err := l.launch(); err != nil {
+		logTails(t, l.name, l.logPath)
+		t.Fatalf("testenv: restart %s: %v", l.name, err)
+	}
+}
+
+// Restart stops and starts the server, keeping its port and data.
+func (l *lifecycle) Restart(t testing.TB) {
+	t.Helper()
+	l.Stop(t)
+	l.Start(t)
+}
+
+// server is what each kind of test server offers to the test that owns it.
+type server interface {
+	destroy() error
+	logFiles() []string
+}
+
+// forTest hands s, just made with err, to the test t that owns it: when
+// err says it did not start, t fails with the server's logs and s is
+// removed; otherwise s is removed when t ends, its logs (named name)
+// shown first if t failed.
+func forTest[S server](t testing.TB, name string, s S, err error) S {
+	t.Helper()
+	if err != nil {
+		defer s.destroy()
+		failStart(t, err, s.logFiles()...)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			logTails(t, name, s.logFiles()...)
+		}
+		if err := s.destroy(); err != nil {
+			t.Errorf("testenv: %v", err)
+		}
+	})
+	return s
+}

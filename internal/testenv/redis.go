@@ -39,14 +39,12 @@ type RedisOptions struct {
 type RedisServer struct {
 	bin     string
 	dir     string
-	logPath string
 	opts    RedisOptions
 	cluster bool // run with cluster-enabled yes
 
-	mu      sync.Mutex
-	port    int
-	busPort int      // cluster bus port, when cluster is set
-	proc    *process // nil while stopped
+	lifecycle // mu guards the ports too
+	port      int
+	busPort   int // cluster bus port, when cluster is set
 }
 
 // Redis starts a fresh redis-server configured by o (which may be nil) and
@@ -56,19 +54,7 @@ func Redis(t testing.TB, o *RedisOptions) *RedisServer {
 	t.Helper()
 	bin := RequireBinary(t, "redis-server")
 	s, err := newRedis(bin, o, false)
-	if err != nil {
-		defer s.destroy()
-		failStart(t, err, s.logFiles()...)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			logTails(t, "redis-server", s.logPath)
-		}
-		if err := s.destroy(); err != nil {
-			t.Errorf("testenv: %v", err)
-		}
-	})
-	return s
+	return forTest(t, "redis-server", s, err)
 }
 
 // sharedRedis is started by the first call of SharedRedis.
@@ -126,6 +112,10 @@ func failStart(t testing.TB, err error, logs ...string) {
 // directory is left in place so the log can be shown.
 func newRedis(bin string, o *RedisOptions, cluster bool) (*RedisServer, error) {
 	s := &RedisServer{bin: bin, cluster: cluster}
+	// Stop is a SIGTERM (data is kept on disk only with Persist); Start
+	// comes back on the same port and in the same directory once the
+	// server answers PING.
+	s.lifecycle = lifecycle{name: "redis-server", launch: func() error { _, err := s.startLocked(); return err }, halt: s.stopLocked}
 	if o != nil {
 		s.opts = *o
 		s.opts.Args = append([]string(nil), o.Args...)
@@ -258,42 +248,6 @@ func (s *RedisServer) Addr() string {
 // Dir returns the server's data directory, which also holds its log file
 // redis.log.
 func (s *RedisServer) Dir() string { return s.dir }
-
-// Stop shuts the server down (SIGTERM) and waits for it to exit. Data is
-// kept on disk only when the server runs with Persist. Stopping a stopped
-// server does nothing.
-func (s *RedisServer) Stop(t testing.TB) {
-	t.Helper()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.stopLocked(); err != nil {
-		logTails(t, "redis-server", s.logPath)
-		t.Fatalf("%v", err)
-	}
-}
-
-// Start starts a stopped server again on the same port and in the same
-// directory and waits until it answers PING. Starting a running server does
-// nothing.
-func (s *RedisServer) Start(t testing.TB) {
-	t.Helper()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.proc != nil {
-		return
-	}
-	if _, err := s.startLocked(); err != nil {
-		logTails(t, "redis-server", s.logPath)
-		t.Fatalf("testenv: restart redis-server: %v", err)
-	}
-}
-
-// Restart stops and starts the server, keeping its port and directory.
-func (s *RedisServer) Restart(t testing.TB) {
-	t.Helper()
-	s.Stop(t)
-	s.Start(t)
-}
 
 // Pause freezes the server with SIGSTOP: connections stay open but nothing
 // is answered until [RedisServer.Resume].
