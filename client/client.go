@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/tenurekit/tenure"
+	"github.com/tenurekit/tenure/internal/kind"
 	"io"
 	"net/http"
 	"net/url"
@@ -16,7 +18,7 @@ import (
 )
 
 // ErrInvalid reports a bad base URL or option given to New.
-var ErrInvalid = errors.New("client: invalid argument")
+var ErrInvalid = kind.New("client: invalid argument", tenure.ErrInvalid)
 
 // Options configure a Client. Nil means the defaults.
 type Options struct {

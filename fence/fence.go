@@ -32,8 +32,9 @@
 package fence
 
 import (
-	"errors"
 	"fmt"
+	"github.com/tenurekit/tenure"
+	"github.com/tenurekit/tenure/internal/kind"
 )
 
 // ErrStale reports that a resource refused a write because it has already
@@ -41,7 +42,7 @@ import (
 // transaction the caller must roll back. A failed strict holder check
 // (CheckHolder) wraps both lease.ErrNotHeld and ErrStale, so one errors.Is
 // test catches every guard refusal.
-var ErrStale = errors.New("fence: stale fence")
+var ErrStale = kind.New("fence: stale fence", tenure.ErrStale)
 
 // Mode says which fences a guard admits.
 type Mode int

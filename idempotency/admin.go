@@ -31,7 +31,7 @@ func ParseRecordState(s string) (RecordState, error) {
 // Both Resolve and ForceRelease refuse, changing nothing:
 //
 //   - with ErrNotFound when there is no live record of the ID;
-//   - with ErrStale when the record's fence is not s.Fence;
+//   - with ErrChanged when the record's fence is not s.Fence;
 //   - with ErrCompleted when the record already holds a result;
 //   - with an *InProgressError (ErrInProgress) while its claim is live,
 //     unless s.Force.

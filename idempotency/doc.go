@@ -39,7 +39,7 @@
 // go through the store's [Admin] surface (memstore, sqlitestore, pgstore
 // and redisstore), which also lists records by state ([Admin.List]). An
 // operator holds no token, so each change is guarded by the fence the
-// operator inspected ([Settle]): it is refused with [ErrStale] if the
+// operator inspected ([Settle]): it is refused with [ErrChanged] if the
 // record moved on, and with an [*InProgressError] while the claim is live
 // unless forced. The tenure command's "idempotency list|resolve|release"
 // do the same from a shell.

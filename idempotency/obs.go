@@ -44,7 +44,7 @@ func newTelemetry(s any, o *Options) *telemetry {
 	st := obs.KeyStore.String(name)
 	t := &telemetry{in: obs.For(o.MeterProvider), tr: obs.NewTracer(o.TracerProvider),
 		attrs: []attribute.KeyValue{st}, keys: o.TraceKeys}
-	t.calls = obs.NewCalls(t.in, t.tr, name, storeOps, storeOutcomes)
+	t.calls = obs.NewCalls(t.in, t.tr, name, storeOps, storeOutcomes.Names())
 	for i, oc := range outcomeNames {
 		t.out[i] = obs.Opts(st, obs.KeyOutcome.String(oc))
 	}
@@ -114,22 +114,8 @@ const (
 var (
 	storeOps = []string{"idempotency.begin", "idempotency.renew", "idempotency.complete", "idempotency.release", "idempotency.inspect",
 		"idempotency.tx_claim", "idempotency.tx_undo", "idempotency.tx_complete", "idempotency.tx_release"}
-	storeOutcomes = []string{obs.OutcomeOK, "claim_lost", obs.OutcomeInvalid, obs.OutcomeUnavailable, obs.OutcomeError}
+	storeOutcomes = obs.NewOutcomes(obs.Refusal{Name: "claim_lost", Err: ErrClaimLost})
 )
-
-func storeOutcome(err error) int {
-	switch {
-	case err == nil:
-		return 0
-	case errors.Is(err, ErrClaimLost):
-		return 1
-	case errors.Is(err, ErrInvalid):
-		return 2
-	case errors.Is(err, ErrUnavailable):
-		return 3
-	}
-	return 4
-}
 
 // timedStore times every call to a Store.
 type timedStore struct {
@@ -147,35 +133,35 @@ func newTimedStore(s Store, t *telemetry) Store {
 func (ts timedStore) Begin(ctx context.Context, b driver.Begin) (driver.Begun, error) {
 	cctx, call := ts.c.Start(ctx, opBegin)
 	r, err := ts.s.Begin(cctx, b)
-	call.End(ctx, storeOutcome(err))
+	call.End(ctx, storeOutcomes.Of(err))
 	return r, err
 }
 
 func (ts timedStore) Renew(ctx context.Context, id ID, token string, fence uint64, ttl time.Duration) error {
 	cctx, call := ts.c.Start(ctx, opRenew)
 	err := ts.s.Renew(cctx, id, token, fence, ttl)
-	call.End(ctx, storeOutcome(err))
+	call.End(ctx, storeOutcomes.Of(err))
 	return err
 }
 
 func (ts timedStore) Complete(ctx context.Context, id ID, token string, fence uint64, out Outcome, retention time.Duration) error {
 	cctx, call := ts.c.Start(ctx, opComplete)
 	err := ts.s.Complete(cctx, id, token, fence, out, retention)
-	call.End(ctx, storeOutcome(err))
+	call.End(ctx, storeOutcomes.Of(err))
 	return err
 }
 
 func (ts timedStore) Release(ctx context.Context, id ID, token string) error {
 	cctx, call := ts.c.Start(ctx, opRelease)
 	err := ts.s.Release(cctx, id, token)
-	call.End(ctx, storeOutcome(err))
+	call.End(ctx, storeOutcomes.Of(err))
 	return err
 }
 
 func (ts timedStore) Inspect(ctx context.Context, id ID) (Record, error) {
 	cctx, call := ts.c.Start(ctx, opInspect)
 	r, err := ts.s.Inspect(cctx, id)
-	call.End(ctx, storeOutcome(err))
+	call.End(ctx, storeOutcomes.Of(err))
 	return r, err
 }
 
@@ -196,27 +182,27 @@ func newTimedTx(tx Tx, t *telemetry) Tx {
 func (tt timedTx) Claim(ctx context.Context, b driver.Begin) (driver.Begun, error) {
 	cctx, call := tt.c.Start(ctx, opTxClaim)
 	r, err := tt.tx.Claim(cctx, b)
-	call.End(ctx, storeOutcome(err))
+	call.End(ctx, storeOutcomes.Of(err))
 	return r, err
 }
 
 func (tt timedTx) Undo(ctx context.Context) error {
 	cctx, call := tt.c.Start(ctx, opTxUndo)
 	err := tt.tx.Undo(cctx)
-	call.End(ctx, storeOutcome(err))
+	call.End(ctx, storeOutcomes.Of(err))
 	return err
 }
 
 func (tt timedTx) Complete(ctx context.Context, id ID, token string, fence uint64, out Outcome, retention time.Duration) error {
 	cctx, call := tt.c.Start(ctx, opTxComplete)
 	err := tt.tx.Complete(cctx, id, token, fence, out, retention)
-	call.End(ctx, storeOutcome(err))
+	call.End(ctx, storeOutcomes.Of(err))
 	return err
 }
 
 func (tt timedTx) Release(ctx context.Context, id ID, token string) error {
 	cctx, call := tt.c.Start(ctx, opTxRelease)
 	err := tt.tx.Release(cctx, id, token)
-	call.End(ctx, storeOutcome(err))
+	call.End(ctx, storeOutcomes.Of(err))
 	return err
 }

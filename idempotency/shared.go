@@ -97,9 +97,9 @@ var (
 	// ErrNotFound reports that there is no live record of the ID. Nothing
 	// was changed.
 	ErrNotFound = driver.ErrNotFound
-	// ErrStale reports that the record's fence is not the one given: the
+	// ErrChanged reports that the record's fence is not the one given: the
 	// record moved on since it was inspected. Nothing was changed.
-	ErrStale = driver.ErrStale
+	ErrChanged = driver.ErrChanged
 	// ErrCompleted reports that the record already holds a result, which
 	// an operator does not overwrite or drop. Nothing was changed.
 	ErrCompleted = driver.ErrCompleted

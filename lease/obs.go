@@ -90,24 +90,8 @@ const (
 
 var (
 	storeOps      = []string{"lease.acquire", "lease.renew", "lease.release", "lease.inspect"}
-	storeOutcomes = []string{obs.OutcomeOK, "held", "not_held", obs.OutcomeInvalid, obs.OutcomeUnavailable, obs.OutcomeError}
+	storeOutcomes = obs.NewOutcomes(obs.Refusal{Name: "held", Err: ErrHeld}, obs.Refusal{Name: "not_held", Err: ErrNotHeld})
 )
-
-func storeOutcome(err error) int {
-	switch {
-	case err == nil:
-		return 0
-	case errors.Is(err, ErrHeld):
-		return 1
-	case errors.Is(err, ErrNotHeld):
-		return 2
-	case errors.Is(err, ErrInvalid):
-		return 3
-	case errors.Is(err, ErrUnavailable):
-		return 4
-	}
-	return 5
-}
 
 // timedStore times every call to a Store.
 type timedStore struct {
@@ -119,13 +103,13 @@ func newTimedStore(s Store, t *telemetry) Store {
 	if t == nil {
 		return s
 	}
-	return timedStore{s: s, c: obs.NewCalls(t.in, t.tr, obs.StoreName(s), storeOps, storeOutcomes)}
+	return timedStore{s: s, c: obs.NewCalls(t.in, t.tr, obs.StoreName(s), storeOps, storeOutcomes.Names())}
 }
 
 func (ts timedStore) Acquire(ctx context.Context, key, token string, ttl time.Duration) (Grant, error) {
 	cctx, call := ts.c.Start(ctx, opAcquire)
 	g, err := ts.s.Acquire(cctx, key, token, ttl)
-	call.End(ctx, storeOutcome(err))
+	call.End(ctx, storeOutcomes.Of(err))
 	return g, err
 }
 
@@ -134,28 +118,28 @@ func (ts timedStore) Acquire(ctx context.Context, key, token string, ttl time.Du
 func (ts timedStore) AcquireHolder(ctx context.Context, key, token string, ttl time.Duration, holder string) (Grant, error) {
 	cctx, call := ts.c.Start(ctx, opAcquire)
 	g, err := driver.AcquireAs(cctx, ts.s, key, token, ttl, holder)
-	call.End(ctx, storeOutcome(err))
+	call.End(ctx, storeOutcomes.Of(err))
 	return g, err
 }
 
 func (ts timedStore) Renew(ctx context.Context, key, token string, ttl time.Duration) (Grant, error) {
 	cctx, call := ts.c.Start(ctx, opRenew)
 	g, err := ts.s.Renew(cctx, key, token, ttl)
-	call.End(ctx, storeOutcome(err))
+	call.End(ctx, storeOutcomes.Of(err))
 	return g, err
 }
 
 func (ts timedStore) Release(ctx context.Context, key, token string) error {
 	cctx, call := ts.c.Start(ctx, opRelease)
 	err := ts.s.Release(cctx, key, token)
-	call.End(ctx, storeOutcome(err))
+	call.End(ctx, storeOutcomes.Of(err))
 	return err
 }
 
 func (ts timedStore) Inspect(ctx context.Context, key string) (Info, error) {
 	cctx, call := ts.c.Start(ctx, opInspect)
 	info, err := ts.s.Inspect(cctx, key)
-	call.End(ctx, storeOutcome(err))
+	call.End(ctx, storeOutcomes.Of(err))
 	return info, err
 }
 

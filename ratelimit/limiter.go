@@ -96,7 +96,7 @@ func (l *Limiter) decide(ctx context.Context, key string, n int, commit bool) (D
 		}
 		cctx, call := l.tel.calls.Start(ctx, opDecide)
 		d, err := l.one.DecideOne(cctx, r, commit)
-		call.End(ctx, storeOutcome(err))
+		call.End(ctx, storeOutcomes.Of(err))
 		return d, err
 	}
 	ds, err := l.st.Decide(ctx, []driver.Request{r}, commit)

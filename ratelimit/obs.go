@@ -63,7 +63,7 @@ func newTelemetry(s Store, name string, o *Options) *telemetry {
 	}
 	store := obs.StoreName(s)
 	t := &telemetry{in: obs.For(o.MeterProvider), tr: obs.NewTracer(o.TracerProvider), keys: o.TraceKeys}
-	t.calls = obs.NewCalls(t.in, t.tr, store, storeOps, storeOutcomes)
+	t.calls = obs.NewCalls(t.in, t.tr, store, storeOps, storeOutcomes.Names())
 	t.attrs = []attribute.KeyValue{obs.KeyStore.String(store), obs.KeyLimit.String(name)}
 	for i, d := range decisionNames {
 		t.dec[i] = obs.Opts(obs.KeyStore.String(store), obs.KeyLimit.String(name), obs.KeyDecision.String(d))
@@ -124,22 +124,8 @@ const (
 var (
 	storeOps = []string{"ratelimit.decide", "ratelimit.reset", "ratelimit.acquire_permit",
 		"ratelimit.renew_permit", "ratelimit.release_permit"}
-	storeOutcomes = []string{obs.OutcomeOK, "permit_lost", obs.OutcomeInvalid, obs.OutcomeUnavailable, obs.OutcomeError}
+	storeOutcomes = obs.NewOutcomes(obs.Refusal{Name: "permit_lost", Err: ErrPermitLost})
 )
-
-func storeOutcome(err error) int {
-	switch {
-	case err == nil:
-		return 0
-	case errors.Is(err, ErrPermitLost):
-		return 1
-	case errors.Is(err, ErrInvalid):
-		return 2
-	case errors.Is(err, ErrUnavailable):
-		return 3
-	}
-	return 4
-}
 
 // timedStore times every call to a Store.
 type timedStore struct {
@@ -162,34 +148,34 @@ func timed(s Store, t *telemetry) (Store, driver.OneDecider) {
 func (ts *timedStore) Decide(ctx context.Context, reqs []driver.Request, commit bool) ([]Decision, error) {
 	cctx, call := ts.c.Start(ctx, opDecide)
 	ds, err := ts.s.Decide(cctx, reqs, commit)
-	call.End(ctx, storeOutcome(err))
+	call.End(ctx, storeOutcomes.Of(err))
 	return ds, err
 }
 
 func (ts *timedStore) Reset(ctx context.Context, keys []driver.StateKey) error {
 	cctx, call := ts.c.Start(ctx, opReset)
 	err := ts.s.Reset(cctx, keys)
-	call.End(ctx, storeOutcome(err))
+	call.End(ctx, storeOutcomes.Of(err))
 	return err
 }
 
 func (ts *timedStore) AcquirePermit(ctx context.Context, key driver.StateKey, id string, permits int, ttl time.Duration) (driver.PermitGrant, error) {
 	cctx, call := ts.c.Start(ctx, opAcquirePermit)
 	g, err := ts.s.AcquirePermit(cctx, key, id, permits, ttl)
-	call.End(ctx, storeOutcome(err))
+	call.End(ctx, storeOutcomes.Of(err))
 	return g, err
 }
 
 func (ts *timedStore) RenewPermit(ctx context.Context, key driver.StateKey, id string, ttl time.Duration) (driver.PermitGrant, error) {
 	cctx, call := ts.c.Start(ctx, opRenewPermit)
 	g, err := ts.s.RenewPermit(cctx, key, id, ttl)
-	call.End(ctx, storeOutcome(err))
+	call.End(ctx, storeOutcomes.Of(err))
 	return g, err
 }
 
 func (ts *timedStore) ReleasePermit(ctx context.Context, key driver.StateKey, id string) error {
 	cctx, call := ts.c.Start(ctx, opReleasePermit)
 	err := ts.s.ReleasePermit(cctx, key, id)
-	call.End(ctx, storeOutcome(err))
+	call.End(ctx, storeOutcomes.Of(err))
 	return err
 }

@@ -14,8 +14,9 @@ package retention
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"github.com/tenurekit/tenure"
+	"github.com/tenurekit/tenure/internal/kind"
 	"log/slog"
 	"maps"
 	"slices"
@@ -40,7 +41,7 @@ const (
 )
 
 // ErrInvalid reports an option out of range.
-var ErrInvalid = errors.New("retention: invalid option")
+var ErrInvalid = kind.New("retention: invalid option", tenure.ErrInvalid)
 
 // Options bound one sweep. The zero value means the defaults.
 type Options struct {

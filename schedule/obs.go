@@ -2,7 +2,6 @@ package schedule
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"time"
 
@@ -96,28 +95,8 @@ const (
 var (
 	storeOps = []string{"schedule.now", "schedule.begin", "schedule.finish", "schedule.mark", "schedule.slot",
 		"schedule.slots", "schedule.unfinished", "schedule.last", "schedule.register", "schedule.definition"}
-	storeOutcomes = []string{obs.OutcomeOK, "not_found", "final", "not_due", "superseded", obs.OutcomeInvalid, obs.OutcomeUnavailable, obs.OutcomeError}
+	storeOutcomes = obs.NewOutcomes(obs.Refusal{Name: "not_found", Err: ErrNotFound}, obs.Refusal{Name: "final", Err: ErrFinal}, obs.Refusal{Name: "not_due", Err: ErrNotDue}, obs.Refusal{Name: "superseded", Err: ErrSuperseded})
 )
-
-func storeOutcome(err error) int {
-	switch {
-	case err == nil:
-		return 0
-	case errors.Is(err, ErrNotFound):
-		return 1
-	case errors.Is(err, ErrFinal):
-		return 2
-	case errors.Is(err, ErrNotDue):
-		return 3
-	case errors.Is(err, ErrSuperseded):
-		return 4
-	case errors.Is(err, ErrInvalid):
-		return 5
-	case errors.Is(err, ErrUnavailable):
-		return 6
-	}
-	return 7
-}
 
 // timedStore times every call the scheduler makes to its Store.
 type timedStore struct {
@@ -129,13 +108,13 @@ func newTimedStore(s Store, t *telemetry) Store {
 	if t == nil {
 		return s
 	}
-	return timedStore{Store: s, c: obs.NewCalls(t.in, t.tr, obs.StoreName(s), storeOps, storeOutcomes)}
+	return timedStore{Store: s, c: obs.NewCalls(t.in, t.tr, obs.StoreName(s), storeOps, storeOutcomes.Names())}
 }
 
 func timed[T any](ts timedStore, ctx context.Context, op int, f func(context.Context) (T, error)) (T, error) {
 	cctx, call := ts.c.Start(ctx, op)
 	v, err := f(cctx)
-	call.End(ctx, storeOutcome(err))
+	call.End(ctx, storeOutcomes.Of(err))
 	return v, err
 }
 

@@ -156,7 +156,7 @@ func failSettle(w http.ResponseWriter, err error) {
 	switch {
 	case errors.Is(err, idempotency.ErrNotFound):
 		writeProblem(w, serveapi.NewProblem(serveapi.TypeNotFound, err.Error()))
-	case errors.Is(err, idempotency.ErrStale):
+	case errors.Is(err, idempotency.ErrChanged):
 		writeProblem(w, serveapi.NewProblem(serveapi.TypeStale, err.Error()))
 	case errors.Is(err, idempotency.ErrCompleted):
 		writeProblem(w, serveapi.NewProblem(serveapi.TypeConflict, err.Error()))

@@ -2,7 +2,6 @@ package session
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
@@ -25,24 +24,8 @@ const (
 
 var (
 	opNames  = []string{"create", "load", "touch", "save", "rotate", "revoke", "revoke_user", "list"}
-	outcomes = []string{obs.OutcomeOK, "not_found", "conflict", obs.OutcomeInvalid, obs.OutcomeUnavailable, obs.OutcomeError}
+	outcomes = obs.NewOutcomes(obs.Refusal{Name: "not_found", Err: ErrNotFound}, obs.Refusal{Name: "conflict", Err: ErrConflict})
 )
-
-func outcome(err error) int {
-	switch {
-	case err == nil:
-		return 0
-	case errors.Is(err, ErrNotFound):
-		return 1
-	case errors.Is(err, ErrConflict):
-		return 2
-	case errors.Is(err, ErrInvalid):
-		return 3
-	case errors.Is(err, ErrUnavailable):
-		return 4
-	}
-	return 5
-}
 
 // timedStore counts and times every call to a Store: each Manager
 // operation is one store call.
@@ -65,13 +48,13 @@ func instrument(s Store, o *Options) Store {
 	ts := &timedStore{s: s, in: in}
 	for i, op := range opNames {
 		storeOps[i] = "session." + op
-		row := make([][]metric.AddOption, len(outcomes))
-		for j, oc := range outcomes {
+		row := make([][]metric.AddOption, len(outcomes.Names()))
+		for j, oc := range outcomes.Names() {
 			row[j] = obs.Opts(obs.KeyStore.String(name), obs.KeyOp.String(op), obs.KeyOutcome.String(oc))
 		}
 		ts.ops = append(ts.ops, row)
 	}
-	ts.calls = obs.NewCalls(in, obs.NewTracer(o.TracerProvider), name, storeOps, outcomes)
+	ts.calls = obs.NewCalls(in, obs.NewTracer(o.TracerProvider), name, storeOps, outcomes.Names())
 	return ts
 }
 
@@ -80,7 +63,7 @@ func (ts *timedStore) start(ctx context.Context, op int) (context.Context, obs.C
 }
 
 func (ts *timedStore) end(ctx context.Context, call obs.Call, op int, err error) {
-	oc := outcome(err)
+	oc := outcomes.Of(err)
 	call.End(ctx, oc)
 	obs.Add(ctx, ts.in.SessionOperations, ts.ops[op][oc])
 }

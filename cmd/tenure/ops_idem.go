@@ -34,7 +34,7 @@ func idemAdmin(s *storeopen.Stores) (idempotency.Admin, error) {
 // the record moved, holds a result, or its claim is live) and leaves the
 // rest (bad input, store unreachable) to opsFlags.with (2).
 func settleErr(err error) error {
-	for _, e := range []error{idempotency.ErrNotFound, idempotency.ErrStale, idempotency.ErrCompleted, idempotency.ErrInProgress} {
+	for _, e := range []error{idempotency.ErrNotFound, idempotency.ErrChanged, idempotency.ErrCompleted, idempotency.ErrInProgress} {
 		if errors.Is(err, e) {
 			if e == idempotency.ErrInProgress {
 				err = fmt.Errorf("%w (the claim is live: an executor may still be running; --force settles it anyway)", err)

@@ -15,6 +15,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/tenurekit/tenure"
+	"github.com/tenurekit/tenure/internal/kind"
 	"math"
 	"strings"
 	"time"
@@ -58,7 +60,7 @@ const (
 var (
 	// ErrInvalid reports bad input: a key, scope, fingerprint, option or
 	// argument out of range. Nothing was written.
-	ErrInvalid = errors.New("idempotency: invalid argument")
+	ErrInvalid = kind.New("idempotency: invalid argument", tenure.ErrInvalid)
 	// ErrMismatch reports that the key was already used with other input
 	// (another fingerprint). fn did not run.
 	ErrMismatch = errors.New("idempotency: key reused with different input")
@@ -76,11 +78,11 @@ var (
 	// expired and a later attempt took it over (with a greater fence), or it
 	// was released. A completion under a lost claim is refused; Keeper.Do returns
 	// an error wrapping ErrClaimLost, and the later attempt's result stands.
-	ErrClaimLost = errors.New("idempotency: claim lost to a later attempt")
+	ErrClaimLost = kind.New("idempotency: claim lost to a later attempt", tenure.ErrLost)
 	// ErrUnavailable reports that the store could not be reached or did not
 	// answer. fn does not run without a claim; the outcome of a write that
 	// was sent is unknown.
-	ErrUnavailable = errors.New("idempotency: store unavailable")
+	ErrUnavailable = kind.New("idempotency: store unavailable", tenure.ErrUnavailable)
 )
 
 // InProgressError is returned while an earlier request with the same key
@@ -359,11 +361,11 @@ func (r Record) MarshalJSON() ([]byte, error) {
 var (
 	// ErrNotFound reports that there is no live record of the ID (never
 	// written, released, or past its retention). Nothing was changed.
-	ErrNotFound = errors.New("idempotency: no such record")
-	// ErrStale reports that the record's fence is not the one given: the
+	ErrNotFound = kind.New("idempotency: no such record", tenure.ErrNotFound)
+	// ErrChanged reports that the record's fence is not the one given: the
 	// record moved on (another attempt claimed it) since it was
 	// inspected. Nothing was changed; inspect it again.
-	ErrStale = errors.New("idempotency: the record changed since it was inspected (its fence moved)")
+	ErrChanged = kind.New("idempotency: the record changed since it was inspected (its fence moved)", tenure.ErrConflict)
 	// ErrCompleted reports that the record already holds a result, which
 	// an operator does not overwrite or drop. Nothing was changed.
 	ErrCompleted = errors.New("idempotency: the record already holds a result")
@@ -466,7 +468,7 @@ func (f Filter) Match(r Record) bool {
 type Settle struct {
 	ID
 	// Fence is the record's fence as inspected (Record.Fence). The change
-	// is refused with ErrStale if the record's fence is another one.
+	// is refused with ErrChanged if the record's fence is another one.
 	Fence uint64
 	// Force settles the record even while its claim is live: the running
 	// executor loses its claim (its renewal and completion are refused
@@ -485,7 +487,7 @@ func ValidateSettle(s Settle) error {
 }
 
 // SettleError returns the error Admin reports for a record r that cannot
-// be settled as s asks, or nil if it can: ErrNotFound, ErrStale,
+// be settled as s asks, or nil if it can: ErrNotFound, ErrChanged,
 // ErrCompleted or an *InProgressError (with the claim's remaining time),
 // in that order. Stores call it on the record they read in the same
 // atomic step as the change.
@@ -494,7 +496,7 @@ func SettleError(s Settle, r Record) error {
 	case !r.Exists:
 		return fmt.Errorf("%w: key %q in scope %q", ErrNotFound, s.Key, s.Scope)
 	case r.Fence != s.Fence:
-		return fmt.Errorf("%w: key %q in scope %q has fence %d, not %d", ErrStale, s.Key, s.Scope, r.Fence, s.Fence)
+		return fmt.Errorf("%w: key %q in scope %q has fence %d, not %d", ErrChanged, s.Key, s.Scope, r.Fence, s.Fence)
 	case r.Completed:
 		return fmt.Errorf("%w: key %q in scope %q", ErrCompleted, s.Key, s.Scope)
 	case r.ClaimTTL > 0 && !s.Force:

@@ -129,11 +129,11 @@ func testAdminStale(t *testing.T, tg Target, a idempotency.Admin) {
 	before := inspect(t, tg.Direct, req.ID())
 	for _, f := range []uint64{fence - 1, fence + 1} {
 		s := idempotency.Settle{ID: req.ID(), Fence: f, Force: true}
-		if err := a.Resolve(ctxT(t), s, idempotency.Outcome{Value: []byte("x")}, time.Hour); !errors.Is(err, idempotency.ErrStale) {
-			t.Fatalf("Resolve with fence %d (record has %d): %v, want ErrStale", f, fence, err)
+		if err := a.Resolve(ctxT(t), s, idempotency.Outcome{Value: []byte("x")}, time.Hour); !errors.Is(err, idempotency.ErrChanged) {
+			t.Fatalf("Resolve with fence %d (record has %d): %v, want ErrChanged", f, fence, err)
 		}
-		if err := a.ForceRelease(ctxT(t), s); !errors.Is(err, idempotency.ErrStale) {
-			t.Fatalf("ForceRelease with fence %d (record has %d): %v, want ErrStale", f, fence, err)
+		if err := a.ForceRelease(ctxT(t), s); !errors.Is(err, idempotency.ErrChanged) {
+			t.Fatalf("ForceRelease with fence %d (record has %d): %v, want ErrChanged", f, fence, err)
 		}
 	}
 	// An attempt recovers the record meanwhile: the fence the operator
@@ -146,11 +146,11 @@ func testAdminStale(t *testing.T, tg Target, a idempotency.Admin) {
 	if after.Fence <= before.Fence {
 		t.Fatalf("recovered fence %d not above %d", after.Fence, before.Fence)
 	}
-	if err := a.Resolve(ctxT(t), idempotency.Settle{ID: req.ID(), Fence: fence}, idempotency.Outcome{Value: []byte("x")}, time.Hour); !errors.Is(err, idempotency.ErrStale) {
-		t.Fatalf("Resolve after a takeover: %v, want ErrStale", err)
+	if err := a.Resolve(ctxT(t), idempotency.Settle{ID: req.ID(), Fence: fence}, idempotency.Outcome{Value: []byte("x")}, time.Hour); !errors.Is(err, idempotency.ErrChanged) {
+		t.Fatalf("Resolve after a takeover: %v, want ErrChanged", err)
 	}
-	if err := a.ForceRelease(ctxT(t), idempotency.Settle{ID: req.ID(), Fence: fence}); !errors.Is(err, idempotency.ErrStale) {
-		t.Fatalf("ForceRelease after a takeover: %v, want ErrStale", err)
+	if err := a.ForceRelease(ctxT(t), idempotency.Settle{ID: req.ID(), Fence: fence}); !errors.Is(err, idempotency.ErrChanged) {
+		t.Fatalf("ForceRelease after a takeover: %v, want ErrChanged", err)
 	}
 	wantCompleted(t, tg.Direct, req, "recovered")
 	// No record at all.

@@ -1,7 +1,10 @@
 package obs
 
 import (
+	"errors"
+
 	"context"
+	"github.com/tenurekit/tenure"
 	"sync"
 	"time"
 
@@ -101,4 +104,55 @@ func GuardRefusedOn(ctx context.Context, mp metric.MeterProvider, store, guard s
 		v, _ = guardOpts.LoadOrStore(k, Opts(KeyStore.String(store), KeyGuard.String(guard)))
 	}
 	c.Add(ctx, 1, v.([]metric.AddOption)...)
+}
+
+// Refusal is one of a component's own store-call outcomes: its name in
+// the outcome attribute, and the sentinel an error matches to get it.
+type Refusal struct {
+	Name string
+	Err  error
+}
+
+// Outcomes are the values of a component's store-call outcome attribute:
+// OutcomeOK, the component's refusals in order, then OutcomeInvalid,
+// OutcomeUnavailable and OutcomeError. Invalid and unavailable are told
+// by the error kinds every primitive's sentinels share
+// (tenure.ErrInvalid, tenure.ErrUnavailable), so one rule serves every
+// component.
+type Outcomes struct {
+	names    []string
+	refusals []Refusal
+}
+
+// NewOutcomes returns the outcomes of a component with the given refusals.
+func NewOutcomes(refusals ...Refusal) Outcomes {
+	names := []string{OutcomeOK}
+	for _, r := range refusals {
+		names = append(names, r.Name)
+	}
+	return Outcomes{names: append(names, OutcomeInvalid, OutcomeUnavailable, OutcomeError), refusals: refusals}
+}
+
+// Names lists the outcomes, for NewCalls and a component's own counters.
+func (o Outcomes) Names() []string { return o.names }
+
+// Of returns the index in Names of err's outcome: 0 for nil, the first
+// refusal err matches, else invalid, unavailable or error.
+func (o Outcomes) Of(err error) int {
+	if err == nil {
+		return 0
+	}
+	for i, r := range o.refusals {
+		if errors.Is(err, r.Err) {
+			return i + 1
+		}
+	}
+	n := len(o.refusals)
+	switch {
+	case errors.Is(err, tenure.ErrInvalid):
+		return n + 1
+	case errors.Is(err, tenure.ErrUnavailable):
+		return n + 2
+	}
+	return n + 3
 }

@@ -14,6 +14,8 @@ package storeurl
 import (
 	"errors"
 	"fmt"
+	"github.com/tenurekit/tenure"
+	"github.com/tenurekit/tenure/internal/kind"
 	"net"
 	"net/url"
 	"strconv"
@@ -22,7 +24,7 @@ import (
 )
 
 // ErrInvalid reports a --store value that names no store tenure knows.
-var ErrInvalid = errors.New("store: invalid store URL")
+var ErrInvalid = kind.New("store: invalid store URL", tenure.ErrInvalid)
 
 // Kind is the kind of store a Spec names.
 type Kind string

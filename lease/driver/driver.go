@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/tenurekit/tenure"
+	"github.com/tenurekit/tenure/internal/kind"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -34,17 +36,17 @@ var (
 	ErrHeld = errors.New("lease: held by another holder")
 	// ErrNotHeld reports that the token does not hold the key (any more):
 	// it expired, was released, or another holder took it.
-	ErrNotHeld = errors.New("lease: not held")
+	ErrNotHeld = kind.New("lease: not held", tenure.ErrLost)
 	// ErrLost reports that a lease ended before its holder released it:
 	// renewal failed or its validity ran out.
-	ErrLost = errors.New("lease: lost")
+	ErrLost = kind.New("lease: lost", tenure.ErrLost)
 	// ErrInvalid reports bad input (key, token or TTL). Nothing was written.
-	ErrInvalid = errors.New("lease: invalid argument")
+	ErrInvalid = kind.New("lease: invalid argument", tenure.ErrInvalid)
 	// ErrUnavailable reports that the store could not be reached or did not
 	// answer. The outcome of a write that was sent is unknown: it may have
 	// been applied. Writes are idempotent per token, so retrying with the same
 	// token reconciles them.
-	ErrUnavailable = errors.New("lease: store unavailable (outcome unknown)")
+	ErrUnavailable = kind.New("lease: store unavailable (outcome unknown)", tenure.ErrUnavailable)
 )
 
 // Store is the contract every backend implements. Stores judge expiry on

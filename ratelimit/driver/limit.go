@@ -2,8 +2,9 @@ package driver
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
+	"github.com/tenurekit/tenure"
+	"github.com/tenurekit/tenure/internal/kind"
 	"math/bits"
 	"strconv"
 	"strings"
@@ -35,15 +36,15 @@ const (
 var (
 	// ErrInvalid reports a bad limit, key, name or cost. Nothing was
 	// written.
-	ErrInvalid = errors.New("ratelimit: invalid argument")
+	ErrInvalid = kind.New("ratelimit: invalid argument", tenure.ErrInvalid)
 	// ErrUnavailable reports that the store could not be reached or did not
 	// answer. A decision that was sent may have been applied (units may
 	// have been consumed). The HTTP middleware turns it into its failure
 	// policy; it is never reported as "allowed".
-	ErrUnavailable = errors.New("ratelimit: store unavailable")
+	ErrUnavailable = kind.New("ratelimit: store unavailable", tenure.ErrUnavailable)
 	// ErrPermitLost reports that a permit is no longer held: it expired
 	// (its holder did not renew it in time) or was released.
-	ErrPermitLost = errors.New("ratelimit: permit lost")
+	ErrPermitLost = kind.New("ratelimit: permit lost", tenure.ErrLost)
 )
 
 // Algorithm selects how a Limit is enforced. The zero value is GCRA.

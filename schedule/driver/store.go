@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/tenurekit/tenure"
+	"github.com/tenurekit/tenure/internal/kind"
 	"time"
 
 	"github.com/tenurekit/tenure/fence"
@@ -31,13 +33,13 @@ const (
 var (
 	// ErrInvalid reports bad input (job, schedule, option, name or ID).
 	// Nothing was written.
-	ErrInvalid = errors.New("schedule: invalid argument")
+	ErrInvalid = kind.New("schedule: invalid argument", tenure.ErrInvalid)
 	// ErrUnavailable reports that the store could not be reached or did not
 	// answer. The outcome of a write that was sent is unknown; every write
 	// is idempotent per fence, so it can be sent again.
-	ErrUnavailable = errors.New("schedule: store unavailable (outcome unknown)")
+	ErrUnavailable = kind.New("schedule: store unavailable (outcome unknown)", tenure.ErrUnavailable)
 	// ErrNotFound reports a slot without an audit record.
-	ErrNotFound = errors.New("schedule: no such slot")
+	ErrNotFound = kind.New("schedule: no such slot", tenure.ErrNotFound)
 	// ErrFinal reports a slot that has already reached a final state (done,
 	// skipped, missed, or failed without a retry left). The error returned
 	// is a *FinalError carrying the record.

@@ -5,8 +5,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
+	"github.com/tenurekit/tenure"
+	"github.com/tenurekit/tenure/internal/kind"
 	"time"
 	"unicode/utf8"
 
@@ -18,19 +19,19 @@ var (
 	// existed, it expired (idle or absolute deadline, judged on the store's
 	// clock), it was revoked, or it was rotated to a new token. A write
 	// that gets it changed nothing: a late save never brings a session back.
-	ErrNotFound = errors.New("session: not found")
+	ErrNotFound = kind.New("session: not found", tenure.ErrNotFound)
 	// ErrConflict reports a write whose expected version is not the stored
 	// one: another request saved the session since it was loaded. Nothing
 	// was written; load the session again and redo the change.
-	ErrConflict = errors.New("session: version conflict")
+	ErrConflict = kind.New("session: version conflict", tenure.ErrConflict)
 	// ErrUnavailable reports that the store could not be reached or did not
 	// answer. It is never "no session": callers must fail closed (the HTTP
 	// middleware answers 503). The outcome of a write that was sent is
 	// unknown.
-	ErrUnavailable = errors.New("session: store unavailable (outcome unknown)")
+	ErrUnavailable = kind.New("session: store unavailable (outcome unknown)", tenure.ErrUnavailable)
 	// ErrInvalid reports bad input (user ID, values, token, options).
 	// Nothing was written.
-	ErrInvalid = errors.New("session: invalid argument")
+	ErrInvalid = kind.New("session: invalid argument", tenure.ErrInvalid)
 )
 
 // Limits on what a session.Manager and every Store accept.

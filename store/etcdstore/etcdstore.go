@@ -3,6 +3,7 @@ package etcdstore
 import (
 	"context"
 	"fmt"
+	"github.com/tenurekit/tenure"
 	"math/rand/v2"
 	"strconv"
 	"time"
@@ -39,7 +40,7 @@ const pipelineDelay = 100 * time.Millisecond
 
 // Options configure a Store. Nil, and the zero value of each field, mean
 // the defaults. [New] refuses a value out of its bounds with an error
-// wrapping lease.ErrInvalid.
+// wrapping tenure.ErrInvalid.
 type Options struct {
 	// Prefix is put before every key the store reads or writes (see the
 	// package documentation for the layout). Default (empty) "tenure/"
@@ -69,11 +70,11 @@ type Store struct {
 }
 
 // New returns a Store on c. o may be nil for the defaults. A nil client or
-// a bad option (see [Options]) is an error wrapping lease.ErrInvalid. New
+// a bad option (see [Options]) is an error wrapping tenure.ErrInvalid. New
 // does not contact the server.
 func New(c *clientv3.Client, o *Options) (*Store, error) {
 	if c == nil {
-		return nil, fmt.Errorf("%w: etcdstore: nil *clientv3.Client", lease.ErrInvalid)
+		return nil, fmt.Errorf("%w: etcdstore: nil *clientv3.Client", tenure.ErrInvalid)
 	}
 	s := &Store{c: c, prefix: DefaultPrefix, revokeTimeout: DefaultRevokeTimeout}
 	if o != nil {
@@ -84,7 +85,7 @@ func New(c *clientv3.Client, o *Options) (*Store, error) {
 			s.prefix = o.Prefix
 		}
 		if o.RevokeTimeout < 0 {
-			return nil, fmt.Errorf("%w: etcdstore: Options.RevokeTimeout is %v, must not be negative (0 means the default %v)", lease.ErrInvalid, o.RevokeTimeout, DefaultRevokeTimeout)
+			return nil, fmt.Errorf("%w: etcdstore: Options.RevokeTimeout is %v, must not be negative (0 means the default %v)", tenure.ErrInvalid, o.RevokeTimeout, DefaultRevokeTimeout)
 		}
 		if o.RevokeTimeout > 0 {
 			s.revokeTimeout = o.RevokeTimeout
@@ -97,13 +98,13 @@ func New(c *clientv3.Client, o *Options) (*Store, error) {
 func validatePrefix(p string) error {
 	switch {
 	case len(p) > MaxPrefixLen:
-		return fmt.Errorf("%w: etcdstore: prefix is %d bytes, longer than %d", lease.ErrInvalid, len(p), MaxPrefixLen)
+		return fmt.Errorf("%w: etcdstore: prefix is %d bytes, longer than %d", tenure.ErrInvalid, len(p), MaxPrefixLen)
 	case !utf8.ValidString(p):
-		return fmt.Errorf("%w: etcdstore: prefix is not valid UTF-8", lease.ErrInvalid)
+		return fmt.Errorf("%w: etcdstore: prefix is not valid UTF-8", tenure.ErrInvalid)
 	}
 	for i := 0; i < len(p); i++ {
 		if p[i] == 0 {
-			return fmt.Errorf("%w: etcdstore: prefix contains NUL", lease.ErrInvalid)
+			return fmt.Errorf("%w: etcdstore: prefix contains NUL", tenure.ErrInvalid)
 		}
 	}
 	return nil

@@ -2,6 +2,7 @@ package etcdstore_test
 
 import (
 	"errors"
+	"github.com/tenurekit/tenure"
 	"strings"
 	"testing"
 	"time"
@@ -34,8 +35,8 @@ func TestNewRefusesBadOptions(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, err := etcdstore.New(tc.c, tc.o)
-			if s != nil || !errors.Is(err, lease.ErrInvalid) {
-				t.Fatalf("New = %v, %v; want nil and an error wrapping lease.ErrInvalid", s, err)
+			if s != nil || !errors.Is(err, tenure.ErrInvalid) {
+				t.Fatalf("New = %v, %v; want nil and an error wrapping tenure.ErrInvalid", s, err)
 			}
 		})
 	}

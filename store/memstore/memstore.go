@@ -22,6 +22,7 @@ package memstore
 import (
 	"context"
 	"fmt"
+	"github.com/tenurekit/tenure"
 	"slices"
 	"strings"
 	"sync"
@@ -35,7 +36,7 @@ import (
 
 // Options configure a Store. Nil, and the zero value of each field, mean
 // the defaults. [New] refuses a value out of its bounds with an error
-// wrapping lease.ErrInvalid.
+// wrapping tenure.ErrInvalid.
 type Options struct {
 	// Clock is the store's clock. Default (nil) time.Now.
 	Clock func() time.Time
@@ -79,14 +80,14 @@ type fencedRec struct {
 
 // New returns an empty Store configured by o (nil: the defaults). An
 // option out of its bounds (see [Options]) is an error wrapping
-// lease.ErrInvalid.
+// tenure.ErrInvalid.
 func New(o *Options) (*Store, error) {
 	s := &Store{now: time.Now, limitKeys: DefaultLimitKeys, leases: map[string]*leaseRec{}, fenced: map[string]fencedRec{}}
 	if o == nil {
 		return s, nil
 	}
 	if o.LimitKeys < 0 {
-		return nil, fmt.Errorf("%w: memstore: Options.LimitKeys is %d, must not be negative (0 means the default %d)", lease.ErrInvalid, o.LimitKeys, DefaultLimitKeys)
+		return nil, fmt.Errorf("%w: memstore: Options.LimitKeys is %d, must not be negative (0 means the default %d)", tenure.ErrInvalid, o.LimitKeys, DefaultLimitKeys)
 	}
 	if o.Clock != nil {
 		s.now, s.clock = o.Clock, o.Clock

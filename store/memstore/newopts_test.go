@@ -2,6 +2,7 @@ package memstore_test
 
 import (
 	"errors"
+	"github.com/tenurekit/tenure"
 	"math"
 	"testing"
 	"time"
@@ -21,8 +22,8 @@ func TestNewRefusesBadOptions(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			s, err := memstore.New(c.o)
-			if s != nil || !errors.Is(err, lease.ErrInvalid) {
-				t.Fatalf("New(%+v) = %v, %v; want nil and an error wrapping lease.ErrInvalid", c.o, s, err)
+			if s != nil || !errors.Is(err, tenure.ErrInvalid) {
+				t.Fatalf("New(%+v) = %v, %v; want nil and an error wrapping tenure.ErrInvalid", c.o, s, err)
 			}
 		})
 	}

@@ -124,7 +124,7 @@ func (v idemView) List(ctx context.Context, f idempotency.Filter) ([]idempotency
 }
 
 // settle locks the live row of s in a transaction, checks it against s,
-// and runs change; it reports ErrStale if change touched no row.
+// and runs change; it reports ErrChanged if change touched no row.
 func (v idemView) settle(ctx context.Context, op string, s idempotency.Settle, change func(q querier) (int64, error)) error {
 	if err := v.check(); err != nil {
 		return err
@@ -148,7 +148,7 @@ func (v idemView) settle(ctx context.Context, op string, s idempotency.Settle, c
 			return err
 		}
 		if n != 1 {
-			refused = fmt.Errorf("%w: key %q in scope %q", idempotency.ErrStale, s.Key, s.Scope)
+			refused = fmt.Errorf("%w: key %q in scope %q", idempotency.ErrChanged, s.Key, s.Scope)
 			return refused
 		}
 		return nil

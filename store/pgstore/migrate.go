@@ -54,7 +54,7 @@ type MigrationStatus = sqlmigrate.Status
 // version, as goose, golang-migrate or atlas apply them. Apply them in
 // order; a team whose service role has no DDL rights applies them with
 // its own tool and the service only runs [Store.Check]. An invalid schema
-// name is an error wrapping lease.ErrInvalid.
+// name is an error wrapping tenure.ErrInvalid.
 func Migrations(schema string) (fs.FS, error) {
 	if schema == "" {
 		schema = DefaultSchema
@@ -76,7 +76,7 @@ func MigrationFiles() fs.FS {
 // in o is at [SchemaVersion]: a schema older or newer than this code knows,
 // or one without tenure's tables, is an error wrapping [ErrSchemaVersion]
 // that names both versions. A nil pool or a bad option is an error
-// wrapping lease.ErrInvalid, as from New. It does not change the database;
+// wrapping tenure.ErrInvalid, as from New. It does not change the database;
 // run [Store.Migrate] (or apply [Migrations] with your own tool) first.
 func Open(ctx context.Context, pool *pgxpool.Pool, o *Options) (*Store, error) {
 	s, err := New(pool, o)

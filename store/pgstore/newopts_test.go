@@ -2,6 +2,7 @@ package pgstore_test
 
 import (
 	"errors"
+	"github.com/tenurekit/tenure"
 	"slices"
 	"strings"
 	"testing"
@@ -9,7 +10,6 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/tenurekit/tenure/internal/testenv"
-	"github.com/tenurekit/tenure/lease"
 	"github.com/tenurekit/tenure/store/pgstore"
 )
 
@@ -53,8 +53,8 @@ func TestNewRefusesBadOptions(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			s, err := c.new(c.o)
-			if s != nil || !errors.Is(err, lease.ErrInvalid) {
-				t.Fatalf("= %v, %v; want nil and an error wrapping lease.ErrInvalid", s, err)
+			if s != nil || !errors.Is(err, tenure.ErrInvalid) {
+				t.Fatalf("= %v, %v; want nil and an error wrapping tenure.ErrInvalid", s, err)
 			}
 		})
 	}

@@ -6,6 +6,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"github.com/tenurekit/tenure"
 	"io"
 	"net"
 	"strings"
@@ -28,7 +29,7 @@ const maxIdentLen = 63
 
 // Options configure a Store. Nil, and the zero value of each field, mean
 // the defaults. [New] and [NewDB] refuse a value out of its bounds with an
-// error wrapping lease.ErrInvalid.
+// error wrapping tenure.ErrInvalid.
 type Options struct {
 	// Schema is the schema that holds tenure's tables (leases, fences). It
 	// must be a plain lower-case identifier: a letter or underscore, then
@@ -84,11 +85,11 @@ type queries struct {
 
 // New returns a Store on pool using the schema in o (nil: defaults). A nil
 // pool or a bad option (see [Options]) is an error wrapping
-// lease.ErrInvalid. New does not touch the database; call [Store.Migrate]
+// tenure.ErrInvalid. New does not touch the database; call [Store.Migrate]
 // once to create the tables.
 func New(pool *pgxpool.Pool, o *Options) (*Store, error) {
 	if pool == nil {
-		return nil, fmt.Errorf("%w: pgstore: nil *pgxpool.Pool", lease.ErrInvalid)
+		return nil, fmt.Errorf("%w: pgstore: nil *pgxpool.Pool", tenure.ErrInvalid)
 	}
 	return newStore(pgxQ{pool}, o)
 }
@@ -97,11 +98,11 @@ func New(pool *pgxpool.Pool, o *Options) (*Store, error) {
 // with any driver (pgx's stdlib driver "pgx", lib/pq "postgres"), using the
 // schema in o (nil: defaults). It runs the same statements as a Store made
 // by [New] and behaves the same. A nil db or a bad option (see [Options])
-// is an error wrapping lease.ErrInvalid. NewDB does not touch the
+// is an error wrapping tenure.ErrInvalid. NewDB does not touch the
 // database; call [Store.Migrate] once to create the tables.
 func NewDB(db *sql.DB, o *Options) (*Store, error) {
 	if db == nil {
-		return nil, fmt.Errorf("%w: pgstore: nil *sql.DB", lease.ErrInvalid)
+		return nil, fmt.Errorf("%w: pgstore: nil *sql.DB", tenure.ErrInvalid)
 	}
 	return newStore(sqlDBConn{sqlQ{db}, db}, o)
 }
@@ -128,7 +129,7 @@ func (s *Store) Schema() string { return s.schema }
 // name the Store uses and the unquoted name a person types are the same.
 func validateSchema(name string) error {
 	bad := func(why string) error {
-		return fmt.Errorf("%w: pgstore: schema name %q %s", lease.ErrInvalid, name, why)
+		return fmt.Errorf("%w: pgstore: schema name %q %s", tenure.ErrInvalid, name, why)
 	}
 	if len(name) > maxIdentLen {
 		return bad(fmt.Sprintf("is longer than %d bytes", maxIdentLen))

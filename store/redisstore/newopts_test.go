@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"errors"
+	"github.com/tenurekit/tenure"
 	"testing"
 	"time"
 
@@ -62,8 +63,8 @@ func TestNewRefusesBadOptions(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			s, err := c.new()
-			if s != nil || !errors.Is(err, lease.ErrInvalid) {
-				t.Fatalf("= %v, %v; want nil and an error wrapping lease.ErrInvalid", s, err)
+			if s != nil || !errors.Is(err, tenure.ErrInvalid) {
+				t.Fatalf("= %v, %v; want nil and an error wrapping tenure.ErrInvalid", s, err)
 			}
 		})
 	}

@@ -5,6 +5,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"github.com/tenurekit/tenure"
 	"io/fs"
 	"strconv"
 	"strings"
@@ -53,7 +54,7 @@ var (
 // Options configure a Store. Nil, and the zero value of each field, mean
 // the defaults; each field documents its own. [New] and [NewGoRedis]
 // refuse a value out of its bounds with an error wrapping
-// lease.ErrInvalid.
+// tenure.ErrInvalid.
 type Options struct {
 	// Prefix is put in front of every key the store writes. Default
 	// "tenure:" (an empty Prefix means the default). The characters '%',
@@ -108,7 +109,7 @@ type ttlString struct {
 }
 
 // New returns a Store on c. o may be nil for the defaults. A nil client or
-// a bad option (see [Options]) is an error wrapping lease.ErrInvalid. The
+// a bad option (see [Options]) is an error wrapping tenure.ErrInvalid. The
 // client is
 // the caller's: it is neither configured nor closed by the store. Create it
 // with DisableRetry: the store's writes are idempotent per token, but the
@@ -119,7 +120,7 @@ type ttlString struct {
 // before the first write and whenever a connection failed since.
 func New(c rueidis.Client, o *Options) (*Store, error) {
 	if c == nil {
-		return nil, fmt.Errorf("%w: redisstore: nil rueidis.Client", lease.ErrInvalid)
+		return nil, fmt.Errorf("%w: redisstore: nil rueidis.Client", tenure.ErrInvalid)
 	}
 	if err := validate(o); err != nil {
 		return nil, err
@@ -134,7 +135,7 @@ func New(c rueidis.Client, o *Options) (*Store, error) {
 // keys as a Store made by [New], so the two can share a server and its
 // data. The client is the caller's: it is neither configured nor closed by
 // the store. A nil client, a *redis.Ring or a bad option (see [Options])
-// is an error wrapping lease.ErrInvalid. A Ring is refused because it
+// is an error wrapping tenure.ErrInvalid. A Ring is refused because it
 // moves keys to another shard when one is down, which would hand a held
 // lease to a second holder.
 //
@@ -153,17 +154,17 @@ func New(c rueidis.Client, o *Options) (*Store, error) {
 func NewGoRedis(c redis.UniversalClient, o *Options) (*Store, error) {
 	switch cc := c.(type) {
 	case nil:
-		return nil, fmt.Errorf("%w: redisstore: nil redis.UniversalClient", lease.ErrInvalid)
+		return nil, fmt.Errorf("%w: redisstore: nil redis.UniversalClient", tenure.ErrInvalid)
 	case *redis.Client:
 		if cc == nil {
-			return nil, fmt.Errorf("%w: redisstore: nil *redis.Client", lease.ErrInvalid)
+			return nil, fmt.Errorf("%w: redisstore: nil *redis.Client", tenure.ErrInvalid)
 		}
 	case *redis.ClusterClient:
 		if cc == nil {
-			return nil, fmt.Errorf("%w: redisstore: nil *redis.ClusterClient", lease.ErrInvalid)
+			return nil, fmt.Errorf("%w: redisstore: nil *redis.ClusterClient", tenure.ErrInvalid)
 		}
 	case *redis.Ring:
-		return nil, fmt.Errorf("%w: redisstore: a *redis.Ring moves keys to another shard when one is down; use a *redis.Client or *redis.ClusterClient", lease.ErrInvalid)
+		return nil, fmt.Errorf("%w: redisstore: a *redis.Ring moves keys to another shard when one is down; use a *redis.Client or *redis.ClusterClient", tenure.ErrInvalid)
 	}
 	if err := validate(o); err != nil {
 		return nil, err
@@ -177,7 +178,7 @@ func validate(o *Options) error {
 		return nil
 	}
 	if o.FenceRetention < 0 || o.FenceRetention > MaxFenceRetention {
-		return fmt.Errorf("%w: redisstore: Options.FenceRetention is %v, want 0 (the default %v) up to %v", lease.ErrInvalid, o.FenceRetention, DefaultFenceRetention, MaxFenceRetention)
+		return fmt.Errorf("%w: redisstore: Options.FenceRetention is %v, want 0 (the default %v) up to %v", tenure.ErrInvalid, o.FenceRetention, DefaultFenceRetention, MaxFenceRetention)
 	}
 	return validateReplication(o.Replication)
 }

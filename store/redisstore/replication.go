@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/tenurekit/tenure"
 	"strconv"
 	"strings"
 	"sync"
@@ -119,13 +120,13 @@ type Replication struct {
 // [Replication].
 func validateReplication(r Replication) error {
 	if r.Replicas < 0 || r.Replicas > MaxConfirmReplicas {
-		return fmt.Errorf("%w: redisstore: Options.Replication.Replicas is %d, want 0 (every connected replica) up to %d", lease.ErrInvalid, r.Replicas, MaxConfirmReplicas)
+		return fmt.Errorf("%w: redisstore: Options.Replication.Replicas is %d, want 0 (every connected replica) up to %d", tenure.ErrInvalid, r.Replicas, MaxConfirmReplicas)
 	}
 	if r.Timeout != 0 && (r.Timeout < time.Millisecond || r.Timeout > MaxConfirmTimeout) {
-		return fmt.Errorf("%w: redisstore: Options.Replication.Timeout is %v, want 0 (the default %v) or 1ms up to %v", lease.ErrInvalid, r.Timeout, DefaultConfirmTimeout, MaxConfirmTimeout)
+		return fmt.Errorf("%w: redisstore: Options.Replication.Timeout is %v, want 0 (the default %v) or 1ms up to %v", tenure.ErrInvalid, r.Timeout, DefaultConfirmTimeout, MaxConfirmTimeout)
 	}
 	if r.Command != ConfirmAuto && r.Command != ConfirmWait {
-		return fmt.Errorf("%w: redisstore: Options.Replication.Command is %d, want ConfirmAuto or ConfirmWait", lease.ErrInvalid, r.Command)
+		return fmt.Errorf("%w: redisstore: Options.Replication.Command is %d, want ConfirmAuto or ConfirmWait", tenure.ErrInvalid, r.Command)
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package sqlitestore_test
 import (
 	"database/sql"
 	"errors"
+	"github.com/tenurekit/tenure"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -27,8 +28,8 @@ func TestNewRefusesBadOptions(t *testing.T) {
 	}
 	refused := func(t *testing.T, s *sqlitestore.Store, err error) {
 		t.Helper()
-		if s != nil || !errors.Is(err, lease.ErrInvalid) {
-			t.Fatalf("= %v, %v; want nil and an error wrapping lease.ErrInvalid", s, err)
+		if s != nil || !errors.Is(err, tenure.ErrInvalid) {
+			t.Fatalf("= %v, %v; want nil and an error wrapping tenure.ErrInvalid", s, err)
 		}
 	}
 	// Open creates no file.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"github.com/tenurekit/tenure"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -43,7 +44,7 @@ func DSN(path string) string {
 
 // Options configure a Store. Nil, and the zero value of each field, mean
 // the defaults. [Open] and [New] refuse a value out of its bounds with an
-// error wrapping lease.ErrInvalid, before they touch the database.
+// error wrapping tenure.ErrInvalid, before they touch the database.
 type Options struct {
 	// TablePrefix is prepended to the names of the store's tables
 	// (<prefix>leases, <prefix>fences). It must be an SQL identifier: a
@@ -98,11 +99,11 @@ type Store struct {
 // pending migrations (see [Store.Migrate]): the file's tenure tables are
 // tenure's own. Tables at a version newer than this code knows are an error
 // naming both versions. An empty path or a bad option (see [Options]) is an
-// error wrapping lease.ErrInvalid, and no file is opened. Close closes the
+// error wrapping tenure.ErrInvalid, and no file is opened. Close closes the
 // database.
 func Open(ctx context.Context, path string, o *Options) (*Store, error) {
 	if path == "" {
-		return nil, fmt.Errorf("%w: sqlitestore: empty database path", lease.ErrInvalid)
+		return nil, fmt.Errorf("%w: sqlitestore: empty database path", tenure.ErrInvalid)
 	}
 	if _, _, err := resolve(o); err != nil {
 		return nil, err
@@ -138,11 +139,11 @@ func Open(ctx context.Context, path string, o *Options) (*Store, error) {
 // SQLITE_BUSY, and deferred
 // transactions of the caller's own can fail with SQLITE_BUSY halfway. The
 // store's own operations are correct on a deferred database too. A nil db
-// or a bad option (see [Options]) is an error wrapping lease.ErrInvalid,
+// or a bad option (see [Options]) is an error wrapping tenure.ErrInvalid,
 // and the database is not touched. Close does not close db.
 func New(ctx context.Context, db *sql.DB, o *Options) (*Store, error) {
 	if db == nil {
-		return nil, fmt.Errorf("%w: sqlitestore: nil *sql.DB", lease.ErrInvalid)
+		return nil, fmt.Errorf("%w: sqlitestore: nil *sql.DB", tenure.ErrInvalid)
 	}
 	return newStore(ctx, db, o, false, &writeQueue{})
 }
@@ -157,7 +158,7 @@ func resolve(o *Options) (prefix string, clock func() time.Time, err error) {
 			clock = o.Clock
 		}
 		if o.Migrate < MigrateDefault || o.Migrate > MigrateSkip {
-			return "", nil, fmt.Errorf("%w: sqlitestore: unknown Options.Migrate %d", lease.ErrInvalid, o.Migrate)
+			return "", nil, fmt.Errorf("%w: sqlitestore: unknown Options.Migrate %d", tenure.ErrInvalid, o.Migrate)
 		}
 	}
 	if err := validatePrefix(prefix); err != nil {
@@ -178,7 +179,7 @@ func validatePrefix(p string) error {
 		}
 	}
 	if bad {
-		return fmt.Errorf("%w: sqlitestore: invalid TablePrefix %q: want a letter or underscore, then letters, digits or underscores, at most %d bytes, not starting with \"sqlite_\"", lease.ErrInvalid, p, maxPrefixLen)
+		return fmt.Errorf("%w: sqlitestore: invalid TablePrefix %q: want a letter or underscore, then letters, digits or underscores, at most %d bytes, not starting with \"sqlite_\"", tenure.ErrInvalid, p, maxPrefixLen)
 	}
 	return nil
 }
