@@ -40,11 +40,13 @@ type outcome struct {
 
 // slotRun is one attempt at a pending slot.
 type slotRun struct {
-	s   *Scheduler
-	js  *jobState
-	j   Job
-	p   *pendingSlot
-	log *slog.Logger
+	s *Scheduler
+	// claimStepDone is set (under s.mu) once the claim step is over.
+	claimStepDone bool
+	js            *jobState
+	j             Job
+	p             *pendingSlot
+	log           *slog.Logger
 
 	// stop ends when the scheduler stops: no step starts or goes on
 	// waiting after it.
@@ -128,7 +130,12 @@ func (r *slotRun) execute() {
 		}
 		r.close()
 	}()
-	for _, step := range []func() (outcome, bool){r.takeClaim, r.check, r.takePermit, r.gate, r.beginAttempt} {
+	claim := func() (outcome, bool) {
+		out, ok := r.takeClaim()
+		r.s.claimTaken(r)
+		return out, ok
+	}
+	for _, step := range []func() (outcome, bool){claim, r.check, r.takePermit, r.gate, r.beginAttempt} {
 		out, ok := step()
 		if !ok {
 			r.out = out
@@ -454,6 +461,7 @@ func (s *Scheduler) attempt(hctx, stop context.Context, js *jobState, p *pending
 	r := &slotRun{s: s, js: js, j: js.job, p: p, stop: stop, ctx: hctx, state: -1,
 		log: s.log.With("job", js.job.Name, "slot", p.id)}
 	defer func() {
+		s.claimTaken(r) // if execute ended before its claim step
 		s.mu.Lock()
 		s.active--
 		p.active, p.gating = false, false
@@ -472,6 +480,21 @@ func (s *Scheduler) attempt(hctx, stop context.Context, js *jobState, p *pending
 		s.kick()
 	}()
 	r.execute()
+}
+
+// claimTaken records that r's claim step is over (taken or not), once,
+// and lets start launch the next due slot.
+func (s *Scheduler) claimTaken(r *slotRun) {
+	s.mu.Lock()
+	done := r.claimStepDone
+	r.claimStepDone = true
+	if !done {
+		s.claiming--
+	}
+	s.mu.Unlock()
+	if !done {
+		s.kick()
+	}
 }
 
 // gated marks p past the overlap gate.

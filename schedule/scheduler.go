@@ -182,11 +182,17 @@ type Options struct {
 	StopTimeout time.Duration
 	// MaxRunning bounds the attempts this node runs at once, over all
 	// jobs; due slots beyond it wait for the next poll (or another node).
-	// Default 64.
+	// Default 64. Of these, at most 4 are taking their slot's claim at
+	// any moment, the oldest due slots first: on a store that falls
+	// behind (a busy SQLite file, say) new slots then wait their turn
+	// here, oldest first, instead of queueing claim writes at the store
+	// ahead of the renewals, completions and retries of older slots.
 	MaxRunning int
 }
 
 const (
+	// maxClaiming bounds the attempts of a node taking their claim at once.
+	maxClaiming = 4
 	// maxBacklog bounds how many late slots of a job one poll considers;
 	// older ones are neither run nor recorded (a warning says how many).
 	maxBacklog = 1000
@@ -216,6 +222,9 @@ type Scheduler struct {
 	names   []string
 	running bool
 	active  int // attempts in flight on this node, over all jobs
+	// claiming counts the attempts still taking their slot's claim: at
+	// most maxClaiming at once (see MaxRunning).
+	claiming int
 }
 
 type jobState struct {
@@ -689,10 +698,11 @@ func (s *Scheduler) start(hctx, ctx context.Context, wg *sync.WaitGroup, js *job
 		if p.late && j.Misfire == MisfireCatchUp && js.activeLate >= j.CatchUpConcurrency {
 			continue
 		}
-		if s.active >= s.o.MaxRunning {
+		if s.active >= s.o.MaxRunning || s.claiming >= maxClaiming {
 			return
 		}
 		s.active++
+		s.claiming++
 		p.active, p.gating = true, true
 		js.active++
 		if p.late {

@@ -200,12 +200,16 @@ func (e *env) expire(s schedule.Store, key string) {
 }
 
 // waitFor polls cond until it holds (at most a minute).
-func (e *env) waitFor(what string, cond func() bool) {
+func (e *env) waitFor(what string, cond func() bool, detail ...func() string) {
 	e.t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for !cond() {
 		if time.Now().After(deadline) {
-			e.t.Fatalf("timed out waiting for %s", what)
+			var more []string
+			for _, d := range detail {
+				more = append(more, d())
+			}
+			e.t.Fatalf("timed out waiting for %s %s", what, strings.Join(more, "; "))
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -790,7 +794,10 @@ func (e *env) runNodes(n int, skews []time.Duration) {
 		if e.fake() {
 			e.Clock.Set(at)
 		}
-		e.waitFor(fmt.Sprintf("slot %d final", i), func() bool { return final(at) })
+		e.waitFor(fmt.Sprintf("slot %d final", i), func() bool { return final(at) }, func() string {
+			r, ok := e.record(job, sched.ID(at))
+			return fmt.Sprintf("(slot %s: recorded %v, %+v)", sched.ID(at), ok, r)
+		})
 	}
 	for _, nd := range nodes {
 		nd.stop()
