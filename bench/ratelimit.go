@@ -69,7 +69,7 @@ func (e *Env) buildRateContenders() (map[string]cycleFunc, error) {
 	if err != nil {
 		return nil, err
 	}
-	tm, err := ratelimit.New(mem.Limits(), ratelimit.GCRA, ratelimit.Limit{Name: "bench", Rate: benchRate, Period: time.Second})
+	tm, err := ratelimit.New(mem.Limits(), ratelimit.GCRA, ratelimit.Limit{Name: "bench", Rate: benchRate, Period: time.Second}, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -111,11 +111,11 @@ func (e *Env) buildRateContenders() (map[string]cycleFunc, error) {
 	if err := st.Check(ctx); err != nil {
 		return nil, fmt.Errorf("redisstore check: %w", err)
 	}
-	tg, err := ratelimit.New(st.Limits(), ratelimit.GCRA, ratelimit.Limit{Name: "gcra", Rate: benchRate, Period: time.Second})
+	tg, err := ratelimit.New(st.Limits(), ratelimit.GCRA, ratelimit.Limit{Name: "gcra", Rate: benchRate, Period: time.Second}, nil)
 	if err != nil {
 		return nil, err
 	}
-	tf, err := ratelimit.New(st.Limits(), ratelimit.FixedWindow, ratelimit.Limit{Name: "fixed", Rate: benchRate, Period: time.Second})
+	tf, err := ratelimit.New(st.Limits(), ratelimit.FixedWindow, ratelimit.Limit{Name: "fixed", Rate: benchRate, Period: time.Second}, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -133,7 +133,7 @@ func (e *Env) buildRateContenders() (map[string]cycleFunc, error) {
 	if err := gst.Check(ctx); err != nil {
 		return nil, fmt.Errorf("redisstore (go-redis) check: %w", err)
 	}
-	tgg, err := ratelimit.New(gst.Limits(), ratelimit.GCRA, ratelimit.Limit{Name: "gcra", Rate: benchRate, Period: time.Second})
+	tgg, err := ratelimit.New(gst.Limits(), ratelimit.GCRA, ratelimit.Limit{Name: "gcra", Rate: benchRate, Period: time.Second}, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -168,7 +168,7 @@ func (e *Env) buildReplicated(re *replicaEnv) error {
 		}
 	}
 	for _, c := range ReplicaGCRAContenders {
-		lim, err := ratelimit.New(stores[c].Limits(), ratelimit.GCRA, ratelimit.Limit{Name: "gcra-" + c, Rate: benchRate, Period: time.Second})
+		lim, err := ratelimit.New(stores[c].Limits(), ratelimit.GCRA, ratelimit.Limit{Name: "gcra-" + c, Rate: benchRate, Period: time.Second}, nil)
 		if err != nil {
 			return err
 		}

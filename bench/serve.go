@@ -205,10 +205,10 @@ func (e *Env) buildServeStore(store string) (*serveStore, error) {
 	}
 	limit := ratelimit.Limit{Name: "serve", Rate: benchRate, Period: time.Second}
 	s := &serveStore{leases: views.Leases, leasesServe: c.Leases(), floor: floor}
-	if s.rate, err = ratelimit.New(views.Limits, ratelimit.GCRA, limit); err != nil {
+	if s.rate, err = ratelimit.New(views.Limits, ratelimit.GCRA, limit, nil); err != nil {
 		return nil, err
 	}
-	if s.rateServe, err = ratelimit.New(c.Limits(), ratelimit.GCRA, limit); err != nil {
+	if s.rateServe, err = ratelimit.New(c.Limits(), ratelimit.GCRA, limit, nil); err != nil {
 		return nil, err
 	}
 	// Open MaxWorkers connections to the server and warm the scripts, so

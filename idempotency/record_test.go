@@ -111,7 +111,7 @@ func TestRateLimiterOrder(t *testing.T) {
 			var now atomic.Int64
 			now.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
 			s := newMem(t, &memstore.Options{Clock: func() time.Time { return time.Unix(0, now.Load()) }})
-			lim, err := ratelimit.New(s.Limits(), ratelimit.FixedWindow, ratelimit.Limit{Name: "orders", Rate: 1, Period: time.Hour})
+			lim, err := ratelimit.New(s.Limits(), ratelimit.FixedWindow, ratelimit.Limit{Name: "orders", Rate: 1, Period: time.Hour}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

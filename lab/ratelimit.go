@@ -84,7 +84,7 @@ func limitName(env *Env, name string) string {
 func fixedWindowScript(ctx context.Context, env *Env) ([]KV, []KV, error) {
 	ls, _ := limitsOf(env)
 	const window = 10 * time.Second
-	l, err := ratelimit.New(ls.s, ratelimit.FixedWindow, ratelimit.Limit{Name: limitName(env, "fixed-window"), Rate: 3, Period: window})
+	l, err := ratelimit.New(ls.s, ratelimit.FixedWindow, ratelimit.Limit{Name: limitName(env, "fixed-window"), Rate: 3, Period: window}, nil)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -129,7 +129,7 @@ func fixedWindowScript(ctx context.Context, env *Env) ([]KV, []KV, error) {
 // state the store keeps has a TTL.
 func fixedWindowConcurrent(ctx context.Context, env *Env) ([]KV, []KV, error) {
 	ls, _ := limitsOf(env)
-	l, err := ratelimit.New(ls.s, ratelimit.FixedWindow, ratelimit.Limit{Name: limitName(env, "fixed-window-concurrent"), Rate: 5, Period: 30 * time.Second})
+	l, err := ratelimit.New(ls.s, ratelimit.FixedWindow, ratelimit.Limit{Name: limitName(env, "fixed-window-concurrent"), Rate: 5, Period: 30 * time.Second}, nil)
 	if err != nil {
 		return nil, nil, err
 	}

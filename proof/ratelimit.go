@@ -31,7 +31,7 @@ func limitLoop(ctx context.Context, w *workerEnv, mode string) error {
 	period := limitPeriod(w.spec.TTL)
 	l, err := ratelimit.New(w.limitStore(), ratelimit.SlidingLog, ratelimit.Limit{
 		Name: "proof-" + fmt.Sprint(period.Microseconds()), Rate: limitRate, Period: period,
-	})
+	}, nil)
 	if err != nil {
 		return err
 	}

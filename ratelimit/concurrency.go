@@ -45,18 +45,13 @@ type Concurrency struct {
 	now func() time.Time // client clock: validity only, never decisions
 }
 
-// NewConcurrency returns a concurrency limiter for l on s. The limit is
+// NewConcurrency returns a concurrency limiter for l on s, with options o
+// (nil: the defaults, the global OpenTelemetry providers). The limit is
 // validated here; errors wrap ErrInvalid (a nil store, also a nil pointer
-// of a store type, is one).
-func NewConcurrency(s Store, l ConcurrencyLimit) (*Concurrency, error) {
-	return NewConcurrencyWithOptions(s, l, nil)
-}
-
-// NewConcurrencyWithOptions is NewConcurrency with instrumentation options
-// (nil: the defaults, the global OpenTelemetry providers). A permit
-// request counts in tenure.ratelimit.decisions: allowed when granted,
-// denied when every permit is held.
-func NewConcurrencyWithOptions(s Store, l ConcurrencyLimit, o *Options) (*Concurrency, error) {
+// of a store type, is one). A permit request counts in
+// tenure.ratelimit.decisions: allowed when granted, denied when every
+// permit is held.
+func NewConcurrency(s Store, l ConcurrencyLimit, o *Options) (*Concurrency, error) {
 	if isNil(s) {
 		return nil, fmt.Errorf("%w: nil store", ErrInvalid)
 	}

@@ -18,7 +18,7 @@ import (
 func TestAcquireWaitsForExpiry(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		c, _ := ratelimit.NewConcurrency(newMem(t, nil).Limits(), ratelimit.ConcurrencyLimit{Permits: 1, TTL: 10 * time.Second})
+		c, _ := ratelimit.NewConcurrency(newMem(t, nil).Limits(), ratelimit.ConcurrencyLimit{Permits: 1, TTL: 10 * time.Second}, nil)
 		if _, err := c.TryAcquire(ctx, "job"); err != nil { // and never released
 			t.Fatal(err)
 		}
@@ -42,7 +42,7 @@ func TestDoCancelsWhenPermitLost(t *testing.T) {
 		ms := newMem(t, nil)
 		s, faults := ratelimittest.Wrap(ms.Limits())
 		ttl := 9 * time.Second
-		c, _ := ratelimit.NewConcurrency(s, ratelimit.ConcurrencyLimit{Permits: 1, TTL: ttl})
+		c, _ := ratelimit.NewConcurrency(s, ratelimit.ConcurrencyLimit{Permits: 1, TTL: ttl}, nil)
 		start := time.Now()
 		var ended time.Duration
 		err := c.Do(context.Background(), "job", func(ctx context.Context) error {
@@ -65,7 +65,7 @@ func TestDoCancelsWhenPermitLost(t *testing.T) {
 func TestDoRenews(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		c, _ := ratelimit.NewConcurrency(newMem(t, nil).Limits(), ratelimit.ConcurrencyLimit{Permits: 1, TTL: 3 * time.Second})
+		c, _ := ratelimit.NewConcurrency(newMem(t, nil).Limits(), ratelimit.ConcurrencyLimit{Permits: 1, TTL: 3 * time.Second}, nil)
 		err := c.Do(ctx, "job", func(ctx context.Context) error {
 			time.Sleep(20 * time.Second)
 			if _, err := c.TryAcquire(ctx, "job"); !errors.Is(err, ratelimit.ErrLimited) {
@@ -88,7 +88,7 @@ func TestDoRenews(t *testing.T) {
 func TestDoReleasesOnPanic(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		c, _ := ratelimit.NewConcurrency(newMem(t, nil).Limits(), ratelimit.ConcurrencyLimit{Permits: 1, TTL: 3 * time.Second})
+		c, _ := ratelimit.NewConcurrency(newMem(t, nil).Limits(), ratelimit.ConcurrencyLimit{Permits: 1, TTL: 3 * time.Second}, nil)
 		var got any
 		func() {
 			defer func() { got = recover() }()

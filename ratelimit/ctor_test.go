@@ -18,14 +18,14 @@ type nilStore struct{ ratelimit.Store }
 func TestConstructorsRefuseNilAndBadOptions(t *testing.T) {
 	lim := ratelimit.Limit{Rate: 1, Period: time.Second}
 	for _, s := range []ratelimit.Store{nil, (*nilStore)(nil)} {
-		if _, err := ratelimit.New(s, ratelimit.GCRA, lim); !errors.Is(err, ratelimit.ErrInvalid) {
+		if _, err := ratelimit.New(s, ratelimit.GCRA, lim, nil); !errors.Is(err, ratelimit.ErrInvalid) {
 			t.Errorf("New(%T): %v", s, err)
 		}
-		if _, err := ratelimit.NewConcurrency(s, ratelimit.ConcurrencyLimit{Permits: 1}); !errors.Is(err, ratelimit.ErrInvalid) {
+		if _, err := ratelimit.NewConcurrency(s, ratelimit.ConcurrencyLimit{Permits: 1}, nil); !errors.Is(err, ratelimit.ErrInvalid) {
 			t.Errorf("NewConcurrency(%T): %v", s, err)
 		}
 	}
-	l, err := ratelimit.New(newMem(t, nil).Limits(), ratelimit.GCRA, lim)
+	l, err := ratelimit.New(newMem(t, nil).Limits(), ratelimit.GCRA, lim, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +54,7 @@ func TestConstructorsRefuseNilAndBadOptions(t *testing.T) {
 		}
 	}
 	for _, cl := range []ratelimit.ConcurrencyLimit{{Permits: 0}, {Permits: ratelimit.MaxPermits + 1}, {Permits: 1, TTL: -time.Second}, {Permits: 1, TTL: math.MaxInt64}, {Permits: 1, Name: "a:b"}} {
-		if _, err := ratelimit.NewConcurrency(newMem(t, nil).Limits(), cl); !errors.Is(err, ratelimit.ErrInvalid) {
+		if _, err := ratelimit.NewConcurrency(newMem(t, nil).Limits(), cl, nil); !errors.Is(err, ratelimit.ErrInvalid) {
 			t.Errorf("NewConcurrency(%+v): %v", cl, err)
 		}
 	}

@@ -21,7 +21,7 @@ func Example() {
 		panic(err)
 	}
 	store := mem.Limits()
-	limiter, err := ratelimit.New(store, ratelimit.GCRA, ratelimit.Limit{Name: "api", Rate: 3, Period: time.Minute})
+	limiter, err := ratelimit.New(store, ratelimit.GCRA, ratelimit.Limit{Name: "api", Rate: 3, Period: time.Minute}, nil)
 	if err != nil {
 		panic(err)
 	}
@@ -46,7 +46,7 @@ func ExampleNew_invalid() {
 		panic(err)
 	}
 	store := mem.Limits()
-	_, err = ratelimit.New(store, ratelimit.FixedWindow, ratelimit.Limit{Rate: 10, Period: 500 * time.Microsecond})
+	_, err = ratelimit.New(store, ratelimit.FixedWindow, ratelimit.Limit{Rate: 10, Period: 500 * time.Microsecond}, nil)
 	fmt.Println(errors.Is(err, ratelimit.ErrInvalid))
 	fmt.Println(err)
 	// Output:
@@ -61,7 +61,7 @@ func ExampleLimiter_Peek() {
 	if err != nil {
 		panic(err)
 	}
-	limiter, _ := ratelimit.New(mem.Limits(), ratelimit.SlidingLog, ratelimit.Limit{Rate: 5, Period: time.Second})
+	limiter, _ := ratelimit.New(mem.Limits(), ratelimit.SlidingLog, ratelimit.Limit{Rate: 5, Period: time.Second}, nil)
 	limiter.AllowN(ctx, "k", 2)
 	d, _ := limiter.Peek(ctx, "k", 0)
 	fmt.Println("remaining:", d.Remaining)
@@ -81,8 +81,8 @@ func ExampleGroup() {
 		panic(err)
 	}
 	store := mem.Limits()
-	perUser, _ := ratelimit.New(store, ratelimit.GCRA, ratelimit.Limit{Name: "per-user", Rate: 2, Period: time.Minute})
-	global, _ := ratelimit.New(store, ratelimit.FixedWindow, ratelimit.Limit{Name: "global", Rate: 3, Period: time.Minute})
+	perUser, _ := ratelimit.New(store, ratelimit.GCRA, ratelimit.Limit{Name: "per-user", Rate: 2, Period: time.Minute}, nil)
+	global, _ := ratelimit.New(store, ratelimit.FixedWindow, ratelimit.Limit{Name: "global", Rate: 3, Period: time.Minute}, nil)
 	g, _ := ratelimit.NewGroup("api", perUser, global)
 	for _, user := range []string{"alice", "alice", "alice", "bob", "carol"} {
 		d, _, _ := g.AllowN(ctx, []string{user, "all"}, 1)
@@ -108,7 +108,7 @@ func ExampleConcurrency() {
 	if err != nil {
 		panic(err)
 	}
-	c, _ := ratelimit.NewConcurrency(mem.Limits(), ratelimit.ConcurrencyLimit{Name: "exports", Permits: 2, TTL: 30 * time.Second})
+	c, _ := ratelimit.NewConcurrency(mem.Limits(), ratelimit.ConcurrencyLimit{Name: "exports", Permits: 2, TTL: 30 * time.Second}, nil)
 	a, _ := c.TryAcquire(ctx, "tenant:7")
 	b, _ := c.TryAcquire(ctx, "tenant:7")
 	_, err = c.TryAcquire(ctx, "tenant:7")
@@ -133,7 +133,7 @@ func ExampleMiddleware() {
 		panic(err)
 	}
 	store := mem.Limits()
-	perIP, _ := ratelimit.New(store, ratelimit.FixedWindow, ratelimit.Limit{Name: "per-ip", Rate: 2, Period: time.Minute})
+	perIP, _ := ratelimit.New(store, ratelimit.FixedWindow, ratelimit.Limit{Name: "per-ip", Rate: 2, Period: time.Minute}, nil)
 	m, err := ratelimit.NewMiddleware(ratelimit.MiddlewareOptions{
 		Rules:     []ratelimit.Rule{{Limiter: perIP, Key: ratelimit.ClientIP(nil)}},
 		OnFailure: ratelimit.FailClosed, // the default: 503 when the store is down

@@ -55,7 +55,7 @@ func FuzzMiddlewareKeys(f *testing.F) {
 			if (nk == k) != (driver.ValidateKey(k) == nil && !strings.HasPrefix(k, HashedKeyPrefix)) {
 				t.Fatalf("key %q kept as %q", k, nk)
 			}
-			l, _ := New(ls, GCRA, Limit{Name: "f" + string(rune('a'+i)), Rate: 1, Period: time.Hour})
+			l, _ := New(ls, GCRA, Limit{Name: "f" + string(rune('a'+i)), Rate: 1, Period: time.Hour}, nil)
 			m, err := NewMiddleware(MiddlewareOptions{Rules: []Rule{{Limiter: l, Key: fn}}, OnFailure: FailOpen})
 			if err != nil {
 				t.Fatal(err)

@@ -457,7 +457,7 @@ func newMiddleware(o MiddlewareOptions, now func() time.Time) (*Middleware, erro
 			if r.Limiter.Algorithm() == GCRA {
 				scaled.Burst = max(1, int(math.Floor(float64(l.Burst)*o.LocalShare)))
 			}
-			ll, err := New(ls, r.Limiter.Algorithm(), scaled)
+			ll, err := New(ls, r.Limiter.Algorithm(), scaled, nil)
 			if err != nil {
 				return nil, err
 			}

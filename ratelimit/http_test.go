@@ -60,7 +60,7 @@ func fakeStore(t testing.TB) (*ratelimittest.Clock, *memstore.Store) {
 
 func TestMiddlewareLimitsAndFields(t *testing.T) {
 	clock, ms := fakeStore(t)
-	l, _ := ratelimit.New(ms.Limits(), ratelimit.FixedWindow, ratelimit.Limit{Name: "per-ip", Rate: 3, Period: time.Minute})
+	l, _ := ratelimit.New(ms.Limits(), ratelimit.FixedWindow, ratelimit.Limit{Name: "per-ip", Rate: 3, Period: time.Minute}, nil)
 	m, err := ratelimit.NewMiddleware(ratelimit.MiddlewareOptions{Rules: []ratelimit.Rule{{Limiter: l, Key: ratelimit.ClientIP(nil)}}})
 	if err != nil {
 		t.Fatal(err)
@@ -118,8 +118,8 @@ func TestMiddlewareLimitsAndFields(t *testing.T) {
 
 func TestMiddlewareGroupAllOrNothing(t *testing.T) {
 	_, ms := fakeStore(t)
-	user, _ := ratelimit.New(ms.Limits(), ratelimit.GCRA, ratelimit.Limit{Name: "per-user", Rate: 2, Period: time.Hour})
-	global, _ := ratelimit.New(ms.Limits(), ratelimit.SlidingLog, ratelimit.Limit{Name: "global", Rate: 3, Period: 1500 * time.Millisecond})
+	user, _ := ratelimit.New(ms.Limits(), ratelimit.GCRA, ratelimit.Limit{Name: "per-user", Rate: 2, Period: time.Hour}, nil)
+	global, _ := ratelimit.New(ms.Limits(), ratelimit.SlidingLog, ratelimit.Limit{Name: "global", Rate: 3, Period: 1500 * time.Millisecond}, nil)
 	m, err := ratelimit.NewMiddleware(ratelimit.MiddlewareOptions{Rules: []ratelimit.Rule{
 		{Limiter: user, Key: ratelimit.Header("X-Api-Key")},
 		{Limiter: global, Key: ratelimit.Const("all")},
@@ -159,7 +159,7 @@ func TestMiddlewareGroupAllOrNothing(t *testing.T) {
 func TestMiddlewareFailurePolicies(t *testing.T) {
 	_, ms := fakeStore(t)
 	s, faults := ratelimittest.Wrap(ms.Limits())
-	l, _ := ratelimit.New(s, ratelimit.GCRA, ratelimit.Limit{Name: "per-ip", Rate: 4, Period: time.Minute})
+	l, _ := ratelimit.New(s, ratelimit.GCRA, ratelimit.Limit{Name: "per-ip", Rate: 4, Period: time.Minute}, nil)
 	var logs bytes.Buffer
 	mk := func(p ratelimit.FailurePolicy, share float64) *ratelimit.Middleware {
 		m, err := ratelimit.NewMiddleware(ratelimit.MiddlewareOptions{
@@ -219,7 +219,7 @@ func TestMiddlewareFailurePolicies(t *testing.T) {
 
 func TestMiddlewareCostAndSkips(t *testing.T) {
 	_, ms := fakeStore(t)
-	l, _ := ratelimit.New(ms.Limits(), ratelimit.GCRA, ratelimit.Limit{Name: "bytes", Rate: 1000, Period: time.Second})
+	l, _ := ratelimit.New(ms.Limits(), ratelimit.GCRA, ratelimit.Limit{Name: "bytes", Rate: 1000, Period: time.Second}, nil)
 	m, _ := ratelimit.NewMiddleware(ratelimit.MiddlewareOptions{
 		Rules: []ratelimit.Rule{{Limiter: l, Key: ratelimit.User(func(r *http.Request) string { return r.Header.Get("X-User") })}},
 		Cost: func(r *http.Request) int {
@@ -303,7 +303,7 @@ func TestClientIPNonIPPeer(t *testing.T) {
 		}
 	}
 	_, ms := fakeStore(t)
-	l, _ := ratelimit.New(ms.Limits(), ratelimit.GCRA, ratelimit.Limit{Rate: 1, Period: time.Hour})
+	l, _ := ratelimit.New(ms.Limits(), ratelimit.GCRA, ratelimit.Limit{Rate: 1, Period: time.Hour}, nil)
 	m, _ := ratelimit.NewMiddleware(ratelimit.MiddlewareOptions{Rules: []ratelimit.Rule{{Limiter: l, Key: ratelimit.ClientIP(nil)}}})
 	h := m.Handler(ok)
 	if w := serve(t, h, "@", nil); w.Code != 200 {

@@ -33,7 +33,7 @@ func TestMiddlewareInvalidKeysStillLimited(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			_, ms := fakeStore(t)
-			l, _ := ratelimit.New(ms.Limits(), ratelimit.GCRA, ratelimit.Limit{Name: "login", Rate: 1, Period: time.Hour})
+			l, _ := ratelimit.New(ms.Limits(), ratelimit.GCRA, ratelimit.Limit{Name: "login", Rate: 1, Period: time.Hour}, nil)
 			m, err := ratelimit.NewMiddleware(ratelimit.MiddlewareOptions{
 				Rules:     []ratelimit.Rule{{Limiter: l, Key: c.key}},
 				OnFailure: ratelimit.FailOpen,
@@ -75,7 +75,7 @@ func (invalidStore) Decide(context.Context, []driver.Request, bool) ([]ratelimit
 func TestMiddlewareInvalidIsNotAnOutage(t *testing.T) {
 	_, ms := fakeStore(t)
 	s := invalidStore{ms.Limits()}
-	l, _ := ratelimit.New(s, ratelimit.GCRA, ratelimit.Limit{Name: "x", Rate: 1, Period: time.Hour})
+	l, _ := ratelimit.New(s, ratelimit.GCRA, ratelimit.Limit{Name: "x", Rate: 1, Period: time.Hour}, nil)
 	for _, p := range []ratelimit.FailurePolicy{ratelimit.FailClosed, ratelimit.FailOpen, ratelimit.FailLocal} {
 		m, err := ratelimit.NewMiddleware(ratelimit.MiddlewareOptions{
 			Rules: []ratelimit.Rule{{Limiter: l, Key: ratelimit.Const("k")}}, OnFailure: p, LocalShare: 1,

@@ -24,17 +24,12 @@ type Limiter struct {
 	tel  *telemetry   // nil when instrumentation is off
 }
 
-// New returns a Limiter for limit l with algorithm a on store s. The limit
-// is validated here, before anything can be written: errors wrap
+// New returns a Limiter for limit l with algorithm a on store s, with
+// options o (nil: the defaults, the global OpenTelemetry providers). The
+// limit is validated here, before anything can be written: errors wrap
 // ErrInvalid and say what is wrong (a nil store, also a nil pointer of a
 // store type, is one).
-func New(s Store, a Algorithm, l Limit) (*Limiter, error) {
-	return NewWithOptions(s, a, l, nil)
-}
-
-// NewWithOptions is New with instrumentation options (nil: the defaults,
-// the global OpenTelemetry providers).
-func NewWithOptions(s Store, a Algorithm, l Limit, o *Options) (*Limiter, error) {
+func New(s Store, a Algorithm, l Limit, o *Options) (*Limiter, error) {
 	if isNil(s) {
 		return nil, fmt.Errorf("%w: nil store", ErrInvalid)
 	}

@@ -42,7 +42,7 @@ func (c *fakeClock) Advance(d time.Duration) {
 // front of a store that is down, its local limiter on clock.
 func localMiddleware(t *testing.T, clock *fakeClock, maxKeys int) (*Middleware, http.Handler) {
 	t.Helper()
-	l, err := New(downStore{}, GCRA, Limit{Name: "u", Rate: 1, Period: time.Second})
+	l, err := New(downStore{}, GCRA, Limit{Name: "u", Rate: 1, Period: time.Second}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,7 @@ func TestTelemetryCountsDecisions(t *testing.T) {
 	o := &ratelimit.Options{MeterProvider: tl.Meter, TracerProvider: tl.Tracer}
 	store := newMem(t, nil).Limits()
 	ctx := context.Background()
-	l, err := ratelimit.NewWithOptions(store, ratelimit.GCRA, ratelimit.Limit{Name: "api", Rate: 2, Period: time.Minute}, o)
+	l, err := ratelimit.New(store, ratelimit.GCRA, ratelimit.Limit{Name: "api", Rate: 2, Period: time.Minute}, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +52,7 @@ func TestTelemetryCountsDecisions(t *testing.T) {
 	}
 
 	// A group counts one decision under its own name.
-	global, _ := ratelimit.NewWithOptions(store, ratelimit.FixedWindow, ratelimit.Limit{Name: "global", Rate: 100, Period: time.Minute}, o)
+	global, _ := ratelimit.New(store, ratelimit.FixedWindow, ratelimit.Limit{Name: "global", Rate: 100, Period: time.Minute}, o)
 	g, err := ratelimit.NewGroup("user-and-global", l, global)
 	if err != nil {
 		t.Fatal(err)
@@ -65,7 +65,7 @@ func TestTelemetryCountsDecisions(t *testing.T) {
 	}
 
 	// Concurrency permits count as decisions too.
-	c, err := ratelimit.NewConcurrencyWithOptions(store, ratelimit.ConcurrencyLimit{Name: "exports", Permits: 1}, o)
+	c, err := ratelimit.NewConcurrency(store, ratelimit.ConcurrencyLimit{Name: "exports", Permits: 1}, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +117,7 @@ func BenchmarkGCRAAllow(b *testing.B) {
 			if c.o == nil && otel.GetMeterProvider() == nil {
 				b.Fatal("no global provider")
 			}
-			l, err := ratelimit.NewWithOptions(newMem(b, nil).Limits(), ratelimit.GCRA,
+			l, err := ratelimit.New(newMem(b, nil).Limits(), ratelimit.GCRA,
 				ratelimit.Limit{Name: "bench", Rate: 1 << 20, Period: time.Millisecond}, c.o)
 			if err != nil {
 				b.Fatal(err)

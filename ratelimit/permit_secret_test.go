@@ -18,7 +18,7 @@ import (
 // through no fmt verb, on the pointer, the value, or nested in other
 // values, nor through slog or encoding/json.
 func TestPermitTokenNeverPrinted(t *testing.T) {
-	c, err := NewConcurrency(limitmem.New(limitmem.Options{MaxKeys: 10}), ConcurrencyLimit{Permits: 1, TTL: time.Minute})
+	c, err := NewConcurrency(limitmem.New(limitmem.Options{MaxKeys: 10}), ConcurrencyLimit{Permits: 1, TTL: time.Minute}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -113,7 +113,7 @@ func (s *Server) mountDashboard(base string, opt Options) error {
 	if err != nil {
 		return fmt.Errorf("%w: dashboard: %v", ErrConfig, err)
 	}
-	tries, err := ratelimit.New(mem.Limits(), ratelimit.GCRA, ratelimit.Limit{Name: "tenure-dashboard-login", Rate: loginRate, Period: time.Minute})
+	tries, err := ratelimit.New(mem.Limits(), ratelimit.GCRA, ratelimit.Limit{Name: "tenure-dashboard-login", Rate: loginRate, Period: time.Minute}, nil)
 	if err != nil {
 		return err
 	}

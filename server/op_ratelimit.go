@@ -103,7 +103,7 @@ func (r *request) rateRequest(in serveapi.RateRequest) (driver.Request, error) {
 	if !ok {
 		return driver.Request{}, invalidf("unknown algorithm %q (gcra, fixed-window, sliding-log, sliding-window)", in.Algorithm)
 	}
-	lim, err := ratelimit.NewWithOptions(r.s.st.Limits, alg, ratelimit.Limit{Name: in.Limit.Name, Rate: in.Limit.Rate, Period: in.Limit.Period.D(), Burst: in.Limit.Burst}, uninstrumented)
+	lim, err := ratelimit.New(r.s.st.Limits, alg, ratelimit.Limit{Name: in.Limit.Name, Rate: in.Limit.Rate, Period: in.Limit.Period.D(), Burst: in.Limit.Burst}, uninstrumented)
 	if err != nil {
 		return driver.Request{}, err
 	}

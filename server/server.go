@@ -163,7 +163,7 @@ func New(st Stores, o *Options) (*Server, error) {
 		lim = st.Limits
 	}
 	if lim != nil && cfg.Rate > 0 {
-		l, err := ratelimit.New(lim, ratelimit.GCRA, ratelimit.Limit{Name: "tenure-serve-api", Rate: cfg.Rate, Period: cfg.Period, Burst: cfg.Burst})
+		l, err := ratelimit.New(lim, ratelimit.GCRA, ratelimit.Limit{Name: "tenure-serve-api", Rate: cfg.Rate, Period: cfg.Period, Burst: cfg.Burst}, nil)
 		if err != nil {
 			return nil, fmt.Errorf("%w: rate_limit: %v", ErrConfig, err)
 		}

@@ -402,7 +402,7 @@ what remains, when it is fully available again. Nothing is consumed.`,
 				if err != nil {
 					return err
 				}
-				l, err := ratelimit.New(st, alg, ratelimit.Limit{Name: args[0], Rate: rate, Period: period, Burst: burst})
+				l, err := ratelimit.New(st, alg, ratelimit.Limit{Name: args[0], Rate: rate, Period: period, Burst: burst}, nil)
 				if err != nil {
 					return exitErr{code: 2, err: err}
 				}

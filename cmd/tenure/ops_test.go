@@ -206,7 +206,7 @@ func TestOpsCommands(t *testing.T) {
 			}
 
 			// limit show: peeks without consuming.
-			lim, err := ratelimit.New(tg.v.limits, ratelimit.GCRA, ratelimit.Limit{Name: "api", Rate: 10, Period: time.Minute})
+			lim, err := ratelimit.New(tg.v.limits, ratelimit.GCRA, ratelimit.Limit{Name: "api", Rate: 10, Period: time.Minute}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -174,7 +174,7 @@ func (w *Workload) Run(ctx context.Context) error {
 			}
 		}
 
-		lim, err := ratelimit.New(s.limits, ratelimit.GCRA, ratelimit.Limit{Name: "api", Rate: 2, Period: time.Minute})
+		lim, err := ratelimit.New(s.limits, ratelimit.GCRA, ratelimit.Limit{Name: "api", Rate: 2, Period: time.Minute}, nil)
 		if err != nil {
 			return err
 		}

@@ -96,7 +96,7 @@ type spec struct {
 func (sp spec) build(s ratelimit.Store) (subject, error) {
 	ls := make([]*ratelimit.Limiter, len(sp.algs))
 	for i := range sp.algs {
-		l, err := ratelimit.New(s, sp.algs[i], sp.lims[i])
+		l, err := ratelimit.New(s, sp.algs[i], sp.lims[i], nil)
 		if err != nil {
 			return subject{}, err
 		}

@@ -109,7 +109,7 @@ func limitFor(alg ratelimit.Algorithm, capacity int, period time.Duration) ratel
 
 func newLimiter(t testing.TB, s ratelimit.Store, alg ratelimit.Algorithm, l ratelimit.Limit) *ratelimit.Limiter {
 	t.Helper()
-	lim, err := ratelimit.New(s, alg, l)
+	lim, err := ratelimit.New(s, alg, l, nil)
 	if err != nil {
 		t.Fatalf("New(%v, %v): %v", alg, l, err)
 	}
@@ -163,7 +163,7 @@ func testInvalid(t *testing.T, tg Target) {
 		{"unknown algorithm", ratelimit.Algorithm(9), ratelimit.Limit{Rate: 1, Period: time.Second}},
 	}
 	for _, c := range bad {
-		if _, err := ratelimit.New(s, c.alg, c.l); !errors.Is(err, ratelimit.ErrInvalid) {
+		if _, err := ratelimit.New(s, c.alg, c.l, nil); !errors.Is(err, ratelimit.ErrInvalid) {
 			t.Errorf("New %s: %v, want ErrInvalid", c.name, err)
 		}
 	}
@@ -228,23 +228,23 @@ func testInvalid(t *testing.T, tg Target) {
 	pk := driver.StateKey{Name: "x", Kind: "p", Key: "k"}
 	badPermits := map[string]func() error{
 		"zero permits": func() error {
-			_, err := ratelimit.NewConcurrency(s, ratelimit.ConcurrencyLimit{Permits: 0})
+			_, err := ratelimit.NewConcurrency(s, ratelimit.ConcurrencyLimit{Permits: 0}, nil)
 			return err
 		},
 		"too many": func() error {
-			_, err := ratelimit.NewConcurrency(s, ratelimit.ConcurrencyLimit{Permits: ratelimit.MaxPermits + 1})
+			_, err := ratelimit.NewConcurrency(s, ratelimit.ConcurrencyLimit{Permits: ratelimit.MaxPermits + 1}, nil)
 			return err
 		},
 		"short ttl": func() error {
-			_, err := ratelimit.NewConcurrency(s, ratelimit.ConcurrencyLimit{Permits: 1, TTL: 500 * time.Microsecond})
+			_, err := ratelimit.NewConcurrency(s, ratelimit.ConcurrencyLimit{Permits: 1, TTL: 500 * time.Microsecond}, nil)
 			return err
 		},
 		"long ttl": func() error {
-			_, err := ratelimit.NewConcurrency(s, ratelimit.ConcurrencyLimit{Permits: 1, TTL: 25 * time.Hour})
+			_, err := ratelimit.NewConcurrency(s, ratelimit.ConcurrencyLimit{Permits: 1, TTL: 25 * time.Hour}, nil)
 			return err
 		},
 		"bad name": func() error {
-			_, err := ratelimit.NewConcurrency(s, ratelimit.ConcurrencyLimit{Name: "a b", Permits: 1})
+			_, err := ratelimit.NewConcurrency(s, ratelimit.ConcurrencyLimit{Name: "a b", Permits: 1}, nil)
 			return err
 		},
 		"store bad id":   func() error { _, err := s.AcquirePermit(ctx, pk, "has space", 1, time.Second); return err },
@@ -255,7 +255,7 @@ func testInvalid(t *testing.T, tg Target) {
 		"release no key": func() error { return s.ReleasePermit(ctx, driver.StateKey{}, "id") },
 		"reset no keys":  func() error { return s.Reset(ctx, nil) },
 		"try bad key": func() error {
-			c, err := ratelimit.NewConcurrency(s, ratelimit.ConcurrencyLimit{Name: uniq("p"), Permits: 1})
+			c, err := ratelimit.NewConcurrency(s, ratelimit.ConcurrencyLimit{Name: uniq("p"), Permits: 1}, nil)
 			if err != nil {
 				return err
 			}
@@ -806,7 +806,7 @@ func testEveryKeyExpires(t *testing.T, tg Target) {
 	if _, _, err := g.AllowN(ctx, []string{"u", "u", "all", "all"}, 1); err != nil {
 		t.Fatal(err)
 	}
-	c, err := ratelimit.NewConcurrency(s, ratelimit.ConcurrencyLimit{Name: uniq("conc"), Permits: 3, TTL: time.Minute})
+	c, err := ratelimit.NewConcurrency(s, ratelimit.ConcurrencyLimit{Name: uniq("conc"), Permits: 3, TTL: time.Minute}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -907,7 +907,7 @@ func testUnavailable(t *testing.T, tg Target) {
 	s := tg.Store
 	l := newLimiter(t, s, ratelimit.GCRA, limitFor(ratelimit.GCRA, 5, time.Minute))
 	g, _ := ratelimit.NewGroup(uniq("g"), l)
-	c, _ := ratelimit.NewConcurrency(s, ratelimit.ConcurrencyLimit{Name: uniq("c"), Permits: 1, TTL: time.Minute})
+	c, _ := ratelimit.NewConcurrency(s, ratelimit.ConcurrencyLimit{Name: uniq("c"), Permits: 1, TTL: time.Minute}, nil)
 	held, err := c.TryAcquire(ctx, "held")
 	if err != nil {
 		t.Fatal(err)
@@ -958,7 +958,7 @@ func allowedErr(d ratelimit.Decision, err error) error {
 
 func newConcurrency(t testing.TB, s ratelimit.Store, permits int, ttl time.Duration) *ratelimit.Concurrency {
 	t.Helper()
-	c, err := ratelimit.NewConcurrency(s, ratelimit.ConcurrencyLimit{Name: uniq("perm"), Permits: permits, TTL: ttl})
+	c, err := ratelimit.NewConcurrency(s, ratelimit.ConcurrencyLimit{Name: uniq("perm"), Permits: permits, TTL: ttl}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

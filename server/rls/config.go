@@ -400,7 +400,7 @@ func compileRule(domain string, path []string, rl *RateLimit, shadow bool) (*rul
 	}
 	// New validates the limit (its name included) against ratelimit's
 	// rules; the store given here is never used.
-	lim, err := ratelimit.New(nopStore{}, alg, r.limit)
+	lim, err := ratelimit.New(nopStore{}, alg, r.limit, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -181,7 +181,7 @@ func TestNames(t *testing.T) {
 	}
 	for _, d := range []string{"edge", "a b", strings.Repeat("x", 70), "rls-x"} {
 		g := groupName(d)
-		if _, err := ratelimit.New(nopStore{}, ratelimit.GCRA, ratelimit.Limit{Name: g, Rate: 1, Period: 1e9}); err != nil {
+		if _, err := ratelimit.New(nopStore{}, ratelimit.GCRA, ratelimit.Limit{Name: g, Rate: 1, Period: 1e9}, nil); err != nil {
 			t.Errorf("group name %q of %q: %v", g, d, err)
 		}
 	}

@@ -40,7 +40,7 @@ func TestNewRefusesBadOptions(t *testing.T) {
 			if err != nil || g.Fence == 0 {
 				t.Fatalf("Acquire = %+v, %v", g, err)
 			}
-			l, err := ratelimit.New(s.Limits(), ratelimit.GCRA, ratelimit.Limit{Rate: 1, Period: time.Minute})
+			l, err := ratelimit.New(s.Limits(), ratelimit.GCRA, ratelimit.Limit{Rate: 1, Period: time.Minute}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

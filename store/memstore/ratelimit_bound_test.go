@@ -21,10 +21,10 @@ func TestRateLimitStateReleased(t *testing.T) {
 	ctx := context.Background()
 	clock := ratelimittest.NewClock(time.Date(2041, 3, 4, 5, 6, 7, 0, time.UTC))
 	ms := newMem(t, &memstore.Options{Clock: clock.Now})
-	l, _ := ratelimit.New(ms.Limits(), ratelimit.GCRA, ratelimit.Limit{Name: "a", Rate: 1, Period: time.Second})
-	w, _ := ratelimit.New(ms.Limits(), ratelimit.SlidingWindow, ratelimit.Limit{Name: "b", Rate: 5, Period: 500 * time.Millisecond})
+	l, _ := ratelimit.New(ms.Limits(), ratelimit.GCRA, ratelimit.Limit{Name: "a", Rate: 1, Period: time.Second}, nil)
+	w, _ := ratelimit.New(ms.Limits(), ratelimit.SlidingWindow, ratelimit.Limit{Name: "b", Rate: 5, Period: 500 * time.Millisecond}, nil)
 	g, _ := ratelimit.NewGroup("g", l, w)
-	c, _ := ratelimit.NewConcurrency(ms.Limits(), ratelimit.ConcurrencyLimit{Permits: 1, TTL: time.Second})
+	c, _ := ratelimit.NewConcurrency(ms.Limits(), ratelimit.ConcurrencyLimit{Permits: 1, TTL: time.Second}, nil)
 	most := 0
 	for i := range 60_000 {
 		k := "k" + strconv.Itoa(i)
@@ -75,7 +75,7 @@ func TestRateLimitKeysFull(t *testing.T) {
 	ctx := context.Background()
 	clock := ratelimittest.NewClock(time.Date(2041, 3, 4, 5, 6, 7, 0, time.UTC))
 	ms := newMem(t, &memstore.Options{Clock: clock.Now, LimitKeys: 4})
-	l, _ := ratelimit.New(ms.Limits(), ratelimit.FixedWindow, ratelimit.Limit{Name: "a", Rate: 2, Period: time.Minute})
+	l, _ := ratelimit.New(ms.Limits(), ratelimit.FixedWindow, ratelimit.Limit{Name: "a", Rate: 2, Period: time.Minute}, nil)
 	for i := range 4 {
 		if d, err := l.Allow(ctx, "k"+strconv.Itoa(i)); err != nil || !d.Allowed {
 			t.Fatalf("key %d: %+v %v", i, d, err)
@@ -93,7 +93,7 @@ func TestRateLimitKeysFull(t *testing.T) {
 	if d, _, err := g.AllowN(ctx, []string{"new"}, 1); err != nil || d.Allowed {
 		t.Fatalf("a group decision in a full store: %+v %v", d, err)
 	}
-	c, _ := ratelimit.NewConcurrency(ms.Limits(), ratelimit.ConcurrencyLimit{Permits: 1})
+	c, _ := ratelimit.NewConcurrency(ms.Limits(), ratelimit.ConcurrencyLimit{Permits: 1}, nil)
 	var le *ratelimit.LimitedError
 	if _, err := c.TryAcquire(ctx, "new"); !errors.As(err, &le) || le.RetryAfter != 56*time.Second {
 		t.Fatalf("a permit in a full store: %v", err)
@@ -126,7 +126,7 @@ func TestRateLimitKeysFullShards(t *testing.T) {
 	clock := ratelimittest.NewClock(time.Date(2041, 3, 4, 5, 6, 7, 0, time.UTC))
 	const max = 4 * 4096
 	ms := newMem(t, &memstore.Options{Clock: clock.Now, LimitKeys: max})
-	l, _ := ratelimit.New(ms.Limits(), ratelimit.FixedWindow, ratelimit.Limit{Name: "a", Rate: 2, Period: time.Minute})
+	l, _ := ratelimit.New(ms.Limits(), ratelimit.FixedWindow, ratelimit.Limit{Name: "a", Rate: 2, Period: time.Minute}, nil)
 	if d, err := l.Allow(ctx, "first"); err != nil || !d.Allowed {
 		t.Fatalf("first: %+v %v", d, err)
 	}

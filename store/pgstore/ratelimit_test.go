@@ -43,8 +43,8 @@ var rateSchemaSeq int
 func TestRateLimitSweep(t *testing.T) {
 	ctx := ctxT(t)
 	_, db := fresh(t, nil)
-	short, _ := ratelimit.New(db.Limits(), ratelimit.FixedWindow, ratelimit.Limit{Name: "short", Rate: 1, Period: 50 * time.Millisecond})
-	long, _ := ratelimit.New(db.Limits(), ratelimit.FixedWindow, ratelimit.Limit{Name: "long", Rate: 1, Period: time.Hour})
+	short, _ := ratelimit.New(db.Limits(), ratelimit.FixedWindow, ratelimit.Limit{Name: "short", Rate: 1, Period: 50 * time.Millisecond}, nil)
+	long, _ := ratelimit.New(db.Limits(), ratelimit.FixedWindow, ratelimit.Limit{Name: "long", Rate: 1, Period: time.Hour}, nil)
 	for _, k := range []string{"a", "b", "c"} {
 		if _, err := short.Allow(ctx, k); err != nil {
 			t.Fatal(err)
@@ -77,7 +77,7 @@ func TestRateLimitSweep(t *testing.T) {
 func TestRateLimitNotMigrated(t *testing.T) {
 	srv := testenv.SharedPostgres(t)
 	pool := pgxPool(t, srv.NewDatabase(t))
-	l, _ := ratelimit.New(newPG(t, pool, nil).Limits(), ratelimit.GCRA, ratelimit.Limit{Rate: 1, Period: time.Second})
+	l, _ := ratelimit.New(newPG(t, pool, nil).Limits(), ratelimit.GCRA, ratelimit.Limit{Rate: 1, Period: time.Second}, nil)
 	d, err := l.Allow(ctxT(t), "k")
 	if err == nil || d.Allowed || !strings.Contains(err.Error(), "Migrate") {
 		t.Fatalf("Allow before Migrate: %+v, %v", d, err)

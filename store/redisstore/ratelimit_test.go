@@ -106,8 +106,8 @@ func TestRateLimitOneRoundTrip(t *testing.T) {
 	srv := testenv.Redis(t, nil)
 	c := newClient(t, srv.Addr())
 	s := checked(t, c, nil)
-	user, _ := ratelimit.New(s.Limits(), ratelimit.GCRA, ratelimit.Limit{Name: "user", Rate: 100, Period: time.Second})
-	global, _ := ratelimit.New(s.Limits(), ratelimit.SlidingLog, ratelimit.Limit{Name: "global", Rate: 1000, Period: time.Second})
+	user, _ := ratelimit.New(s.Limits(), ratelimit.GCRA, ratelimit.Limit{Name: "user", Rate: 100, Period: time.Second}, nil)
+	global, _ := ratelimit.New(s.Limits(), ratelimit.SlidingLog, ratelimit.Limit{Name: "global", Rate: 1000, Period: time.Second}, nil)
 	g, _ := ratelimit.NewGroup("api", user, global)
 	if _, err := user.Allow(ctx, "warm"); err != nil {
 		t.Fatal(err)
@@ -179,7 +179,7 @@ func TestRateLimitMalformedState(t *testing.T) {
 	prefix := fmt.Sprintf("rlbad:%d:", time.Now().UnixNano())
 	s := checked(t, c, &redisstore.Options{Prefix: prefix})
 	for _, alg := range ratelimittest.Algorithms {
-		l, _ := ratelimit.New(s.Limits(), alg, ratelimit.Limit{Name: "bad", Rate: 3, Period: time.Minute})
+		l, _ := ratelimit.New(s.Limits(), alg, ratelimit.Limit{Name: "bad", Rate: 3, Period: time.Minute}, nil)
 		k := s.RateKey(driver.StateKey{Name: "bad", Key: "k", Kind: map[ratelimit.Algorithm]string{0: "g", 1: "f", 2: "l", 3: "w"}[alg]})
 		if err := c.Do(ctx, c.B().Set().Key(k).Value("12:x").Px(time.Minute).Build()).Error(); err != nil {
 			t.Fatal(err)
@@ -201,7 +201,7 @@ func TestRateLimitEvictingServerRefused(t *testing.T) {
 	srv := testenv.Redis(t, &testenv.RedisOptions{MaxMemoryPolicy: "allkeys-lru"})
 	c := newClient(t, srv.Addr())
 	s := newRedis(t, c, nil)
-	l, _ := ratelimit.New(s.Limits(), ratelimit.GCRA, ratelimit.Limit{Rate: 1, Period: time.Second})
+	l, _ := ratelimit.New(s.Limits(), ratelimit.GCRA, ratelimit.Limit{Rate: 1, Period: time.Second}, nil)
 	if _, err := l.Allow(ctx, "k"); !errors.Is(err, redisstore.ErrEvictionPolicy) {
 		t.Fatalf("Allow on an evicting server: %v, want ErrEvictionPolicy", err)
 	}

@@ -96,7 +96,7 @@ func TestRequiredReplicasMissing(t *testing.T) {
 			}
 
 			// Rate limit decisions are not waited for by default...
-			lim, err := ratelimit.New(s.Limits(), ratelimit.GCRA, ratelimit.Limit{Name: "l", Rate: 10, Period: time.Second})
+			lim, err := ratelimit.New(s.Limits(), ratelimit.GCRA, ratelimit.Limit{Name: "l", Rate: 10, Period: time.Second}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -105,7 +105,7 @@ func TestRequiredReplicasMissing(t *testing.T) {
 			}
 			// ...and are with RateLimits.
 			o.Replication.RateLimits = true
-			strict, err := ratelimit.New(form.open(o).Limits(), ratelimit.GCRA, ratelimit.Limit{Name: "l2", Rate: 10, Period: time.Second})
+			strict, err := ratelimit.New(form.open(o).Limits(), ratelimit.GCRA, ratelimit.Limit{Name: "l2", Rate: 10, Period: time.Second}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

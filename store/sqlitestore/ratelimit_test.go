@@ -16,8 +16,8 @@ func TestSweepLimits(t *testing.T) {
 	ctx := t.Context()
 	clock := ratelimittest.NewClock(time.Date(2041, 3, 4, 5, 6, 7, 0, time.UTC))
 	s := open(t, tempPath(t), &sqlitestore.Options{Clock: clock.Now})
-	short, _ := ratelimit.New(s.Limits(), ratelimit.FixedWindow, ratelimit.Limit{Name: "short", Rate: 1, Period: time.Second})
-	long, _ := ratelimit.New(s.Limits(), ratelimit.FixedWindow, ratelimit.Limit{Name: "long", Rate: 1, Period: time.Hour})
+	short, _ := ratelimit.New(s.Limits(), ratelimit.FixedWindow, ratelimit.Limit{Name: "short", Rate: 1, Period: time.Second}, nil)
+	long, _ := ratelimit.New(s.Limits(), ratelimit.FixedWindow, ratelimit.Limit{Name: "long", Rate: 1, Period: time.Hour}, nil)
 	for _, k := range []string{"a", "b", "c"} {
 		if _, err := short.Allow(ctx, k); err != nil {
 			t.Fatal(err)
