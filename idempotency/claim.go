@@ -63,9 +63,9 @@ func (c *Claim) ID() ID { return c.id }
 // Fence returns the claim's fencing token.
 func (c *Claim) Fence() uint64 { return c.fence }
 
-// Token returns the claim's secret token as text, for a Store call. Never
-// log it.
-func (c *Claim) Token() string { return c.token.Reveal() }
+// Token returns the claim's secret token (it prints as "REDACTED"); Reveal
+// gives the text, for a Store call. Never log that.
+func (c *Claim) Token() Token { return c.token }
 
 // ValidUntil returns the end of the client's validity (zero for a
 // transactional claim). It carries a monotonic clock reading.

@@ -42,7 +42,7 @@ func TestTokensNeverPrinted(t *testing.T) {
 		tok   string
 	)
 	if _, err := k.Do(t.Context(), req, func(_ context.Context, c *idempotency.Claim) ([]byte, error) {
-		claim, tok = c, c.Token()
+		claim, tok = c, c.Token().Reveal()
 		return nil, nil
 	}); err != nil {
 		t.Fatal(err)

@@ -6,14 +6,15 @@ import (
 	"github.com/tenurekit/tenure/idempotency/driver"
 	"time"
 
-	"github.com/tenurekit/tenure/internal/secret"
+	"github.com/tenurekit/tenure"
 )
 
-// Token is a claim's secret token. Every formatting path (fmt verbs at any
-// depth, log/slog, encoding/json and other text encoders) prints it as
+// Token is a claim's secret token: tenure.Token, the one secret type of
+// every primitive. Every formatting path (fmt verbs at any depth,
+// log/slog, encoding/json and other text encoders) prints it as
 // "REDACTED"; only Reveal gives the text, for a Store to send or compare.
 // The zero Token is empty. Get one from NewToken.
-type Token = secret.Text
+type Token = tenure.Token
 
 // UnknownError reports an outcome that is unknown. errors.Is(err,
 // ErrOutcomeUnknown) holds, and Unwrap returns the cause (a store error,

@@ -215,7 +215,7 @@ func staleRelease(ctx context.Context, env *Env, key string, aTTL time.Duration)
 	if err != nil {
 		return false, false, false, err
 	}
-	if staleDeleted, err = released(env.Leases.Release(ctx, key, a.Token())); err != nil {
+	if staleDeleted, err = released(env.Leases.Release(ctx, key, a.Token().Reveal())); err != nil {
 		return false, false, false, err
 	}
 	info, err := env.Leases.Inspect(ctx, key)
@@ -223,7 +223,7 @@ func staleRelease(ctx context.Context, env *Env, key string, aTTL time.Duration)
 		return false, false, false, err
 	}
 	retained = info.Held && info.Fence == b.Fence()
-	if ownerDeleted, err = released(env.Leases.Release(ctx, key, b.Token())); err != nil {
+	if ownerDeleted, err = released(env.Leases.Release(ctx, key, b.Token().Reveal())); err != nil {
 		return false, false, false, err
 	}
 	if info, err = env.Leases.Inspect(ctx, key); err != nil {
@@ -282,7 +282,7 @@ func luaRelease(ctx context.Context, env *Env) ([]KV, []KV, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	matching, err := released(env.Leases.Release(ctx, key, l.Token()))
+	matching, err := released(env.Leases.Release(ctx, key, l.Token().Reveal()))
 	if err != nil {
 		return nil, nil, err
 	}

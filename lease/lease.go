@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/tenurekit/tenure"
 	"log/slog"
 	"time"
 
@@ -61,9 +62,10 @@ func (lk *Locker) newLease(key, token string, ttl time.Duration, g Grant, sent t
 // Key returns the leased key.
 func (l *Lease) Key() string { return l.key }
 
-// Token returns the secret random token of this tenure. Guards that check the
-// current holder need it; never log it.
-func (l *Lease) Token() string { return l.g.Token() }
+// Token returns the secret random token of this tenure, as a tenure.Token
+// (it prints as "REDACTED"). Guards that check the current holder need
+// it: Reveal gives the text; never log that.
+func (l *Lease) Token() tenure.Token { return l.g.Secret() }
 
 // Fence returns the fencing token: strictly greater than every fence granted
 // for the key before this tenure.

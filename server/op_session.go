@@ -124,7 +124,7 @@ func createSession(ctx context.Context, r *request, in serveapi.SessionCreate) (
 	if err != nil {
 		return serveapi.SessionRecord{}, err
 	}
-	rec, err := st.Load(ctx, tok.ID(), 0)
+	rec, err := st.Load(ctx, session.TokenID(tok), 0)
 	if err != nil {
 		return serveapi.SessionRecord{}, err
 	}
@@ -146,7 +146,7 @@ func (r *request) sessionID(ctx context.Context, ref serveapi.SessionRef) (sessi
 		if err != nil {
 			return "", err
 		}
-		id = tok.ID()
+		id = session.TokenID(tok)
 	default:
 		id = session.ID(ref.ID)
 	}

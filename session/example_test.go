@@ -75,8 +75,8 @@ func ExampleToken() {
 	fmt.Printf("%v %q %#v\n", tok, tok, tok)
 	fmt.Println(len(tok.Reveal()), "characters in the cookie")
 	// Output:
-	// session.Token(REDACTED)
-	// session.Token(REDACTED) session.Token(REDACTED) session.Token(REDACTED)
+	// REDACTED
+	// REDACTED REDACTED REDACTED
 	// 46 characters in the cookie
 }
 

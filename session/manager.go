@@ -327,9 +327,9 @@ func (m *Manager) Create(ctx context.Context, userID string, values map[string]s
 		return Token{}, nil, err
 	}
 	tok := newToken(userShard(userID))
-	rec, err := m.store.Create(ctx, Record{ID: tok.ID(), UserID: userID, Data: data}, m.idle, m.absolute)
+	rec, err := m.store.Create(ctx, Record{ID: TokenID(tok), UserID: userID, Data: data}, m.idle, m.absolute)
 	if err != nil {
-		m.failed(ctx, "create", tok.ID(), err)
+		m.failed(ctx, "create", TokenID(tok), err)
 		return Token{}, nil, err
 	}
 	s, err := fromRecord(rec)
@@ -345,7 +345,7 @@ func (m *Manager) Create(ctx context.Context, userID string, values map[string]s
 // clock). ErrNotFound if tok names no live session; ErrUnavailable if the
 // store cannot tell.
 func (m *Manager) Load(ctx context.Context, tok Token) (*Session, error) {
-	id := tok.ID()
+	id := TokenID(tok)
 	if id == "" {
 		return nil, fmt.Errorf("%w: not a session token", ErrInvalid)
 	}
@@ -427,7 +427,7 @@ func (m *Manager) Rotate(ctx context.Context, s *Session) (Token, error) {
 		return Token{}, err
 	}
 	tok := newToken(userShard(s.userID))
-	rec, err := m.store.Rotate(ctx, old, tok.ID(), version, data, m.idle)
+	rec, err := m.store.Rotate(ctx, old, TokenID(tok), version, data, m.idle)
 	if err != nil {
 		m.failed(ctx, "rotate", old, err)
 		return Token{}, err

@@ -3,48 +3,38 @@ package session
 import (
 	"crypto/rand"
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
-	"log/slog"
 
-	"github.com/tenurekit/tenure/internal/secret"
+	"github.com/tenurekit/tenure"
 	"github.com/tenurekit/tenure/session/driver"
 )
 
 // Token layout: 32 random bytes followed by the 2-byte shard of the
 // session's user, in unpadded base64url (46 characters).
 const (
-	secretLen  = 32
-	shardLen   = 2
-	rawLen     = secretLen + shardLen
-	tokenLen   = (rawLen*8 + 5) / 6 // unpadded base64
-	shardHex   = 2 * shardLen
-	digestHex  = 2 * sha256.Size
-	idLen      = shardHex + digestHex
-	redactText = "session.Token(REDACTED)"
+	secretLen = 32
+	shardLen  = 2
+	rawLen    = secretLen + shardLen
+	tokenLen  = (rawLen*8 + 5) / 6 // unpadded base64
+	shardHex  = 2 * shardLen
+	digestHex = 2 * sha256.Size
+	idLen     = shardHex + digestHex
 )
 
 // Token is the secret a client presents to use a session: 32 random bytes
 // (plus the 2-byte shard of its user, which lets stores keep a user's
 // sessions together) given to the client once, at Create or Rotate. The
-// store keeps only its SHA-256 ([Token.ID]).
+// store keeps only its SHA-256 ([TokenID]).
 //
-// A Token redacts itself wherever it might be printed or logged: String,
-// GoString, every fmt verb, slog (LogValue) and text and JSON encoding
-// (MarshalText) all give "session.Token(REDACTED)". It keeps its secret
-// behind a pointer, so a Token held in an unexported field of another
-// struct, which fmt prints field by field without calling its methods,
-// shows only an address. Only [Token.Reveal] gives the secret, for the
-// cookie or header that carries it.
-//
-// Tokens are not comparable with ==: use [Token.Equal] to compare two
-// tokens and [Token.IsZero] to test for no token.
-type Token struct {
-	_ [0]func() // not comparable: == would compare pointers, not secrets
-	s secret.Text
-}
+// It is tenure.Token, the one secret type of every primitive: it redacts
+// itself wherever it might be printed or logged (String, GoString, every
+// fmt verb, slog, text and JSON encoding all give "REDACTED"), keeps its
+// secret behind a pointer, is compared with Equal (in constant time) and
+// tested with IsZero; only Reveal gives the secret, for the cookie or
+// header that carries it.
+type Token = tenure.Token
 
 // ParseToken checks that s has the form of a token and returns it. The
 // error never contains s. A well-formed token may still name no session.
@@ -57,7 +47,7 @@ func ParseToken(s string) (Token, error) {
 	if raw, err := base64.RawURLEncoding.Strict().DecodeString(s); err != nil || len(raw) != rawLen {
 		return Token{}, fmt.Errorf("%w: token is not unpadded base64url", ErrInvalid)
 	}
-	return Token{s: secret.New(s)}, nil
+	return tenure.TokenOf(s), nil
 }
 
 // newToken returns a fresh token for a session of the user with shard.
@@ -65,28 +55,15 @@ func newToken(shard [shardLen]byte) Token {
 	var raw [rawLen]byte
 	rand.Read(raw[:secretLen]) // never fails (crypto/rand panics instead)
 	copy(raw[secretLen:], shard[:])
-	return Token{s: secret.New(base64.RawURLEncoding.EncodeToString(raw[:]))}
+	return tenure.TokenOf(base64.RawURLEncoding.EncodeToString(raw[:]))
 }
 
-// Reveal returns the secret text of the token, to put in a cookie or a
-// header. Never log it.
-func (t Token) Reveal() string { return t.s.Reveal() }
-
-// IsZero reports whether t is the zero Token (no token).
-func (t Token) IsZero() bool { return t.s.IsZero() }
-
-// Equal reports whether t and u are the same token (both zero, or the same
-// secret). The comparison takes the same time wherever the two differ.
-func (t Token) Equal(u Token) bool {
-	a, b := t.s.Reveal(), u.s.Reveal()
-	return len(a) == len(b) && subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1
-}
-
-// ID returns the store key of the token's session: the token's shard (4 hex
-// digits) followed by the hex SHA-256 of the token. It is not a credential:
-// presenting an ID as a token fails. The zero Token has the empty ID.
-func (t Token) ID() ID {
-	s := t.s.Reveal()
+// TokenID returns the store key of the session of token t: the token's
+// shard (4 hex digits) followed by the hex SHA-256 of the token. It is not
+// a credential: presenting an ID as a token fails. The zero Token has the
+// empty ID.
+func TokenID(t Token) ID {
+	s := t.Reveal()
 	if s == "" {
 		return ""
 	}
@@ -100,22 +77,6 @@ func (t Token) ID() ID {
 	hex.Encode(b[shardHex:], sum[:])
 	return ID(b[:])
 }
-
-// String returns "session.Token(REDACTED)".
-func (t Token) String() string { return redactText }
-
-// GoString returns "session.Token(REDACTED)", for %#v.
-func (t Token) GoString() string { return redactText }
-
-// Format writes "session.Token(REDACTED)" for every verb and flag.
-func (t Token) Format(f fmt.State, _ rune) { f.Write([]byte(redactText)) }
-
-// LogValue returns the redacted form for log/slog.
-func (t Token) LogValue() slog.Value { return slog.StringValue(redactText) }
-
-// MarshalText returns the redacted form, so that encoding/json and other
-// text encoders never write the secret. Use Reveal to send the token.
-func (t Token) MarshalText() ([]byte, error) { return []byte(redactText), nil }
 
 // ID is the key of a session in a store: the shard of its user (4 hex
 // digits), then the hex SHA-256 of its token (64 hex digits). It names a

@@ -979,10 +979,10 @@ func testStalled(t *testing.T, tg Target) {
 		t.Fatalf("after both: %+v, runs %d; want B replayed", r, c.runs())
 	}
 	// The stale claim cannot be renewed or released either.
-	if err := tg.Direct.Renew(ctxT(t), req.ID(), a.Token(), a.Fence(), time.Second); !errors.Is(err, idempotency.ErrClaimLost) {
+	if err := tg.Direct.Renew(ctxT(t), req.ID(), a.Token().Reveal(), a.Fence(), time.Second); !errors.Is(err, idempotency.ErrClaimLost) {
 		t.Fatalf("A's renew: %v, want ErrClaimLost", err)
 	}
-	if err := tg.Direct.Release(ctxT(t), req.ID(), a.Token()); !errors.Is(err, idempotency.ErrClaimLost) {
+	if err := tg.Direct.Release(ctxT(t), req.ID(), a.Token().Reveal()); !errors.Is(err, idempotency.ErrClaimLost) {
 		t.Fatalf("A's release: %v, want ErrClaimLost", err)
 	}
 	wantCompleted(t, tg.Direct, req, "B")

@@ -11,52 +11,14 @@
 // Reveal gives the text.
 package secret
 
-import (
-	"fmt"
-	"log/slog"
-)
+import "github.com/tenurekit/tenure"
 
 // Redacted is what every formatting path prints for a Text.
-const Redacted = "REDACTED"
+const Redacted = tenure.Redacted
 
-// Text is a secret string. The zero Text holds the empty string. Copies of a
-// Text share its text, which never changes.
-type Text struct{ p *string }
+// Text is a secret string: tenure.Token, under the name the packages that
+// hold secrets use for it. The zero Text holds the empty string.
+type Text = tenure.Token
 
 // New returns a Text holding s.
-func New(s string) Text {
-	if s == "" {
-		return Text{}
-	}
-	return Text{p: &s}
-}
-
-// Reveal returns the secret text. Never log it.
-func (t Text) Reveal() string {
-	if t.p == nil {
-		return ""
-	}
-	return *t.p
-}
-
-// IsZero reports whether t holds the empty string.
-func (t Text) IsZero() bool { return t.p == nil || *t.p == "" }
-
-// Equal reports whether t and u hold the same text.
-func (t Text) Equal(u Text) bool { return t.Reveal() == u.Reveal() }
-
-// String returns "REDACTED".
-func (t Text) String() string { return Redacted }
-
-// GoString returns "REDACTED", for %#v.
-func (t Text) GoString() string { return Redacted }
-
-// Format writes "REDACTED" for every verb and flag.
-func (t Text) Format(f fmt.State, _ rune) { f.Write([]byte(Redacted)) }
-
-// LogValue returns the redacted form for log/slog.
-func (t Text) LogValue() slog.Value { return slog.StringValue(Redacted) }
-
-// MarshalText returns the redacted form, so that encoding/json and other
-// text encoders never write the secret.
-func (t Text) MarshalText() ([]byte, error) { return []byte(Redacted), nil }
+func New(s string) Text { return tenure.TokenOf(s) }

@@ -469,7 +469,7 @@ func testPausedHolder(t *testing.T, tg Target) {
 	if err := a.Renew(ctx); !errors.Is(err, lease.ErrLost) {
 		t.Fatalf("A.Renew: %v, want ErrLost", err)
 	}
-	if _, err := tg.Store.Renew(ctx, k, a.Token(), time.Minute); !errors.Is(err, lease.ErrNotHeld) {
+	if _, err := tg.Store.Renew(ctx, k, a.Token().Reveal(), time.Minute); !errors.Is(err, lease.ErrNotHeld) {
 		t.Fatalf("A's token renew: %v, want ErrNotHeld", err)
 	}
 	if err := a.Release(ctx); !errors.Is(err, lease.ErrNotHeld) {

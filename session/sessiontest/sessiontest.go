@@ -144,8 +144,8 @@ func create(t *testing.T, m *session.Manager, u string, values map[string]string
 	if s.Version() != 1 || s.UserID() != u || !maps.Equal(s.Values(), nonNil(values)) {
 		t.Fatalf("Create returned version %d, user %q, values %v", s.Version(), s.UserID(), s.Values())
 	}
-	if s.ID() != tok.ID() {
-		t.Fatalf("session ID %s is not the token's ID %s", s.ID(), tok.ID())
+	if s.ID() != session.TokenID(tok) {
+		t.Fatalf("session ID %s is not the token's ID %s", s.ID(), session.TokenID(tok))
 	}
 	return tok, s
 }
@@ -178,8 +178,8 @@ func wantGone(t *testing.T, tg Target, m *session.Manager, tok session.Token, u 
 	_, err := m.Load(ctxT(t), tok)
 	wantErr(t, "Load of an ended session", err, session.ErrNotFound)
 	for _, r := range list(t, tg.Direct, u) {
-		if r.ID == tok.ID() {
-			t.Fatalf("List still shows the ended session %s", tok.ID().Short())
+		if r.ID == session.TokenID(tok) {
+			t.Fatalf("List still shows the ended session %s", session.TokenID(tok).Short())
 		}
 	}
 }
@@ -244,15 +244,15 @@ func testCreateLoadSave(t *testing.T, tg Target) {
 		t.Fatalf("after Save, Load: version %d, values %v", again.Version(), again.Values())
 	}
 	recs := list(t, tg.Direct, u)
-	if len(recs) != 1 || recs[0].ID != tok.ID() || recs[0].Version != 2 || recs[0].UserID != u {
+	if len(recs) != 1 || recs[0].ID != session.TokenID(tok) || recs[0].Version != 2 || recs[0].UserID != u {
 		t.Fatalf("List = %+v", recs)
 	}
-	if p, ok := present(t, tg, tok.ID()); ok && !p {
+	if p, ok := present(t, tg, session.TokenID(tok)); ok && !p {
 		t.Fatal("Present reports no record for a live session")
 	}
 	if tg.Dump != nil {
 		d := tg.Dump(t)
-		if !strings.Contains(d, string(tok.ID()[4:])) {
+		if !strings.Contains(d, string(session.TokenID(tok)[4:])) {
 			t.Fatal("the dump does not show the session's ID: the Dump hook sees nothing")
 		}
 		if strings.Contains(d, tok.Reveal()) {
@@ -266,9 +266,9 @@ func testInvalidInput(t *testing.T, tg Target) {
 	m := manager(t, tg.Store, long, long)
 	s := tg.Store
 	u := user(t, "u")
-	id := session.Token{}.ID()
+	id := session.TokenID(session.Token{})
 	tok, live := create(t, m, u, nil)
-	goodID := tok.ID()
+	goodID := session.TokenID(tok)
 	long := strings.Repeat("x", session.MaxDataLen)
 	cases := []struct {
 		name string
@@ -350,7 +350,7 @@ func testLateSaveAfterLogoutModified(t *testing.T, tg Target) {
 	_, err := m.Rotate(ctx, a)
 	wantErr(t, "late Rotate", err, session.ErrNotFound)
 	wantGone(t, tg, m, tok, u)
-	if p, ok := present(t, tg, tok.ID()); ok && p {
+	if p, ok := present(t, tg, session.TokenID(tok)); ok && p {
 		t.Fatal("the store still holds a record of the revoked session")
 	}
 }
@@ -363,15 +363,15 @@ func testLateSaveAfterLogoutReadOnly(t *testing.T, tg Target) {
 	u := user(t, "u")
 	tok, _ := create(t, m, u, nil)
 	a := load(t, m, tok)
-	if err := m.Revoke(ctx, tok.ID()); err != nil {
+	if err := m.Revoke(ctx, session.TokenID(tok)); err != nil {
 		t.Fatalf("Revoke: %v", err)
 	}
 	wantErr(t, "late Touch", m.Touch(ctx, a), session.ErrNotFound)
 	wantErr(t, "late Save", m.Save(ctx, a), session.ErrNotFound)
-	_, err := tg.Store.Load(ctx, tok.ID(), time.Minute)
+	_, err := tg.Store.Load(ctx, session.TokenID(tok), time.Minute)
 	wantErr(t, "late Load with refresh", err, session.ErrNotFound)
 	wantGone(t, tg, m, tok, u)
-	if p, ok := present(t, tg, tok.ID()); ok && p {
+	if p, ok := present(t, tg, session.TokenID(tok)); ok && p {
 		t.Fatal("the store still holds a record of the revoked session")
 	}
 }
@@ -390,9 +390,9 @@ func testLateSaveAfterRotation(t *testing.T, tg Target) {
 	if err != nil {
 		t.Fatalf("Rotate: %v", err)
 	}
-	if tok.ID() == old.ID() || b.ID() != tok.ID() || b.Version() != 2 || b.Modified() {
+	if session.TokenID(tok) == session.TokenID(old) || b.ID() != session.TokenID(tok) || b.Version() != 2 || b.Modified() {
 		t.Fatalf("after Rotate: id changed %v, session id is new token's %v, version %d, modified %v",
-			tok.ID() != old.ID(), b.ID() == tok.ID(), b.Version(), b.Modified())
+			session.TokenID(tok) != session.TokenID(old), b.ID() == session.TokenID(tok), b.Version(), b.Modified())
 	}
 	a.Set("by", "A")
 	wantErr(t, "late Save under the old token", m.Save(ctx, a), session.ErrNotFound)
@@ -404,10 +404,10 @@ func testLateSaveAfterRotation(t *testing.T, tg Target) {
 	if got.Values()["by"] != "B" || got.Version() != 2 {
 		t.Fatalf("new token: values %v, version %d; want B's change at version 2", got.Values(), got.Version())
 	}
-	if got := ids(list(t, tg.Direct, u)); !slices.Equal(got, []session.ID{tok.ID()}) {
+	if got := ids(list(t, tg.Direct, u)); !slices.Equal(got, []session.ID{session.TokenID(tok)}) {
 		t.Fatalf("List = %v, want only the new session", got)
 	}
-	if p, ok := present(t, tg, old.ID()); ok && p {
+	if p, ok := present(t, tg, session.TokenID(old)); ok && p {
 		t.Fatal("the store still holds a record under the old token")
 	}
 }
@@ -592,7 +592,7 @@ func testIdleExpiryCleanupLags(t *testing.T, tg Target) {
 	tok, _ := create(t, m, u, nil)
 	s := load(t, m, tok)
 	if tg.LagCleanup != nil {
-		tg.LagCleanup(t, tok.ID())
+		tg.LagCleanup(t, session.TokenID(tok))
 	}
 	step := max(tg.Unit/8, time.Millisecond)
 	var waited time.Duration
@@ -605,7 +605,7 @@ func testIdleExpiryCleanupLags(t *testing.T, tg Target) {
 		waited += step
 	}
 	if tg.LagCleanup != nil {
-		if p, ok := present(t, tg, tok.ID()); ok && !p {
+		if p, ok := present(t, tg, session.TokenID(tok)); ok && !p {
 			t.Fatal("the store removed the record although its cleanup was made to lag: the test shows nothing")
 		}
 	}
@@ -630,7 +630,7 @@ func testRevokeIsFinal(t *testing.T, tg Target) {
 	}
 	wantErr(t, "second Revoke", m.Revoke(ctx, s.ID()), session.ErrNotFound)
 	wantGone(t, tg, m, tok, u)
-	if got := ids(list(t, tg.Direct, u)); !slices.Equal(got, []session.ID{other.ID()}) {
+	if got := ids(list(t, tg.Direct, u)); !slices.Equal(got, []session.ID{session.TokenID(other)}) {
 		t.Fatalf("List = %v, want only the other session", got)
 	}
 	load(t, m, other)
@@ -738,7 +738,7 @@ func testRevokeUserRacingCreate(t *testing.T, tg Target) {
 			}
 		}
 		if err == nil {
-			alive[c.tok.ID()] = true
+			alive[session.TokenID(c.tok)] = true
 		}
 	}
 	if n < before {
@@ -839,7 +839,7 @@ func testRevokeRacingWrites(t *testing.T, tg Target) {
 		wg.Wait()
 		if revokeErr == nil {
 			wantGone(t, tg, m, tok, u)
-			if p, ok := present(t, tg, tok.ID()); ok && p {
+			if p, ok := present(t, tg, session.TokenID(tok)); ok && p {
 				t.Fatal("a record is left after a revoke that raced writes")
 			}
 		}
@@ -872,11 +872,11 @@ func testList(t *testing.T, tg Target) {
 	var as, bs []session.ID
 	for range 3 {
 		tok, _ := create(t, m, a, nil)
-		as = append(as, tok.ID())
+		as = append(as, session.TokenID(tok))
 	}
 	for range 2 {
 		tok, _ := create(t, m, b, nil)
-		bs = append(bs, tok.ID())
+		bs = append(bs, session.TokenID(tok))
 	}
 	slices.Sort(as)
 	slices.Sort(bs)
@@ -944,7 +944,7 @@ func testStoredIDAsToken(t *testing.T, tg Target) {
 	wantErr(t, "Load with the stored ID as token", err, session.ErrNotFound)
 	// The ID handed to the store's Load directly as if it were a digest of
 	// itself: not found either.
-	_, err = tg.Store.Load(ctx, fake.ID(), time.Minute)
+	_, err = tg.Store.Load(ctx, session.TokenID(fake), time.Minute)
 	wantErr(t, "store Load of the ID's digest", err, session.ErrNotFound)
 	load(t, m, tok)
 	if tg.Dump != nil && strings.Contains(tg.Dump(t), tok.Reveal()) {

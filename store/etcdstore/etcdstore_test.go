@@ -212,7 +212,7 @@ func TestCompareInCallersTxn(t *testing.T) {
 		t.Fatalf("new holder's txn refused; value %q", read())
 	}
 	// A re-acquire with B's token keeps the tenure, so the compare holds.
-	if _, err := es.Leases().Acquire(ctx, "k", b.Token(), 30*time.Second); err != nil {
+	if _, err := es.Leases().Acquire(ctx, "k", b.Token().Reveal(), 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	if !write(b, "B2") {

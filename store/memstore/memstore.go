@@ -269,7 +269,7 @@ func (s *Store) HolderSet(ctx context.Context, l *lease.Lease, resource string, 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r := s.leases[l.Key()]
-	if r == nil || r.token != l.Token() || r.fence != l.Fence() || !r.held(s.now()) {
+	if r == nil || r.token != l.Token().Reveal() || r.fence != l.Fence() || !r.held(s.now()) {
 		obs.GuardRefused(ctx, "memstore", obs.GuardCheckHolder)
 		return lease.ErrNotHeld
 	}

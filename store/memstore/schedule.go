@@ -279,7 +279,7 @@ func (s *Store) CompleteSlot(ctx context.Context, slot *schedule.Slot, effects .
 	}
 	l := slot.Lease()
 	lr := s.leases[l.Key()]
-	if lr == nil || lr.token != l.Token() || lr.fence != l.Fence() || !lr.expires.After(now) {
+	if lr == nil || lr.token != l.Token().Reveal() || lr.fence != l.Fence() || !lr.expires.After(now) {
 		return fmt.Errorf("memstore: slot %s of %q: the claim with fence %d is not current: %w (%w)",
 			slot.ID, slot.Job, l.Fence(), lease.ErrNotHeld, fence.ErrStale)
 	}

@@ -95,7 +95,7 @@ func TestServerPausedPastTTL(t *testing.T) {
 	if v, err := r.Read(ctx, "item"); err != nil || v != "A" {
 		t.Fatalf("item = %q (%v), want A's write from before the pause only", v, err)
 	}
-	if _, err := s.Renew(ctx, "k", a.Token(), time.Minute); !errors.Is(err, lease.ErrNotHeld) {
+	if _, err := s.Renew(ctx, "k", a.Token().Reveal(), time.Minute); !errors.Is(err, lease.ErrNotHeld) {
 		t.Fatalf("A's renew after the pause: %v, want lease.ErrNotHeld", err)
 	}
 	if info, err := s.Inspect(ctx, "k"); err != nil || !info.Held || info.Fence != b.g.Fence {

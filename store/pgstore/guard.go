@@ -141,14 +141,14 @@ func (s *Store) checkHolder(ctx context.Context, tx querier, l *lease.Lease) err
 	if err := leasedriver.ValidateKey(l.Key()); err != nil {
 		return err
 	}
-	if err := pgToken(l.Token()); err != nil {
+	if err := pgToken(l.Token().Reveal()); err != nil {
 		return err
 	}
 	if l.Fence() == 0 || l.Fence() > math.MaxInt64 {
 		return fmt.Errorf("%w: pgstore: fence %d out of range [1, %d]", lease.ErrInvalid, l.Fence(), int64(math.MaxInt64))
 	}
 	var f int64
-	err := tx.queryRow(ctx, s.q.checkHolder, []any{l.Key(), l.Token(), int64(l.Fence())}, &f)
+	err := tx.queryRow(ctx, s.q.checkHolder, []any{l.Key(), l.Token().Reveal(), int64(l.Fence())}, &f)
 	switch {
 	case err == nil:
 		return nil

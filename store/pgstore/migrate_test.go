@@ -3,6 +3,7 @@ package pgstore_test
 import (
 	"context"
 	"errors"
+	"github.com/tenurekit/tenure"
 	"slices"
 	"strings"
 	"sync"
@@ -159,8 +160,8 @@ func TestBadSchemaWritesNothing(t *testing.T) {
 	for _, name := range bad {
 		wantBad := func(what string, s *pgstore.Store, err error) {
 			t.Helper()
-			if s != nil || !errors.Is(err, lease.ErrInvalid) || !strings.Contains(err.Error(), "schema name") {
-				t.Errorf("schema %q: %s: %v, %v; want a schema name error wrapping lease.ErrInvalid", name, what, s, err)
+			if s != nil || !errors.Is(err, tenure.ErrInvalid) || !strings.Contains(err.Error(), "schema name") {
+				t.Errorf("schema %q: %s: %v, %v; want a schema name error wrapping tenure.ErrInvalid", name, what, s, err)
 			}
 		}
 		o := &pgstore.Options{Schema: name}

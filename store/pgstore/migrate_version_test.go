@@ -3,6 +3,7 @@ package pgstore_test
 import (
 	"context"
 	"errors"
+	"github.com/tenurekit/tenure"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -188,8 +189,8 @@ func TestMigrationsAppliedByAnotherTool(t *testing.T) {
 		t.Fatalf("Open after applying the files: %v", err)
 	}
 	works(t, pool, db)
-	if _, err := pgstore.Migrations("Bad-Name"); !errors.Is(err, lease.ErrInvalid) {
-		t.Fatalf("Migrations(bad name) = %v, want lease.ErrInvalid", err)
+	if _, err := pgstore.Migrations("Bad-Name"); !errors.Is(err, tenure.ErrInvalid) {
+		t.Fatalf("Migrations(bad name) = %v, want tenure.ErrInvalid", err)
 	}
 }
 

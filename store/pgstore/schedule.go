@@ -501,10 +501,10 @@ func (s *Store) completeArgs(slot *schedule.Slot) ([]any, error) {
 	if l.Fence() == 0 || l.Fence() > 1<<63-1 {
 		return nil, fmt.Errorf("%w: pgstore: fence %d out of range", schedule.ErrInvalid, l.Fence())
 	}
-	if err := pgToken(l.Token()); err != nil {
+	if err := pgToken(l.Token().Reveal()); err != nil {
 		return nil, err
 	}
-	return []any{l.Key(), l.Token(), int64(l.Fence()), slot.Job, slot.ID}, nil
+	return []any{l.Key(), l.Token().Reveal(), int64(l.Fence()), slot.Job, slot.ID}, nil
 }
 
 // completeErr classifies the result of the completion statement.

@@ -130,7 +130,7 @@ func (p *probe) before(t *testing.T) {
 	if p.gone, _, err = p.sm.Create(ctx, p.user, nil); err != nil {
 		t.Fatalf("%s: create a session: %v", p.name, err)
 	}
-	if err := p.sm.Revoke(ctx, p.gone.ID()); err != nil {
+	if err := p.sm.Revoke(ctx, session.TokenID(p.gone)); err != nil {
 		t.Fatalf("%s: revoke a session: %v", p.name, err)
 	}
 	if _, err := p.doKey(ctx, p.done, "zero"); err != nil {
@@ -180,7 +180,7 @@ func (p *probe) during(ctx context.Context, wg *sync.WaitGroup) {
 		p.record("lease", err)
 	})
 	wg.Go(func() { p.record("fence", p.s.FencedSet(ctx, p.resource, 20, []byte("twenty"))) })
-	wg.Go(func() { p.record("revoke", p.sm.Revoke(ctx, p.tok.ID())) })
+	wg.Go(func() { p.record("revoke", p.sm.Revoke(ctx, session.TokenID(p.tok))) })
 	wg.Go(func() {
 		r, err := p.idem(ctx, "first")
 		if err == nil && string(r.Value) != "first" {
@@ -207,7 +207,7 @@ func (p *probe) during(ctx context.Context, wg *sync.WaitGroup) {
 		p.record("replay", err)
 	})
 	wg.Go(func() {
-		err := p.sm.Revoke(ctx, p.gone.ID())
+		err := p.sm.Revoke(ctx, session.TokenID(p.gone))
 		if errors.Is(err, session.ErrNotFound) {
 			err = nil
 		} else if err == nil {

@@ -133,7 +133,7 @@ func (s *Store) HolderSet(ctx context.Context, l *lease.Lease, resource string, 
 	lock, lf := s.leaseKeys(l.Key())
 	vk, fk := s.valueKeys(resource)
 	res, p := s.write(ctx, holderSetScript, []string{lock, lf, vk, fk},
-		[]string{l.Token(), strconv.FormatUint(l.Fence(), 10), rueidis.BinaryString(value)}, false)
+		[]string{l.Token().Reveal(), strconv.FormatUint(l.Fence(), 10), rueidis.BinaryString(value)}, false)
 	arr, err := res.ToArray()
 	if err != nil {
 		return s.fail(err)

@@ -508,7 +508,7 @@ func (s *Store) CompleteSlot(ctx context.Context, slot *schedule.Slot, effects .
 	}
 	k := s.schedKeys(slot.Job, slot.ID)
 	keys := append(make([]string, 0, 6+len(effects)), lock, fenceKey, k.rec, k.ledger, k.open, k.slots)
-	args := append(make([]string, 0, 5+2*len(effects)), l.Token(), strconv.FormatUint(l.Fence(), 10), slot.ID,
+	args := append(make([]string, 0, 5+2*len(effects)), l.Token().Reveal(), strconv.FormatUint(l.Fence(), 10), slot.ID,
 		usStr(slot.Time), strconv.Itoa(slot.Attempt))
 	for _, e := range effects {
 		keys = append(keys, s.schedValueKey(slot.Job, e.name))

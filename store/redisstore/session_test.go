@@ -68,7 +68,7 @@ func TestSessionKeysShareSlot(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		sk, ik, rk := s.SessionKey(tok.ID()), s.SessionIndexKey(u), s.SessionRevokeKey(u)
+		sk, ik, rk := s.SessionKey(session.TokenID(tok)), s.SessionIndexKey(u), s.SessionRevokeKey(u)
 		if testenv.KeySlot(sk) != testenv.KeySlot(ik) || testenv.KeySlot(sk) != testenv.KeySlot(rk) {
 			t.Fatalf("user %q: session key %s (slot %d), index %s (slot %d) and revoke marks %s (slot %d) differ",
 				u, sk, testenv.KeySlot(sk), ik, testenv.KeySlot(ik), rk, testenv.KeySlot(rk))

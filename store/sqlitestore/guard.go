@@ -100,7 +100,7 @@ func (s *Store) CheckHolder(ctx context.Context, tx *sql.Tx, l *lease.Lease) err
 		return txError("check holder", key, err)
 	}
 	var one int
-	err := tx.QueryRowContext(ctx, s.q.holder, key, l.Token(), int64(l.Fence()), s.nowUS()).Scan(&one)
+	err := tx.QueryRowContext(ctx, s.q.holder, key, l.Token().Reveal(), int64(l.Fence()), s.nowUS()).Scan(&one)
 	if errors.Is(err, sql.ErrNoRows) {
 		obs.GuardRefused(ctx, "sqlitestore", obs.GuardCheckHolder)
 		return fmt.Errorf("%w: sqlitestore: %q is not held by the lease with fence %d", lease.ErrNotHeld, key, l.Fence())

@@ -201,14 +201,14 @@ func TestCheckHolder(t *testing.T) {
 	// Other fence: the same token re-acquires after expiry and gets a new
 	// fence; the old lease (old fence) is refused although token and
 	// expiry match.
-	g, err := s.Leases().Acquire(ctx, "k", a.Token(), time.Minute)
+	g, err := s.Leases().Acquire(ctx, "k", a.Token().Reveal(), time.Minute)
 	if err != nil || g.Fence == a.Fence() {
 		t.Fatalf("re-acquire after expiry: %+v, %v", g, err)
 	}
 	if err := checkTx(t, s, a); !errors.Is(err, lease.ErrNotHeld) {
 		t.Fatalf("lease with an old fence: %v, want ErrNotHeld", err)
 	}
-	if err := s.Leases().Release(ctx, "k", a.Token()); err != nil {
+	if err := s.Leases().Release(ctx, "k", a.Token().Reveal()); err != nil {
 		t.Fatal(err)
 	}
 	// Released.
@@ -232,7 +232,7 @@ func TestCheckHolder(t *testing.T) {
 	}
 	// The error names neither token.
 	err = checkTx(t, s, b)
-	if strings.Contains(err.Error(), b.Token()) || strings.Contains(err.Error(), c.Token()) {
+	if strings.Contains(err.Error(), b.Token().Reveal()) || strings.Contains(err.Error(), c.Token().Reveal()) {
 		t.Fatalf("error %q contains a token", err)
 	}
 	if err := s.CheckHolder(ctx, nil, c); !errors.Is(err, lease.ErrInvalid) {

@@ -446,7 +446,7 @@ func (s *Store) CompleteSlot(ctx context.Context, tx *sql.Tx, slot *schedule.Slo
 	case !errors.Is(err, sql.ErrNoRows):
 		return txErr(err)
 	}
-	err = tx.QueryRowContext(ctx, s.q.holder, key, l.Token(), int64(l.Fence()), now).Scan(&one)
+	err = tx.QueryRowContext(ctx, s.q.holder, key, l.Token().Reveal(), int64(l.Fence()), now).Scan(&one)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return fmt.Errorf("sqlitestore: slot %s of %q: the claim with fence %d is not current: %w (%w)",
