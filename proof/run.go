@@ -208,6 +208,11 @@ type workload struct {
 	check func(ctx context.Context, w *workerEnv, r *runInfo, h *History, mode string) ModeResult
 	// kills: the nemesis also kills and restarts workers.
 	kills bool
+	// aim: the workload's holders record "acquire" and "write" operations
+	// per lease key, and the nemesis also makes targeted pauses: a holder
+	// paused right after its grant until the next holder has been granted
+	// the key, or has written.
+	aim bool
 	// settle is how long the workers run without faults at the end, at
 	// least.
 	settle func(ttl time.Duration) time.Duration
@@ -231,7 +236,7 @@ type runInfo struct {
 var workloads []*workload
 
 // order is the order in which workloads run and are listed.
-var order = []string{"lease-counter", "idempotency", "schedule", "session", "ratelimit"}
+var order = []string{"lease-counter", "fenced-register", "idempotency", "schedule", "session", "ratelimit"}
 
 func register(w *workload) {
 	workloads = append(workloads, w)
