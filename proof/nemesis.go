@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"time"
 )
 
@@ -151,7 +152,8 @@ func (n *nemesis) pick() int {
 	if n.rng.IntN(4) != 0 {
 		mode := []string{Guarded, Control}[n.mode%2]
 		n.mode++
-		proc := n.hold.holder(mode)
+		// A worker's concurrent clients are named after it: "w1/a".
+		proc, _, _ := strings.Cut(n.hold.holder(mode), "/")
 		for i, m := range n.members {
 			if m.name == proc && free(i) {
 				return i
