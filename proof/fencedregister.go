@@ -29,6 +29,7 @@ func init() {
 		worker:   fregWorker,
 		check:    fregCheck,
 		aim:      true,
+		aimAt:    []string{"write"},
 	})
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"time"
 )
@@ -35,6 +36,28 @@ type nemesis struct {
 	resumeAt  map[int]time.Time
 	restartAt map[int]time.Time
 	mode      int
+
+	// Targeted pauses, in workloads that aim.
+	aimTurn int
+	armed   *aimPlan   // waiting for a grant to pause its holder
+	aimed   *aimTarget // a holder paused until its lease passes on
+}
+
+// aimPlan is a targeted pause waiting for its holder: the next worker
+// granted a lease in mode is paused before its write, until the lease has
+// passed to the next holder (until "grant") or the next holder has
+// written (until "write").
+type aimPlan struct {
+	mode, until string
+	expires     time.Time
+}
+
+// aimTarget is a holder paused by a targeted pause.
+type aimTarget struct {
+	i               int
+	proc, mode, key string
+	fence           uint64
+	until           string
 }
 
 func (n *nemesis) run(ctx context.Context, until time.Time, tick func(time.Duration)) error {
@@ -50,6 +73,11 @@ func (n *nemesis) run(ctx context.Context, until time.Time, tick func(time.Durat
 		select {
 		case <-ctx.Done():
 			return nil
+		case e := <-n.hold.aims: // nil, never ready, unless the workload aims
+			if err := n.onAim(e); err != nil {
+				return err
+			}
+			continue
 		case <-t.C:
 		}
 		now := time.Now()
@@ -64,7 +92,13 @@ func (n *nemesis) run(ctx context.Context, until time.Time, tick func(time.Durat
 			if now.After(at) {
 				n.members[i].resume()
 				delete(n.resumeAt, i)
+				if n.aimed != nil && n.aimed.i == i {
+					n.aimed = nil // the lease did not pass on in time
+				}
 			}
+		}
+		if n.armed != nil && now.After(n.armed.expires) {
+			n.armed = nil // no grant to aim at came
 		}
 		for i, at := range n.restartAt {
 			if now.After(at) {
@@ -117,6 +151,20 @@ func (n *nemesis) run(ctx context.Context, until time.Time, tick func(time.Durat
 		if len(n.resumeAt)+len(n.restartAt) >= len(n.members)-1 {
 			continue // keep one worker running
 		}
+		// Every other worker fault in a workload that aims is a targeted
+		// pause, alternating between the modes and what it waits for.
+		if n.hold.aims != nil && !n.o.Faults.NoPause && n.armed == nil && n.aimed == nil {
+			n.aimTurn++
+			if n.aimTurn%2 == 1 {
+				k := n.aimTurn / 2
+				n.armed = &aimPlan{
+					mode:    []string{Guarded, Control}[k%2],
+					until:   n.wl.aimAt[(k/2)%len(n.wl.aimAt)],
+					expires: now.Add(4 * n.ttl),
+				}
+				continue
+			}
+		}
 		i := n.pick()
 		if i < 0 {
 			continue
@@ -141,14 +189,59 @@ func (n *nemesis) run(ctx context.Context, until time.Time, tick func(time.Durat
 	}
 }
 
+// onAim acts on a grant or an acknowledged write in a workload that aims:
+// it pauses the holder of a grant the nemesis waits for, and resumes the
+// paused holder once its lease has passed to the next holder (or the next
+// holder has written).
+func (n *nemesis) onAim(e aimEvent) error {
+	now := time.Now()
+	if t := n.aimed; t != nil {
+		if e.mode == t.mode && e.key == t.key && e.fence > t.fence && e.write == (t.until == "write") {
+			n.aimed = nil
+			delete(n.resumeAt, t.i)
+			if err := n.members[t.i].resume(); err != nil {
+				return fmt.Errorf("resume worker %s: %w", n.members[t.i].name, err)
+			}
+		}
+		return nil
+	}
+	p := n.armed
+	if p == nil || e.write || e.mode != p.mode || len(n.resumeAt)+len(n.restartAt) >= len(n.members)-1 {
+		return nil
+	}
+	proc, _, _ := strings.Cut(e.proc, "/")
+	i := slices.IndexFunc(n.members, func(m *member) bool { return m.name == proc })
+	if i < 0 || !n.free(i) {
+		return nil // wait for another grant
+	}
+	m := n.members[i]
+	if err := m.pause(); err != nil {
+		return fmt.Errorf("pause worker %s: %w", m.name, err)
+	}
+	n.armed = nil
+	n.faults["pause-aimed-"+p.until]++
+	n.aimed = &aimTarget{i: i, proc: proc, mode: e.mode, key: e.key, fence: e.fence, until: p.until}
+	// If the lease does not pass on (a loaded machine), the pause ends
+	// anyway, well after the lease's end.
+	end := time.Unix(0, e.validUntil)
+	if end.Before(now) {
+		end = now
+	}
+	n.resumeAt[i] = end.Add(5 * n.ttl)
+	return nil
+}
+
+// free reports whether worker i is neither paused nor killed.
+func (n *nemesis) free(i int) bool {
+	_, p := n.resumeAt[i]
+	_, d := n.restartAt[i]
+	return !p && !d
+}
+
 // pick chooses a running worker: usually the last one to enter a critical
 // step of one mode (alternating), else one at random.
 func (n *nemesis) pick() int {
-	free := func(i int) bool {
-		_, p := n.resumeAt[i]
-		_, d := n.restartAt[i]
-		return !p && !d
-	}
+	free := n.free
 	if n.rng.IntN(4) != 0 {
 		mode := []string{Guarded, Control}[n.mode%2]
 		n.mode++

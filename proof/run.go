@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -208,11 +209,14 @@ type workload struct {
 	check func(ctx context.Context, w *workerEnv, r *runInfo, h *History, mode string) ModeResult
 	// kills: the nemesis also kills and restarts workers.
 	kills bool
-	// aim: the workload's holders record "acquire" and "write" operations
-	// per lease key, and the nemesis also makes targeted pauses: a holder
-	// paused right after its grant until the next holder has been granted
-	// the key, or has written.
-	aim bool
+	// aim: the workload's holders record "acquire" (with the lease's
+	// validity end as output) and "write" operations on the lease's key,
+	// and the nemesis also makes targeted pauses: a holder paused as soon
+	// as it is granted the lease, before its write, and resumed only once
+	// the lease has passed to the next holder, or once the next holder has
+	// written too. aimAt says which: "grant", "write" or both.
+	aim   bool
+	aimAt []string
 	// settle is how long the workers run without faults at the end, at
 	// least.
 	settle func(ttl time.Duration) time.Duration
@@ -485,7 +489,7 @@ func runOne(ctx context.Context, o Options, wl *workload, t target, tmp string) 
 		}
 	}
 	b := newBuilder()
-	hold := newHolders()
+	hold := newHolders(wl.aim && !o.Faults.NoPause)
 	sink := func(e Event) {
 		hold.observe(e)
 		b.add(e)
@@ -627,22 +631,66 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 }
 
 // holders tracks, from the live events, which worker holds a lease in
-// which mode, so the nemesis can pause a holder.
+// which mode, so the nemesis can pause a holder; and, for workloads that
+// aim, reports grants and acknowledged writes to the nemesis as they
+// happen.
 type holders struct {
-	mu   sync.Mutex
-	last map[string]string // mode → proc that last acquired
+	mu      sync.Mutex
+	last    map[string]string // mode → proc that last acquired
+	pending map[string]Event  // proc/id → invocation of an acquire or write
+	// aims receives grants and acknowledged writes (nil: not tracked).
+	aims chan aimEvent
 }
 
-func newHolders() *holders { return &holders{last: map[string]string{}} }
+// aimEvent is a lease granted, or a write acknowledged, in a workload
+// that aims.
+type aimEvent struct {
+	write            bool // else a grant
+	proc, mode, key  string
+	fence            uint64
+	validUntil, time int64 // Unix nanoseconds
+}
+
+func newHolders(aim bool) *holders {
+	h := &holders{last: map[string]string{}}
+	if aim {
+		h.pending = map[string]Event{}
+		h.aims = make(chan aimEvent, 1024)
+	}
+	return h
+}
 
 func (h *holders) observe(e Event) {
-	if e.Ev != "invoke" && e.Ev != string(OK) {
-		return
-	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if e.Ev == "invoke" && (e.F == "read" || e.F == "do" || e.F == "load" || e.F == "allow" || e.F == "run") {
 		h.last[e.Mode] = e.Proc
+	}
+	if h.aims == nil {
+		return
+	}
+	k := e.Proc + "/" + itoa(e.ID)
+	if e.Ev == "invoke" {
+		if e.F == "acquire" || e.F == "write" {
+			h.pending[k] = e
+		}
+		return
+	}
+	inv, ok := h.pending[k]
+	if !ok {
+		return
+	}
+	delete(h.pending, k)
+	if e.Ev != string(OK) {
+		return
+	}
+	a := aimEvent{write: inv.F == "write", proc: e.Proc, mode: inv.Mode, key: inv.Key, fence: max(e.Fence, inv.Fence), time: e.T}
+	if !a.write {
+		a.validUntil, _ = strconv.ParseInt(e.Value, 10, 64)
+	}
+	select {
+	case h.aims <- a:
+	default: // the nemesis is behind: it misses this one
 	}
 }
 
