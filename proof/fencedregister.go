@@ -23,7 +23,7 @@ import (
 func init() {
 	register(&workload{
 		name:     "fenced-register",
-		summary:  "lease holders write a register through fence admission alone, as tenure serve does (Admit in the SQL transaction, FencedSet, FencedPut on etcd), then once more in at-least mode; a paused holder's late write is refused",
+		summary:  "lease holders write a register through fence admission alone (strict, then at-least), as tenure serve does; a paused holder's write is refused once a newer fence was admitted (a linearizable fenced register)",
 		supports: func(storeurl.Kind) string { return "" },
 		setup:    counterSetup,
 		worker:   fregWorker,

@@ -19,7 +19,7 @@ import (
 func init() {
 	register(&workload{
 		name:     "lease-counter",
-		summary:  "workers increment a counter under a lease; the guard refuses a paused holder's late write (fences increase in commit order, final counter = acknowledged increments)",
+		summary:  "workers increment a counter under a lease through the store's holder check; a paused holder's late write is refused even before the next holder writes (fences increase in commit order, final counter = acknowledged increments)",
 		supports: func(storeurl.Kind) string { return "" },
 		setup:    counterSetup,
 		worker:   counterWorker,

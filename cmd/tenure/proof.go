@@ -61,7 +61,10 @@ Workloads:
 Faults (--fault, a comma-separated list; default pause,kill):
   pause     workers are paused with SIGSTOP for longer than the lease TTL and
             resumed (the memory store lives in one process: its workers are
-            goroutines and pauses are acted out between their steps)
+            goroutines and pauses are acted out between their steps); in
+            lease-counter and fenced-register every other pause is aimed:
+            a holder paused as soon as it is granted the lease, until the
+            lease has passed to the next holder or that holder has written
   kill      the schedule workload's workers are killed with SIGKILL and
             started again
   proxy     workers reach the store (Redis, PostgreSQL or etcd at one
@@ -106,7 +109,7 @@ With store faults:
 			out := cmd.OutOrStdout()
 			if list {
 				for _, w := range proof.Workloads() {
-					fmt.Fprintf(out, "%-14s %s\n", w.Name, w.Summary)
+					fmt.Fprintf(out, "%-16s %s\n", w.Name, w.Summary)
 				}
 				return nil
 			}
@@ -219,7 +222,7 @@ func parseFaults(list []string) (proof.Faults, error) {
 func workloadList() string {
 	var b strings.Builder
 	for _, w := range proof.Workloads() {
-		fmt.Fprintf(&b, "  %-14s %s\n", w.Name, w.Summary)
+		fmt.Fprintf(&b, "  %-16s %s\n", w.Name, w.Summary)
 	}
 	return b.String()
 }
