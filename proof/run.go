@@ -489,7 +489,7 @@ func runOne(ctx context.Context, o Options, wl *workload, t target, tmp string) 
 		}
 	}
 	b := newBuilder()
-	hold := newHolders(wl.aim && !o.Faults.NoPause)
+	hold := newHolders(wl.aim && (!o.Faults.NoPause || px != nil))
 	sink := func(e Event) {
 		hold.observe(e)
 		b.add(e)
@@ -642,13 +642,14 @@ type holders struct {
 	aims chan aimEvent
 }
 
-// aimEvent is a lease granted, or a write acknowledged, in a workload
-// that aims.
+// aimEvent is the completion of a grant, a write or a release in a
+// workload that aims.
 type aimEvent struct {
-	write            bool // else a grant
-	proc, mode, key  string
-	fence            uint64
-	validUntil, time int64 // Unix nanoseconds
+	kind            string // "grant", "write", "release"
+	ok              bool   // acknowledged
+	proc, mode, key string
+	fence           uint64
+	validUntil      int64 // of a grant, Unix nanoseconds
 }
 
 func newHolders(aim bool) *holders {
@@ -671,7 +672,7 @@ func (h *holders) observe(e Event) {
 	}
 	k := e.Proc + "/" + itoa(e.ID)
 	if e.Ev == "invoke" {
-		if e.F == "acquire" || e.F == "write" {
+		if e.F == "acquire" || e.F == "write" || e.F == "release" {
 			h.pending[k] = e
 		}
 		return
@@ -681,11 +682,9 @@ func (h *holders) observe(e Event) {
 		return
 	}
 	delete(h.pending, k)
-	if e.Ev != string(OK) {
-		return
-	}
-	a := aimEvent{write: inv.F == "write", proc: e.Proc, mode: inv.Mode, key: inv.Key, fence: max(e.Fence, inv.Fence), time: e.T}
-	if !a.write {
+	a := aimEvent{kind: inv.F, ok: e.Ev == string(OK), proc: e.Proc, mode: inv.Mode, key: inv.Key, fence: max(e.Fence, inv.Fence)}
+	if a.kind == "acquire" {
+		a.kind = "grant"
 		a.validUntil, _ = strconv.ParseInt(e.Value, 10, 64)
 	}
 	select {
