@@ -146,11 +146,8 @@ func (n *nemesis) run(ctx context.Context, until time.Time, tick func(time.Durat
 		// Every other fault in a workload that aims is a targeted one
 		// (a pause, or a hold of the holder's connections at the proxy),
 		// alternating between the modes and what it waits for.
-		// A proxy fault of its own would cut or drop what a hold holds: an
-		// aimed fault waits for the proxy to be idle, and the other way
-		// round.
 		aiming := n.armed != nil || n.aimed != nil
-		if n.hold.aims != nil && !aiming && n.proxyUntil.IsZero() && len(n.resumeAt)+len(n.restartAt) < len(n.members)-1 {
+		if n.hold.aims != nil && !aiming && len(n.resumeAt)+len(n.restartAt) < len(n.members)-1 {
 			n.aimTurn++
 			if n.aimTurn%2 == 1 {
 				k := n.aimTurn / 2
@@ -165,7 +162,11 @@ func (n *nemesis) run(ctx context.Context, until time.Time, tick func(time.Durat
 		workerFaults := !n.o.Faults.NoPause || (n.wl.kills && !n.t.inProcess && !n.o.Faults.NoKill)
 		// With worker faults too, every other fault goes to an idle proxy.
 		n.proxyTurn = !n.proxyTurn
-		if n.px != nil && n.proxyUntil.IsZero() && !aiming && (!workerFaults || n.proxyTurn) {
+		// A proxy fault of its own would cut or drop what a hold holds: no
+		// proxy fault starts while a hold lasts (and no hold starts during
+		// a proxy fault).
+		holding := n.aimed != nil && n.aimed.held
+		if n.px != nil && n.proxyUntil.IsZero() && !holding && (!workerFaults || n.proxyTurn) {
 			mode := []int32{proxyDelay, proxyCut, proxyBlackHole}[n.rng.IntN(3)]
 			n.px.set(mode)
 			n.faults[proxyKinds[mode]]++
@@ -260,7 +261,7 @@ func (n *nemesis) onAim(e aimEvent) error {
 	// the store, and the store's replies reach it, only once the lease has
 	// passed on. Without pauses, every aimed fault is a hold.
 	hold := false
-	if n.px != nil && n.members[i].cmd != nil {
+	if n.px != nil && n.members[i].cmd != nil && n.proxyUntil.IsZero() {
 		n.holdTurn = !n.holdTurn
 		hold = n.holdTurn || n.o.Faults.NoPause
 	}

@@ -71,7 +71,8 @@ Faults (--fault, a comma-separated list; default pause,kill):
             address; not Redis Cluster) through a TCP proxy on 127.0.0.1
             that delays replies by --proxy-delay, cuts every connection,
             or black-holes replies (requests still take effect), for one to
-            two TTLs at a time
+            two TTLs at a time; in lease-counter and fenced-register it
+            also holds a holder's connections until its lease has passed on
   restart   the store is killed (SIGKILL) and restarted once, halfway
             through each workload; only for a store this command started
             itself (--start-store)
