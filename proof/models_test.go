@@ -135,3 +135,40 @@ func TestAdmittedAfterTakeover(t *testing.T) {
 		})
 	}
 }
+
+func TestCheckRecord(t *testing.T) {
+	do := func(proc, answer string, invoke, complete int64) Op {
+		ms := int64(time.Millisecond)
+		return Op{Proc: proc, F: "do", Out: answer, Status: OK, Invoke: invoke * ms, Complete: complete * ms}
+	}
+	eff := func(proc, value string, invoke, complete int64, st Status) Op {
+		ms := int64(time.Millisecond)
+		return Op{Proc: proc + "/effect", F: "effect", In: value, Status: st, Invoke: invoke * ms, Complete: complete * ms}
+	}
+	for _, c := range []struct {
+		name    string
+		dos     []Op
+		effects []Op
+		ok      bool
+	}{
+		{"one effect, answered and replayed", []Op{do("a", "a/1", 0, 5), do("b", "a/1", 6, 7)}, []Op{eff("a", "a/1", 2, 3, OK)}, true},
+		{"a stale effect refused", []Op{do("b", "b/2", 0, 9)}, []Op{eff("a", "a/1", 1, 8, Fail), eff("b", "b/2", 2, 3, OK)}, true},
+		{"two effects", []Op{do("a", "a/1", 0, 5)}, []Op{eff("a", "a/1", 1, 2, OK), eff("b", "b/2", 3, 4, OK)}, false},
+		{"an answer without its effect", []Op{do("a", "a/1", 0, 5)}, nil, false},
+		{"an answer before its effect", []Op{do("a", "b/2", 0, 1)}, []Op{eff("b", "b/2", 2, 3, OK)}, false},
+		{"two answers", []Op{do("a", "a/1", 0, 5), do("b", "b/2", 6, 7)}, []Op{eff("a", "a/1", 1, 2, OK)}, false},
+		{"an unknown second effect that did not apply", []Op{do("a", "a/1", 0, 5)}, []Op{eff("a", "a/1", 1, 2, OK), eff("b", "b/2", 3, 0, Unknown)}, true},
+		{"an unknown effect answered", []Op{do("b", "a/1", 6, 7)}, []Op{eff("a", "a/1", 1, 0, Unknown)}, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ri := &runInfo{dir: t.TempDir()}
+			ok, err := checkRecord(ri, "record", c.dos, c.effects)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok != c.ok {
+				t.Fatalf("linearizable = %v, want %v", ok, c.ok)
+			}
+		})
+	}
+}
