@@ -150,12 +150,21 @@ func (b *builder) history() *History {
 // Recorder writes a worker's events.
 type Recorder struct {
 	proc string
-	next atomic.Int64
+	next *atomic.Int64 // shared with the worker's other recorders
 	sink func(Event)
 }
 
 func newRecorder(proc string, sink func(Event)) *Recorder {
-	return &Recorder{proc: proc, sink: sink}
+	return &Recorder{proc: proc, next: new(atomic.Int64), sink: sink}
+}
+
+// sub returns a recorder for a client of its own within the same worker
+// (its operations run concurrently with this recorder's): its name is
+// this one's with suffix, which starts with "/", and it numbers its
+// operations in the same sequence, so that every operation of the worker
+// has an ID of its own.
+func (r *Recorder) sub(suffix string) *Recorder {
+	return &Recorder{proc: r.proc + suffix, next: r.next, sink: r.sink}
 }
 
 // jsonSink writes one JSON object per line; each line is one write, so

@@ -5,11 +5,14 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"sort"
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/anishathalye/porcupine"
 
 	"github.com/tenurekit/tenure/idempotency"
 	"github.com/tenurekit/tenure/internal/storeurl"
@@ -178,6 +181,9 @@ func idemLoop(ctx context.Context, w *workerEnv, mode string) error {
 	}
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(w.spec.Index)))
 	window := max(ttl, 200*time.Millisecond)
+	// The effects are recorded by a client of their own: they run inside
+	// the request's operation.
+	effects := w.rec.sub("/effect")
 	for ctx.Err() == nil {
 		w.gate.wait(ctx)
 		key := mode + "-" + strconv.FormatInt((time.Now().UnixNano()-w.spec.Start)/int64(window), 10)
@@ -189,14 +195,17 @@ func idemLoop(ctx context.Context, w *workerEnv, mode string) error {
 			res, err = k.Do(octx, idempotency.Request{Scope: "proof " + w.spec.Prefix, Key: key}, func(ctx context.Context, c *idempotency.Claim) ([]byte, error) {
 				w.sleep(ctx, w.spec.Think)
 				v := fmt.Sprintf("%s/%d", w.spec.Proc, c.Fence())
-				if err := w.addEffect(ctx, mode, key, c.Fence(), v, true); err != nil {
+				ep := effects.Invoke(mode, "effect", key, v, c.Fence())
+				err := w.addEffect(ctx, mode, key, c.Fence(), v, true)
+				ep.End(v, c.Fence(), err)
+				if err != nil {
 					return nil, err
 				}
 				return []byte(v), nil
 			})
 			out = string(res.Value)
 		} else {
-			out, err = naiveDo(octx, w, key)
+			out, err = naiveDo(octx, w, key, effects)
 		}
 		cancel()
 		if err == nil && rng.IntN(4) == 0 {
@@ -210,7 +219,7 @@ func idemLoop(ctx context.Context, w *workerEnv, mode string) error {
 
 // naiveDo is the control: look the key up, and if there is no answer yet,
 // run the effect and store the answer (check, then act).
-func naiveDo(ctx context.Context, w *workerEnv, key string) (string, error) {
+func naiveDo(ctx context.Context, w *workerEnv, key string, effects *Recorder) (string, error) {
 	db := w.ledger.DB()
 	var v string
 	err := db.QueryRowContext(ctx, `SELECT value FROM proof_records WHERE run = ? AND key = ?`, w.spec.Prefix, key).Scan(&v)
@@ -222,7 +231,10 @@ func naiveDo(ctx context.Context, w *workerEnv, key string) (string, error) {
 	}
 	w.sleep(ctx, w.spec.Think)
 	v = w.spec.Proc + "/0"
-	if err := w.addEffect(ctx, Control, key, 0, v, false); err != nil {
+	ep := effects.Invoke(Control, "effect", key, v, 0)
+	err = w.addEffect(ctx, Control, key, 0, v, false)
+	ep.End(v, 0, err)
+	if err != nil {
 		return "", err
 	}
 	_, err = db.ExecContext(ctx, `INSERT INTO proof_records (run, key, value) VALUES (?, ?, ?)
@@ -283,5 +295,106 @@ func idemCheck(ctx context.Context, w *workerEnv, ri *runInfo, h *History, mode 
 			}
 		}
 	}
+	// Each key's requests and effects, checked as one record, up to the
+	// first key that fails (whose history is visualized).
+	lin := true
+	dos, effs := byKeyMap(ops), byKeyMap(h.Select(mode, "effect"))
+	for i, k := range sorted {
+		ok, err := checkRecord(ri, fmt.Sprintf("%s-%s-%d", ri.name, mode, i), dos[k], effs[k])
+		if !ok {
+			m.violate("key %s: the requests and the effect are not linearizable as one record (visualization in %s)", k, ri.dir)
+			lin = false
+			break
+		} else if err != nil {
+			m.Errors["check:"+err.Error()]++
+		}
+	}
+	m.Linearizable = &lin
 	return m
+}
+
+// byKeyMap groups ops by key.
+func byKeyMap(ops []Op) map[string][]Op {
+	out := map[string][]Op{}
+	for _, op := range ops {
+		out[op.Key] = append(out[op.Key], op)
+	}
+	return out
+}
+
+// recInput is a request answered with Answer, or an effect that wrote
+// Value (Unknown: an effect whose outcome is unknown).
+type recInput struct {
+	Effect  bool
+	Value   string
+	Unknown bool
+}
+
+// recordModel is an idempotency record together with the effect it guards:
+// the effect happens at most once, and a request is answered only with the
+// effect that has happened (so never before it, and always the same).
+var recordModel = porcupine.Model{
+	Init: func() any { return "" },
+	Step: func(state, input, output any) (bool, any) {
+		st, in := state.(string), input.(recInput)
+		if !in.Effect {
+			return st != "" && in.Value == st, st
+		}
+		if st != "" {
+			return in.Unknown, st // a second effect: only if it never applied
+		}
+		return true, in.Value
+	},
+	DescribeOperation: func(input, output any) string {
+		in := input.(recInput)
+		if !in.Effect {
+			return fmt.Sprintf("request → %q", in.Value)
+		}
+		if in.Unknown {
+			return fmt.Sprintf("effect %q ?", in.Value)
+		}
+		return fmt.Sprintf("effect %q", in.Value)
+	},
+	DescribeState: func(state any) string {
+		if state.(string) == "" {
+			return "no effect"
+		}
+		return fmt.Sprintf("effect %q", state)
+	},
+}
+
+// checkRecord checks one key's answered requests and its effects against
+// recordModel. Requests and effects that failed or whose outcome is
+// unknown returned nothing and are left out, except effects whose outcome
+// is unknown, which may have applied at any later time.
+func checkRecord(ri *runInfo, name string, dos, effects []Op) (bool, error) {
+	clients := map[string]int{}
+	client := func(p string) int {
+		if id, ok := clients[p]; ok {
+			return id
+		}
+		clients[p] = len(clients)
+		return clients[p]
+	}
+	var ops []porcupine.Operation
+	for _, d := range dos {
+		if d.Status == OK {
+			ops = append(ops, porcupine.Operation{ClientId: client(d.Proc), Input: recInput{Value: d.Out}, Call: d.Invoke, Return: d.Complete})
+		}
+	}
+	for _, e := range effects {
+		in := recInput{Effect: true, Value: e.In}
+		ret := e.Complete
+		switch e.Status {
+		case Fail:
+			continue
+		case Unknown:
+			in.Unknown, ret = true, math.MaxInt64
+		}
+		ops = append(ops, porcupine.Operation{ClientId: client(e.Proc), Input: in, Call: e.Invoke, Return: ret})
+	}
+	if len(ops) == 0 {
+		return true, nil
+	}
+	return porcupineCheck(ri, name, recordModel, ops)
 }

@@ -19,11 +19,13 @@ import (
 func init() {
 	register(&workload{
 		name:     "lease-counter",
-		summary:  "workers increment a counter under a lease; the guard refuses a paused holder's late write (fences increase in commit order, final counter = acknowledged increments)",
+		summary:  "workers increment a counter under a lease through the store's holder check; a paused holder's late write is refused even before the next holder writes (fences increase in commit order, final counter = acknowledged increments)",
 		supports: func(storeurl.Kind) string { return "" },
 		setup:    counterSetup,
 		worker:   counterWorker,
 		check:    counterCheck,
+		aim:      true,
+		aimAt:    []string{"grant", "write"},
 	})
 }
 
@@ -276,33 +278,11 @@ func counterCheckKey(ctx context.Context, w *workerEnv, ri *runInfo, h *History,
 		}
 		last = max(last, slices.Max(byValue[n]))
 	}
-	// Acknowledged writes in real-time order: a write invoked after one
-	// with a greater fence was acknowledged must not be acknowledged
-	// itself (the guard refuses the older fence once the newer one wrote).
-	var acked []Op
-	for _, op := range writes {
-		if op.Status == OK {
-			acked = append(acked, op)
-		}
-	}
-	doneOrder := slices.Clone(acked)
-	sort.Slice(doneOrder, func(i, j int) bool { return doneOrder[i].Complete < doneOrder[j].Complete })
-	sort.Slice(acked, func(i, j int) bool { return acked[i].Invoke < acked[j].Invoke })
-	var wtop uint64
-	j := 0
-	for _, op := range acked {
-		for j < len(doneOrder) && doneOrder[j].Complete < op.Invoke {
-			wtop = max(wtop, doneOrder[j].Fence)
-			j++
-		}
-		if op.Fence < wtop {
-			m.OlderFenceAdmitted++
-			m.violate("a write with fence %d was admitted after one with fence %d had been acknowledged", op.Fence, wtop)
-		}
-	}
+	olderFenceAdmitted(writes, m)
+	acquires := byKey(h, mode, "acquire", key)
+	admittedAfterTakeover(writes, acquires, m)
 	// Grants in real-time order: a grant requested after another one was
 	// granted must carry a greater fence, also across store restarts.
-	acquires := byKey(h, mode, "acquire", key)
 	var grants []Op
 	for _, op := range acquires {
 		if op.Status == OK {
@@ -311,7 +291,7 @@ func counterCheckKey(ctx context.Context, w *workerEnv, ri *runInfo, h *History,
 	}
 	sort.Slice(grants, func(i, j int) bool { return grants[i].Complete < grants[j].Complete })
 	var top uint64 // greatest fence of the grants completed so far
-	j = 0
+	j := 0
 	byInvoke := slices.Clone(grants)
 	sort.Slice(byInvoke, func(i, j int) bool { return byInvoke[i].Invoke < byInvoke[j].Invoke })
 	for _, g := range byInvoke {
@@ -341,4 +321,36 @@ func counterCheckKey(ctx context.Context, w *workerEnv, ri *runInfo, h *History,
 		m.Errors["check:"+lerr.Error()]++
 	}
 	return ok && lok
+}
+
+// admittedAfterTakeover counts, into m, the acknowledged writes that were
+// invoked after the lease had been granted to a newer holder (a grant with
+// a greater fence had completed): what a holder check refuses, even
+// before the newer holder has written anything.
+func admittedAfterTakeover(writes, acquires []Op, m *ModeResult) {
+	var grants []Op
+	for _, op := range acquires {
+		if op.Status == OK {
+			grants = append(grants, op)
+		}
+	}
+	sort.Slice(grants, func(i, j int) bool { return grants[i].Complete < grants[j].Complete })
+	// top[i] is the greatest fence of grants[:i+1].
+	top := make([]uint64, len(grants))
+	for i, g := range grants {
+		top[i] = g.Fence
+		if i > 0 {
+			top[i] = max(top[i], top[i-1])
+		}
+	}
+	for _, op := range writes {
+		if op.Status != OK {
+			continue
+		}
+		n := sort.Search(len(grants), func(i int) bool { return grants[i].Complete >= op.Invoke })
+		if n > 0 && top[n-1] > op.Fence {
+			m.StaleAdmitted++
+			m.violate("a write by the holder of fence %d was admitted after the lease had been granted to fence %d", op.Fence, top[n-1])
+		}
+	}
 }

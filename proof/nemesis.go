@@ -2,8 +2,11 @@ package proof
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -34,6 +37,35 @@ type nemesis struct {
 	resumeAt  map[int]time.Time
 	restartAt map[int]time.Time
 	mode      int
+
+	// Targeted pauses, in workloads that aim.
+	aimTurn  int
+	holdTurn bool
+	armed    *aimPlan   // waiting for a grant to pause its holder
+	aimed    *aimTarget // a holder paused until its lease passes on
+}
+
+// aimPlan is a targeted pause waiting for its holder: the next worker
+// granted a lease in mode is paused before its write, until the lease has
+// passed to the next holder (until "grant") or the next holder has
+// written (until "write").
+type aimPlan struct {
+	mode, until string
+	expires     time.Time
+}
+
+// aimTarget is a holder paused by a targeted pause.
+type aimTarget struct {
+	i int // the holder
+	// stopped is the worker stopped now: the holder, or the next holder
+	// while the holder makes its late write.
+	stopped         int
+	proc, mode, key string
+	fence           uint64
+	until           string
+	// held: the proxy holds the stopped worker's connections instead of
+	// the worker being paused.
+	held bool
 }
 
 func (n *nemesis) run(ctx context.Context, until time.Time, tick func(time.Duration)) error {
@@ -49,6 +81,11 @@ func (n *nemesis) run(ctx context.Context, until time.Time, tick func(time.Durat
 		select {
 		case <-ctx.Done():
 			return nil
+		case e := <-n.hold.aims: // nil, never ready, unless the workload aims
+			if err := n.onAim(e); err != nil {
+				return err
+			}
+			continue
 		case <-t.C:
 		}
 		now := time.Now()
@@ -63,7 +100,13 @@ func (n *nemesis) run(ctx context.Context, until time.Time, tick func(time.Durat
 			if now.After(at) {
 				n.members[i].resume()
 				delete(n.resumeAt, i)
+				if n.aimed != nil && n.aimed.stopped == i {
+					n.endAim() // the lease did not pass on in time
+				}
 			}
+		}
+		if n.armed != nil && now.After(n.armed.expires) {
+			n.armed = nil // no grant to aim at came
 		}
 		for i, at := range n.restartAt {
 			if now.After(at) {
@@ -100,10 +143,30 @@ func (n *nemesis) run(ctx context.Context, until time.Time, tick func(time.Durat
 			continue
 		}
 		nextFault = now.Add(n.ttl/2 + time.Duration(n.rng.Int64N(int64(n.ttl))))
+		// Every other fault in a workload that aims is a targeted one
+		// (a pause, or a hold of the holder's connections at the proxy),
+		// alternating between the modes and what it waits for.
+		aiming := n.armed != nil || n.aimed != nil
+		if n.hold.aims != nil && !aiming && len(n.resumeAt)+len(n.restartAt) < len(n.members)-1 {
+			n.aimTurn++
+			if n.aimTurn%2 == 1 {
+				k := n.aimTurn / 2
+				n.armed = &aimPlan{
+					mode:    []string{Guarded, Control}[k%2],
+					until:   n.wl.aimAt[(k/2)%len(n.wl.aimAt)],
+					expires: now.Add(4 * n.ttl),
+				}
+				continue
+			}
+		}
 		workerFaults := !n.o.Faults.NoPause || (n.wl.kills && !n.t.inProcess && !n.o.Faults.NoKill)
 		// With worker faults too, every other fault goes to an idle proxy.
 		n.proxyTurn = !n.proxyTurn
-		if n.px != nil && n.proxyUntil.IsZero() && (!workerFaults || n.proxyTurn) {
+		// A proxy fault of its own would cut or drop what a hold holds: no
+		// proxy fault starts while a hold lasts (and no hold starts during
+		// a proxy fault).
+		holding := n.aimed != nil && n.aimed.held
+		if n.px != nil && n.proxyUntil.IsZero() && !holding && (!workerFaults || n.proxyTurn) {
 			mode := []int32{proxyDelay, proxyCut, proxyBlackHole}[n.rng.IntN(3)]
 			n.px.set(mode)
 			n.faults[proxyKinds[mode]]++
@@ -140,18 +203,156 @@ func (n *nemesis) run(ctx context.Context, until time.Time, tick func(time.Durat
 	}
 }
 
+// onAim acts on the events of a workload that aims. Armed, it stops (pauses,
+// or holds the connections of) the next holder granted a lease in the planned
+// mode, before that holder writes. It lets the holder go once the lease has
+// passed on: once the lease is granted to the next holder (until "grant"),
+// or once the next holder's write was acknowledged (until "write"). In the
+// "grant" case it stops the next holder in turn, at its grant, until the
+// first one's write (or release) has completed, so that the late write
+// lands after the new grant and before the new holder's write: the window
+// in which only a holder check refuses it.
+func (n *nemesis) onAim(e aimEvent) error {
+	now := time.Now()
+	if t := n.aimed; t != nil {
+		if e.mode != t.mode || e.key != t.key {
+			return nil
+		}
+		if t.stopped != t.i { // the next holder waits for the late write
+			if memberName(e.proc) == t.proc && e.fence == t.fence && e.kind != "grant" {
+				delete(n.resumeAt, t.stopped)
+				return n.endAim()
+			}
+			return nil
+		}
+		if e.fence <= t.fence || !e.ok || (e.kind == "grant") != (t.until == "grant") {
+			return nil
+		}
+		delete(n.resumeAt, t.i)
+		j := slices.IndexFunc(n.members, func(m *member) bool { return m.name == memberName(e.proc) })
+		if t.until != "grant" || j < 0 || j == t.i || !n.free(j) {
+			return n.endAim()
+		}
+		// Stop the next holder, then let the first one go.
+		if err := n.stop(j, t.held); err != nil {
+			return err
+		}
+		if !t.held {
+			if err := n.members[t.i].resume(); err != nil {
+				return fmt.Errorf("resume worker %s: %w", n.members[t.i].name, err)
+			}
+		}
+		t.stopped = j
+		n.resumeAt[j] = now.Add(5 * n.ttl)
+		return nil
+	}
+	p := n.armed
+	if p == nil || e.kind != "grant" || !e.ok || e.mode != p.mode || len(n.resumeAt)+len(n.restartAt) >= len(n.members)-1 {
+		return nil
+	}
+	proc := memberName(e.proc)
+	i := slices.IndexFunc(n.members, func(m *member) bool { return m.name == proc })
+	if i < 0 || !n.free(i) {
+		return nil // wait for another grant
+	}
+	// With the proxy, every other aimed fault holds the holder's
+	// connections (requests and replies, on the connections it has open)
+	// instead of pausing it: the holder runs on, but its requests reach
+	// the store, and the store's replies reach it, only once the lease has
+	// passed on. Without pauses, every aimed fault is a hold.
+	hold := false
+	if n.px != nil && n.members[i].cmd != nil && n.proxyUntil.IsZero() {
+		n.holdTurn = !n.holdTurn
+		hold = n.holdTurn || n.o.Faults.NoPause
+	}
+	if !hold && n.o.Faults.NoPause {
+		return nil
+	}
+	if err := n.stop(i, hold); err != nil {
+		if errors.Is(err, errNoConnections) {
+			return nil // wait for a holder whose connections can be held
+		}
+		return err
+	}
+	n.armed = nil
+	n.aimed = &aimTarget{i: i, stopped: i, proc: proc, mode: e.mode, key: e.key, fence: e.fence, until: p.until, held: hold}
+	if hold {
+		n.faults["proxy-hold-aimed-"+p.until]++
+	} else {
+		n.faults["pause-aimed-"+p.until]++
+	}
+	// If the lease does not pass on (a loaded machine), the fault ends
+	// anyway, well after the lease's end.
+	end := time.Unix(0, e.validUntil)
+	if end.Before(now) {
+		end = now
+	}
+	n.resumeAt[i] = end.Add(5 * n.ttl)
+	return nil
+}
+
+// errNoConnections: a worker has no connection open to the proxy.
+var errNoConnections = errors.New("proof: the worker has no connection to the proxy")
+
+// memberName is the worker a client of the history belongs to ("w1/a" is
+// one of w1's).
+func memberName(proc string) string {
+	name, _, _ := strings.Cut(proc, "/")
+	return name
+}
+
+// stop pauses worker i, or with hold has the proxy hold the connections
+// it has open (replacing any other hold).
+func (n *nemesis) stop(i int, hold bool) error {
+	m := n.members[i]
+	if !hold {
+		if err := m.pause(); err != nil {
+			return fmt.Errorf("pause worker %s: %w", m.name, err)
+		}
+		return nil
+	}
+	ports, err := n.px.clientPorts(m.cmd.Process.Pid)
+	if err != nil {
+		return err
+	}
+	if len(ports) == 0 {
+		return errNoConnections
+	}
+	n.px.hold(ports)
+	return nil
+}
+
+// endAim ends the aimed fault: the worker it stopped resumes, or its
+// connections go on.
+func (n *nemesis) endAim() error {
+	t := n.aimed
+	n.aimed = nil
+	if t.held {
+		n.px.unhold()
+		return nil
+	}
+	m := n.members[t.stopped]
+	if err := m.resume(); err != nil {
+		return fmt.Errorf("resume worker %s: %w", m.name, err)
+	}
+	return nil
+}
+
+// free reports whether worker i is neither paused nor killed.
+func (n *nemesis) free(i int) bool {
+	_, p := n.resumeAt[i]
+	_, d := n.restartAt[i]
+	return !p && !d
+}
+
 // pick chooses a running worker: usually the last one to enter a critical
 // step of one mode (alternating), else one at random.
 func (n *nemesis) pick() int {
-	free := func(i int) bool {
-		_, p := n.resumeAt[i]
-		_, d := n.restartAt[i]
-		return !p && !d
-	}
+	free := n.free
 	if n.rng.IntN(4) != 0 {
 		mode := []string{Guarded, Control}[n.mode%2]
 		n.mode++
-		proc := n.hold.holder(mode)
+		proc := memberName(n.hold.holder(mode))
 		for i, m := range n.members {
 			if m.name == proc && free(i) {
 				return i
@@ -172,6 +373,9 @@ func (n *nemesis) pick() int {
 
 // healAll resumes every paused worker and starts the killed ones again.
 func (n *nemesis) healAll() {
+	if n.aimed != nil {
+		n.endAim()
+	}
 	if n.px != nil && !n.proxyUntil.IsZero() {
 		n.px.set(proxyForward)
 		n.proxyUntil = time.Time{}

@@ -78,7 +78,21 @@ func check(t *testing.T, r proof.Result) {
 	if len(r.Faults) == 0 {
 		t.Errorf("%s on %s: no fault injected", r.Workload, r.Store)
 	}
+	if aims[r.Workload] {
+		n := 0
+		for k, v := range r.Faults {
+			if strings.Contains(k, "-aimed-") {
+				n += v
+			}
+		}
+		if n == 0 {
+			t.Errorf("%s on %s: faults %v: no aimed fault", r.Workload, r.Store, r.Faults)
+		}
+	}
 }
+
+// aims are the workloads whose nemesis aims at the holders.
+var aims = map[string]bool{"lease-counter": true, "fenced-register": true}
 
 func TestProofSQLite(t *testing.T) {
 	rs := prove(t, options(t, "sqlite:"+filepath.Join(t.TempDir(), "tenure.db"), 3*time.Second))
@@ -162,7 +176,8 @@ func TestProofEtcd(t *testing.T) {
 	eps := testenv.SharedEtcd(t).Endpoints()
 	rs := prove(t, options(t, "etcd://"+strings.TrimPrefix(eps[0], "http://"), 8*time.Second))
 	for _, r := range rs {
-		if r.Workload != "lease-counter" && r.Verdict != proof.VerdictSkipped {
+		leases := r.Workload == "lease-counter" || r.Workload == "fenced-register"
+		if !leases && r.Verdict != proof.VerdictSkipped {
 			t.Errorf("%s on etcd: %s, want skipped", r.Workload, r.Verdict)
 		}
 	}
@@ -372,6 +387,9 @@ func TestProofProxyOnly(t *testing.T) {
 	}
 	if r.Faults["proxy-delay"]+r.Faults["proxy-cut"]+r.Faults["proxy-blackhole"] == 0 {
 		t.Errorf("faults %v: no proxy fault", r.Faults)
+	}
+	if r.Faults["proxy-hold-aimed-grant"]+r.Faults["proxy-hold-aimed-write"] == 0 {
+		t.Errorf("faults %v: no aimed hold of a holder's connections", r.Faults)
 	}
 	if r.Guarded.Count != 0 || r.Error != "" {
 		t.Errorf("guarded: %d violations %v; error %q", r.Guarded.Count, r.Guarded.Violations, r.Error)

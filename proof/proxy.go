@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -40,6 +42,12 @@ type faultProxy struct {
 	conns  map[*pconn]struct{}
 	closed bool
 	wg     sync.WaitGroup
+
+	// A hold: what the connections from these client ports send, and
+	// what is sent to them, waits until release is closed.
+	holdMu  sync.Mutex
+	held    map[int]bool
+	release chan struct{}
 }
 
 type pconn struct {
@@ -93,7 +101,40 @@ func (p *faultProxy) set(mode int32) {
 	}
 }
 
+// hold holds back the requests and the replies of the connections from
+// the given client ports (those of one worker) until unhold: a request
+// sent meanwhile reaches the server only then, and a reply only then
+// reaches the client.
+func (p *faultProxy) hold(ports map[int]bool) {
+	p.unhold()
+	p.holdMu.Lock()
+	p.held, p.release = ports, make(chan struct{})
+	p.holdMu.Unlock()
+}
+
+// unhold lets the held replies go.
+func (p *faultProxy) unhold() {
+	p.holdMu.Lock()
+	if p.release != nil {
+		close(p.release)
+	}
+	p.held, p.release = nil, nil
+	p.holdMu.Unlock()
+}
+
+// holding returns the channel to wait on before data from or to the
+// client on port goes on, nil if it is not held.
+func (p *faultProxy) holding(port int) chan struct{} {
+	p.holdMu.Lock()
+	defer p.holdMu.Unlock()
+	if p.held[port] {
+		return p.release
+	}
+	return nil
+}
+
 func (p *faultProxy) close() {
+	p.unhold()
 	p.mu.Lock()
 	p.closed = true
 	conns := p.conns
@@ -145,6 +186,10 @@ func (p *faultProxy) serve(c *pconn) {
 		p.mu.Unlock()
 		c.close()
 	}()
+	port := 0
+	if a, ok := c.client.RemoteAddr().(*net.TCPAddr); ok {
+		port = a.Port
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -152,6 +197,9 @@ func (p *faultProxy) serve(c *pconn) {
 		for {
 			n, err := c.client.Read(buf)
 			if n > 0 {
+				if ch := p.holding(port); ch != nil {
+					<-ch
+				}
 				if _, werr := c.server.Write(buf[:n]); werr != nil {
 					break
 				}
@@ -166,6 +214,9 @@ func (p *faultProxy) serve(c *pconn) {
 	for {
 		n, err := c.server.Read(buf)
 		if n > 0 {
+			if ch := p.holding(port); ch != nil {
+				<-ch
+			}
 			mode := p.mode.Load()
 			if mode == proxyDelay {
 				time.Sleep(p.delay)
@@ -252,4 +303,55 @@ func redisCluster(ctx context.Context, addr string) bool {
 			return false
 		}
 	}
+}
+
+// clientPorts returns the local ports of the TCP connections that process
+// pid has open to the proxy (Linux: from /proc/net/tcp and the process's
+// file descriptors).
+func (p *faultProxy) clientPorts(pid int) (map[int]bool, error) {
+	_, ps, err := net.SplitHostPort(p.addr())
+	if err != nil {
+		return nil, err
+	}
+	proxyPort, err := strconv.ParseUint(ps, 10, 16)
+	if err != nil {
+		return nil, err
+	}
+	// inode → local port of every socket connected to the proxy's port.
+	ports := map[string]int{}
+	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			fs := strings.Fields(line)
+			if len(fs) < 10 {
+				continue
+			}
+			_, lp, _ := strings.Cut(fs[1], ":")
+			_, rp, _ := strings.Cut(fs[2], ":")
+			l, err1 := strconv.ParseUint(lp, 16, 16)
+			r, err2 := strconv.ParseUint(rp, 16, 16)
+			if err1 == nil && err2 == nil && r == proxyPort {
+				ports[fs[9]] = int(l)
+			}
+		}
+	}
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	fds, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("proxy: the sockets of worker %d: %w", pid, err)
+	}
+	out := map[int]bool{}
+	for _, fd := range fds {
+		target, err := os.Readlink(dir + "/" + fd.Name())
+		if err != nil || !strings.HasPrefix(target, "socket:[") {
+			continue
+		}
+		if port, ok := ports[strings.TrimSuffix(strings.TrimPrefix(target, "socket:["), "]")]; ok {
+			out[port] = true
+		}
+	}
+	return out, nil
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -208,6 +209,14 @@ type workload struct {
 	check func(ctx context.Context, w *workerEnv, r *runInfo, h *History, mode string) ModeResult
 	// kills: the nemesis also kills and restarts workers.
 	kills bool
+	// aim: the workload's holders record "acquire" (with the lease's
+	// validity end as output) and "write" operations on the lease's key,
+	// and the nemesis also makes targeted pauses: a holder paused as soon
+	// as it is granted the lease, before its write, and resumed only once
+	// the lease has passed to the next holder, or once the next holder has
+	// written too. aimAt says which: "grant", "write" or both.
+	aim   bool
+	aimAt []string
 	// settle is how long the workers run without faults at the end, at
 	// least.
 	settle func(ttl time.Duration) time.Duration
@@ -231,7 +240,7 @@ type runInfo struct {
 var workloads []*workload
 
 // order is the order in which workloads run and are listed.
-var order = []string{"lease-counter", "idempotency", "schedule", "session", "ratelimit"}
+var order = []string{"lease-counter", "fenced-register", "idempotency", "schedule", "session", "session-saves", "ratelimit"}
 
 func register(w *workload) {
 	workloads = append(workloads, w)
@@ -494,7 +503,7 @@ func runOne(ctx context.Context, o Options, wl *workload, t target, tmp string) 
 		}
 	}
 	b := newBuilder()
-	hold := newHolders()
+	hold := newHolders(wl.aim && (!o.Faults.NoPause || px != nil))
 	sink := func(e Event) {
 		hold.observe(e)
 		b.add(e)
@@ -636,22 +645,65 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 }
 
 // holders tracks, from the live events, which worker holds a lease in
-// which mode, so the nemesis can pause a holder.
+// which mode, so the nemesis can pause a holder; and, for workloads that
+// aim, reports grants and acknowledged writes to the nemesis as they
+// happen.
 type holders struct {
-	mu   sync.Mutex
-	last map[string]string // mode → proc that last acquired
+	mu      sync.Mutex
+	last    map[string]string // mode → proc that last acquired
+	pending map[string]Event  // proc/id → invocation of an acquire or write
+	// aims receives grants and acknowledged writes (nil: not tracked).
+	aims chan aimEvent
 }
 
-func newHolders() *holders { return &holders{last: map[string]string{}} }
+// aimEvent is the completion of a grant, a write or a release in a
+// workload that aims.
+type aimEvent struct {
+	kind            string // "grant", "write", "release"
+	ok              bool   // acknowledged
+	proc, mode, key string
+	fence           uint64
+	validUntil      int64 // of a grant, Unix nanoseconds
+}
+
+func newHolders(aim bool) *holders {
+	h := &holders{last: map[string]string{}}
+	if aim {
+		h.pending = map[string]Event{}
+		h.aims = make(chan aimEvent, 1024)
+	}
+	return h
+}
 
 func (h *holders) observe(e Event) {
-	if e.Ev != "invoke" && e.Ev != string(OK) {
-		return
-	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if e.Ev == "invoke" && (e.F == "read" || e.F == "do" || e.F == "load" || e.F == "allow" || e.F == "run") {
 		h.last[e.Mode] = e.Proc
+	}
+	if h.aims == nil {
+		return
+	}
+	k := e.Proc + "/" + itoa(e.ID)
+	if e.Ev == "invoke" {
+		if e.F == "acquire" || e.F == "write" || e.F == "release" {
+			h.pending[k] = e
+		}
+		return
+	}
+	inv, ok := h.pending[k]
+	if !ok {
+		return
+	}
+	delete(h.pending, k)
+	a := aimEvent{kind: inv.F, ok: e.Ev == string(OK), proc: e.Proc, mode: inv.Mode, key: inv.Key, fence: max(e.Fence, inv.Fence)}
+	if a.kind == "acquire" {
+		a.kind = "grant"
+		a.validUntil, _ = strconv.ParseInt(e.Value, 10, 64)
+	}
+	select {
+	case h.aims <- a:
+	default: // the nemesis is behind: it misses this one
 	}
 }
 

@@ -61,14 +61,18 @@ Workloads:
 Faults (--fault, a comma-separated list; default pause,kill):
   pause     workers are paused with SIGSTOP for longer than the lease TTL and
             resumed (the memory store lives in one process: its workers are
-            goroutines and pauses are acted out between their steps)
+            goroutines and pauses are acted out between their steps); in
+            lease-counter and fenced-register every other pause is aimed:
+            a holder paused as soon as it is granted the lease, until the
+            lease has passed to the next holder or that holder has written
   kill      the schedule workload's workers are killed with SIGKILL and
             started again
   proxy     workers reach the store (Redis, PostgreSQL or etcd at one
             address; not Redis Cluster) through a TCP proxy on 127.0.0.1
             that delays replies by --proxy-delay, cuts every connection,
             or black-holes replies (requests still take effect), for one to
-            two TTLs at a time
+            two TTLs at a time; in lease-counter and fenced-register it
+            also holds a holder's connections until its lease has passed on
   restart   the store is killed (SIGKILL) and restarted once, halfway
             through each workload; only for a store this command started
             itself (--start-store)
@@ -110,7 +114,7 @@ With store faults:
 			out := cmd.OutOrStdout()
 			if list {
 				for _, w := range proof.Workloads() {
-					fmt.Fprintf(out, "%-14s %s\n", w.Name, w.Summary)
+					fmt.Fprintf(out, "%-16s %s\n", w.Name, w.Summary)
 				}
 				return nil
 			}
@@ -223,7 +227,7 @@ func parseFaults(list []string) (proof.Faults, error) {
 func workloadList() string {
 	var b strings.Builder
 	for _, w := range proof.Workloads() {
-		fmt.Fprintf(&b, "  %-14s %s\n", w.Name, w.Summary)
+		fmt.Fprintf(&b, "  %-16s %s\n", w.Name, w.Summary)
 	}
 	return b.String()
 }
