@@ -150,6 +150,8 @@ func TestWriteTable(t *testing.T) {
 
 // TestMutants runs the mutants TENURE_MUTANTS selects ("ci", "all", or
 // names and patterns; see scripts/mutants) and fails for every survivor.
+// TENURE_MUTANTS_ONLY=proof or conformance runs one suite only (every
+// mutant then survives the other), for work on one of them.
 func TestMutants(t *testing.T) {
 	spec := os.Getenv("TENURE_MUTANTS")
 	if spec == "" {
@@ -159,12 +161,16 @@ func TestMutants(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if only := os.Getenv("TENURE_MUTANTS_ONLY"); only != "" && only != "proof" && only != "conformance" {
+		t.Fatalf("TENURE_MUTANTS_ONLY=%q: want proof or conformance", only)
+	}
 	work := t.TempDir()
 	var n atomic.Int64
 	r := &mutants.Runner{
 		Root: repoRoot(t),
 		Work: work,
 		Log:  logWriter{t},
+		Only: os.Getenv("TENURE_MUTANTS_ONLY"),
 		Store: func(store string) (string, error) {
 			switch store {
 			case "memory":
