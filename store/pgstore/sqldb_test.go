@@ -159,6 +159,26 @@ func (r *sqlResource) FencedWrite(ctx context.Context, name string, f uint64, v 
 	})
 }
 
+func (r *sqlResource) FencedWriteAtLeast(ctx context.Context, name string, f uint64, v string) error {
+	return inSQLTx(ctx, r.db, func(tx *sql.Tx) error {
+		if err := r.store.AdmitAtLeast(ctx, tx, name, f); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, upsertItem, name, v)
+		return err
+	})
+}
+
+func (r *sqlResource) HolderWrite(ctx context.Context, l *lease.Lease, name, v string) error {
+	return inSQLTx(ctx, r.db, func(tx *sql.Tx) error {
+		if err := r.store.CheckHolder(ctx, tx, l); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, upsertItem, name, v)
+		return err
+	})
+}
+
 func (r *sqlResource) PlainWrite(ctx context.Context, name, v string) error {
 	_, err := r.db.ExecContext(ctx, upsertItem, name, v)
 	return err
