@@ -3,7 +3,7 @@ package mutants
 // List returns every mutant. Each breaks one guarantee on one store; the
 // fragments are exact and must each occur once in their file. Workloads
 // name the `tenure proof` workloads that must report the broken guarantee;
-// Conformance the store's conformance subtests that must fail.
+// Suite the store's conformance subtests that must fail.
 func List() []Mutant { return list }
 
 // Files the mutants edit.
@@ -32,15 +32,6 @@ const (
 	etcdLeases = "store/etcdstore/leases.go"
 )
 
-// Conformance patterns.
-const (
-	confLease = "TestConformance/Lease/"
-	confIdem  = "TestConformance/Idempotency/"
-	confSess  = "TestConformance/Session/"
-	confSched = "TestConformance/Schedule/"
-	confLimit = "TestConformance/RateLimit/"
-)
-
 var list = []Mutant{
 	// ---- Fence admission, strict (Admit, FencedSet, FencedPut) ----
 	{
@@ -49,7 +40,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: memLeases,
 			Old: "if !mode.Admits(cur.fence, f) {",
 			New: "if mode != fence.Strict && !mode.Admits(cur.fence, f) {"}},
-		Workloads: []string{"fenced-register"}, Conformance: confLease, CI: true,
+		Workloads: []string{"fenced-register"}, Suite: "Lease", CI: true,
 	},
 	{
 		Name: "memory/fencedset-strict-admits-equal", Store: "memory",
@@ -57,7 +48,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: memLeases,
 			Old: "return s.fencedSet(ctx, resource, f, value, fence.Strict)",
 			New: "return s.fencedSet(ctx, resource, f, value, fence.AtLeast)"}},
-		Workloads: []string{"fenced-register"}, Conformance: confLease,
+		Workloads: []string{"fenced-register"}, Suite: "Lease",
 	},
 	{
 		Name: "sqlite/admit-strict-true", Store: "sqlite",
@@ -65,7 +56,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: sqliteQueries,
 			Old: "WHERE $F.fence < excluded.fence",
 			New: "WHERE true"}},
-		Workloads: []string{"fenced-register"}, Conformance: confLease, CI: true,
+		Workloads: []string{"fenced-register"}, Suite: "Lease", CI: true,
 	},
 	{
 		Name: "postgres/admit-strict-true", Store: "postgres",
@@ -73,7 +64,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: pgQueries,
 			Old: "WHERE f.fence < excluded.fence",
 			New: "WHERE true"}},
-		Workloads: []string{"fenced-register"}, Conformance: confLease,
+		Workloads: []string{"fenced-register"}, Suite: "Lease",
 	},
 	{
 		Name: "redis/fencedset-strict-true", Store: "redis",
@@ -81,7 +72,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: redisLua + "fencedset.lua",
 			Old: "if c < 0 or (c == 0 and mode == 's') then",
 			New: "if mode ~= 's' and c < 0 then"}},
-		Workloads: []string{"fenced-register"}, Conformance: confLease,
+		Workloads: []string{"fenced-register"}, Suite: "Lease",
 	},
 	{
 		Name: "etcd/fencedput-true", Store: "etcd",
@@ -89,7 +80,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: etcdStore,
 			Old: "ops(opTxn(cmps(cmpValue(adm, cmpLess, enc)), put, ops(opGet(adm)))),",
 			New: "ops(opTxn(nil, put, ops(opGet(adm)))),"}},
-		Workloads: []string{"fenced-register"}, Conformance: confLease,
+		Workloads: []string{"fenced-register"}, Suite: "Lease",
 	},
 
 	// ---- Fence admission, at-least (AdmitAtLeast, FencedSetAtLeast) ----
@@ -99,7 +90,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: memLeases,
 			Old: "if !mode.Admits(cur.fence, f) {",
 			New: "if mode == fence.Strict && !mode.Admits(cur.fence, f) {"}},
-		Workloads: []string{"fenced-register"}, Conformance: confLease,
+		Workloads: []string{"fenced-register"}, Suite: "Lease",
 	},
 	{
 		Name: "sqlite/admit-atleast-true", Store: "sqlite",
@@ -107,7 +98,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: sqliteQueries,
 			Old: "WHERE $F.fence <= excluded.fence",
 			New: "WHERE true"}},
-		Workloads: []string{"fenced-register"}, Conformance: confLease,
+		Workloads: []string{"fenced-register"}, Suite: "Lease",
 	},
 	{
 		Name: "postgres/admit-atleast-true", Store: "postgres",
@@ -115,7 +106,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: pgQueries,
 			Old: "WHERE f.fence <= excluded.fence",
 			New: "WHERE true"}},
-		Workloads: []string{"fenced-register"}, Conformance: confLease,
+		Workloads: []string{"fenced-register"}, Suite: "Lease",
 	},
 	{
 		Name: "redis/fencedset-atleast-true", Store: "redis",
@@ -123,7 +114,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: redisLua + "fencedset.lua",
 			Old: "if c < 0 or (c == 0 and mode == 's') then",
 			New: "if mode == 's' and c <= 0 then"}},
-		Workloads: []string{"fenced-register"}, Conformance: confLease,
+		Workloads: []string{"fenced-register"}, Suite: "Lease",
 	},
 
 	// ---- The holder check (HolderSet, CheckHolder, etcd Compare) ----
@@ -133,7 +124,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: memLeases,
 			Old: "if r == nil || r.token != l.Token() || r.fence != l.Fence() || !r.held(s.now()) {",
 			New: "if r == nil {"}},
-		Workloads: []string{"lease-counter"}, Conformance: confLease,
+		Workloads: []string{"lease-counter"}, Suite: "Lease",
 	},
 	{
 		Name: "sqlite/checkholder-any-holder", Store: "sqlite",
@@ -141,7 +132,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: sqliteQueries,
 			Old: `WHERE "key" = ?1 AND token = ?2 AND fence = ?3 AND expires_us > ?4`,
 			New: `WHERE "key" = ?1 AND ?2 = ?2 AND ?3 = ?3 AND expires_us > ?4`}},
-		Workloads: []string{"lease-counter"}, Conformance: confLease,
+		Workloads: []string{"lease-counter"}, Suite: "Lease",
 	},
 	{
 		Name: "postgres/checkholder-any-holder", Store: "postgres",
@@ -149,7 +140,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: pgQueries,
 			Old: "WHERE l.key = $1 AND l.token = $2 AND l.fence = $3 AND l.expires_at > clock_timestamp()",
 			New: "WHERE l.key = $1 AND $2::text IS NOT NULL AND $3::bigint > 0 AND l.expires_at > clock_timestamp()"}},
-		Workloads: []string{"lease-counter"}, Conformance: confLease, CI: true,
+		Workloads: []string{"lease-counter"}, Suite: "Lease", CI: true,
 	},
 	{
 		Name: "redis/holderset-max-fence", Store: "redis",
@@ -157,7 +148,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: redisLua + "holderset.lua",
 			Old: "if redis.call('GET', KEYS[1]) ~= token or redis.call('GET', KEYS[2]) ~= f then",
 			New: "if false then"}},
-		Workloads: []string{"lease-counter"}, Conformance: confLease, CI: true,
+		Workloads: []string{"lease-counter"}, Suite: "Lease", CI: true,
 	},
 	{
 		Name: "etcd/compare-any-holder", Store: "etcd",
@@ -165,7 +156,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: etcdStore,
 			Old: `clientv3.Compare(clientv3.CreateRevision(s.lockKey(l.Key())), "=", int64(l.Fence()))`,
 			New: `clientv3.Compare(clientv3.CreateRevision(s.lockKey(l.Key())), ">", int64(0))`}},
-		Workloads: []string{"lease-counter"}, Conformance: confLease,
+		Workloads: []string{"lease-counter"}, Suite: "Lease",
 	},
 
 	// ---- Token-checked renew and release ----
@@ -175,7 +166,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: memLeases,
 			Old: "if r == nil || r.token != token || !r.held(now) {\n\t\treturn lease.Grant{}, lease.ErrNotHeld",
 			New: "if r == nil || !r.held(now) {\n\t\treturn lease.Grant{}, lease.ErrNotHeld"}},
-		Workloads: []string{"lease-counter"}, Conformance: confLease,
+		Workloads: []string{"lease-counter"}, Suite: "Lease",
 	},
 	{
 		Name: "memory/release-any-token", Store: "memory",
@@ -183,7 +174,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: memLeases,
 			Old: "if r == nil || r.token != token || !r.held(now) {\n\t\treturn lease.ErrNotHeld",
 			New: "if r == nil || !r.held(now) {\n\t\treturn lease.ErrNotHeld"}},
-		Workloads: []string{"lease-counter"}, Conformance: confLease,
+		Workloads: []string{"lease-counter"}, Suite: "Lease",
 	},
 	{
 		Name: "sqlite/renew-any-token", Store: "sqlite",
@@ -191,7 +182,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: sqliteQueries,
 			Old: "AND token = ?2 AND expires_us > ?3\n\t\t\tRETURNING fence",
 			New: "AND ?2 = ?2 AND expires_us > ?3\n\t\t\tRETURNING fence"}},
-		Workloads: []string{"lease-counter"}, Conformance: confLease,
+		Workloads: []string{"lease-counter"}, Suite: "Lease",
 	},
 	{
 		Name: "sqlite/release-any-token", Store: "sqlite",
@@ -199,7 +190,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: sqliteQueries,
 			Old: "AND token = ?2 AND expires_us > ?3`),",
 			New: "AND ?2 = ?2 AND expires_us > ?3`),"}},
-		Workloads: []string{"lease-counter"}, Conformance: confLease,
+		Workloads: []string{"lease-counter"}, Suite: "Lease",
 	},
 	{
 		Name: "postgres/renew-any-token", Store: "postgres",
@@ -207,7 +198,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: pgQueries,
 			Old: "WHERE l.key = $1 AND l.token = $2 AND l.expires_at > c.now\nRETURNING l.fence",
 			New: "WHERE l.key = $1 AND $2::text IS NOT NULL AND l.expires_at > c.now\nRETURNING l.fence"}},
-		Workloads: []string{"lease-counter"}, Conformance: confLease,
+		Workloads: []string{"lease-counter"}, Suite: "Lease",
 	},
 	{
 		Name: "postgres/release-any-token", Store: "postgres",
@@ -215,7 +206,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: pgQueries,
 			Old: "WHERE l.key = $1 AND l.token = $2 AND l.expires_at > c.now`,",
 			New: "WHERE l.key = $1 AND $2::text IS NOT NULL AND l.expires_at > c.now`,"}},
-		Workloads: []string{"lease-counter"}, Conformance: confLease,
+		Workloads: []string{"lease-counter"}, Suite: "Lease",
 	},
 	{
 		Name: "redis/renew-any-token", Store: "redis",
@@ -223,7 +214,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: redisLua + "renew.lua",
 			Old: "if redis.call('GET', KEYS[1]) ~= token then",
 			New: "if not redis.call('GET', KEYS[1]) then"}},
-		Workloads: []string{"lease-counter"}, Conformance: confLease,
+		Workloads: []string{"lease-counter"}, Suite: "Lease",
 	},
 	{
 		Name: "redis/release-any-token", Store: "redis",
@@ -231,7 +222,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: redisLua + "release.lua",
 			Old: "if redis.call('GET', KEYS[1]) == ARGV[1] then",
 			New: "if redis.call('GET', KEYS[1]) then"}},
-		Workloads: []string{"lease-counter"}, Conformance: confLease,
+		Workloads: []string{"lease-counter"}, Suite: "Lease",
 	},
 	{
 		Name: "etcd/renew-any-token", Store: "etcd",
@@ -239,7 +230,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: etcdLeases,
 			Old: "cmps(cmpValue(lock, cmpEqual, token)),\n\t\t\tops(opPut(lock, token, id), opGet(lock),",
 			New: "cmps(cmpCreateRev(lock, cmpGreater, 0)),\n\t\t\tops(opPut(lock, token, id), opGet(lock),"}},
-		Workloads: []string{"lease-counter"}, Conformance: confLease,
+		Workloads: []string{"lease-counter"}, Suite: "Lease",
 	},
 	{
 		Name: "etcd/release-any-token", Store: "etcd",
@@ -247,7 +238,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: etcdLeases,
 			Old: "cmps(cmpValue(lock, cmpEqual, token)),\n\t\tops(opDelete(lock), opDelete(s.holderKey(key))),",
 			New: "cmps(cmpCreateRev(lock, cmpGreater, 0)),\n\t\tops(opDelete(lock), opDelete(s.holderKey(key))),"}},
-		Workloads: []string{"lease-counter"}, Conformance: confLease, CI: true,
+		Workloads: []string{"lease-counter"}, Suite: "Lease", CI: true,
 	},
 
 	// ---- Fences after data loss: floored at the store's clock ----
@@ -257,7 +248,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: memLeases,
 			Old: "r.fence = leasedriver.NextFence(r.fence, now)",
 			New: "r.fence++"}},
-		Workloads: []string{"lease-counter"}, Conformance: confLease,
+		Workloads: []string{"lease-counter"}, Suite: "Lease",
 	},
 	{
 		Name: "sqlite/fence-not-floored", Store: "sqlite",
@@ -266,7 +257,7 @@ var list = []Mutant{
 			{File: sqliteQueries, Old: "VALUES (?1, ?2, max(?3, 1), ?3 + ?4, nullif(?5, ''))", New: "VALUES (?1, ?2, 1, ?3 + ?4, nullif(?5, ''))"},
 			{File: sqliteQueries, Old: "THEN $L.fence ELSE max($L.fence + 1, ?3) END,", New: "THEN $L.fence ELSE $L.fence + 1 END,"},
 		},
-		Workloads: []string{"lease-counter"}, Conformance: confLease,
+		Workloads: []string{"lease-counter"}, Suite: "Lease",
 	},
 	{
 		Name: "postgres/fence-not-floored", Store: "postgres",
@@ -274,7 +265,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: pgQueries,
 			Old: "SELECT $1, $2, greatest((extract(epoch FROM c.now) * 1000000)::bigint, 1), c.now",
 			New: "SELECT $1, $2, 1, c.now"}},
-		Workloads: []string{"lease-counter"}, Conformance: confLease,
+		Workloads: []string{"lease-counter"}, Suite: "Lease",
 	},
 	{
 		Name: "redis/fence-not-floored", Store: "redis",
@@ -282,7 +273,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: redisLua + "acquire.lua",
 			Old: "  local f = clock()\n  local fs = string.format('%d', f)\n  local last",
 			New: "  local f = 1\n  local fs = string.format('%d', f)\n  local last"}},
-		Workloads: []string{"lease-counter"}, Conformance: confLease,
+		Workloads: []string{"lease-counter"}, Suite: "Lease",
 	},
 
 	// ---- Idempotency: begin, complete and renew check the claim ----
@@ -292,7 +283,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: memIdem,
 			Old: "if r == nil || r.released || r.token != token || r.fence != fence {",
 			New: "if r == nil || r.released {"}},
-		Workloads: []string{"idempotency"}, Conformance: confIdem, CI: true,
+		Workloads: []string{"idempotency"}, Suite: "Idempotency", CI: true,
 	},
 	{
 		Name: "memory/idem-mismatch-replayed", Store: "memory",
@@ -300,7 +291,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: memIdem,
 			Old: "case r.fp != b.Fingerprint:",
 			New: "case false:"}},
-		Workloads: []string{"idempotency"}, Conformance: confIdem,
+		Workloads: []string{"idempotency"}, Suite: "Idempotency",
 	},
 	{
 		Name: "memory/idem-renew-any-claim", Store: "memory",
@@ -308,7 +299,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: memIdem,
 			Old: "r.done || r.token != token || r.fence != fence || !r.claimUntil.After(now)",
 			New: "r.done || !r.claimUntil.After(now)"}},
-		Workloads: []string{"idempotency"}, Conformance: confIdem,
+		Workloads: []string{"idempotency"}, Suite: "Idempotency",
 	},
 	{
 		Name: "memory/idem-begin-steals-claim", Store: "memory",
@@ -316,7 +307,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: memIdem,
 			Old: "case r.claimUntil.After(now):",
 			New: "case false:"}},
-		Workloads: []string{"idempotency"}, Conformance: confIdem,
+		Workloads: []string{"idempotency"}, Suite: "Idempotency",
 	},
 	{
 		Name: "sqlite/idem-complete-stale-claim", Store: "sqlite",
@@ -324,7 +315,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: sqliteIdem,
 			Old: "WHERE scope = ?1 AND \"key\" = ?2 AND token = ?3 AND fence = ?4 AND state = 1`),",
 			New: "WHERE scope = ?1 AND \"key\" = ?2 AND ?3 = ?3 AND ?4 = ?4 AND state = 1`),"}},
-		Workloads: []string{"idempotency"}, Conformance: confIdem,
+		Workloads: []string{"idempotency"}, Suite: "Idempotency",
 	},
 	{
 		Name: "sqlite/idem-mismatch-replayed", Store: "sqlite",
@@ -332,7 +323,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: sqliteIdem,
 			Old: "case r.fp != b.Fingerprint:",
 			New: "case false:"}},
-		Workloads: []string{"idempotency"}, Conformance: confIdem,
+		Workloads: []string{"idempotency"}, Suite: "Idempotency",
 	},
 	{
 		Name: "sqlite/idem-renew-any-claim", Store: "sqlite",
@@ -340,7 +331,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: sqliteIdem,
 			Old: "AND token = ?3 AND fence = ?4 AND state = 1 AND claim_us > ?5",
 			New: "AND ?3 = ?3 AND ?4 = ?4 AND state = 1 AND claim_us > ?5"}},
-		Workloads: []string{"idempotency"}, Conformance: confIdem,
+		Workloads: []string{"idempotency"}, Suite: "Idempotency",
 	},
 	{
 		Name: "sqlite/idem-begin-steals-claim", Store: "sqlite",
@@ -348,7 +339,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: sqliteIdem,
 			Old: "case r.claimUS.Int64 > now:",
 			New: "case false:"}},
-		Workloads: []string{"idempotency"}, Conformance: confIdem,
+		Workloads: []string{"idempotency"}, Suite: "Idempotency",
 	},
 	{
 		Name: "postgres/idem-complete-stale-claim", Store: "postgres",
@@ -356,7 +347,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: pgIdem,
 			Old: "WHERE r.scope = $1 AND r.key = $2 AND r.token = $3 AND r.fence = $4 AND r.state IN (1, 2)",
 			New: "WHERE r.scope = $1 AND r.key = $2 AND $3::text IS NOT NULL AND $4::bigint > 0 AND r.state IN (1, 2)"}},
-		Workloads: []string{"idempotency"}, Conformance: confIdem,
+		Workloads: []string{"idempotency"}, Suite: "Idempotency",
 	},
 	{
 		Name: "postgres/idem-mismatch-replayed", Store: "postgres",
@@ -364,7 +355,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: pgIdem,
 			Old: "case *r.fp != b.Fingerprint:",
 			New: "case false:"}},
-		Workloads: []string{"idempotency"}, Conformance: confIdem,
+		Workloads: []string{"idempotency"}, Suite: "Idempotency",
 	},
 	{
 		Name: "postgres/idem-renew-any-claim", Store: "postgres",
@@ -372,7 +363,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: pgIdem,
 			Old: "AND r.token = $3 AND r.fence = $4 AND r.state = 1 AND r.claim_until > c.now",
 			New: "AND $3::text IS NOT NULL AND $4::bigint > 0 AND r.state = 1 AND r.claim_until > c.now"}},
-		Workloads: []string{"idempotency"}, Conformance: confIdem,
+		Workloads: []string{"idempotency"}, Suite: "Idempotency",
 	},
 	{
 		Name: "postgres/idem-begin-steals-claim", Store: "postgres",
@@ -381,7 +372,7 @@ var list = []Mutant{
 			{File: pgIdem, Old: "AND (cur.token = $4 OR ($7 AND cur.claim_until <= c.now))))", New: "AND (cur.token = $4 OR $7)))"},
 			{File: pgIdem, Old: "AND (r.token = excluded.token OR ($7 AND r.claim_until <= (SELECT now FROM c))))", New: "AND (r.token = excluded.token OR $7)))"},
 		},
-		Workloads: []string{"idempotency"}, Conformance: confIdem,
+		Workloads: []string{"idempotency"}, Suite: "Idempotency",
 	},
 	{
 		Name: "redis/idem-complete-stale-claim", Store: "redis",
@@ -389,7 +380,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: redisLua + "idempotency_complete.lua",
 			Old: "if r[1] ~= tok or r[2] ~= f then",
 			New: "if false then"}},
-		Workloads: []string{"idempotency"}, Conformance: confIdem,
+		Workloads: []string{"idempotency"}, Suite: "Idempotency",
 	},
 	{
 		Name: "redis/idem-mismatch-replayed", Store: "redis",
@@ -397,7 +388,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: redisLua + "idempotency_begin.lua",
 			Old: "if r[1] ~= fp then",
 			New: "if false then"}},
-		Workloads: []string{"idempotency"}, Conformance: confIdem,
+		Workloads: []string{"idempotency"}, Suite: "Idempotency",
 	},
 	{
 		Name: "redis/idem-renew-any-claim", Store: "redis",
@@ -405,7 +396,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: redisLua + "idempotency_renew.lua",
 			Old: "if r[1] ~= tok or r[2] ~= f or r[3] ~= '1'",
 			New: "if r[3] ~= '1'"}},
-		Workloads: []string{"idempotency"}, Conformance: confIdem,
+		Workloads: []string{"idempotency"}, Suite: "Idempotency",
 	},
 	{
 		Name: "redis/idem-begin-steals-claim", Store: "redis",
@@ -413,7 +404,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: redisLua + "idempotency_begin.lua",
 			Old: "if cu > now then",
 			New: "if false then"}},
-		Workloads: []string{"idempotency"}, Conformance: confIdem,
+		Workloads: []string{"idempotency"}, Suite: "Idempotency",
 	},
 
 	// ---- Sessions: Save and Touch check the version; revocation sticks ----
@@ -423,7 +414,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: memSessions,
 			Old: "r, err := st.current(id, version, now)\n\tif err != nil {\n\t\treturn session.Record{}, err\n\t}\n\tr.Data = slices.Clone(data)",
 			New: "r := st.live(id, now)\n\tif r == nil {\n\t\treturn session.Record{}, session.ErrNotFound\n\t}\n\tr.Data = slices.Clone(data)"}},
-		Workloads: []string{"session"}, Conformance: confSess,
+		Workloads: []string{"session"}, Suite: "Session",
 	},
 	{
 		Name: "memory/session-touch-ignores-version", Store: "memory",
@@ -431,7 +422,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: memSessions,
 			Old: "r, err := st.current(id, version, now)\n\tif err != nil {\n\t\treturn time.Time{}, err\n\t}",
 			New: "r := st.live(id, now)\n\tif r == nil {\n\t\treturn time.Time{}, session.ErrNotFound\n\t}"}},
-		Workloads: []string{"session"}, Conformance: confSess,
+		Workloads: []string{"session"}, Suite: "Session",
 	},
 	{
 		Name: "memory/session-revoke-misses-saved", Store: "memory",
@@ -439,7 +430,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: memSessions,
 			Old: "if r := st.recs[id]; r != nil {\n\t\t\tif r.Live(now) {\n\t\t\t\tn++",
 			New: "if r := st.recs[id]; r != nil && r.Version == 1 {\n\t\t\tif r.Live(now) {\n\t\t\t\tn++"}},
-		Workloads: []string{"session"}, Conformance: confSess,
+		Workloads: []string{"session"}, Suite: "Session",
 	},
 	{
 		Name: "sqlite/session-save-ignores-version", Store: "sqlite",
@@ -447,7 +438,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: sqliteSessions,
 			Old: "version = version + 1, idle_us = min(?2 + ?3, absolute_us)\n\t\t\tWHERE id = ?1 AND version = ?4",
 			New: "version = version + 1, idle_us = min(?2 + ?3, absolute_us)\n\t\t\tWHERE id = ?1 AND ?4 = ?4"}},
-		Workloads: []string{"session"}, Conformance: confSess, CI: true,
+		Workloads: []string{"session"}, Suite: "Session", CI: true,
 	},
 	{
 		Name: "sqlite/session-touch-ignores-version", Store: "sqlite",
@@ -455,7 +446,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: sqliteSessions,
 			Old: "WHERE id = ?1 AND version = ?4 AND ` + live + ` RETURNING idle_us`",
 			New: "WHERE id = ?1 AND ?4 = ?4 AND ` + live + ` RETURNING idle_us`"}},
-		Workloads: []string{"session"}, Conformance: confSess,
+		Workloads: []string{"session"}, Suite: "Session",
 	},
 	{
 		Name: "sqlite/session-revoke-misses-saved", Store: "sqlite",
@@ -463,7 +454,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: sqliteSessions,
 			Old: "delUser: r.Replace(`DELETE FROM $T WHERE user_id = ?1 RETURNING `",
 			New: "delUser: r.Replace(`DELETE FROM $T WHERE user_id = ?1 AND version = 1 RETURNING `"}},
-		Workloads: []string{"session"}, Conformance: confSess,
+		Workloads: []string{"session"}, Suite: "Session",
 	},
 	{
 		Name: "postgres/session-save-ignores-version", Store: "postgres",
@@ -471,7 +462,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: pgSessions,
 			Old: "WHERE s.id = $1 AND s.version = $3 AND ` + live + ` RETURNING ` + cols,",
 			New: "WHERE s.id = $1 AND $3::bigint > 0 AND ` + live + ` RETURNING ` + cols,"}},
-		Workloads: []string{"session"}, Conformance: confSess,
+		Workloads: []string{"session"}, Suite: "Session",
 	},
 	{
 		Name: "postgres/session-touch-ignores-version", Store: "postgres",
@@ -479,7 +470,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: pgSessions,
 			Old: "WHERE s.id = $1 AND s.version = $3 AND ` + live + ` RETURNING s.idle_until`,",
 			New: "WHERE s.id = $1 AND $3::bigint > 0 AND ` + live + ` RETURNING s.idle_until`,"}},
-		Workloads: []string{"session"}, Conformance: confSess,
+		Workloads: []string{"session"}, Suite: "Session",
 	},
 	{
 		Name: "postgres/session-revoke-misses-saved", Store: "postgres",
@@ -487,7 +478,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: pgSessions,
 			Old: "d AS (DELETE FROM ` + t + ` WHERE user_id = $1 RETURNING",
 			New: "d AS (DELETE FROM ` + t + ` WHERE user_id = $1 AND version = 1 RETURNING"}},
-		Workloads: []string{"session"}, Conformance: confSess,
+		Workloads: []string{"session"}, Suite: "Session",
 	},
 	{
 		Name: "redis/session-save-ignores-version", Store: "redis",
@@ -495,7 +486,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: redisLua + "session_save.lua",
 			Old: "if v ~= version then",
 			New: "if v ~= version and ARGV[3] == '0' then"}},
-		Workloads: []string{"session"}, Conformance: confSess,
+		Workloads: []string{"session"}, Suite: "Session",
 	},
 	{
 		Name: "redis/session-touch-ignores-version", Store: "redis",
@@ -503,7 +494,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: redisLua + "session_save.lua",
 			Old: "if v ~= version then",
 			New: "if v ~= version and ARGV[3] == '1' then"}},
-		Workloads: []string{"session"}, Conformance: confSess,
+		Workloads: []string{"session"}, Suite: "Session",
 	},
 	{
 		Name: "redis/session-rotate-escapes-revoke", Store: "redis",
@@ -511,7 +502,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: redisLua + "session_rotate.lua",
 			Old: "if redis.call('ZCOUNT', KEYS[4], r[3], '+inf') > 0 then",
 			New: "if false then"}},
-		Workloads: []string{"session"}, Conformance: confSess,
+		Workloads: []string{"session"}, Suite: "Session",
 	},
 
 	// ---- Schedules: the ledger's (job, slot) uniqueness; a stale
@@ -522,7 +513,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: memSched,
 			Old: "if _, done := st.ledger[slot.Job][slot.ID]; done {",
 			New: "if _, done := st.ledger[slot.Job][slot.ID]; done && false {"}},
-		Workloads: []string{"schedule"}, Conformance: confSched,
+		Workloads: []string{"schedule"}, Suite: "Schedule",
 	},
 	{
 		Name: "memory/schedule-stale-completion", Store: "memory",
@@ -530,7 +521,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: memSched,
 			Old: "if lr == nil || lr.token != l.Token() || lr.fence != l.Fence() || !lr.expires.After(now) {",
 			New: "if lr == nil {"}},
-		Workloads: []string{"schedule"}, Conformance: confSched,
+		Workloads: []string{"schedule"}, Suite: "Schedule",
 	},
 	{
 		Name: "sqlite/schedule-ledger-not-unique", Store: "sqlite",
@@ -538,7 +529,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: sqliteSched,
 			Old: "err := tx.QueryRowContext(ctx, q.inLedger, slot.Job, slot.ID).Scan(&one)",
 			New: "err := error(sql.ErrNoRows)"}},
-		Workloads: []string{"schedule"}, Conformance: confSched,
+		Workloads: []string{"schedule"}, Suite: "Schedule",
 	},
 	{
 		Name: "sqlite/schedule-stale-completion", Store: "sqlite",
@@ -546,7 +537,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: sqliteSched,
 			Old: "err = tx.QueryRowContext(ctx, s.q.holder, key, l.Token(), int64(l.Fence()), now).Scan(&one)",
 			New: "err = nil"}},
-		Workloads: []string{"schedule"}, Conformance: confSched, CI: true,
+		Workloads: []string{"schedule"}, Suite: "Schedule", CI: true,
 	},
 	{
 		Name: "postgres/schedule-ledger-not-unique", Store: "postgres",
@@ -554,7 +545,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: pgSched,
 			Old: "SELECT $4, $5, $3, c.now FROM h, c ON CONFLICT DO NOTHING RETURNING 1),",
 			New: "SELECT $4, $5, $3, c.now FROM h, c ON CONFLICT (job, slot_id) DO UPDATE SET fence = excluded.fence RETURNING 1),"}},
-		Workloads: []string{"schedule"}, Conformance: confSched,
+		Workloads: []string{"schedule"}, Suite: "Schedule",
 	},
 	{
 		Name: "postgres/schedule-stale-completion", Store: "postgres",
@@ -562,7 +553,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: pgSched,
 			Old: "WHERE l.key = $1 AND l.token = $2 AND l.fence = $3 AND l.expires_at > c.now FOR UPDATE OF l),",
 			New: "WHERE l.key = $1 AND $2::text IS NOT NULL AND $3::bigint > 0 FOR UPDATE OF l),"}},
-		Workloads: []string{"schedule"}, Conformance: confSched,
+		Workloads: []string{"schedule"}, Suite: "Schedule",
 	},
 	{
 		Name: "redis/schedule-ledger-not-unique", Store: "redis",
@@ -570,7 +561,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: redisLua + "schedule_complete.lua",
 			Old: "if redis.call('HEXISTS', KEYS[4], id) == 1 then",
 			New: "if false then"}},
-		Workloads: []string{"schedule"}, Conformance: confSched,
+		Workloads: []string{"schedule"}, Suite: "Schedule",
 	},
 	{
 		Name: "redis/schedule-stale-completion", Store: "redis",
@@ -578,7 +569,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: redisLua + "schedule_complete.lua",
 			Old: "if redis.call('GET', KEYS[1]) ~= token or redis.call('GET', KEYS[2]) ~= f then",
 			New: "if false then"}},
-		Workloads: []string{"schedule"}, Conformance: confSched,
+		Workloads: []string{"schedule"}, Suite: "Schedule",
 	},
 
 	// ---- Rate limits: one decision reads and writes atomically; permit
@@ -591,7 +582,7 @@ var list = []Mutant{
 				Old: "\tvar st *driver.State\n\tif sl != nil {\n\t\tst = &sl.st\n\t}\n\td, next := driver.EvaluateOne(now, &r, st, commit)\n",
 				New: "\tvar st *driver.State\n\tif sl != nil {\n\t\tcp := sl.st\n\t\tst = &cp\n\t}\n\tsh.mu.Unlock()\n\ttime.Sleep(time.Millisecond)\n\td, next := driver.EvaluateOne(now, &r, st, commit)\n\tsh.mu.Lock()\n"},
 		},
-		Workloads: []string{"ratelimit"}, Conformance: confLimit,
+		Workloads: []string{"ratelimit"}, Suite: "RateLimit",
 	},
 	{
 		Name: "memory/permit-count-plus-one", Store: "memory",
@@ -599,7 +590,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: memLimits,
 			Old: "g, st := driver.EvaluateAcquire(now, sh.get(&key, h, us), id, permits, ttl)",
 			New: "g, st := driver.EvaluateAcquire(now, sh.get(&key, h, us), id, permits+1, ttl)"}},
-		Workloads: []string{"ratelimit"}, Conformance: confLimit,
+		Workloads: []string{"ratelimit"}, Suite: "RateLimit",
 	},
 	{
 		Name: "sqlite/ratelimit-decide-not-atomic", Store: "sqlite",
@@ -607,7 +598,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: sqliteLimits,
 			Old: "\terr := l.write(ctx, \"decide\", key0, func(tx *sql.Tx, now int64) error {\n\t\td, next, err := eval(tx, now)",
 			New: "\tpd, pnext, perr := eval(l.s.db, l.s.nowUS())\n\terr := l.write(ctx, \"decide\", key0, func(tx *sql.Tx, now int64) error {\n\t\td, next, err := pd, pnext, perr"}},
-		Workloads: []string{"ratelimit"}, Conformance: confLimit,
+		Workloads: []string{"ratelimit"}, Suite: "RateLimit",
 	},
 	{
 		Name: "sqlite/permit-count-plus-one", Store: "sqlite",
@@ -615,7 +606,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: sqliteLimits,
 			Old: "g, next = driver.EvaluateAcquire(time.UnixMicro(now), st, id, permits, ttl)",
 			New: "g, next = driver.EvaluateAcquire(time.UnixMicro(now), st, id, permits+1, ttl)"}},
-		Workloads: []string{"ratelimit"}, Conformance: confLimit,
+		Workloads: []string{"ratelimit"}, Suite: "RateLimit",
 	},
 	{
 		Name: "postgres/ratelimit-decide-not-atomic", Store: "postgres",
@@ -623,7 +614,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: pgMigrations,
 			Old: "\t\tIF do_commit THEN\n\t\t\tPERFORM pg_advisory_xact_lock(h);",
 			New: "\t\tIF do_commit THEN\n\t\t\tPERFORM 1;"}},
-		Workloads: []string{"ratelimit"}, Conformance: confLimit,
+		Workloads: []string{"ratelimit"}, Suite: "RateLimit",
 	},
 	{
 		Name: "postgres/permit-count-plus-one", Store: "postgres",
@@ -631,7 +622,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: pgMigrations,
 			Old: "ELSIF coalesce(array_length(ids, 1), 0) >= permits THEN",
 			New: "ELSIF coalesce(array_length(ids, 1), 0) > permits THEN"}},
-		Workloads: []string{"ratelimit"}, Conformance: confLimit,
+		Workloads: []string{"ratelimit"}, Suite: "RateLimit",
 	},
 	{
 		Name: "redis/ratelimit-slog-over-admits", Store: "redis",
@@ -639,7 +630,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: redisLua + "ratelimit_decide.lua",
 			Old: "  if newest > ts then ts = newest end\n  r.allowed = count + n <= R",
 			New: "  if newest > ts then ts = newest end\n  r.allowed = count + n <= R + 1"}},
-		Workloads: []string{"ratelimit"}, Conformance: confLimit,
+		Workloads: []string{"ratelimit"}, Suite: "RateLimit",
 	},
 	{
 		Name: "redis/permit-count-plus-one", Store: "redis",
@@ -647,6 +638,6 @@ var list = []Mutant{
 		Edits: []Edit{{File: redisLua + "ratelimit_permit.lua",
 			Old: "if inuse >= permits then",
 			New: "if inuse > permits then"}},
-		Workloads: []string{"ratelimit"}, Conformance: confLimit,
+		Workloads: []string{"ratelimit"}, Suite: "RateLimit",
 	},
 }

@@ -22,6 +22,9 @@ var storePackages = map[string]string{
 	"etcd":     "./store/etcdstore",
 }
 
+// suites are the conformance suites storetest.Run runs.
+var suites = []string{"Lease", "Idempotency", "RateLimit", "Session", "Schedule"}
+
 // Edit replaces the one occurrence of Old in File (a slash-separated path
 // from the repository root) by New.
 type Edit struct {
@@ -43,11 +46,29 @@ type Mutant struct {
 	// run with every one of them; any one reporting a violation is a
 	// catch).
 	Workloads []string
-	// Conformance is the -run pattern of the store's conformance subtests
-	// that must fail, e.g. "TestConformance/Lease/".
-	Conformance string
+	// Suite names the conformance subtests that must fail: a suite of
+	// storetest.Run ("Lease", "Idempotency", "Session", "Schedule",
+	// "RateLimit"), optionally followed by subtest names
+	// ("Schedule/FakeClock"). See Pattern.
+	Suite string
 	// CI puts the mutant in the subset scripts/test runs.
 	CI bool
+}
+
+// Pattern is the -run pattern of m's conformance subtests: Suite under
+// the store's TestConformance (under its Single subtest on Redis, which
+// runs the suites on one server and again on a cluster), each element
+// anchored so that no other test runs.
+func (m Mutant) Pattern() string {
+	elems := []string{"TestConformance"}
+	if m.Store == "redis" {
+		elems = append(elems, "Single")
+	}
+	elems = append(elems, strings.Split(m.Suite, "/")...)
+	for i, e := range elems {
+		elems[i] = "^" + e + "$"
+	}
+	return strings.Join(elems, "/")
 }
 
 // Package is the import path, from the repository root, of the store's
@@ -126,8 +147,8 @@ func (m Mutant) check() error {
 		return fmt.Errorf("mutants: %s: no edit", m.Name)
 	case len(m.Workloads) == 0:
 		return fmt.Errorf("mutants: %s: no covering workload", m.Name)
-	case !strings.HasPrefix(m.Conformance, "TestConformance"):
-		return fmt.Errorf("mutants: %s: conformance pattern %q is not a TestConformance subtest", m.Name, m.Conformance)
+	case !slices.Contains(suites, strings.Split(m.Suite, "/")[0]):
+		return fmt.Errorf("mutants: %s: unknown conformance suite %q (have %s)", m.Name, m.Suite, strings.Join(suites, ", "))
 	}
 	for _, e := range m.Edits {
 		if e.Old == "" || e.Old == e.New {

@@ -106,7 +106,7 @@ func (r *Runner) Run(ctx context.Context, m Mutant) Result {
 	}
 	res.Conformance = Outcome{Detail: "not run"}
 	if r.Only != "proof" {
-		r.logf("%s: conformance %s -run %s", m.Name, m.Package(), m.Conformance)
+		r.logf("%s: conformance %s -run %s", m.Name, m.Package(), m.Pattern())
 		res.Conformance = r.conformance(ctx, m, conf)
 		r.logf("%s: conformance caught: %s %s", m.Name, res.Conformance, res.Conformance.Detail)
 	}
@@ -151,7 +151,7 @@ func (r *Runner) conformance(ctx context.Context, m Mutant, bin string) Outcome 
 	if timeout == 0 {
 		timeout = 10 * time.Minute
 	}
-	cmd := exec.CommandContext(ctx, bin, "-test.run", m.Conformance, "-test.count=1", "-test.timeout", timeout.String())
+	cmd := exec.CommandContext(ctx, bin, "-test.run", m.Pattern(), "-test.count=1", "-test.timeout", timeout.String())
 	cmd.Dir = filepath.Join(r.Root, filepath.FromSlash(m.Package()))
 	cmd.Env = r.env()
 	start := time.Now()
@@ -161,7 +161,7 @@ func (r *Runner) conformance(ctx context.Context, m Mutant, bin string) Outcome 
 	switch {
 	case err == nil:
 		if bytes.Contains(out, []byte("no tests to run")) {
-			o.Err = fmt.Errorf("-run %s matches no test", m.Conformance)
+			o.Err = fmt.Errorf("-run %s matches no test", m.Pattern())
 			o.Detail = o.Err.Error()
 			return o
 		}

@@ -30,7 +30,7 @@ func WriteTable(w io.Writer, results []Result) error {
 		if r.Err != nil {
 			fmt.Fprintf(w, "  error: %v\n", r.Err)
 		} else {
-			fmt.Fprintf(w, "  proof: %s\n  conformance (-run %s): %s\n", r.Proof.Detail, r.Mutant.Conformance, r.Conformance.Detail)
+			fmt.Fprintf(w, "  proof: %s\n  conformance (-run %s): %s\n", r.Proof.Detail, r.Mutant.Pattern(), r.Conformance.Detail)
 		}
 		if r.Survived() {
 			survivors++
