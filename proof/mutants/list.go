@@ -513,7 +513,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: memSched,
 			Old: "if _, done := st.ledger[slot.Job][slot.ID]; done {",
 			New: "if _, done := st.ledger[slot.Job][slot.ID]; done && false {"}},
-		Workloads: []string{"schedule"}, Suite: "Schedule",
+		Workloads: []string{"schedule"}, Suite: "Schedule/FakeClock",
 	},
 	{
 		Name: "memory/schedule-stale-completion", Store: "memory",
@@ -521,7 +521,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: memSched,
 			Old: "if lr == nil || lr.token != l.Token() || lr.fence != l.Fence() || !lr.expires.After(now) {",
 			New: "if lr == nil {"}},
-		Workloads: []string{"schedule"}, Suite: "Schedule",
+		Workloads: []string{"schedule"}, Suite: "Schedule/FakeClock",
 	},
 	{
 		Name: "sqlite/schedule-ledger-not-unique", Store: "sqlite",
@@ -529,7 +529,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: sqliteSched,
 			Old: "err := tx.QueryRowContext(ctx, q.inLedger, slot.Job, slot.ID).Scan(&one)",
 			New: "err := error(sql.ErrNoRows)"}},
-		Workloads: []string{"schedule"}, Suite: "Schedule",
+		Workloads: []string{"schedule"}, Suite: "Schedule/FakeClock",
 	},
 	{
 		Name: "sqlite/schedule-stale-completion", Store: "sqlite",
@@ -537,7 +537,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: sqliteSched,
 			Old: "err = tx.QueryRowContext(ctx, s.q.holder, key, l.Token(), int64(l.Fence()), now).Scan(&one)",
 			New: "err = nil"}},
-		Workloads: []string{"schedule"}, Suite: "Schedule", CI: true,
+		Workloads: []string{"schedule"}, Suite: "Schedule/FakeClock", CI: true,
 	},
 	{
 		Name: "postgres/schedule-ledger-not-unique", Store: "postgres",
@@ -545,7 +545,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: pgSched,
 			Old: "SELECT $4, $5, $3, c.now FROM h, c ON CONFLICT DO NOTHING RETURNING 1),",
 			New: "SELECT $4, $5, $3, c.now FROM h, c ON CONFLICT (job, slot_id) DO UPDATE SET fence = excluded.fence RETURNING 1),"}},
-		Workloads: []string{"schedule"}, Suite: "Schedule",
+		Workloads: []string{"schedule"}, Suite: "Schedule/FakeClock",
 	},
 	{
 		Name: "postgres/schedule-stale-completion", Store: "postgres",
@@ -553,7 +553,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: pgSched,
 			Old: "WHERE l.key = $1 AND l.token = $2 AND l.fence = $3 AND l.expires_at > c.now FOR UPDATE OF l),",
 			New: "WHERE l.key = $1 AND $2::text IS NOT NULL AND $3::bigint > 0 FOR UPDATE OF l),"}},
-		Workloads: []string{"schedule"}, Suite: "Schedule",
+		Workloads: []string{"schedule"}, Suite: "Schedule/FakeClock",
 	},
 	{
 		Name: "redis/schedule-ledger-not-unique", Store: "redis",

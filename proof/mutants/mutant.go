@@ -56,12 +56,12 @@ type Mutant struct {
 }
 
 // Pattern is the -run pattern of m's conformance subtests: Suite under
-// the store's TestConformance (under its Single subtest on Redis, which
-// runs the suites on one server and again on a cluster), each element
-// anchored so that no other test runs.
+// the store's TestConformance (under its Single subtest on Redis and etcd,
+// which run the suites on one server and again on a cluster), each
+// element anchored so that no other test runs.
 func (m Mutant) Pattern() string {
 	elems := []string{"TestConformance"}
-	if m.Store == "redis" {
+	if m.Store == "redis" || m.Store == "etcd" {
 		elems = append(elems, "Single")
 	}
 	elems = append(elems, strings.Split(m.Suite, "/")...)
