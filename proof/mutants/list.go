@@ -303,10 +303,10 @@ var list = []Mutant{
 	},
 	{
 		Name: "memory/idem-begin-steals-claim", Store: "memory",
-		Breaks: "Begin ignores a live claim of another token: two executors run at once",
+		Breaks: "Begin claims a live claim of another token: two executors run at once",
 		Edits: []Edit{{File: memIdem,
-			Old: "case r.claimUntil.After(now):",
-			New: "case false:"}},
+			Old: "case r.claimUntil.After(now):\n\t\treturn driver.Begun{State: driver.InProgress, TTL: r.claimUntil.Sub(now)}, nil",
+			New: "case r.claimUntil.After(now):\n\t\treturn claim(r.fence), nil"}},
 		Workloads: []string{"idempotency"}, Suite: "Idempotency",
 	},
 	{
@@ -335,10 +335,10 @@ var list = []Mutant{
 	},
 	{
 		Name: "sqlite/idem-begin-steals-claim", Store: "sqlite",
-		Breaks: "Begin ignores a live claim of another token: two executors run at once",
+		Breaks: "Begin claims a live claim of another token: two executors run at once",
 		Edits: []Edit{{File: sqliteIdem,
-			Old: "case r.claimUS.Int64 > now:",
-			New: "case false:"}},
+			Old: "case r.claimUS.Int64 > now:\n\t\treturn driver.Begun{State: driver.InProgress,",
+			New: "case r.claimUS.Int64 > now:\n\t\treturn claim(r.fence)\n\t\treturn driver.Begun{State: driver.InProgress,"}},
 		Workloads: []string{"idempotency"}, Suite: "Idempotency",
 	},
 	{
@@ -367,10 +367,10 @@ var list = []Mutant{
 	},
 	{
 		Name: "postgres/idem-begin-steals-claim", Store: "postgres",
-		Breaks: "Begin with takeover claims a live claim of another token: two executors run at once",
+		Breaks: "Begin claims a live claim of another token: two executors run at once",
 		Edits: []Edit{
-			{File: pgIdem, Old: "AND (cur.token = $4 OR ($7 AND cur.claim_until <= c.now))))", New: "AND (cur.token = $4 OR $7)))"},
-			{File: pgIdem, Old: "AND (r.token = excluded.token OR ($7 AND r.claim_until <= (SELECT now FROM c))))", New: "AND (r.token = excluded.token OR $7)))"},
+			{File: pgIdem, Old: "AND (cur.token = $4 OR ($7 AND cur.claim_until <= c.now))))", New: "AND (cur.token = $4 OR ($7 OR true))))"},
+			{File: pgIdem, Old: "AND (r.token = excluded.token OR ($7 AND r.claim_until <= (SELECT now FROM c))))", New: "AND (r.token = excluded.token OR ($7 OR true))))"},
 		},
 		Workloads: []string{"idempotency"}, Suite: "Idempotency",
 	},
@@ -400,10 +400,10 @@ var list = []Mutant{
 	},
 	{
 		Name: "redis/idem-begin-steals-claim", Store: "redis",
-		Breaks: "Begin ignores a live claim of another token: two executors run at once",
+		Breaks: "Begin claims a live claim of another token: two executors run at once",
 		Edits: []Edit{{File: redisLua + "idempotency_begin.lua",
-			Old: "if cu > now then",
-			New: "if false then"}},
+			Old: "if cu > now then\n  return {3, cu - now}",
+			New: "if cu > now then\n  return claim(tonumber(r[3]))"}},
 		Workloads: []string{"idempotency"}, Suite: "Idempotency",
 	},
 
