@@ -40,7 +40,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: memLeases,
 			Old: "if !mode.Admits(cur.fence, f) {",
 			New: "if mode != fence.Strict && !mode.Admits(cur.fence, f) {"}},
-		Workloads: []string{"fenced-register"}, Suite: "Lease", CI: true,
+		Workloads: []string{"fenced-register"}, Suite: "Lease",
 	},
 	{
 		Name: "memory/fencedset-strict-admits-equal", Store: "memory",
@@ -140,7 +140,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: pgQueries,
 			Old: "WHERE l.key = $1 AND l.token = $2 AND l.fence = $3 AND l.expires_at > clock_timestamp()",
 			New: "WHERE l.key = $1 AND $2::text IS NOT NULL AND $3::bigint > 0 AND l.expires_at > clock_timestamp()"}},
-		Workloads: []string{"lease-counter"}, Suite: "Lease", CI: true,
+		Workloads: []string{"lease-counter"}, Suite: "Lease",
 	},
 	{
 		Name: "redis/holderset-max-fence", Store: "redis",
@@ -238,7 +238,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: etcdLeases,
 			Old: "cmps(cmpValue(lock, cmpEqual, token)),\n\t\tops(opDelete(lock), opDelete(s.holderKey(key))),",
 			New: "cmps(cmpCreateRev(lock, cmpGreater, 0)),\n\t\tops(opDelete(lock), opDelete(s.holderKey(key))),"}},
-		Workloads: []string{"lease-counter"}, Suite: "Lease", CI: true,
+		Workloads: []string{"lease-counter"}, Suite: "Lease",
 	},
 
 	// ---- Fences after data loss: floored at the store's clock ----
@@ -438,7 +438,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: sqliteSessions,
 			Old: "version = version + 1, idle_us = min(?2 + ?3, absolute_us)\n\t\t\tWHERE id = ?1 AND version = ?4",
 			New: "version = version + 1, idle_us = min(?2 + ?3, absolute_us)\n\t\t\tWHERE id = ?1 AND ?4 = ?4"}},
-		Workloads: []string{"session"}, Suite: "Session", CI: true,
+		Workloads: []string{"session"}, Suite: "Session",
 	},
 	{
 		Name: "sqlite/session-touch-ignores-version", Store: "sqlite",
@@ -462,7 +462,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: pgSessions,
 			Old: "WHERE s.id = $1 AND s.version = $3 AND ` + live + ` RETURNING ` + cols,",
 			New: "WHERE s.id = $1 AND $3::bigint > 0 AND ` + live + ` RETURNING ` + cols,"}},
-		Workloads: []string{"session"}, Suite: "Session",
+		Workloads: []string{"session"}, Suite: "Session", CI: true,
 	},
 	{
 		Name: "postgres/session-touch-ignores-version", Store: "postgres",
@@ -537,7 +537,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: sqliteSched,
 			Old: "err = tx.QueryRowContext(ctx, s.q.holder, key, l.Token(), int64(l.Fence()), now).Scan(&one)",
 			New: "err = nil"}},
-		Workloads: []string{"schedule"}, Suite: "Schedule/FakeClock", CI: true,
+		Workloads: []string{"schedule"}, Suite: "Schedule/FakeClock",
 	},
 	{
 		Name: "postgres/schedule-ledger-not-unique", Store: "postgres",
