@@ -12,19 +12,20 @@
 //     its default duration. A pass, an inconclusive run or an error is not a
 //     catch.
 //
-// A mutant neither suite catches survives: a hole in the proof, to be fixed
-// in the workload or the suite, never by weakening the mutant.
+// A mutant that either suite lets through survives: a hole in the proof or
+// the suite, to be fixed there, never by weakening the mutant.
 //
 // Every fragment must occur exactly once in its file. A mutant whose
 // fragment no longer matches (the code it breaks was changed) is an error,
-// never a silent pass; [TestListApplies] checks this for the whole list on
-// every test run.
+// never a silent pass; the package's TestListApplies checks this for the
+// whole list on every test run.
 //
-// The list is in list.go. [TestMutants] runs it when TENURE_MUTANTS is set:
+// The list is in list.go. The package's TestMutants runs it when
+// TENURE_MUTANTS is set:
 //
 //	TENURE_MUTANTS=ci  go test -v -run '^TestMutants$' ./proof/mutants   # the CI subset
 //	TENURE_MUTANTS=all go test -v -run '^TestMutants$' -timeout 3h ./proof/mutants
-//	TENURE_MUTANTS=sqlite/admit-strict,redis/* go test -v -run '^TestMutants$' ./proof/mutants
+//	TENURE_MUTANTS='sqlite/admit-strict-true,redis/*' go test -v -run '^TestMutants$' ./proof/mutants
 //
 // scripts/mutants wraps these; docs/proof.md explains the table it prints.
 package mutants
