@@ -370,7 +370,7 @@ var list = []Mutant{
 		Breaks: "Begin claims a live claim of another token: two executors run at once",
 		Edits: []Edit{
 			{File: pgIdem, Old: "AND (cur.token = $4 OR ($7 AND cur.claim_until <= c.now))))", New: "AND (cur.token = $4 OR ($7 OR true))))"},
-			{File: pgIdem, Old: "AND (r.token = excluded.token OR ($7 AND r.claim_until <= (SELECT now FROM c))))", New: "AND (r.token = excluded.token OR ($7 OR true))))"},
+			{File: pgIdem, Old: "AND (r.token = excluded.token OR ($7 AND r.claim_until <= (SELECT now FROM c))))", New: "AND (r.token = excluded.token OR ($7 OR true)))"},
 		},
 		Workloads: []string{"idempotency"}, Suite: "Idempotency",
 	},
