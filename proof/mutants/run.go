@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -195,6 +196,17 @@ func (r *Runner) conformance(ctx context.Context, m Mutant, bin string) Outcome 
 		if leaf {
 			leaves = append(leaves, n)
 		}
+	}
+	// A failure of the suite itself, with no case under it failing, is a
+	// mutant that breaks the suite's setup (a statement that no longer
+	// parses, a panic): it says nothing about the guarantee.
+	depth := len(strings.Split(m.Pattern(), "/"))
+	deep := slices.ContainsFunc(leaves, func(n string) bool { return len(strings.Split(n, "/")) > depth })
+	if len(leaves) > 0 && !deep {
+		o.Caught = false
+		o.Err = fmt.Errorf("only %s failed, no case in it: the mutant breaks the suite's setup, not the guarantee", strings.Join(leaves, ", "))
+		o.Detail = o.Err.Error()
+		return o
 	}
 	switch {
 	case len(leaves) == 0:
