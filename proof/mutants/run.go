@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -159,6 +160,11 @@ func (r *Runner) conformance(ctx context.Context, m Mutant, bin string) Outcome 
 	}
 	cmd := exec.CommandContext(ctx, bin, "-test.run", m.Pattern(), "-test.count=1", "-test.timeout", timeout.String())
 	cmd.Dir = filepath.Join(r.Root, filepath.FromSlash(m.Package()))
+	// The tests run in the package's directory (they read its testdata);
+	// what a failing test leaves there (a property test's failure file)
+	// is removed, so that the checkout stays as it was.
+	before := files(cmd.Dir)
+	defer removeNew(cmd.Dir, before)
 	cmd.Env = r.env()
 	start := time.Now()
 	out, err := cmd.CombinedOutput()
@@ -269,6 +275,35 @@ func (r *Runner) proof(ctx context.Context, m Mutant, bin, dir string) Outcome {
 	}
 	o.Detail = strings.Join(notes, "; ")
 	return o
+}
+
+// files lists the paths under dir.
+func files(dir string) map[string]bool {
+	out := map[string]bool{}
+	filepath.WalkDir(dir, func(p string, _ fs.DirEntry, err error) error {
+		if err == nil {
+			out[p] = true
+		}
+		return nil
+	})
+	return out
+}
+
+// removeNew removes what appeared under dir since before was listed.
+func removeNew(dir string, before map[string]bool) {
+	var added []string
+	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !before[p] {
+			added = append(added, p)
+			if d.IsDir() {
+				return fs.SkipDir
+			}
+		}
+		return nil
+	})
+	for _, p := range added {
+		os.RemoveAll(p)
+	}
 }
 
 func tail(b []byte, n int) string {
