@@ -99,6 +99,7 @@ func Run(t *testing.T, newTarget func(t *testing.T) Target) {
 		{"InvalidInputWritesNothing", false, testInvalid},
 		{"AbandonedClaimIsUnknown", false, testAbandoned},
 		{"StalledExecutorRefused", false, testStalled},
+		{"StaleClaimRefusedDuringTakeover", false, testStaleClaimDuringTakeover},
 		{"TxCommitsWithBusinessRows", true, testTxCommit},
 		{"TxFailedTransactionLeavesNoRecord", true, testTxFailed},
 		{"TxErrorUndoesAndReleases", true, testTxError},
@@ -903,6 +904,58 @@ func expireClaim(t *testing.T, tg Target, req idempotency.Request, a *idempotenc
 		r := inspect(t, tg.Direct, req.ID())
 		return r.Exists && !r.Completed && r.ClaimTTL == 0
 	})
+}
+
+// testStaleClaimDuringTakeover: a live claim renews only with its own
+// token and fence; once it was taken over, and while the new claim runs,
+// the old one can neither renew nor complete, and the record ends with the
+// new claim's outcome.
+func testStaleClaimDuringTakeover(t *testing.T, tg Target) {
+	ctx := ctxT(t)
+	s := tg.Direct
+	req := request(t, "a")
+	id := req.ID()
+	begin := func(who string, tok idempotency.Token, takeover bool) driver.Begun {
+		t.Helper()
+		b, err := s.Begin(ctx, driver.Begin{ID: id, Fingerprint: req.Fingerprint, Token: tok,
+			ClaimTTL: tg.Unit, Retention: time.Hour, Takeover: takeover})
+		if err != nil || b.State != driver.Claimed {
+			t.Fatalf("%s's Begin: %+v, %v; want Claimed", who, b, err)
+		}
+		return b
+	}
+	ta := idempotency.NewToken()
+	a := begin("A", ta, false)
+	if err := s.Renew(ctx, id, idempotency.NewToken().Reveal(), a.Fence, tg.Unit); !errors.Is(err, idempotency.ErrClaimLost) {
+		t.Fatalf("renew of A's live claim with another token: %v, want ErrClaimLost", err)
+	}
+	if err := s.Renew(ctx, id, ta.Reveal(), a.Fence+1, tg.Unit); !errors.Is(err, idempotency.ErrClaimLost) {
+		t.Fatalf("renew of A's live claim with another fence: %v, want ErrClaimLost", err)
+	}
+	// A stalls past its claim; B takes the record over.
+	waitFor(t, 30*time.Second, "A's claim to expire", func() bool {
+		r := inspect(t, s, id)
+		return r.Exists && !r.Completed && r.ClaimTTL == 0
+	})
+	tb := idempotency.NewToken()
+	b := begin("B", tb, true)
+	if b.Fence <= a.Fence {
+		t.Fatalf("B's fence %d not above A's %d", b.Fence, a.Fence)
+	}
+	// A wakes up while B runs.
+	if err := s.Renew(ctx, id, ta.Reveal(), a.Fence, time.Hour); !errors.Is(err, idempotency.ErrClaimLost) {
+		t.Fatalf("A's renew while B holds the claim: %v, want ErrClaimLost", err)
+	}
+	if err := s.Complete(ctx, id, ta.Reveal(), a.Fence, idempotency.Outcome{Value: []byte("A")}, time.Hour); !errors.Is(err, idempotency.ErrClaimLost) {
+		t.Fatalf("A's completion while B holds the claim: %v, want ErrClaimLost", err)
+	}
+	if r := inspect(t, s, id); r.Completed || r.Fence != b.Fence || r.ClaimTTL > tg.Unit {
+		t.Fatalf("after A's late calls the record is %+v; want B's claim (fence %d, claim TTL at most %v), not completed", r, b.Fence, tg.Unit)
+	}
+	if err := s.Complete(ctx, id, tb.Reveal(), b.Fence, idempotency.Outcome{Value: []byte("B")}, time.Hour); err != nil {
+		t.Fatalf("B's completion: %v", err)
+	}
+	wantCompleted(t, s, req, "B")
 }
 
 func testAbandoned(t *testing.T, tg Target) {

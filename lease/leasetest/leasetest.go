@@ -47,6 +47,26 @@ type Resource interface {
 	Read(ctx context.Context, name string) (string, error)
 }
 
+// AtLeastResource is a Resource whose guard also has the at-least mode
+// (AdmitAtLeast, FencedSetAtLeast). The suite checks that mode when the
+// Resource has it.
+type AtLeastResource interface {
+	// FencedWriteAtLeast sets name to value if fence is at least every
+	// fence admitted for name before; otherwise it returns an error
+	// wrapping fence.ErrStale and changes nothing.
+	FencedWriteAtLeast(ctx context.Context, name string, fence uint64, value string) error
+}
+
+// HolderResource is a Resource that also has the store's strict holder
+// check (CheckHolder, HolderSet, etcdstore's Compare) in front of a write.
+// The suite checks it when the Resource has it.
+type HolderResource interface {
+	// HolderWrite sets name to value if l is the current holder of its key
+	// (same token and fence, not expired on the store's clock); otherwise
+	// it returns an error wrapping lease.ErrNotHeld and changes nothing.
+	HolderWrite(ctx context.Context, l *lease.Lease, name, value string) error
+}
+
 // Target is one store under test.
 type Target struct {
 	// Store is the store under test; Faults act on it.
@@ -60,8 +80,16 @@ type Target struct {
 	// replaces the store as a process restart would, losing what such a
 	// restart loses) and returns the store to use afterwards. Required.
 	Restart func(t *testing.T) lease.Store
-	// Resource is a value behind the store's fence guard. Required.
+	// Resource is a value behind the store's fence guard. Required. When
+	// it also implements AtLeastResource or HolderResource, those guards
+	// are checked too.
 	Resource Resource
+	// Forget, if set, makes the store lose every lease it holds and every
+	// fence it granted, as a server without persistence that restarts or a
+	// database restored from an old copy does, and returns the store to
+	// use afterwards. The suite then checks that fences still never go
+	// back (tenure floors a new fence at the store's clock).
+	Forget func(t *testing.T) lease.Store
 	// Unit is a short TTL that the store grants exactly (etcd grants whole
 	// seconds). Default 200ms.
 	Unit time.Duration
@@ -81,6 +109,10 @@ func Run(t *testing.T, newTarget func(t *testing.T) Target) {
 		{"RenewAfterExpiryDoesNotResurrect", testRenewAfterExpiry},
 		{"PausedHolderLosesToNext", testPausedHolder},
 		{"GuardRejectsLateWrite", testGuardRejectsLateWrite},
+		{"GuardStrictRefusesEqualFence", testGuardStrict},
+		{"GuardAtLeast", testGuardAtLeast},
+		{"HolderCheck", testHolderCheck},
+		{"FenceAboveForgotten", testForget},
 		{"DoneBeforeStoreExpiry", testDoneBeforeStoreExpiry},
 		{"DoKeepsAlive", testDoKeepsAlive},
 		{"DoLosesWhenUnreachable", testDoLoses},
@@ -531,6 +563,133 @@ func testGuardRejectsLateWrite(t *testing.T, tg Target) {
 		if v, err := tg.Resource.Read(ctx, plain); err != nil || v != "A-late" {
 			t.Fatalf("trial %d: negative control kept %q (%v); the unguarded late write should overwrite B", i, v, err)
 		}
+	}
+}
+
+// testGuardStrict: the strict guard refuses a second write with the fence
+// it admitted last (two writes of one tenure need the at-least mode).
+func testGuardStrict(t *testing.T, tg Target) {
+	ctx := ctxT(t)
+	l, err := NewLocker(t, tg.Store, nil).TryAcquire(ctx, key(t, "k"), 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	res := key(t, "res")
+	if err := tg.Resource.FencedWrite(ctx, res, l.Fence(), "first"); err != nil {
+		t.Fatalf("first write with fence %d: %v", l.Fence(), err)
+	}
+	if err := tg.Resource.FencedWrite(ctx, res, l.Fence(), "again"); !errors.Is(err, fence.ErrStale) {
+		t.Fatalf("second strict write with the same fence %d: %v, want fence.ErrStale", l.Fence(), err)
+	}
+	if v, err := tg.Resource.Read(ctx, res); err != nil || v != "first" {
+		t.Fatalf("value %q (%v), want first", v, err)
+	}
+}
+
+// testGuardAtLeast: the at-least guard admits the fence it admitted last
+// again, and refuses an older one.
+func testGuardAtLeast(t *testing.T, tg Target) {
+	r, ok := tg.Resource.(AtLeastResource)
+	if !ok {
+		t.Skip("leasetest: the Resource has no at-least mode (FencedWriteAtLeast)")
+	}
+	ctx := ctxT(t)
+	lk := NewLocker(t, tg.Store, nil)
+	k, res := key(t, "k"), key(t, "res")
+	a, err := lk.TryAcquire(ctx, k, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b, err := lk.TryAcquire(ctx, k, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Release(ctx)
+	for i, v := range []string{"B1", "B2"} {
+		if err := r.FencedWriteAtLeast(ctx, res, b.Fence(), v); err != nil {
+			t.Fatalf("write %d of one tenure (fence %d): %v", i+1, b.Fence(), err)
+		}
+	}
+	if err := r.FencedWriteAtLeast(ctx, res, a.Fence(), "A-late"); !errors.Is(err, fence.ErrStale) {
+		t.Fatalf("an older tenure's write (fence %d after %d): %v, want fence.ErrStale", a.Fence(), b.Fence(), err)
+	}
+	if v, err := tg.Resource.Read(ctx, res); err != nil || v != "B2" {
+		t.Fatalf("value %q (%v), want B2", v, err)
+	}
+}
+
+// testHolderCheck: the holder check refuses a holder whose lease expired,
+// before and after the next holder acquired, and one that released.
+func testHolderCheck(t *testing.T, tg Target) {
+	r, ok := tg.Resource.(HolderResource)
+	if !ok {
+		t.Skip("leasetest: the Resource has no holder check (HolderWrite)")
+	}
+	ctx := ctxT(t)
+	lk := NewLocker(t, tg.Store, nil)
+	// The resource is named like the lease's key (on Redis Cluster the
+	// check and the write then share a hash slot).
+	k := key(t, "k")
+	res := k
+	a, err := lk.TryAcquire(ctx, k, tg.Unit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.HolderWrite(ctx, a, res, "A"); err != nil {
+		t.Fatalf("the holder's write: %v", err)
+	}
+	// A stalls past its lease; nobody has acquired since.
+	waitFree(t, tg.Direct, k, 10*tg.Unit+5*time.Second)
+	if err := r.HolderWrite(ctx, a, res, "A-expired"); !errors.Is(err, lease.ErrNotHeld) {
+		t.Fatalf("write of a holder whose lease expired: %v, want lease.ErrNotHeld", err)
+	}
+	b, err := lk.TryAcquire(ctx, k, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.HolderWrite(ctx, a, res, "A-late"); !errors.Is(err, lease.ErrNotHeld) {
+		t.Fatalf("write of the previous holder while the next one holds: %v, want lease.ErrNotHeld", err)
+	}
+	if err := r.HolderWrite(ctx, b, res, "B"); err != nil {
+		t.Fatalf("the next holder's write: %v", err)
+	}
+	if err := b.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.HolderWrite(ctx, b, res, "B-released"); !errors.Is(err, lease.ErrNotHeld) {
+		t.Fatalf("write after release: %v, want lease.ErrNotHeld", err)
+	}
+	if v, err := tg.Resource.Read(ctx, res); err != nil || v != "B" {
+		t.Fatalf("value %q (%v), want B", v, err)
+	}
+}
+
+// testForget: after the store lost its data, a new grant's fence is still
+// above every fence granted before.
+func testForget(t *testing.T, tg Target) {
+	if tg.Forget == nil {
+		t.Skip("leasetest: the Target cannot make the store lose its data (Forget)")
+	}
+	ctx := ctxT(t)
+	k := key(t, "k")
+	var last uint64
+	for i := 0; i < 3; i++ {
+		tok := lease.NewToken()
+		last = acquire(t, tg.Store, k, tok, 10*time.Second).Fence
+		if err := tg.Store.Release(ctx, k, tok); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := tg.Forget(t)
+	if info := inspect(t, s, k); info.Fence != 0 {
+		t.Fatalf("after Forget the store still has %+v", info)
+	}
+	if g := acquire(t, s, k, lease.NewToken(), 10*time.Second); g.Fence <= last {
+		t.Fatalf("fence %d after the data was lost, not above %d granted before", g.Fence, last)
 	}
 }
 

@@ -137,6 +137,19 @@ type resource struct {
 	prefix string
 }
 
+// HolderWrite writes through the holder check: Compare in the txn of the
+// write.
+func (r *resource) HolderWrite(ctx context.Context, l *lease.Lease, name, v string) error {
+	resp, err := r.c.Txn(ctx).If(r.s.Compare(l)).Then(clientv3.OpPut(r.prefix+"res/"+name, v)).Commit()
+	if err != nil {
+		return err
+	}
+	if !resp.Succeeded {
+		return lease.ErrNotHeld
+	}
+	return nil
+}
+
 func (r *resource) FencedWrite(ctx context.Context, name string, f uint64, v string) error {
 	return r.s.FencedPut(ctx, name, v, f)
 }

@@ -35,10 +35,12 @@ func TestConformance(t *testing.T) {
 			ms := newStore(t, nil)
 			faults := storetest.NewFaults()
 			return leasetest.Target{
-				Store:    faults.Leases(ms.Leases()),
-				Direct:   ms.Leases(),
-				Faults:   faults,
-				Restart:  func(t *testing.T) lease.Store { return newStore(t, nil).Leases() },
+				Store:   faults.Leases(ms.Leases()),
+				Direct:  ms.Leases(),
+				Faults:  faults,
+				Restart: func(t *testing.T) lease.Store { return newStore(t, nil).Leases() },
+				// A memstore loses everything with its process.
+				Forget:   func(t *testing.T) lease.Store { return newStore(t, nil).Leases() },
 				Resource: &resource{s: ms, plain: map[string]string{}},
 			}
 		},
@@ -103,6 +105,14 @@ type resource struct {
 
 func (r *resource) FencedWrite(ctx context.Context, name string, f uint64, v string) error {
 	return r.s.FencedSet(ctx, name, f, []byte(v))
+}
+
+func (r *resource) FencedWriteAtLeast(ctx context.Context, name string, f uint64, v string) error {
+	return r.s.FencedSetAtLeast(ctx, name, f, []byte(v))
+}
+
+func (r *resource) HolderWrite(ctx context.Context, l *lease.Lease, name, v string) error {
+	return r.s.HolderSet(ctx, l, name, []byte(v))
 }
 
 func (r *resource) PlainWrite(_ context.Context, name, v string) error {

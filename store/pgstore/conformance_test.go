@@ -162,6 +162,14 @@ func pgLeases(priv *testenv.PostgresServer, o *pgstore.Options) func(t *testing.
 				priv.Restart(t)
 				return newPool(poolVia(t, dsn, proxy.Addr(), db, false), o).Leases()
 			},
+			// Lost data: the store on a new, empty database.
+			Forget: func(t *testing.T) lease.Store {
+				fresh := newPool(pgxPool(t, priv.NewDatabase(t)), o)
+				if err := fresh.Migrate(ctxT(t)); err != nil {
+					t.Fatalf("Migrate: %v", err)
+				}
+				return fresh.Leases()
+			},
 			Resource: newSQLResource(t, openSQL(t, driverPgx, dsn, nil), db),
 		}
 	}
@@ -250,6 +258,13 @@ func TestConformanceSQLDB(t *testing.T) {
 				Restart: func(t *testing.T) lease.Store {
 					priv.Restart(t)
 					return newDB(openSQL(t, driverPgx, proxied, nil), nil).Leases()
+				},
+				Forget: func(t *testing.T) lease.Store {
+					fresh := newDB(openSQL(t, driverPgx, priv.NewDatabase(t), nil), nil)
+					if err := fresh.Migrate(ctxT(t)); err != nil {
+						t.Fatalf("Migrate: %v", err)
+					}
+					return fresh.Leases()
 				},
 				Resource: newSQLResource(t, direct, db),
 			}

@@ -13,6 +13,7 @@ import (
 	"github.com/tenurekit/tenure/idempotency"
 	"github.com/tenurekit/tenure/idempotency/idempotencytest"
 	"github.com/tenurekit/tenure/internal/testenv"
+	"github.com/tenurekit/tenure/lease"
 	"github.com/tenurekit/tenure/store/pgstore"
 )
 
@@ -130,6 +131,26 @@ func newSQLResource(t *testing.T, db *sql.DB, store *pgstore.Store) *sqlResource
 func (r *sqlResource) FencedWrite(ctx context.Context, name string, f uint64, v string) error {
 	return inSQLTx(ctx, r.db, func(tx *sql.Tx) error {
 		if err := r.store.Admit(ctx, tx, name, f); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, upsertItem, name, v)
+		return err
+	})
+}
+
+func (r *sqlResource) FencedWriteAtLeast(ctx context.Context, name string, f uint64, v string) error {
+	return inSQLTx(ctx, r.db, func(tx *sql.Tx) error {
+		if err := r.store.AdmitAtLeast(ctx, tx, name, f); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, upsertItem, name, v)
+		return err
+	})
+}
+
+func (r *sqlResource) HolderWrite(ctx context.Context, l *lease.Lease, name, v string) error {
+	return inSQLTx(ctx, r.db, func(tx *sql.Tx) error {
+		if err := r.store.CheckHolder(ctx, tx, l); err != nil {
 			return err
 		}
 		_, err := tx.ExecContext(ctx, upsertItem, name, v)

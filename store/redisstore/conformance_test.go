@@ -34,6 +34,25 @@ func (r *resource) FencedWrite(ctx context.Context, name string, f uint64, v str
 	return r.s.FencedSet(ctx, name, f, []byte(v))
 }
 
+func (r *resource) FencedWriteAtLeast(ctx context.Context, name string, f uint64, v string) error {
+	return r.s.FencedSetAtLeast(ctx, name, f, []byte(v))
+}
+
+func (r *resource) HolderWrite(ctx context.Context, l *lease.Lease, name, v string) error {
+	return r.s.HolderSet(ctx, l, name, []byte(v))
+}
+
+// flushAll empties every server: the data loss of leasetest's Forget.
+func flushAll(t *testing.T, servers ...*testenv.RedisServer) {
+	t.Helper()
+	for _, srv := range servers {
+		c := newClient(t, srv.Addr())
+		if err := c.Do(t.Context(), c.B().Flushall().Build()).Error(); err != nil {
+			t.Fatalf("FLUSHALL on %s: %v", srv, err)
+		}
+	}
+}
+
 func (r *resource) PlainWrite(ctx context.Context, name, v string) error {
 	key, _ := r.direct.ValueKeys(name)
 	return r.c.Do(ctx, r.c.B().Set().Key(key).Value(v).Build()).Error()
@@ -104,6 +123,10 @@ func TestConformance(t *testing.T) {
 						restartCluster(t, own)
 						return newStore(newClusterClient(t, own.Addrs(), nil), nil).Leases()
 					},
+					Forget: func(t *testing.T) lease.Store {
+						flushAll(t, own.Nodes()...)
+						return direct.Leases()
+					},
 					Resource: &resource{s: s, direct: direct, c: dc},
 				}
 			},
@@ -157,6 +180,10 @@ func TestConformance(t *testing.T) {
 					Restart: func(t *testing.T) lease.Store {
 						restartCluster(t, own)
 						return newGoStore(newGoClusterClient(t, own.Addrs(), nil), nil).Leases()
+					},
+					Forget: func(t *testing.T) lease.Store {
+						flushAll(t, own.Nodes()...)
+						return direct.Leases()
 					},
 					Resource: &resource{s: s, direct: direct, c: newClusterClient(t, own.Addrs(), nil)},
 				}
@@ -223,6 +250,10 @@ func singleFactory(t *testing.T, c client) storetest.Factory {
 				Restart: func(t *testing.T) lease.Store {
 					srv.Restart(t)
 					return c.plain(t, srv.Addr(), nil).Leases()
+				},
+				Forget: func(t *testing.T) lease.Store {
+					flushAll(t, srv)
+					return direct.Leases()
 				},
 				Resource: &resource{s: s, direct: direct, c: newClient(t, srv.Addr())},
 			}

@@ -78,6 +78,8 @@ func TestConformance(t *testing.T) {
 					}
 					return open(t, path, nil).Leases()
 				},
+				// Lost data: an empty database in a new file.
+				Forget:   func(t *testing.T) lease.Store { return open(t, tempPath(t), nil).Leases() },
 				Resource: resource{s},
 				Unit:     unit,
 			}
@@ -174,6 +176,7 @@ func TestConformance(t *testing.T) {
 						}
 						return newDeferred(t, dsn, o).Leases()
 					},
+					Forget:   func(t *testing.T) lease.Store { return newDeferred(t, deferredDSN(tempPath(t)), o).Leases() },
 					Resource: resource{s},
 					Unit:     unit,
 				}
@@ -206,6 +209,14 @@ func (r resource) write(ctx context.Context, check func(tx *sql.Tx) error, name,
 
 func (r resource) FencedWrite(ctx context.Context, name string, f uint64, v string) error {
 	return r.write(ctx, func(tx *sql.Tx) error { return r.s.Admit(ctx, tx, name, f) }, name, v)
+}
+
+func (r resource) FencedWriteAtLeast(ctx context.Context, name string, f uint64, v string) error {
+	return r.write(ctx, func(tx *sql.Tx) error { return r.s.AdmitAtLeast(ctx, tx, name, f) }, name, v)
+}
+
+func (r resource) HolderWrite(ctx context.Context, l *lease.Lease, name, v string) error {
+	return r.write(ctx, func(tx *sql.Tx) error { return r.s.CheckHolder(ctx, tx, l) }, name, v)
 }
 
 func (r resource) PlainWrite(ctx context.Context, name, v string) error {
