@@ -283,7 +283,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: memIdem,
 			Old: "if r == nil || r.released || r.token != token || r.fence != fence {",
 			New: "if r == nil || r.released {"}},
-		Workloads: []string{"idempotency"}, Suite: "Idempotency", CI: true,
+		Workloads: []string{"idempotency"}, Suite: "Idempotency",
 	},
 	{
 		Name: "memory/idem-mismatch-replayed", Store: "memory",
@@ -307,7 +307,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: memIdem,
 			Old: "case r.claimUntil.After(now):\n\t\treturn driver.Begun{State: driver.InProgress, TTL: r.claimUntil.Sub(now)}, nil",
 			New: "case r.claimUntil.After(now):\n\t\treturn claim(r.fence), nil"}},
-		Workloads: []string{"idempotency"}, Suite: "Idempotency",
+		Workloads: []string{"idempotency"}, Suite: "Idempotency", CI: true,
 	},
 	{
 		Name: "sqlite/idem-complete-stale-claim", Store: "sqlite",
@@ -414,7 +414,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: memSessions,
 			Old: "r, err := st.current(id, version, now)\n\tif err != nil {\n\t\treturn session.Record{}, err\n\t}\n\tr.Data = slices.Clone(data)",
 			New: "r := st.live(id, now)\n\tif r == nil {\n\t\treturn session.Record{}, session.ErrNotFound\n\t}\n\tr.Data = slices.Clone(data)"}},
-		Workloads: []string{"session"}, Suite: "Session",
+		Workloads: []string{"session-saves"}, Suite: "Session",
 	},
 	{
 		Name: "memory/session-touch-ignores-version", Store: "memory",
@@ -438,7 +438,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: sqliteSessions,
 			Old: "version = version + 1, idle_us = min(?2 + ?3, absolute_us)\n\t\t\tWHERE id = ?1 AND version = ?4",
 			New: "version = version + 1, idle_us = min(?2 + ?3, absolute_us)\n\t\t\tWHERE id = ?1 AND ?4 = ?4"}},
-		Workloads: []string{"session"}, Suite: "Session",
+		Workloads: []string{"session-saves"}, Suite: "Session",
 	},
 	{
 		Name: "sqlite/session-touch-ignores-version", Store: "sqlite",
@@ -462,7 +462,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: pgSessions,
 			Old: "WHERE s.id = $1 AND s.version = $3 AND ` + live + ` RETURNING ` + cols,",
 			New: "WHERE s.id = $1 AND $3::bigint > 0 AND ` + live + ` RETURNING ` + cols,"}},
-		Workloads: []string{"session"}, Suite: "Session", CI: true,
+		Workloads: []string{"session-saves"}, Suite: "Session", CI: true,
 	},
 	{
 		Name: "postgres/session-touch-ignores-version", Store: "postgres",
@@ -486,7 +486,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: redisLua + "session_save.lua",
 			Old: "if v ~= version then",
 			New: "if v ~= version and ARGV[3] == '0' then"}},
-		Workloads: []string{"session"}, Suite: "Session",
+		Workloads: []string{"session-saves"}, Suite: "Session",
 	},
 	{
 		Name: "redis/session-touch-ignores-version", Store: "redis",
