@@ -13,7 +13,18 @@ type ID = driver.ID
 type Outcome = driver.Outcome
 
 // Record is what a store holds for an ID, as Inspect and Admin.List report
-// it.
+// it (package driver's Record):
+//
+//	type Record struct {
+//		ID                          // scope and key
+//		Exists      bool            // false: none written, released, or retention over
+//		Completed   bool            // a result is recorded (false while claimed)
+//		Fingerprint string
+//		Fence       uint64          // the fence of the claim that holds or completed it
+//		ClaimTTL    time.Duration   // the claim's remaining time (0 once expired or completed)
+//		Expires     time.Duration   // the remaining retention
+//		Outcome     Outcome         // the recorded result (when Completed)
+//	}
 type Record = driver.Record
 
 // RecordState is the state of a live record as an operator sees it.

@@ -51,12 +51,24 @@ var (
 // caller's.
 type Store = driver.Store
 
-// Grant is what a store returns when it grants or renews a lease: the
-// fence of the tenure and the TTL the store really granted.
+// Grant is what a store returns when it grants or renews a lease (package
+// driver's Grant, which documents how stores count the TTL):
+//
+//	type Grant struct {
+//		Fence uint64        // above every fence granted for the key before; renewals keep it
+//		TTL   time.Duration // the time the store really granted
+//	}
 type Grant = driver.Grant
 
-// Info describes a key as the store sees it: whether it is held, its
-// fence, the holder's remaining time and description.
+// Info describes a key as the store sees it (package driver's Info):
+//
+//	type Info struct {
+//		Key    string
+//		Held   bool          // a lease on Key is in force now
+//		Fence  uint64        // the holder's fence, or the last one remembered (0 if none)
+//		TTL    time.Duration // the holder's remaining time (0 when not held)
+//		Holder string        // the holder's description, never its token
+//	}
 type Info = driver.Info
 
 // HeldError is returned by Acquire when another holder has the key;

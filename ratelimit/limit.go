@@ -80,14 +80,29 @@ const (
 	SlidingWindow = driver.SlidingWindow
 )
 
-// Limit is a quota: Rate units per Period (and, for GCRA, a Burst), with a
-// Name. Its fields and their defaults are documented on package driver's
-// Limit, which it is.
+// Limit is a quota (package driver's Limit, where each field's bounds and
+// default are documented):
+//
+//	type Limit struct {
+//		Name   string        // separates limits on the same keys; default derived from the rest
+//		Rate   int           // units admitted per Period
+//		Period time.Duration // MinPeriod to MaxPeriod, whole microseconds
+//		Burst  int           // GCRA's bucket size; default Rate; 0 or Rate for the windows
+//	}
 type Limit = driver.Limit
 
-// Decision is the outcome of a request: Allowed, Remaining, RetryAfter,
-// ResetAfter, the Limit and Algorithm judged, and the store's clock At.
-// It is package driver's Decision, which stores fill.
+// Decision is the outcome of a request (package driver's Decision, which
+// stores fill):
+//
+//	type Decision struct {
+//		Allowed    bool          // the units were admitted (for a peek: would be)
+//		Remaining  int           // units the limit would still admit now
+//		RetryAfter time.Duration // denied: until the same request would pass; 0 when allowed
+//		ResetAfter time.Duration // until the limit is fully available again
+//		Limit      Limit         // the limit judged, defaults filled in
+//		Algorithm  Algorithm     // the algorithm that judged it
+//		At         time.Time     // the store's clock when it decided (µs)
+//	}
 type Decision = driver.Decision
 
 // HashedKeyPrefix starts every key NormalizeKey replaced by a hash.

@@ -36,8 +36,18 @@ const (
 	MaxTimeout = driver.MaxTimeout
 )
 
-// Record is a session as a Store keeps it: its ID, user, encoded data,
-// version and deadlines (store clock). Stores treat Data as opaque bytes.
+// Record is a session as a Store keeps it (package driver's Record). Stores
+// treat Data as opaque bytes; times are on the store's clock.
+//
+//	type Record struct {
+//		ID            ID        // the store key, derived from the token, never the token
+//		UserID        string    // the user the session belongs to
+//		Data          []byte    // the encoded value map
+//		Version       uint64    // 1 at creation, one more per Save and Rotate
+//		Created       time.Time // kept by Rotate
+//		IdleUntil     time.Time // min(last use + idle timeout, AbsoluteUntil)
+//		AbsoluteUntil time.Time // the end whatever the use; kept by Rotate
+//	}
 type Record = driver.Record
 
 // Store is the contract every backend implements (see package
