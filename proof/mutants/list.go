@@ -145,8 +145,8 @@ var list = []Mutant{
 	{
 		Name: "redis/holderset-max-fence", Store: "redis",
 		Breaks: "HolderSet reduced to a max-fence check: the holder's token and fence are not compared, so a holder whose lease expired writes until the next holder has",
-		Edits: []Edit{{File: redisLua + "holderset.lua",
-			Old: "if redis.call('GET', KEYS[1]) ~= token or redis.call('GET', KEYS[2]) ~= f then",
+		Edits: []Edit{{File: redisLua + "fencedset.lua",
+			Old: "if holder and (redis.call('GET', KEYS[3]) ~= token or redis.call('GET', KEYS[4]) ~= f) then",
 			New: "if false then"}},
 		Workloads: []string{"lease-counter"}, Suite: "Lease", CI: true,
 	},

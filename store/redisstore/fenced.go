@@ -132,8 +132,10 @@ func (s *Store) HolderSet(ctx context.Context, l *lease.Lease, resource string, 
 	}
 	lock, lf := s.leaseKeys(l.Key())
 	vk, fk := s.valueKeys(resource)
-	res, p := s.write(ctx, holderSetScript, []string{lock, lf, vk, fk},
-		[]string{l.Token().Reveal(), strconv.FormatUint(l.Fence(), 10), rueidis.BinaryString(value)}, false)
+	// The fenced-set script in holder mode: the holder check, then the
+	// fence admitted as by FencedSetAtLeast.
+	res, p := s.write(ctx, fencedSetScript, []string{vk, fk, lock, lf},
+		[]string{strconv.FormatUint(l.Fence(), 10), "h", rueidis.BinaryString(value), l.Token().Reveal()}, false)
 	arr, err := res.ToArray()
 	if err != nil {
 		return s.fail(err)

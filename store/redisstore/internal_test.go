@@ -140,7 +140,9 @@ func testScriptsValidateBeforeWriting(t *testing.T, open func(t *testing.T, addr
 		{"fenced set leading zero", fencedSetScript, []string{vk, ak}, []string{"01", "s", "v"}},
 		{"fenced set too long", fencedSetScript, []string{vk, ak}, []string{"123456789012345678901", "s", "v"}},
 		{"fenced set bad mode", fencedSetScript, []string{vk, ak}, []string{"1", "x", "v"}},
-		{"holder set empty token", holderSetScript, []string{lock, fk, vk, ak}, []string{"", "1", "v"}},
+		{"holder set empty token", fencedSetScript, []string{vk, ak, lock, fk}, []string{"1", "h", "v", ""}},
+		{"holder set two keys", fencedSetScript, []string{vk, ak}, []string{"1", "h", "v", "t"}},
+		{"fenced set four keys", fencedSetScript, []string{vk, ak, lock, fk}, []string{"1", "s", "v"}},
 	}
 	for _, tc := range cases {
 		err := tc.lua.Exec(ctx, s.c, tc.keys, tc.args).Error()

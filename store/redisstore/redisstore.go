@@ -287,8 +287,6 @@ var (
 	inspectSrc string
 	//go:embed lua/fencedset.lua
 	fencedSetSrc string
-	//go:embed lua/holderset.lua
-	holderSetSrc string
 
 	// luaFiles holds every script of every view, so that the server check
 	// loads each one on every node, a script added later included.
@@ -302,7 +300,6 @@ var (
 	releaseScript   = rclient.NewScript(releaseSrc)
 	inspectScript   = rclient.NewScriptReadOnly(inspectSrc)
 	fencedSetScript = rclient.NewScript(fencedSetSrc)
-	holderSetScript = rclient.NewScript(holderSetSrc)
 )
 
 // ready runs the server check unless it passed already and no connection
