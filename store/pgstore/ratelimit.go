@@ -40,7 +40,7 @@ type rateQueries struct {
 func (s *Store) Limits() ratelimit.Store {
 	return s.view("ratelimit", func() any {
 		sch := pgx.Identifier{s.schema}.Sanitize()
-		return &rateLimits{s: s, q: rateQueries{
+		l := &rateLimits{s: s, q: rateQueries{
 			// Arrays travel as text (see pgArray), so that every driver
 			// sends and reads them alike.
 			decide: `SELECT ` + sch + `.ratelimit_decide($1::text::text[], $2::text::int[], $3::text::bigint[], $4::text::bigint[], $5::text::bigint[], $6::text::bigint[], $7, $8)::text`,
@@ -49,6 +49,8 @@ func (s *Store) Limits() ratelimit.Store {
 			ttl: `SELECT expires_us - (extract(epoch FROM clock_timestamp()) * 1000000)::bigint FROM ` + sch + `.ratelimits
 WHERE key = $1`,
 		}}
+		l.PermitOps = driver.PermitOps{Op: l.permit}
+		return l
 	}).(*rateLimits)
 }
 
@@ -68,7 +70,10 @@ func (s *Store) SweepLimits(ctx context.Context) (int64, error) {
 }
 
 type rateLimits struct {
-	s     *Store
+	s *Store
+	// PermitOps gives AcquirePermit, RenewPermit and ReleasePermit
+	// from permit.
+	driver.PermitOps
 	q     rateQueries
 	calls atomic.Int64
 }
@@ -185,42 +190,6 @@ func (l *rateLimits) permit(ctx context.Context, op string, key driver.StateKey,
 		g.TTL = ttl
 	}
 	return g, v[0] == 1, nil
-}
-
-func (l *rateLimits) AcquirePermit(ctx context.Context, key driver.StateKey, id string, permits int, ttl time.Duration) (driver.PermitGrant, error) {
-	if err := driver.ValidatePermit(key, id, permits, ttl); err != nil {
-		return driver.PermitGrant{}, err
-	}
-	g, _, err := l.permit(ctx, "a", key, id, permits, ttl)
-	return g, err
-}
-
-func (l *rateLimits) RenewPermit(ctx context.Context, key driver.StateKey, id string, ttl time.Duration) (driver.PermitGrant, error) {
-	if err := driver.ValidatePermit(key, id, -1, ttl); err != nil {
-		return driver.PermitGrant{}, err
-	}
-	g, held, err := l.permit(ctx, "r", key, id, 1, ttl)
-	if err != nil {
-		return driver.PermitGrant{}, err
-	}
-	if !held {
-		return g, ratelimit.ErrPermitLost
-	}
-	return g, nil
-}
-
-func (l *rateLimits) ReleasePermit(ctx context.Context, key driver.StateKey, id string) error {
-	if err := driver.ValidatePermit(key, id, -1, -1); err != nil {
-		return err
-	}
-	_, held, err := l.permit(ctx, "x", key, id, 1, 0)
-	if err != nil {
-		return err
-	}
-	if !held {
-		return ratelimit.ErrPermitLost
-	}
-	return nil
 }
 
 // LimitTTL reports whether the store holds live rate limit state under k

@@ -50,11 +50,18 @@ var (
 // limit is a sorted set of permits (kind p) and a hash of their fences
 // (the same key and ":f").
 func (s *Store) Limits() ratelimit.Store {
-	return s.view("ratelimit", func() any { return &rateLimits{s: s} }).(*rateLimits)
+	return s.view("ratelimit", func() any {
+		l := &rateLimits{s: s}
+		l.PermitOps = driver.PermitOps{Op: l.permit}
+		return l
+	}).(*rateLimits)
 }
 
 type rateLimits struct {
-	s    *Store
+	s *Store
+	// PermitOps gives AcquirePermit, RenewPermit and ReleasePermit
+	// from permit.
+	driver.PermitOps
 	last atomic.Pointer[limitArgs] // the arguments of the last limit sent
 }
 
@@ -367,42 +374,6 @@ func (l *rateLimits) permit(ctx context.Context, op string, key driver.StateKey,
 		}
 	}
 	return g, v[0] == 1, nil
-}
-
-func (l *rateLimits) AcquirePermit(ctx context.Context, key driver.StateKey, id string, permits int, ttl time.Duration) (driver.PermitGrant, error) {
-	if err := driver.ValidatePermit(key, id, permits, ttl); err != nil {
-		return driver.PermitGrant{}, err
-	}
-	g, _, err := l.permit(ctx, "a", key, id, permits, ttl)
-	return g, err
-}
-
-func (l *rateLimits) RenewPermit(ctx context.Context, key driver.StateKey, id string, ttl time.Duration) (driver.PermitGrant, error) {
-	if err := driver.ValidatePermit(key, id, -1, ttl); err != nil {
-		return driver.PermitGrant{}, err
-	}
-	g, held, err := l.permit(ctx, "r", key, id, 1, ttl)
-	if err != nil {
-		return driver.PermitGrant{}, err
-	}
-	if !held {
-		return g, ratelimit.ErrPermitLost
-	}
-	return g, nil
-}
-
-func (l *rateLimits) ReleasePermit(ctx context.Context, key driver.StateKey, id string) error {
-	if err := driver.ValidatePermit(key, id, -1, -1); err != nil {
-		return err
-	}
-	_, held, err := l.permit(ctx, "x", key, id, 1, 0)
-	if err != nil {
-		return err
-	}
-	if !held {
-		return ratelimit.ErrPermitLost
-	}
-	return nil
 }
 
 // LimitTTL reports whether the server holds rate limit state under k (see
