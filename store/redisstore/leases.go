@@ -197,6 +197,12 @@ func (v leases) Inspect(ctx context.Context, key string) (lease.Info, error) {
 // inspectLease reads the state of a valid key in one read-only script.
 func (s *Store) inspectLease(ctx context.Context, key string) (lease.Info, error) {
 	lock, fence, hk := s.leaseKeys3(key)
+	return s.inspectKeys(ctx, key, lock, fence, hk)
+}
+
+// inspectKeys reads a lease's lock, fence and holder keys (those of a
+// lease or of a slot claim) in one read-only script.
+func (s *Store) inspectKeys(ctx context.Context, key, lock, fence, hk string) (lease.Info, error) {
 	arr, err := inspectScript.Exec(ctx, s.c, []string{lock, fence, hk}, nil).ToArray()
 	if err != nil {
 		return lease.Info{}, s.fail(err)

@@ -665,30 +665,5 @@ func (v schedClaims) Inspect(ctx context.Context, key string) (lease.Info, error
 	if err != nil {
 		return lease.Info{}, err
 	}
-	arr, err := inspectScript.Exec(ctx, s.c, []string{lock, fk, schedHolderKey(lock)}, nil).ToArray()
-	if err != nil {
-		return lease.Info{}, s.fail(err)
-	}
-	if len(arr) != 3 {
-		return lease.Info{}, malformed("inspect")
-	}
-	pttl, err := arr[0].AsInt64()
-	if err != nil {
-		return lease.Info{}, malformed("inspect")
-	}
-	info := lease.Info{Key: key}
-	if !arr[1].IsNil() {
-		str, err := arr[1].ToString()
-		if err != nil {
-			return lease.Info{}, malformed("inspect")
-		}
-		if info.Fence, err = strconv.ParseUint(str, 10, 64); err != nil {
-			return lease.Info{}, fmt.Errorf("redisstore: malformed fence key of %q", key)
-		}
-	}
-	if pttl != -2 {
-		info.Held = true
-		info.TTL = remaining(pttl)
-	}
-	return info, nil
+	return s.inspectKeys(ctx, key, lock, fk, schedHolderKey(lock))
 }
