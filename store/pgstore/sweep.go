@@ -2,7 +2,6 @@ package pgstore
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -166,8 +165,5 @@ func (s *Store) Sweep(ctx context.Context, o retention.Options) (retention.Resul
 // or stop is called (see retention.Start). Errors are retried at the next
 // interval.
 func (s *Store) StartSweeper(ctx context.Context, interval time.Duration, o retention.Options) (stop func(), err error) {
-	if interval <= 0 {
-		return nil, fmt.Errorf("%w: pgstore: sweep interval %v must be positive", retention.ErrInvalid, interval)
-	}
 	return retention.Start(ctx, s, interval, o, nil)
 }

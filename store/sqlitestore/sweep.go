@@ -3,7 +3,6 @@ package sqlitestore
 import (
 	"context"
 	"database/sql"
-	"fmt"
 	"strings"
 	"time"
 
@@ -159,8 +158,5 @@ func (s *Store) Sweep(ctx context.Context, o retention.Options) (retention.Resul
 // StartSweeper runs Sweep every interval in the background until ctx ends
 // or stop is called (see retention.Start).
 func (s *Store) StartSweeper(ctx context.Context, interval time.Duration, o retention.Options) (stop func(), err error) {
-	if interval <= 0 {
-		return nil, fmt.Errorf("%w: sqlitestore: sweep interval %v must be positive", retention.ErrInvalid, interval)
-	}
 	return retention.Start(ctx, s, interval, o, nil)
 }
