@@ -2,7 +2,7 @@
 // go.etcd.io/etcd/client/v3.
 //
 //	c, _ := clientv3.New(clientv3.Config{Endpoints: []string{"http://127.0.0.1:2379"}})
-//	es, err := etcdstore.New(c, nil) // lease.ErrInvalid: nil client or a bad option
+//	es, err := etcdstore.New(c, nil) // tenure.ErrInvalid: nil client or a bad option
 //	locker, err := lease.New(es.Leases(), nil)
 //
 // # Keys

@@ -10,7 +10,7 @@
 //
 // Both forms run the same statements and behave the same. A nil pool or
 // database, or a bad Options.Schema, is an error wrapping
-// lease.ErrInvalid; neither constructor touches the database.
+// tenure.ErrInvalid; neither constructor touches the database.
 //
 // # One transactional surface
 //
@@ -127,8 +127,10 @@
 //
 // # Errors
 //
-// Bad keys, tokens, TTLs, resource names, fences and schema names wrap
-// lease.ErrInvalid and write nothing. Connection failures, timeouts and
+// Bad keys, tokens, TTLs, resource names and fences wrap the primitive's
+// ErrInvalid (lease.ErrInvalid for leases and guards), bad options and
+// schema names tenure.ErrInvalid (every ErrInvalid is of that kind), and
+// nothing is written. Connection failures, timeouts and
 // context cancellation while a request is in flight wrap
 // lease.ErrUnavailable: the outcome of a write is unknown, and the lease
 // operations are idempotent per token so that they can be retried. Other

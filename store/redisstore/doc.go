@@ -3,7 +3,7 @@
 // client:
 //
 //	c, _ := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{"127.0.0.1:6379"}, DisableRetry: true})
-//	db, err := redisstore.New(c, nil) // lease.ErrInvalid: nil client or a bad option
+//	db, err := redisstore.New(c, nil) // tenure.ErrInvalid: nil client or a bad option
 //	locker, err := lease.New(db.Leases(), nil)
 //
 //	rdb := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: []string{"127.0.0.1:6379"}, MaxRetries: -1, ContextTimeoutEnabled: true})
@@ -20,7 +20,7 @@
 // takes a redis.UniversalClient: a *redis.Client (one server, or
 // redis.NewFailoverClient) or a *redis.ClusterClient
 // (redis.NewFailoverClusterClient too); a *redis.Ring is refused (with an
-// error wrapping lease.ErrInvalid), because
+// error wrapping tenure.ErrInvalid), because
 // it moves keys to another shard when one is down and would let a second
 // holder in. On a cluster, every script and command is routed by its first
 // key, and all the keys of one call share its hash tag. Scripts run with

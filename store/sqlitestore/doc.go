@@ -104,7 +104,8 @@
 //
 // # Errors
 //
-// Bad input returns an error wrapping lease.ErrInvalid and writes nothing.
+// Bad input returns an error of kind tenure.ErrInvalid (the primitive's
+// own ErrInvalid for a call's arguments) and writes nothing.
 // Database errors (a closed store, I/O errors, a busy timeout, a cancelled
 // context) wrap lease.ErrUnavailable: the outcome of a write is unknown, and
 // retrying with the same token reconciles it. Errors never contain a token.
