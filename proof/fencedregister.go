@@ -2,14 +2,12 @@ package proof
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/anishathalye/porcupine"
@@ -39,16 +37,7 @@ func fregKey(w *workerEnv, mode string, i int) string {
 }
 
 func fregWorker(ctx context.Context, w *workerEnv) error {
-	var wg sync.WaitGroup
-	n := counterKeys(w.spec)
-	errs := make([]error, 2*n)
-	for i, mode := range []string{Guarded, Control} {
-		for k := range n {
-			wg.Go(func() { errs[i*n+k] = fregLoop(ctx, w, mode, fregKey(w, mode, k)) })
-		}
-	}
-	wg.Wait()
-	return errors.Join(errs...)
+	return perKey(ctx, w, fregKey, fregLoop)
 }
 
 // fregValue is what a write puts in the register: the writer's fence, who
@@ -357,14 +346,7 @@ var fencedRegisterModel = porcupine.Model{
 // left out; writes whose outcome is unknown may have applied at any time
 // after their invocation.
 func checkFencedRegister(ri *runInfo, name string, reads, writes []Op, atLeast func(Op) bool, final string, end int64) (bool, error) {
-	clients := map[string]int{}
-	client := func(p string) int {
-		if id, ok := clients[p]; ok {
-			return id
-		}
-		clients[p] = len(clients)
-		return clients[p]
-	}
+	client := clientIDs()
 	var ops []porcupine.Operation
 	for _, r := range reads {
 		if r.Status != OK {

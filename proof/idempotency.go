@@ -368,14 +368,7 @@ var recordModel = porcupine.Model{
 // unknown returned nothing and are left out, except effects whose outcome
 // is unknown, which may have applied at any later time.
 func checkRecord(ri *runInfo, name string, dos, effects []Op) (bool, error) {
-	clients := map[string]int{}
-	client := func(p string) int {
-		if id, ok := clients[p]; ok {
-			return id
-		}
-		clients[p] = len(clients)
-		return clients[p]
-	}
+	client := clientIDs()
 	var ops []porcupine.Operation
 	for _, d := range dos {
 		if d.Status == OK {

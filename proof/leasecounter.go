@@ -59,12 +59,19 @@ func counterKey(w *workerEnv, mode string, i int) string {
 }
 
 func counterWorker(ctx context.Context, w *workerEnv) error {
+	return perKey(ctx, w, counterKey, counterLoop)
+}
+
+// perKey runs loop on every key of both modes (counterKeys of them per
+// mode, named by key) at once, and returns when all have returned.
+func perKey(ctx context.Context, w *workerEnv, key func(w *workerEnv, mode string, i int) string,
+	loop func(ctx context.Context, w *workerEnv, mode, key string) error) error {
 	var wg sync.WaitGroup
 	n := counterKeys(w.spec)
 	errs := make([]error, 2*n)
 	for i, mode := range []string{Guarded, Control} {
 		for k := range n {
-			wg.Go(func() { errs[i*n+k] = counterLoop(ctx, w, mode, counterKey(w, mode, k)) })
+			wg.Go(func() { errs[i*n+k] = loop(ctx, w, mode, key(w, mode, k)) })
 		}
 	}
 	wg.Wait()

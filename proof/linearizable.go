@@ -55,14 +55,7 @@ var registerModel = porcupine.Model{
 // linearizability. A failing history is visualized into ri.dir; the
 // file's path is added to ri.files.
 func checkRegister(ri *runInfo, name string, reads, writes []Op) (ok bool, err error) {
-	clients := map[string]int{}
-	client := func(p string) int {
-		if id, ok := clients[p]; ok {
-			return id
-		}
-		clients[p] = len(clients)
-		return clients[p]
-	}
+	client := clientIDs()
 	var ops []porcupine.Operation
 	for _, r := range reads {
 		if r.Status != OK {
@@ -182,14 +175,7 @@ var leaseModel = porcupine.Model{
 // effect until a TTL after its caller gave up (or at any time, if its
 // worker was killed first).
 func checkLease(ri *runInfo, name string, acquires, releases []Op) (bool, error) {
-	clients := map[string]int{}
-	client := func(p string) int {
-		if id, ok := clients[p]; ok {
-			return id
-		}
-		clients[p] = len(clients)
-		return clients[p]
-	}
+	client := clientIDs()
 	var ops []porcupine.Operation
 	for _, a := range acquires {
 		if a.Status != OK {
@@ -227,3 +213,16 @@ func parseCount(v string) (int, uint64) {
 }
 
 func formatCount(n int, f uint64) string { return strconv.Itoa(n) + "/" + strconv.FormatUint(f, 10) }
+
+// clientIDs returns a function that numbers the processes of a history
+// (porcupine's client IDs) in the order it first sees them.
+func clientIDs() func(proc string) int {
+	ids := map[string]int{}
+	return func(p string) int {
+		if id, ok := ids[p]; ok {
+			return id
+		}
+		ids[p] = len(ids)
+		return ids[p]
+	}
+}

@@ -364,14 +364,7 @@ type verOutput struct {
 // saves that failed otherwise took no effect and are left out; saves
 // whose outcome is unknown may have applied at any later time.
 func checkVersioned(ri *runInfo, name string, loads, saves []Op) (bool, error) {
-	clients := map[string]int{}
-	client := func(p string) int {
-		if id, ok := clients[p]; ok {
-			return id
-		}
-		clients[p] = len(clients)
-		return clients[p]
-	}
+	client := clientIDs()
 	var ops []porcupine.Operation
 	for _, l := range loads {
 		if l.Status != OK {
