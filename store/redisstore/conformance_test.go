@@ -42,11 +42,17 @@ func (r *resource) HolderWrite(ctx context.Context, l *lease.Lease, name, v stri
 	return r.s.HolderSet(ctx, l, name, []byte(v))
 }
 
-// flushAll empties every server: the data loss of leasetest's Forget.
+// flushAll empties every server: the data loss of leasetest's Forget. Each
+// server gets its own single-node connection: a client that detects a
+// cluster would send FLUSHALL to whichever node it picks.
 func flushAll(t *testing.T, servers ...*testenv.RedisServer) {
 	t.Helper()
 	for _, srv := range servers {
-		c := newClient(t, srv.Addr())
+		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableRetry: true, ForceSingleClient: true})
+		if err != nil {
+			t.Fatalf("connect to %s: %v", srv, err)
+		}
+		t.Cleanup(c.Close)
 		if err := c.Do(t.Context(), c.B().Flushall().Build()).Error(); err != nil {
 			t.Fatalf("FLUSHALL on %s: %v", srv, err)
 		}
