@@ -243,7 +243,7 @@ func (e *Env) SchedCycle(b *testing.B, suite, contender string, workers int) {
 				if _, err := tx.Exec(ctx, bump, w); err != nil {
 					return err
 				}
-				return db.CompleteSlotPgx(ctx, tx, slot)
+				return db.PgxTx(tx).CompleteSlot(ctx, slot)
 			})
 		}
 		const rawLedger = `INSERT INTO ` + schedSchema + `.raw_ledger (job, slot_id) VALUES ($1, $2) ON CONFLICT DO NOTHING`

@@ -25,9 +25,9 @@
 // on the database's clock, which closes that window.
 //
 // The guards themselves live with the stores: pgstore and sqlitestore
-// (Admit, AdmitAtLeast, CheckHolder, in the caller's *sql.Tx; both
-// implement [SQLGuard], so business code can depend on that instead of a
-// store), redisstore and memstore (FencedSet, FencedGet), etcdstore (a
+// (Admit, AdmitAtLeast, CheckHolder, in the caller's *sql.Tx through the
+// store's Tx, package txn, so business code can depend on txn.Store
+// instead of a store), redisstore and memstore (FencedSet, FencedGet), etcdstore (a
 // compare for the caller's own transaction, and FencedPut).
 package fence
 

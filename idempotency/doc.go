@@ -65,7 +65,7 @@
 // A [Store] is a view of one of tenure's stores: memstore (in process),
 // sqlitestore, pgstore and redisstore (Idempotency()). The SQL stores also
 // offer the transactional form, [Keeper.DoTx] with the store's
-// IdempotencyTx(tx): the claim row is written in the caller's transaction,
+// Tx(tx).Idempotency() (package txn): the claim row is written in the caller's transaction,
 // so the record and the caller's own rows commit or roll back together,
 // and a concurrent duplicate waits for that transaction, then replays its
 // result (or runs after a rollback).

@@ -112,7 +112,7 @@ func ExampleKeeper_Middleware() {
 		return
 	}
 	orders := 0
-	mux.Handle("POST /orders", mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	mux.Handle("POST /orders", mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		orders++
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Location", fmt.Sprintf("/orders/%d", orders))

@@ -24,5 +24,5 @@ func middleware(t testing.TB, k *idempotency.Keeper, o *idempotency.HTTPOptions)
 	if err != nil {
 		t.Fatalf("Middleware: %v", err)
 	}
-	return mw
+	return mw.Handler
 }

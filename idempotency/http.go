@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
+	"database/sql"
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
@@ -232,8 +233,8 @@ func ParseKeyStrict(lines []string) (string, error) {
 	return key, nil
 }
 
-// Middleware returns HTTP middleware that runs each request with an
-// Idempotency-Key at most once per record (IETF draft
+// Middleware returns the HTTP middleware ([Middleware.Handler]) that runs
+// each request with an Idempotency-Key at most once per record (IETF draft
 // httpapi-idempotency-key-header):
 //
 //   - the methods in HTTPOptions.Methods (POST, PATCH) need a key: missing
@@ -261,7 +262,7 @@ func ParseKeyStrict(lines []string) (string, error) {
 // Options out of range (a negative MaxBodyBytes or MaxRecordBytes,
 // Anonymous together with Principal) or a nil Keeper give an error
 // wrapping ErrInvalid.
-func (k *Keeper) Middleware(o *HTTPOptions) (func(http.Handler) http.Handler, error) {
+func (k *Keeper) Middleware(o *HTTPOptions) (*Middleware, error) {
 	if k == nil || k.s == nil {
 		return nil, fmt.Errorf("%w: idempotency: nil Keeper (use New)", ErrInvalid)
 	}
@@ -269,9 +270,24 @@ func (k *Keeper) Middleware(o *HTTPOptions) (func(http.Handler) http.Handler, er
 	if err != nil {
 		return nil, err
 	}
-	return func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.serve(w, r, next) })
-	}, nil
+	return &Middleware{m: m}, nil
+}
+
+// Middleware is the HTTP middleware of a Keeper, from [Keeper.Middleware]
+// or [Keeper.TxMiddleware]. It is safe for concurrent use.
+type Middleware struct {
+	m *middleware
+	// For TxMiddleware: the database and the binder; nil otherwise.
+	db   *sql.DB
+	bind TxBinder
+}
+
+// Handler returns next wrapped by the middleware.
+func (mw *Middleware) Handler(next http.Handler) http.Handler {
+	if mw.db != nil {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { mw.m.serveTx(w, r, next, mw.db, mw.bind) })
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { mw.m.serve(w, r, next) })
 }
 
 type middleware struct {

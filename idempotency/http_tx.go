@@ -22,8 +22,9 @@ func TxFromContext(ctx context.Context) (*sql.Tx, bool) {
 }
 
 // TxMiddleware is [Keeper.Middleware] whose record commits in one database
-// transaction with what the handler writes, on a SQL store (ts: the
-// sqlitestore or pgstore Store whose tables are in db). For each request
+// transaction with what the handler writes, on a SQL store whose tables
+// are in db (bind: txn.Idempotency(store) for a sqlitestore or pgstore
+// Store). For each request
 // with an Idempotency-Key it
 //
 //  1. begins a transaction on db and claims the record in it (see
@@ -57,28 +58,26 @@ func TxFromContext(ctx context.Context) (*sql.Tx, bool) {
 // READ COMMITTED on PostgreSQL (the default); open SQLite with
 // sqlitestore.DSN, whose transactions take the write lock at BEGIN.
 //
-// A nil Keeper, db or ts, or options out of range (as for Middleware),
+// A nil Keeper, db or bind, or options out of range (as for Middleware),
 // give an error wrapping ErrInvalid.
-func (k *Keeper) TxMiddleware(db *sql.DB, ts TxStore, o *HTTPOptions) (func(http.Handler) http.Handler, error) {
+func (k *Keeper) TxMiddleware(db *sql.DB, bind TxBinder, o *HTTPOptions) (*Middleware, error) {
 	if k == nil || k.s == nil {
 		return nil, fmt.Errorf("%w: idempotency: nil Keeper (use New)", ErrInvalid)
 	}
 	if db == nil {
 		return nil, fmt.Errorf("%w: idempotency: nil *sql.DB", ErrInvalid)
 	}
-	if isNil(ts) {
-		return nil, fmt.Errorf("%w: idempotency: nil TxStore", ErrInvalid)
+	if bind == nil {
+		return nil, fmt.Errorf("%w: idempotency: nil TxBinder", ErrInvalid)
 	}
 	m, err := newMiddleware(k, o)
 	if err != nil {
 		return nil, err
 	}
-	return func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.serveTx(w, r, next, db, ts) })
-	}, nil
+	return &Middleware{m: m, db: db, bind: bind}, nil
 }
 
-func (m *middleware) serveTx(w http.ResponseWriter, r *http.Request, next http.Handler, db *sql.DB, ts TxStore) {
+func (m *middleware) serveTx(w http.ResponseWriter, r *http.Request, next http.Handler, db *sql.DB, bind TxBinder) {
 	req, adm := m.prepare(w, r)
 	switch adm {
 	case admitRefused:
@@ -109,7 +108,7 @@ func (m *middleware) serveTx(w http.ResponseWriter, r *http.Request, next http.H
 		return
 	}
 	ran := false
-	res, err := m.k.DoTx(r.Context(), ts.IdempotencyTx(tx), req, func(ctx context.Context, c *Claim) ([]byte, error) {
+	res, err := m.k.DoTx(r.Context(), bind(tx), req, func(ctx context.Context, c *Claim) ([]byte, error) {
 		ran = true
 		ctx = context.WithValue(context.WithValue(ctx, claimKey{}, c), txKey{}, tx)
 		next.ServeHTTP(buf, r.WithContext(ctx))

@@ -12,12 +12,10 @@ import (
 	"github.com/tenurekit/tenure/idempotency"
 )
 
-type nilTxStore struct{}
-
-func (nilTxStore) IdempotencyTx(*sql.Tx) idempotency.Tx { return nil }
+func someBinder(*sql.Tx) idempotency.Tx { return nil }
 
 // TestTxMiddlewareInvalid checks that TxMiddleware refuses a nil Keeper,
-// database or TxStore and bad options with ErrInvalid.
+// database or binder and bad options with ErrInvalid.
 func TestTxMiddlewareInvalid(t *testing.T) {
 	k, err := idempotency.New(newMem(t, nil).Idempotency(), nil)
 	if err != nil {
@@ -25,14 +23,12 @@ func TestTxMiddlewareInvalid(t *testing.T) {
 	}
 	db := &sql.DB{}
 	var nilKeeper *idempotency.Keeper
-	var nilTS *nilTxStore
 	for name, f := range map[string]func() error{
-		"nil keeper": func() error { _, err := nilKeeper.TxMiddleware(db, nilTxStore{}, nil); return err },
-		"nil db":     func() error { _, err := k.TxMiddleware(nil, nilTxStore{}, nil); return err },
-		"nil store":  func() error { _, err := k.TxMiddleware(db, nil, nil); return err },
-		"typed nil":  func() error { _, err := k.TxMiddleware(db, nilTS, nil); return err },
+		"nil keeper": func() error { _, err := nilKeeper.TxMiddleware(db, someBinder, nil); return err },
+		"nil db":     func() error { _, err := k.TxMiddleware(nil, someBinder, nil); return err },
+		"nil binder": func() error { _, err := k.TxMiddleware(db, nil, nil); return err },
 		"bad options": func() error {
-			_, err := k.TxMiddleware(db, nilTxStore{}, &idempotency.HTTPOptions{MaxBodyBytes: -1})
+			_, err := k.TxMiddleware(db, someBinder, &idempotency.HTTPOptions{MaxBodyBytes: -1})
 			return err
 		},
 	} {
@@ -58,7 +54,7 @@ func TestMiddlewareStoreErrorsReleases5xx(t *testing.T) {
 		t.Fatal(err)
 	}
 	runs := 0
-	h := mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		runs++
 		if runs == 1 {
 			http.Error(w, "down", http.StatusBadGateway)

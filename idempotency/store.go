@@ -89,8 +89,7 @@ type Store interface {
 // Tx is the transactional form of a SQL store, bound to one of the caller's
 // transactions (see [Keeper.DoTx]): the record is written in that
 // transaction and commits or rolls back with the caller's own rows. SQL
-// stores return one from a transaction (pgstore.Store.IdempotencyTx,
-// sqlitestore.Store.IdempotencyTx).
+// stores return one from a transaction: s.Tx(tx).Idempotency() (txn.Tx).
 type Tx interface {
 	// Claim is Begin inside the transaction. A concurrent transaction that
 	// has claimed the same ID and not yet ended makes Claim wait until it

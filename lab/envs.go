@@ -341,11 +341,11 @@ func (r *sqliteResource) inTx(ctx context.Context, check func(*sql.Tx) error, na
 }
 
 func (r *sqliteResource) FencedWrite(ctx context.Context, name string, f uint64, v string) error {
-	return r.inTx(ctx, func(tx *sql.Tx) error { return r.s.Admit(ctx, tx, name, f) }, name, v)
+	return r.inTx(ctx, func(tx *sql.Tx) error { return r.s.Tx(tx).Admit(ctx, name, f) }, name, v)
 }
 
 func (r *sqliteResource) HolderWrite(ctx context.Context, l *lease.Lease, name, v string) error {
-	return r.inTx(ctx, func(tx *sql.Tx) error { return r.s.CheckHolder(ctx, tx, l) }, name, v)
+	return r.inTx(ctx, func(tx *sql.Tx) error { return r.s.Tx(tx).CheckHolder(ctx, l) }, name, v)
 }
 
 func (r *sqliteResource) PlainWrite(ctx context.Context, name, v string) error {
@@ -382,11 +382,11 @@ func (r *pgResource) inTx(ctx context.Context, check func(pgx.Tx) error, name, v
 }
 
 func (r *pgResource) FencedWrite(ctx context.Context, name string, f uint64, v string) error {
-	return r.inTx(ctx, func(tx pgx.Tx) error { return r.s.AdmitPgx(ctx, tx, name, f) }, name, v)
+	return r.inTx(ctx, func(tx pgx.Tx) error { return r.s.PgxTx(tx).Admit(ctx, name, f) }, name, v)
 }
 
 func (r *pgResource) HolderWrite(ctx context.Context, l *lease.Lease, name, v string) error {
-	return r.inTx(ctx, func(tx pgx.Tx) error { return r.s.CheckHolderPgx(ctx, tx, l) }, name, v)
+	return r.inTx(ctx, func(tx pgx.Tx) error { return r.s.PgxTx(tx).CheckHolder(ctx, l) }, name, v)
 }
 
 func (r *pgResource) PlainWrite(ctx context.Context, name, v string) error {

@@ -90,7 +90,7 @@ func newReceiptBook(ctx context.Context, env *Env, k *idempotency.Keeper) (*rece
 					return res, err
 				}
 				defer tx.Rollback()
-				res, err = k.DoTx(ctx, env.SQLite.IdempotencyTx(tx), req,
+				res, err = k.DoTx(ctx, env.SQLite.Tx(tx).Idempotency(), req,
 					receiptFn(func(ctx context.Context) (int, error) { return sqliteApply(ctx, tx, product) }, fail))
 				if err != nil {
 					return res, err
@@ -117,7 +117,7 @@ func newReceiptBook(ctx context.Context, env *Env, k *idempotency.Keeper) (*rece
 			},
 			run: func(ctx context.Context, req idempotency.Request, product string, fail bool) (res idempotency.Result, err error) {
 				err = pgx.BeginFunc(ctx, pr.pool, func(tx pgx.Tx) error {
-					res, err = k.DoTx(ctx, env.PG.IdempotencyPgx(tx), req, receiptFn(func(ctx context.Context) (int, error) {
+					res, err = k.DoTx(ctx, env.PG.PgxTx(tx).Idempotency(), req, receiptFn(func(ctx context.Context) (int, error) {
 						var rev int
 						err := tx.QueryRow(ctx, `INSERT INTO `+table+` (product, revision) VALUES ($1, 1)
 							ON CONFLICT (product) DO UPDATE SET revision = `+table+`.revision + 1 RETURNING revision`, product).Scan(&rev)
@@ -149,7 +149,7 @@ func newReceiptBook(ctx context.Context, env *Env, k *idempotency.Keeper) (*rece
 				defer tx.Rollback()
 				// The claim's fence guards the product row: a stalled
 				// earlier claim's late write is refused.
-				if err := ledger.SQLite.Admit(ctx, tx, "lab-product/"+product, c.Fence()); err != nil {
+				if err := ledger.SQLite.Tx(tx).Admit(ctx, "lab-product/"+product, c.Fence()); err != nil {
 					return nil, err
 				}
 				v, err := receiptFn(func(ctx context.Context) (int, error) { return sqliteApply(ctx, tx, product) }, fail)(ctx, c)

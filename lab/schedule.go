@@ -107,7 +107,7 @@ func newSettlements(ctx context.Context, env *Env) (*settlements, error) {
 					ON CONFLICT (job) DO UPDATE SET value = value + 1`, slot.Job); err != nil {
 					return err
 				}
-				if err := env.SQLite.CompleteSlot(ctx, tx, slot); err != nil {
+				if err := env.SQLite.Tx(tx).CompleteSlot(ctx, slot); err != nil {
 					return err
 				}
 				if fail {
@@ -139,7 +139,7 @@ func newSettlements(ctx context.Context, env *Env) (*settlements, error) {
 						ON CONFLICT (job) DO UPDATE SET value = t.value + 1`, slot.Job); err != nil {
 						return err
 					}
-					if err := env.PG.CompleteSlotPgx(ctx, tx, slot); err != nil {
+					if err := env.PG.PgxTx(tx).CompleteSlot(ctx, slot); err != nil {
 						return err
 					}
 					if fail {

@@ -134,11 +134,12 @@ func fregWrite(ctx context.Context, w *workerEnv, mode, res string, f uint64, v 
 		}
 		defer tx.Rollback()
 		if guarded {
-			admit := s.Admit
+			t := s.Tx(tx)
+			admit := t.Admit
 			if atLeast {
-				admit = s.AdmitAtLeast
+				admit = t.AdmitAtLeast
 			}
-			if err := admit(ctx, tx, res, f); err != nil {
+			if err := admit(ctx, res, f); err != nil {
 				return err
 			}
 		}
@@ -150,11 +151,12 @@ func fregWrite(ctx context.Context, w *workerEnv, mode, res string, f uint64, v 
 	case storeurl.Postgres:
 		return pgx.BeginFunc(ctx, w.pg, func(tx pgx.Tx) error {
 			if guarded {
-				admit := w.env.PG.AdmitPgx
+				t := w.env.PG.PgxTx(tx)
+				admit := t.Admit
 				if atLeast {
-					admit = w.env.PG.AdmitAtLeastPgx
+					admit = t.AdmitAtLeast
 				}
-				if err := admit(ctx, tx, res, f); err != nil {
+				if err := admit(ctx, res, f); err != nil {
 					return err
 				}
 			}

@@ -155,7 +155,7 @@ func (w *workerEnv) addEffect(ctx context.Context, mode, key string, fence uint6
 	}
 	defer tx.Rollback()
 	if admit {
-		if err := w.ledger.Admit(ctx, tx, w.spec.Prefix+key, fence); err != nil {
+		if err := w.ledger.Tx(tx).Admit(ctx, w.spec.Prefix+key, fence); err != nil {
 			return err
 		}
 	}

@@ -166,10 +166,10 @@ func counterWrite(ctx context.Context, w *workerEnv, mode string, l *lease.Lease
 		}
 		defer tx.Rollback()
 		if guarded {
-			if err := s.CheckHolder(ctx, tx, l); err != nil {
+			if err := s.Tx(tx).CheckHolder(ctx, l); err != nil {
 				return err
 			}
-			if err := s.Admit(ctx, tx, res, l.Fence()); err != nil {
+			if err := s.Tx(tx).Admit(ctx, res, l.Fence()); err != nil {
 				return err
 			}
 		}

@@ -12,13 +12,13 @@ import (
 // The PostgreSQL store's guards in the workloads' pgx transactions.
 
 func (w *workerEnv) pgCheckHolder(ctx context.Context, tx pgx.Tx, l *lease.Lease) error {
-	return w.env.PG.CheckHolderPgx(ctx, tx, l)
+	return w.env.PG.PgxTx(tx).CheckHolder(ctx, l)
 }
 
 func (w *workerEnv) pgAdmit(ctx context.Context, tx pgx.Tx, res string, f uint64) error {
-	return w.env.PG.AdmitPgx(ctx, tx, res, f)
+	return w.env.PG.PgxTx(tx).Admit(ctx, res, f)
 }
 
 func (w *workerEnv) pgCompleteSlot(ctx context.Context, tx pgx.Tx, slot *schedule.Slot) error {
-	return w.env.PG.CompleteSlotPgx(ctx, tx, slot)
+	return w.env.PG.PgxTx(tx).CompleteSlot(ctx, slot)
 }

@@ -165,7 +165,7 @@ func schedEffect(ctx context.Context, w *workerEnv, mode string, slot *schedule.
 			return err
 		}
 		defer tx.Rollback()
-		if err := w.env.SQLite.CompleteSlot(ctx, tx, slot); err != nil {
+		if err := w.env.SQLite.Tx(tx).CompleteSlot(ctx, slot); err != nil {
 			return err
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO proof_effects (run, mode, key, proc, fence, value) VALUES (?, ?, ?, ?, ?, ?)`,

@@ -1,7 +1,8 @@
 // Package sqltx shows business code written once for tenure's SQL stores:
-// it depends on the small interfaces of the primitive packages
-// (fence.SQLGuard, idempotency.TxStore, schedule.SQLCompleter), which take
-// a *sql.Tx, and runs unchanged on an embedded SQLite file
+// it depends on txn.Store, the transactional entry point both SQL stores
+// implement (Tx binds the store to a *sql.Tx and returns the guards, the
+// slot completion and the idempotency record), and runs unchanged on an
+// embedded SQLite file
 // (sqlitestore) in development and tests and on PostgreSQL (pgstore, on
 // any database/sql driver) in production.
 //
@@ -16,24 +17,16 @@ import (
 	"errors"
 	"strconv"
 
-	"github.com/tenurekit/tenure/fence"
 	"github.com/tenurekit/tenure/idempotency"
 	"github.com/tenurekit/tenure/lease"
+	"github.com/tenurekit/tenure/txn"
 )
-
-// Store is what the business code needs of a SQL store: the guard and the
-// transactional idempotency record, both in the caller's transaction.
-// *sqlitestore.Store and *pgstore.Store implement it.
-type Store interface {
-	fence.SQLGuard
-	idempotency.TxStore
-}
 
 // Orders places orders in the table orders (id, item), written by the
 // holder of a lease, once per idempotency key.
 type Orders struct {
 	DB     *sql.DB             // the database that holds orders and the store's tables
-	Store  Store               // the SQL store on DB
+	Store  txn.Store           // the SQL store on DB (*sqlitestore.Store, *pgstore.Store)
 	Keeper *idempotency.Keeper // on Store's idempotency view
 }
 
@@ -48,11 +41,12 @@ func (o *Orders) Place(ctx context.Context, l *lease.Lease, key, item string) (i
 		return "", false, err
 	}
 	defer tx.Rollback() // a no-op after Commit
-	if err := o.Store.CheckHolder(ctx, tx, l); err != nil {
+	t := o.Store.Tx(tx)
+	if err := t.CheckHolder(ctx, l); err != nil {
 		return "", false, err
 	}
 	req := idempotency.Request{Scope: "orders", Key: key, Fingerprint: item}
-	res, err := o.Keeper.DoTx(ctx, o.Store.IdempotencyTx(tx), req, func(ctx context.Context, _ *idempotency.Claim) ([]byte, error) {
+	res, err := o.Keeper.DoTx(ctx, t.Idempotency(), req, func(ctx context.Context, _ *idempotency.Claim) ([]byte, error) {
 		var n int64
 		if err := tx.QueryRowContext(ctx, `INSERT INTO orders (item) VALUES ($1) RETURNING id`, item).Scan(&n); err != nil {
 			return nil, err

@@ -18,12 +18,13 @@ import (
 )
 
 // SQLTarget is a SQL store under test for Keeper.TxMiddleware: its
-// database, its transactional surface and the caller's business table.
+// database, its record's binder and the caller's business table.
 type SQLTarget struct {
 	// DB is the database the middleware begins its transactions on.
 	DB *sql.DB
-	// Store is the store's transactional surface on DB's tables.
-	Store idempotency.TxStore
+	// Bind binds the store's record on DB's tables to a transaction
+	// (txn.Idempotency(store)).
+	Bind idempotency.TxBinder
 	// Direct is the store's idempotency view on the same data.
 	Direct idempotency.Store
 	// Add inserts one business row named name in tx.
@@ -55,8 +56,8 @@ func RunTxMiddleware(t *testing.T, newTarget func(t *testing.T) SQLTarget) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			tg := newTarget(t)
-			if tg.DB == nil || tg.Store == nil || tg.Direct == nil || tg.Add == nil || tg.Count == nil {
-				t.Fatal("idempotencytest: SQLTarget needs DB, Store, Direct, Add and Count")
+			if tg.DB == nil || tg.Bind == nil || tg.Direct == nil || tg.Add == nil || tg.Count == nil {
+				t.Fatal("idempotencytest: SQLTarget needs DB, Bind, Direct, Add and Count")
 			}
 			if tg.Unit <= 0 {
 				tg.Unit = 300 * time.Millisecond
@@ -95,11 +96,11 @@ func newTxHTTP(t *testing.T, tg SQLTarget, ko *idempotency.Options, ho *idempote
 	}
 	o.Principal = func(*http.Request) string { return txPrincipal }
 	o.Route = func(*http.Request) string { return x.route }
-	mw, err := newKeeper(t, tg.Direct, ko).TxMiddleware(tg.DB, tg.Store, &o)
+	mw, err := newKeeper(t, tg.Direct, ko).TxMiddleware(tg.DB, tg.Bind, &o)
 	if err != nil {
 		t.Fatalf("TxMiddleware: %v", err)
 	}
-	x.h = mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	x.h = mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		run := x.runs.Add(1)
 		tx, ok := idempotency.TxFromContext(r.Context())
 		if !ok {

@@ -1,6 +1,6 @@
 // Package fencedkv keeps fenced values on a SQL store: a value table next
 // to the store's fence table, written in one transaction with the store's
-// Admit, so that a value is replaced only by a write whose fence the guard
+// guard (txn.Tx's Admit), so that a value is replaced only by a write whose fence the guard
 // admits. tenure serve uses it for its fencedWrite and fencedRead
 // operations on SQLite and PostgreSQL.
 package fencedkv
@@ -15,13 +15,8 @@ import (
 
 	"github.com/tenurekit/tenure/lease"
 	leasedriver "github.com/tenurekit/tenure/lease/driver"
+	"github.com/tenurekit/tenure/txn"
 )
-
-// Admit is a store's guard inside a transaction (sqlitestore's and
-// pgstore's Admit): it fails with an error wrapping fence.ErrStale, and the
-// transaction rolls back, unless f is greater than every fence admitted for
-// resource before.
-type Admit func(ctx context.Context, tx *sql.Tx, resource string, f uint64) error
 
 // Dialect is the SQL flavour of the database.
 type Dialect int
@@ -36,14 +31,15 @@ const (
 // KV is a fenced key-value table. It is safe for concurrent use.
 type KV struct {
 	db    *sql.DB
-	admit Admit
+	s     txn.Store
 	table string
 	d     Dialect
 }
 
 // New returns the table table (a quoted, possibly schema-qualified name)
-// on db, guarded by admit, and creates it if missing.
-func New(ctx context.Context, db *sql.DB, d Dialect, table string, admit Admit) (*KV, error) {
+// on db, guarded by s (sqlitestore's or pgstore's Store, on db's tables),
+// and creates it if missing.
+func New(ctx context.Context, db *sql.DB, d Dialect, table string, s txn.Store) (*KV, error) {
 	blob := "BLOB"
 	if d == Postgres {
 		blob = "bytea"
@@ -55,7 +51,7 @@ func New(ctx context.Context, db *sql.DB, d Dialect, table string, admit Admit) 
 	)`); err != nil {
 		return nil, fmt.Errorf("fencedkv: create %s: %w", table, err)
 	}
-	return &KV{db: db, admit: admit, table: table, d: d}, nil
+	return &KV{db: db, s: s, table: table, d: d}, nil
 }
 
 func (kv *KV) q(s string) string {
@@ -84,7 +80,7 @@ func (kv *KV) FencedWrite(ctx context.Context, name string, f uint64, value []by
 		return unavailable("write", name, err)
 	}
 	defer tx.Rollback()
-	if err := kv.admit(ctx, tx, name, f); err != nil {
+	if err := kv.s.Tx(tx).Admit(ctx, name, f); err != nil {
 		return err
 	}
 	if _, err := tx.ExecContext(ctx, kv.q(`INSERT INTO `+kv.table+` (name, value, fence) VALUES (?1, ?2, ?3)

@@ -113,14 +113,14 @@ func TestSQLTxEntryPoints(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if err := db.Admit(ctx, tx, "r", 5); err != nil {
+				if err := db.Tx(tx).Admit(ctx, "r", 5); err != nil {
 					t.Fatal(err)
 				}
-				if err := db.AdmitAtLeast(ctx, tx, "r", 5); err != nil {
+				if err := db.Tx(tx).AdmitAtLeast(ctx, "r", 5); err != nil {
 					t.Fatalf("AdmitAtLeast of the admitted fence: %v", err)
 				}
 				var stale *fence.StaleError
-				if err := db.Admit(ctx, tx, "r", 5); !errors.As(err, &stale) || stale.Current != 5 {
+				if err := db.Tx(tx).Admit(ctx, "r", 5); !errors.As(err, &stale) || stale.Current != 5 {
 					t.Fatalf("Admit of the admitted fence: %v, want a StaleError with current 5", err)
 				}
 				if _, err := tx.ExecContext(ctx, `INSERT INTO orders (item) VALUES ('late')`); err != nil {
@@ -133,21 +133,21 @@ func TestSQLTxEntryPoints(t *testing.T) {
 					t.Fatalf("fence %d stored after the rollback, want none", f)
 				}
 
-				if err := db.Admit(ctx, nil, "r", 1); !errors.Is(err, lease.ErrInvalid) {
+				if err := db.Tx(nil).Admit(ctx, "r", 1); !errors.Is(err, lease.ErrInvalid) {
 					t.Fatalf("Admit(nil tx): %v, want ErrInvalid", err)
 				}
-				if err := db.AdmitAtLeast(ctx, nil, "r", 1); !errors.Is(err, lease.ErrInvalid) {
+				if err := db.Tx(nil).AdmitAtLeast(ctx, "r", 1); !errors.Is(err, lease.ErrInvalid) {
 					t.Fatalf("AdmitAtLeast(nil tx): %v, want ErrInvalid", err)
 				}
-				if err := db.CheckHolder(ctx, nil, l); !errors.Is(err, lease.ErrInvalid) {
+				if err := db.Tx(nil).CheckHolder(ctx, l); !errors.Is(err, lease.ErrInvalid) {
 					t.Fatalf("CheckHolder(nil tx): %v, want ErrInvalid", err)
 				}
-				if err := db.CompleteSlot(ctx, nil, nil); !errors.Is(err, schedule.ErrInvalid) {
+				if err := db.Tx(nil).CompleteSlot(ctx, nil); !errors.Is(err, schedule.ErrInvalid) {
 					t.Fatalf("CompleteSlot(nil tx): %v, want ErrInvalid", err)
 				}
-				if _, err := keeper.DoTx(ctx, db.IdempotencyTx(nil), idempotency.Request{Scope: "s", Key: "k"},
+				if _, err := keeper.DoTx(ctx, db.Tx(nil).Idempotency(), idempotency.Request{Scope: "s", Key: "k"},
 					func(context.Context, *idempotency.Claim) ([]byte, error) { return nil, nil }); !errors.Is(err, idempotency.ErrInvalid) {
-					t.Fatalf("DoTx on IdempotencyTx(nil): %v, want ErrInvalid", err)
+					t.Fatalf("DoTx on Tx(nil).Idempotency(): %v, want ErrInvalid", err)
 				}
 			})
 		}

@@ -24,6 +24,7 @@ import (
 	"github.com/tenurekit/tenure/session/sessiontest"
 	"github.com/tenurekit/tenure/store/pgstore"
 	"github.com/tenurekit/tenure/storetest"
+	"github.com/tenurekit/tenure/txn"
 )
 
 // newDB is the one place the conformance tests build a Store on a
@@ -339,7 +340,7 @@ func TestConformanceSQLDB(t *testing.T) {
 			}
 			return idempotencytest.SQLTarget{
 				DB:     sqlDB,
-				Store:  db,
+				Bind:   txn.Idempotency(db),
 				Direct: db.Idempotency(),
 				Add: func(ctx context.Context, tx *sql.Tx, name string) error {
 					_, err := tx.ExecContext(ctx, `INSERT INTO idem_business (name) VALUES ($1)`, name)
@@ -382,7 +383,7 @@ func TestConformanceSQLDB(t *testing.T) {
 							ON CONFLICT (job) DO UPDATE SET n = counters.n + 1`, slot.Job); err != nil {
 							return err
 						}
-						return db.CompleteSlot(ctx, tx, slot)
+						return db.Tx(tx).CompleteSlot(ctx, slot)
 					})
 				},
 				Count: func(ctx context.Context, job string) (int64, error) {

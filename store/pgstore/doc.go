@@ -12,22 +12,21 @@
 // database, or a bad Options.Schema, is an error wrapping
 // tenure.ErrInvalid; neither constructor touches the database.
 //
-// # One transactional surface
+// # One transactional entry point
 //
-// Everything that runs in the caller's transaction takes a *sql.Tx, with
-// the same names and signatures as sqlitestore's: [Store.Admit],
-// [Store.AdmitAtLeast], [Store.CheckHolder] (fence.SQLGuard),
-// [Store.IdempotencyTx] (idempotency.TxStore) and [Store.CompleteSlot]
-// (schedule.SQLCompleter). Business code written against those interfaces
-// runs unchanged on an SQLite file in development and tests and on
-// PostgreSQL in production. The *sql.Tx may come from any database/sql
-// driver and from helpers that hand one out (sqlx, GORM); it need not be
-// on the Store's own pool or *sql.DB, only on the same database. The pgx
-// forms are extras: [Store.AdmitPgx], [Store.AdmitAtLeastPgx],
-// [Store.CheckHolderPgx], [Store.IdempotencyPgx], [Store.CompleteSlotPgx]
-// and [Store.QueueCompleteSlot] (on a pgx.Batch). None of them commits or
-// rolls back the caller's transaction; after an error the caller rolls it
-// back.
+// Everything that runs in the caller's transaction comes from one call:
+// [Store.Tx] binds the store to a *sql.Tx and returns a txn.Tx, the same
+// interface sqlitestore's Tx returns, with the guards (Admit,
+// AdmitAtLeast, CheckHolder), CompleteSlot and the idempotency record
+// (Idempotency, for idempotency.Keeper.DoTx). Business code written
+// against txn.Store runs unchanged on an SQLite file in development and
+// tests and on PostgreSQL in production. The *sql.Tx may come from any
+// database/sql driver and from helpers that hand one out (sqlx, GORM); it
+// need not be on the Store's own pool or *sql.DB, only on the same
+// database. [Store.PgxTx] binds a pgx.Tx instead, and
+// [Store.QueueCompleteSlot] queues a completion on a pgx.Batch. None of
+// them commits or rolls back the caller's transaction; after an error the
+// caller rolls it back.
 //
 // # Tables and migrations
 //
@@ -101,7 +100,7 @@
 // and a holder from before learns it on its next Renew (lease.ErrNotHeld).
 // Fences still never go back (see above: the next fence is above the
 // clock), and the guards refuse the old holder: the fences table (Admit)
-// stays logged, and [Store.CheckHolder] and schedule completions look for
+// stays logged, and CheckHolder and schedule completions look for
 // the holder's row, which is gone. [Store.Check] and [Open] refuse a
 // leases table whose persistence differs from the Options (an error
 // wrapping [ErrLeasesPersistence]); [Store.LeasesUnlogged] reports it.
@@ -110,16 +109,16 @@
 //
 // A lease coordinates; the resource has the last word. Where the protected
 // rows live in the same database, check the fence in the same transaction
-// as the write:
+// as the write, through [Store.Tx]:
 //
-//   - [Store.Admit] (strict: a fence greater than every one admitted for the
-//     resource before) and [Store.AdmitAtLeast] (an equal fence is admitted
+//   - Admit (strict: a fence greater than every one admitted for the
+//     resource before) and AdmitAtLeast (an equal fence is admitted
 //     too) are one upsert on the fences table. A refused fence returns a
 //     *fence.StaleError (fence.ErrStale); roll the transaction back and the
 //     late writer's rows never land.
 //   - A max-fence guard is blind to time: if holder A expired and holder B
 //     has not written yet, A's fence is still the greatest and is admitted.
-//     [Store.CheckHolder] closes that window: it locks the lease row
+//     CheckHolder closes that window: it locks the lease row
 //     (SELECT ... FOR UPDATE) and checks token, fence and expires_at >
 //     clock_timestamp(), failing with lease.ErrNotHeld. While the
 //     transaction is open nobody can acquire the key, so the transaction's

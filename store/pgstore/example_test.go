@@ -42,7 +42,7 @@ func Example() {
 		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			// The resource has the last word: a stale fence rolls back the
 			// whole transaction.
-			if err := db.AdmitPgx(ctx, tx, "ledger:2026-11", l.Fence()); err != nil {
+			if err := db.PgxTx(tx).Admit(ctx, "ledger:2026-11", l.Fence()); err != nil {
 				return err
 			}
 			_, err := tx.Exec(ctx, `UPDATE ledger SET settled = true WHERE period = '2026-11'`)
@@ -62,7 +62,7 @@ func Example() {
 // CheckHolder is the strict guard: it also refuses a holder whose lease
 // has expired when the next holder has not written yet, and it keeps the
 // next holder out until the transaction ends.
-func ExampleStore_CheckHolder() {
+func ExampleStore_Tx() {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
 	if err != nil {
@@ -84,7 +84,7 @@ func ExampleStore_CheckHolder() {
 	defer l.Release(ctx)
 
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if err := db.CheckHolderPgx(ctx, tx, l); err != nil {
+		if err := db.PgxTx(tx).CheckHolder(ctx, l); err != nil {
 			return err // lease.ErrNotHeld: expired, released or taken
 		}
 		_, err := tx.Exec(ctx, `INSERT INTO reports (day) VALUES (current_date)`)

@@ -42,7 +42,7 @@ func TestFailoverGuardAndDataTogether(t *testing.T) {
 	guarded := func(resource string, f uint64) {
 		t.Helper()
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			if err := db.AdmitPgx(ctx, tx, resource, f); err != nil {
+			if err := db.PgxTx(tx).Admit(ctx, resource, f); err != nil {
 				return err
 			}
 			_, err := tx.Exec(ctx, `INSERT INTO items VALUES ($1, $2)`, resource, int64(f))
@@ -55,7 +55,7 @@ func TestFailoverGuardAndDataTogether(t *testing.T) {
 	// admit and insert are the control's two transactions.
 	admit := func(resource string, f uint64) {
 		t.Helper()
-		if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return db.AdmitPgx(ctx, tx, resource, f) }); err != nil {
+		if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return db.PgxTx(tx).Admit(ctx, resource, f) }); err != nil {
 			t.Fatalf("admit %s %d: %v", resource, f, err)
 		}
 	}
@@ -98,11 +98,11 @@ func TestFailoverGuardAndDataTogether(t *testing.T) {
 	// what it has: fence 2 of the guarded resource is admitted (its first
 	// admission was lost with its row), the control's fence 2 is refused.
 	sdb := newPG(t, spool, nil)
-	err := pgx.BeginFunc(ctx, spool, func(tx pgx.Tx) error { return sdb.AdmitPgx(ctx, tx, "res", 2) })
+	err := pgx.BeginFunc(ctx, spool, func(tx pgx.Tx) error { return sdb.PgxTx(tx).Admit(ctx, "res", 2) })
 	if err != nil {
 		t.Errorf("guarded resource, fence 2 after the failover: %v", err)
 	}
-	err = pgx.BeginFunc(ctx, spool, func(tx pgx.Tx) error { return sdb.AdmitPgx(ctx, tx, "ctl", 2) })
+	err = pgx.BeginFunc(ctx, spool, func(tx pgx.Tx) error { return sdb.PgxTx(tx).Admit(ctx, "ctl", 2) })
 	if !errors.Is(err, fence.ErrStale) {
 		t.Errorf("control, fence 2 after the failover: %v, want fence.ErrStale", err)
 	}
@@ -140,7 +140,7 @@ func TestFailoverLeases(t *testing.T) {
 			t.Fatal(err)
 		}
 		grants[s] = g
-		if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return s.AdmitPgx(ctx, tx, "r", g.Fence) }); err != nil {
+		if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return s.PgxTx(tx).Admit(ctx, "r", g.Fence) }); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -161,11 +161,11 @@ func TestFailoverLeases(t *testing.T) {
 	if old := grants[unlogged]; g.Fence <= old.Fence {
 		t.Errorf("UNLOGGED leases after the failover: fence %d, not above the %d granted before", g.Fence, old.Fence)
 	}
-	err = pgx.BeginFunc(ctx, spool, func(tx pgx.Tx) error { return sUnlogged.AdmitPgx(ctx, tx, "r", grants[unlogged].Fence) })
+	err = pgx.BeginFunc(ctx, spool, func(tx pgx.Tx) error { return sUnlogged.PgxTx(tx).Admit(ctx, "r", grants[unlogged].Fence) })
 	if !errors.Is(err, fence.ErrStale) {
 		t.Errorf("the guard after the failover: the earlier holder's fence again = %v, want fence.ErrStale", err)
 	}
-	if err := pgx.BeginFunc(ctx, spool, func(tx pgx.Tx) error { return sUnlogged.AdmitPgx(ctx, tx, "r", g.Fence) }); err != nil {
+	if err := pgx.BeginFunc(ctx, spool, func(tx pgx.Tx) error { return sUnlogged.PgxTx(tx).Admit(ctx, "r", g.Fence) }); err != nil {
 		t.Errorf("the guard after the failover: the new holder's fence = %v", err)
 	}
 }

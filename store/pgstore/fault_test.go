@@ -51,7 +51,7 @@ func TestServerPausedPastTTL(t *testing.T) {
 	aWrite := make(chan error, 1)
 	go func() {
 		aWrite <- pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			if err := db.CheckHolderPgx(ctx, tx, a); err != nil {
+			if err := db.PgxTx(tx).CheckHolder(ctx, a); err != nil {
 				return err
 			}
 			_, err := tx.Exec(ctx, upsertItem, "item", "A-late")

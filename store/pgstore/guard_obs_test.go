@@ -32,10 +32,10 @@ func TestGuardRefusalsCounted(t *testing.T) {
 		t.Fatal(err)
 	}
 	inTx := func(fn func(tx pgx.Tx) error) error { return pgx.BeginFunc(ctx, pool, fn) }
-	if err := inTx(func(tx pgx.Tx) error { return db.AdmitPgx(ctx, tx, "ledger", 5) }); err != nil {
+	if err := inTx(func(tx pgx.Tx) error { return db.PgxTx(tx).Admit(ctx, "ledger", 5) }); err != nil {
 		t.Fatal(err)
 	}
-	if err := inTx(func(tx pgx.Tx) error { return db.AdmitPgx(ctx, tx, "ledger", 4) }); !errors.Is(err, fence.ErrStale) {
+	if err := inTx(func(tx pgx.Tx) error { return db.PgxTx(tx).Admit(ctx, "ledger", 4) }); !errors.Is(err, fence.ErrStale) {
 		t.Fatalf("stale admit: %v", err)
 	}
 	l, err := leasetest.NewLocker(t, db.Leases(), nil).TryAcquire(ctx, "k", time.Minute)
@@ -43,7 +43,7 @@ func TestGuardRefusalsCounted(t *testing.T) {
 		t.Fatal(err)
 	}
 	l.Release(ctx)
-	if err := inTx(func(tx pgx.Tx) error { return db.CheckHolderPgx(ctx, tx, l) }); !errors.Is(err, lease.ErrNotHeld) {
+	if err := inTx(func(tx pgx.Tx) error { return db.PgxTx(tx).CheckHolder(ctx, l) }); !errors.Is(err, lease.ErrNotHeld) {
 		t.Fatalf("check holder of a released lease: %v", err)
 	}
 	admit := tl.Count(t, obs.GuardRefusals, map[string]string{"store": "pgstore", "guard": obs.GuardAdmit})

@@ -77,7 +77,7 @@ func waitFree(t *testing.T, s lease.Store, key string) {
 func TestAdmitStrict(t *testing.T) {
 	pool, db := fresh(t, nil)
 	admit := func(resource string, f uint64) error {
-		return inTx(t, pool, func(ctx context.Context, tx pgx.Tx) error { return db.AdmitPgx(ctx, tx, resource, f) })
+		return inTx(t, pool, func(ctx context.Context, tx pgx.Tx) error { return db.PgxTx(tx).Admit(ctx, resource, f) })
 	}
 	if err := admit("r", 10); err != nil {
 		t.Fatalf("first fence: %v", err)
@@ -104,7 +104,7 @@ func TestAdmitStrict(t *testing.T) {
 func TestAdmitAtLeast(t *testing.T) {
 	pool, db := fresh(t, nil)
 	admit := func(f uint64) error {
-		return inTx(t, pool, func(ctx context.Context, tx pgx.Tx) error { return db.AdmitAtLeastPgx(ctx, tx, "r", f) })
+		return inTx(t, pool, func(ctx context.Context, tx pgx.Tx) error { return db.PgxTx(tx).AdmitAtLeast(ctx, "r", f) })
 	}
 	for i := 0; i < 2; i++ {
 		if err := admit(10); err != nil {
@@ -119,7 +119,7 @@ func TestAdmitAtLeast(t *testing.T) {
 		t.Fatalf("stored fence %d, want 12", got)
 	}
 	// Both modes guard the same record.
-	err := inTx(t, pool, func(ctx context.Context, tx pgx.Tx) error { return db.AdmitPgx(ctx, tx, "r", 12) })
+	err := inTx(t, pool, func(ctx context.Context, tx pgx.Tx) error { return db.PgxTx(tx).Admit(ctx, "r", 12) })
 	wantStale(t, err, "r", 12, 12)
 }
 
@@ -144,14 +144,14 @@ func TestAdmitInvalid(t *testing.T) {
 		{"fence above bigint", "r", math.MaxInt64 + 1, tx},
 		{"nil tx", "r", 1, nil},
 	} {
-		if err := db.AdmitPgx(ctx, c.tx, c.resource, c.f); !errors.Is(err, lease.ErrInvalid) {
+		if err := db.PgxTx(c.tx).Admit(ctx, c.resource, c.f); !errors.Is(err, lease.ErrInvalid) {
 			t.Errorf("Admit %s: %v, want lease.ErrInvalid", c.name, err)
 		}
-		if err := db.AdmitAtLeastPgx(ctx, c.tx, c.resource, c.f); !errors.Is(err, lease.ErrInvalid) {
+		if err := db.PgxTx(c.tx).AdmitAtLeast(ctx, c.resource, c.f); !errors.Is(err, lease.ErrInvalid) {
 			t.Errorf("AdmitAtLeast %s: %v, want lease.ErrInvalid", c.name, err)
 		}
 	}
-	if err := db.CheckHolderPgx(ctx, tx, nil); !errors.Is(err, lease.ErrInvalid) {
+	if err := db.PgxTx(tx).CheckHolder(ctx, nil); !errors.Is(err, lease.ErrInvalid) {
 		t.Errorf("CheckHolder(nil): %v, want lease.ErrInvalid", err)
 	}
 	// The transaction is still usable and nothing was admitted.
@@ -190,7 +190,7 @@ func guardedUpdate(t *testing.T, pool *pgxpool.Pool, db *pgstore.Store, f uint64
 		if _, err := tx.Exec(ctx, `UPDATE accounts SET owner = $1 WHERE id = 1`, who); err != nil {
 			return err
 		}
-		return db.AdmitPgx(ctx, tx, "account:1", f)
+		return db.PgxTx(tx).Admit(ctx, "account:1", f)
 	})
 }
 
@@ -240,7 +240,7 @@ func TestCheckHolder(t *testing.T) {
 	ctx := ctxT(t)
 	lk := leasetest.NewLocker(t, db.Leases(), nil)
 	check := func(l *lease.Lease) error {
-		return inTx(t, pool, func(ctx context.Context, tx pgx.Tx) error { return db.CheckHolderPgx(ctx, tx, l) })
+		return inTx(t, pool, func(ctx context.Context, tx pgx.Tx) error { return db.PgxTx(tx).CheckHolder(ctx, l) })
 	}
 	held := func(key string, f uint64) {
 		t.Helper()
@@ -320,7 +320,7 @@ func TestMaxFenceIsTTLBlindCheckHolderIsNot(t *testing.T) {
 	}
 	// B has not written. A's fence is still the greatest the resource saw.
 	err = inTx(t, pool, func(ctx context.Context, tx pgx.Tx) error {
-		return db.AdmitPgx(ctx, tx, "blind", a.Fence())
+		return db.PgxTx(tx).Admit(ctx, "blind", a.Fence())
 	})
 	if err != nil {
 		t.Fatalf("Admit(A) should succeed (max-fence is TTL-blind): %v", err)
@@ -330,7 +330,7 @@ func TestMaxFenceIsTTLBlindCheckHolderIsNot(t *testing.T) {
 	}
 	// The strict holder check refuses A, and A's business write rolls back.
 	err = inTx(t, pool, func(ctx context.Context, tx pgx.Tx) error {
-		if err := db.CheckHolderPgx(ctx, tx, a); err != nil {
+		if err := db.PgxTx(tx).CheckHolder(ctx, a); err != nil {
 			return err
 		}
 		_, err := tx.Exec(ctx, `UPDATE accounts SET owner = 'A-late' WHERE id = 1`)
@@ -342,10 +342,10 @@ func TestMaxFenceIsTTLBlindCheckHolderIsNot(t *testing.T) {
 	}
 	// B passes both guards.
 	err = inTx(t, pool, func(ctx context.Context, tx pgx.Tx) error {
-		if err := db.CheckHolderPgx(ctx, tx, b); err != nil {
+		if err := db.PgxTx(tx).CheckHolder(ctx, b); err != nil {
 			return err
 		}
-		if err := db.AdmitPgx(ctx, tx, "blind", b.Fence()); err != nil {
+		if err := db.PgxTx(tx).Admit(ctx, "blind", b.Fence()); err != nil {
 			return err
 		}
 		_, err := tx.Exec(ctx, `UPDATE accounts SET owner = 'B' WHERE id = 1`)
@@ -359,7 +359,7 @@ func TestMaxFenceIsTTLBlindCheckHolderIsNot(t *testing.T) {
 	}
 	// Once B has written, the max-fence guard refuses A too.
 	err = inTx(t, pool, func(ctx context.Context, tx pgx.Tx) error {
-		return db.AdmitPgx(ctx, tx, "blind", a.Fence())
+		return db.PgxTx(tx).Admit(ctx, "blind", a.Fence())
 	})
 	wantStale(t, err, "blind", a.Fence(), b.Fence())
 }
@@ -380,7 +380,7 @@ func TestCheckHolderBlocksAcquirer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(ctx)
-	if err := db.CheckHolderPgx(ctx, tx, a); err != nil {
+	if err := db.PgxTx(tx).CheckHolder(ctx, a); err != nil {
 		t.Fatalf("holder: %v", err)
 	}
 	// A's lease expires on the database's clock while the row is locked

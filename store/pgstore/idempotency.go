@@ -123,26 +123,6 @@ func (s *Store) idemQueries() *idemQueries {
 // a new row's fence is the clock in microseconds.
 func (s *Store) Idempotency() idempotency.Store { return idemView{s, s.idemQueries()} }
 
-// IdempotencyTx returns the transactional form bound to the caller's
-// transaction tx, for idempotency.Keeper.DoTx: the claim row is inserted in
-// tx, so the caller's rows and the result commit or roll back together,
-// and a concurrent duplicate's claim waits on the row until tx ends (then
-// replays the committed result, or claims after a rollback). tx may come
-// from any PostgreSQL driver for database/sql (pgx's stdlib driver,
-// lib/pq); [Store.IdempotencyPgx] takes a pgx.Tx. Claim marks a savepoint
-// (SAVEPOINT tenure_idempotency) and Undo rolls back to it; nothing here
-// commits or rolls back tx itself. Use READ COMMITTED, under which the
-// waiting duplicate sees the committed row.
-func (s *Store) IdempotencyTx(tx *sql.Tx) idempotency.Tx {
-	return idemTx{idemView{s, s.idemQueries()}, sqlTx(tx)}
-}
-
-// IdempotencyPgx is [Store.IdempotencyTx] on a pgx transaction; Claim
-// sends the savepoint in the same round trip as the claim.
-func (s *Store) IdempotencyPgx(tx pgx.Tx) idempotency.Tx {
-	return idemTx{idemView{s, s.idemQueries()}, pgxTx(tx)}
-}
-
 // PurgeIdempotency deletes the records whose retention ended (server
 // clock) and returns how many. Run it now and then to reclaim space;
 // correctness never depends on it.

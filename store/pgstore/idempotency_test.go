@@ -54,7 +54,7 @@ func idemTxTarget(t *testing.T, pool *pgxpool.Pool, db *pgstore.Store) *idempote
 	}
 	return &idempotencytest.TxTarget{
 		Run: func(ctx context.Context, body func(tx idempotency.Tx, biz idempotencytest.Business) error) error {
-			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return body(db.IdempotencyPgx(tx), idemBiz{tx}) })
+			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return body(db.PgxTx(tx).Idempotency(), idemBiz{tx}) })
 		},
 		Count: func(ctx context.Context, name string) (int, error) {
 			var n int
@@ -77,7 +77,7 @@ func TestIdempotencyTxKilledConnection(t *testing.T) {
 	}
 	req := idempotency.Request{Scope: "user:7 POST /receipts", Key: "r-1", Fingerprint: "fp"}
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		_, err := k.DoTx(ctx, db.IdempotencyPgx(tx), req, func(ctx context.Context, _ *idempotency.Claim) ([]byte, error) {
+		_, err := k.DoTx(ctx, db.PgxTx(tx).Idempotency(), req, func(ctx context.Context, _ *idempotency.Claim) ([]byte, error) {
 			if err := (idemBiz{tx}).Add(ctx, "receipt"); err != nil {
 				return nil, err
 			}
@@ -103,7 +103,7 @@ func TestIdempotencyTxKilledConnection(t *testing.T) {
 	}
 	var res idempotency.Result
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		res, err = k.DoTx(ctx, db.IdempotencyPgx(tx), req, func(ctx context.Context, _ *idempotency.Claim) ([]byte, error) {
+		res, err = k.DoTx(ctx, db.PgxTx(tx).Idempotency(), req, func(ctx context.Context, _ *idempotency.Claim) ([]byte, error) {
 			return []byte("receipt"), (idemBiz{tx}).Add(ctx, "receipt")
 		})
 		return err

@@ -182,7 +182,7 @@ func TestTimeoutInFlightIsUnavailable(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(ctx)
-	if err := db.CheckHolderPgx(ctx, tx, a); err != nil {
+	if err := db.PgxTx(tx).CheckHolder(ctx, a); err != nil {
 		t.Fatal(err)
 	}
 	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
@@ -195,7 +195,7 @@ func TestTimeoutInFlightIsUnavailable(t *testing.T) {
 	err = pgx.BeginFunc(ctx, pool, func(tx2 pgx.Tx) error {
 		short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 		defer cancel()
-		return db.CheckHolderPgx(short, tx2, a)
+		return db.PgxTx(tx2).CheckHolder(short, a)
 	})
 	if !errors.Is(err, lease.ErrUnavailable) {
 		t.Fatalf("CheckHolder blocked past its deadline: %v, want lease.ErrUnavailable", err)

@@ -56,7 +56,7 @@ func works(t *testing.T, pool *pgxpool.Pool, db *pgstore.Store) {
 	if err != nil {
 		t.Fatalf("Acquire: %v", err)
 	}
-	err = inTx(t, pool, func(ctx context.Context, tx pgx.Tx) error { return db.AdmitPgx(ctx, tx, "r", g.Fence) })
+	err = inTx(t, pool, func(ctx context.Context, tx pgx.Tx) error { return db.PgxTx(tx).Admit(ctx, "r", g.Fence) })
 	if err != nil {
 		t.Fatalf("Admit: %v", err)
 	}

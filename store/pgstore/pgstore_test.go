@@ -108,7 +108,7 @@ ON CONFLICT (name) DO UPDATE SET value = excluded.value`
 
 func (r *resource) FencedWrite(ctx context.Context, name string, f uint64, v string) error {
 	return pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
-		if err := r.db.AdmitPgx(ctx, tx, name, f); err != nil {
+		if err := r.db.PgxTx(tx).Admit(ctx, name, f); err != nil {
 			return err
 		}
 		_, err := tx.Exec(ctx, upsertItem, name, v)

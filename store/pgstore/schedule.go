@@ -2,7 +2,6 @@ package pgstore
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -419,34 +418,6 @@ func (v schedules) Last(ctx context.Context, job string) (time.Time, bool, error
 		return time.Time{}, false, v.fail(ctx, "last slot of "+job, err)
 	}
 	return pgTime(t), t.Valid, nil
-}
-
-// CompleteSlot completes slot inside the caller's transaction tx, so that
-// the completion commits or rolls back with the caller's own writes (the
-// slot's business effect). tx may come from any PostgreSQL driver for
-// database/sql (pgx's stdlib driver, lib/pq); [Store.CompleteSlotPgx]
-// takes a pgx.Tx. It is one statement that, on the server's
-// clock_timestamp():
-//
-//   - locks the slot's claim lease row (SELECT ... FOR UPDATE) if it still
-//     has the slot's token and fence and has not expired; otherwise the
-//     error wraps schedule.ErrStale (fence.ErrStale) and lease.ErrNotHeld;
-//   - inserts (job, slot, fence) into <schema>.schedule_ledger; if the
-//     ledger already has the slot, the error wraps schedule.ErrCompleted;
-//   - marks the slot's record done.
-//
-// On an error the caller must roll tx back; CompleteSlot never commits or
-// rolls back tx itself. While tx is open, the claim cannot be taken over
-// (its row is locked), so the check holds until commit. A slot completed
-// here is done whatever the handler returns afterwards, and no node runs
-// it again.
-func (s *Store) CompleteSlot(ctx context.Context, tx *sql.Tx, slot *schedule.Slot) error {
-	return s.completeSlot(ctx, sqlTx(tx), slot)
-}
-
-// CompleteSlotPgx is [Store.CompleteSlot] in a pgx transaction.
-func (s *Store) CompleteSlotPgx(ctx context.Context, tx pgx.Tx, slot *schedule.Slot) error {
-	return s.completeSlot(ctx, pgxTx(tx), slot)
 }
 
 func (s *Store) completeSlot(ctx context.Context, tx querier, slot *schedule.Slot) error {

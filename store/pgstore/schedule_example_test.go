@@ -13,7 +13,7 @@ import (
 
 // A monthly settlement whose business change and slot completion commit in
 // one transaction (compiled, not run: it needs a server).
-func ExampleStore_CompleteSlot() {
+func ExampleStore_Tx_completeSlot() {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, "postgres://app@localhost/app")
 	if err != nil {
@@ -47,7 +47,7 @@ func ExampleStore_CompleteSlot() {
 				}
 				// schedule.ErrCompleted or schedule.ErrStale: the
 				// transaction rolls back with the business change.
-				return db.CompleteSlotPgx(ctx, tx, slot)
+				return db.PgxTx(tx).CompleteSlot(ctx, slot)
 			})
 		},
 	})

@@ -23,7 +23,7 @@ func schedCompleteCounted(ctx context.Context, pool *pgxpool.Pool, db *pgstore.S
 			ON CONFLICT (job) DO UPDATE SET n = counters.n + 1`, slot.Job); err != nil {
 			return err
 		}
-		return db.CompleteSlotPgx(ctx, tx, slot)
+		return db.PgxTx(tx).CompleteSlot(ctx, slot)
 	})
 }
 

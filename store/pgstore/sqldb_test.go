@@ -130,7 +130,7 @@ func newSQLResource(t *testing.T, db *sql.DB, store *pgstore.Store) *sqlResource
 
 func (r *sqlResource) FencedWrite(ctx context.Context, name string, f uint64, v string) error {
 	return inSQLTx(ctx, r.db, func(tx *sql.Tx) error {
-		if err := r.store.Admit(ctx, tx, name, f); err != nil {
+		if err := r.store.Tx(tx).Admit(ctx, name, f); err != nil {
 			return err
 		}
 		_, err := tx.ExecContext(ctx, upsertItem, name, v)
@@ -140,7 +140,7 @@ func (r *sqlResource) FencedWrite(ctx context.Context, name string, f uint64, v 
 
 func (r *sqlResource) FencedWriteAtLeast(ctx context.Context, name string, f uint64, v string) error {
 	return inSQLTx(ctx, r.db, func(tx *sql.Tx) error {
-		if err := r.store.AdmitAtLeast(ctx, tx, name, f); err != nil {
+		if err := r.store.Tx(tx).AdmitAtLeast(ctx, name, f); err != nil {
 			return err
 		}
 		_, err := tx.ExecContext(ctx, upsertItem, name, v)
@@ -150,7 +150,7 @@ func (r *sqlResource) FencedWriteAtLeast(ctx context.Context, name string, f uin
 
 func (r *sqlResource) HolderWrite(ctx context.Context, l *lease.Lease, name, v string) error {
 	return inSQLTx(ctx, r.db, func(tx *sql.Tx) error {
-		if err := r.store.CheckHolder(ctx, tx, l); err != nil {
+		if err := r.store.Tx(tx).CheckHolder(ctx, l); err != nil {
 			return err
 		}
 		_, err := tx.ExecContext(ctx, upsertItem, name, v)
@@ -189,7 +189,7 @@ func idemSQLTxTarget(t *testing.T, db *sql.DB, store *pgstore.Store) *idempotenc
 	}
 	return &idempotencytest.TxTarget{
 		Run: func(ctx context.Context, body func(tx idempotency.Tx, biz idempotencytest.Business) error) error {
-			return inSQLTx(ctx, db, func(tx *sql.Tx) error { return body(store.IdempotencyTx(tx), sqlBiz{tx}) })
+			return inSQLTx(ctx, db, func(tx *sql.Tx) error { return body(store.Tx(tx).Idempotency(), sqlBiz{tx}) })
 		},
 		Count: func(ctx context.Context, name string) (int, error) {
 			var n int

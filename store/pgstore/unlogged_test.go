@@ -177,7 +177,7 @@ func afterLoss(t *testing.T, pool *pgxpool.Pool, db *pgstore.Store, maxFence uin
 	// The fences table is logged: it kept the old holder's admission, and
 	// refuses the old fence while admitting the new one.
 	admit := func(f uint64) error {
-		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return db.AdmitPgx(ctx, tx, "res", f) })
+		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return db.PgxTx(tx).Admit(ctx, "res", f) })
 	}
 	if err := admit(maxFence + 1); err != nil {
 		t.Fatalf("Admit(new fence): %v", err)

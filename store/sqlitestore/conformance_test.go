@@ -20,6 +20,7 @@ import (
 	"github.com/tenurekit/tenure/session/sessiontest"
 	"github.com/tenurekit/tenure/store/sqlitestore"
 	"github.com/tenurekit/tenure/storetest"
+	"github.com/tenurekit/tenure/txn"
 )
 
 // newDeferred builds a store through New on a database opened at dsn
@@ -104,7 +105,7 @@ func TestConformance(t *testing.T) {
 			tt := idemTxTarget(t, s) // creates the business table
 			return idempotencytest.SQLTarget{
 				DB:     s.DB(),
-				Store:  s,
+				Bind:   txn.Idempotency(s),
 				Direct: s.Idempotency(),
 				Add: func(ctx context.Context, tx *sql.Tx, name string) error {
 					_, err := tx.ExecContext(ctx, `INSERT INTO `+idemBusiness+` (name) VALUES (?)`, name)
@@ -208,15 +209,15 @@ func (r resource) write(ctx context.Context, check func(tx *sql.Tx) error, name,
 }
 
 func (r resource) FencedWrite(ctx context.Context, name string, f uint64, v string) error {
-	return r.write(ctx, func(tx *sql.Tx) error { return r.s.Admit(ctx, tx, name, f) }, name, v)
+	return r.write(ctx, func(tx *sql.Tx) error { return r.s.Tx(tx).Admit(ctx, name, f) }, name, v)
 }
 
 func (r resource) FencedWriteAtLeast(ctx context.Context, name string, f uint64, v string) error {
-	return r.write(ctx, func(tx *sql.Tx) error { return r.s.AdmitAtLeast(ctx, tx, name, f) }, name, v)
+	return r.write(ctx, func(tx *sql.Tx) error { return r.s.Tx(tx).AdmitAtLeast(ctx, name, f) }, name, v)
 }
 
 func (r resource) HolderWrite(ctx context.Context, l *lease.Lease, name, v string) error {
-	return r.write(ctx, func(tx *sql.Tx) error { return r.s.CheckHolder(ctx, tx, l) }, name, v)
+	return r.write(ctx, func(tx *sql.Tx) error { return r.s.Tx(tx).CheckHolder(ctx, l) }, name, v)
 }
 
 func (r resource) PlainWrite(ctx context.Context, name, v string) error {
@@ -255,7 +256,7 @@ func idemTxTarget(t *testing.T, s *sqlitestore.Store) *idempotencytest.TxTarget 
 				return err
 			}
 			defer tx.Rollback()
-			if err := body(s.IdempotencyTx(tx), idemBiz{tx}); err != nil {
+			if err := body(s.Tx(tx).Idempotency(), idemBiz{tx}); err != nil {
 				return err
 			}
 			return tx.Commit()
@@ -347,7 +348,7 @@ func schedCompleteCounted(ctx context.Context, s *sqlitestore.Store, slot *sched
 		ON CONFLICT (job) DO UPDATE SET n = n + 1`, slot.Job); err != nil {
 		return err
 	}
-	if err := s.CompleteSlot(ctx, tx, slot); err != nil {
+	if err := s.Tx(tx).CompleteSlot(ctx, slot); err != nil {
 		return err
 	}
 	return tx.Commit()

@@ -77,30 +77,30 @@
 // # The guard
 //
 // A lock coordinates; it does not protect. The resource has the last word:
-// [Store.Admit] admits a fence for a named resource inside the caller's own
+// db.Tx(tx).Admit ([Store.Tx]) admits a fence for a named resource inside the caller's own
 // transaction, in one statement on <prefix>fences, and refuses a fence that
 // is not newer than every fence admitted before with a *fence.StaleError
 // (errors.Is fence.ErrStale); the caller then rolls back its transaction,
-// business rows included. [Store.AdmitAtLeast] also accepts the same fence
+// business rows included. AdmitAtLeast also accepts the same fence
 // again, for several writes in one tenure.
 //
 // A max-fence guard is blind to time: if holder A's lease expired but the
 // next holder B has not written yet, A's fence is still the greatest and is
-// admitted. [Store.CheckHolder] closes that window: in the caller's
+// admitted. CheckHolder closes that window: in the caller's
 // transaction it takes SQLite's write lock and checks that the lease row
 // still has the holder's token and fence and has not expired on the store's
 // clock; no acquirer can commit until the transaction ends.
 //
-// # One transactional surface
+// # One transactional entry point
 //
-// The methods that run in the caller's *sql.Tx, [Store.Admit],
-// [Store.AdmitAtLeast], [Store.CheckHolder] (fence.SQLGuard),
-// [Store.IdempotencyTx] (idempotency.TxStore) and [Store.CompleteSlot]
-// (schedule.SQLCompleter), have the same names and signatures as
-// pgstore's. Write business code against those interfaces: it runs on a
-// SQLite file in development and in unit tests (a file in t.TempDir(), no
-// server) and on PostgreSQL in production. None of them commits or rolls
-// back the caller's transaction.
+// Everything that runs in the caller's *sql.Tx comes from one call:
+// [Store.Tx] binds the store to the transaction and returns a txn.Tx, the
+// same interface pgstore's Tx returns, with the guards (Admit,
+// AdmitAtLeast, CheckHolder), CompleteSlot and the idempotency record
+// (Idempotency, for idempotency.Keeper.DoTx). Write business code against
+// txn.Store: it runs on a SQLite file in development and in unit tests (a
+// file in t.TempDir(), no server) and on PostgreSQL in production. None of
+// them commits or rolls back the caller's transaction.
 //
 // # Errors
 //

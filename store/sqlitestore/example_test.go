@@ -50,7 +50,7 @@ func Example() {
 			return err
 		}
 		defer tx.Rollback()
-		if err := db.Admit(ctx, tx, "ledger:2026-11", f); err != nil {
+		if err := db.Tx(tx).Admit(ctx, "ledger:2026-11", f); err != nil {
 			return err
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO ledger VALUES ('2026-11', 1)`); err != nil {
@@ -108,7 +108,7 @@ func ExampleNew() {
 		defer tx.Rollback()
 		// The strict holder check: token, fence and expiry on the store's
 		// clock, with the write lock held until the transaction ends.
-		if err := db.CheckHolder(ctx, tx, l); err != nil {
+		if err := db.Tx(tx).CheckHolder(ctx, l); err != nil {
 			return err
 		}
 		// ... the caller's own writes in tx ...

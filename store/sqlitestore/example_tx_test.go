@@ -11,6 +11,7 @@ import (
 
 	"github.com/tenurekit/tenure/idempotency"
 	"github.com/tenurekit/tenure/store/sqlitestore"
+	"github.com/tenurekit/tenure/txn"
 )
 
 // TxMiddleware runs each request in one transaction: the handler's order
@@ -31,14 +32,14 @@ func Example_txMiddleware() {
 	}
 
 	k, _ := idempotency.New(store.Idempotency(), nil)
-	mw, err := k.TxMiddleware(db, store, &idempotency.HTTPOptions{
+	mw, err := k.TxMiddleware(db, txn.Idempotency(store), &idempotency.HTTPOptions{
 		Principal: func(r *http.Request) string { return "alice" }, // the authenticated user
 	})
 	if err != nil {
 		panic(err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("POST /orders", mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	mux.Handle("POST /orders", mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tx, _ := idempotency.TxFromContext(r.Context()) // never commit it here
 		item := r.FormValue("item")
 		if item == "" {

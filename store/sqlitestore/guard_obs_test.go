@@ -43,10 +43,10 @@ func TestGuardRefusalsCounted(t *testing.T) {
 		}
 		return tx.Commit()
 	}
-	if err := inTx(func(tx *sql.Tx) error { return s.Admit(ctx, tx, "ledger", 5) }); err != nil {
+	if err := inTx(func(tx *sql.Tx) error { return s.Tx(tx).Admit(ctx, "ledger", 5) }); err != nil {
 		t.Fatal(err)
 	}
-	if err := inTx(func(tx *sql.Tx) error { return s.Admit(ctx, tx, "ledger", 4) }); !errors.Is(err, fence.ErrStale) {
+	if err := inTx(func(tx *sql.Tx) error { return s.Tx(tx).Admit(ctx, "ledger", 4) }); !errors.Is(err, fence.ErrStale) {
 		t.Fatalf("stale admit: %v", err)
 	}
 	l, err := leasetest.NewLocker(t, s.Leases(), nil).TryAcquire(ctx, "k", time.Minute)
@@ -54,7 +54,7 @@ func TestGuardRefusalsCounted(t *testing.T) {
 		t.Fatal(err)
 	}
 	l.Release(context.WithoutCancel(ctx))
-	if err := inTx(func(tx *sql.Tx) error { return s.CheckHolder(ctx, tx, l) }); !errors.Is(err, lease.ErrNotHeld) {
+	if err := inTx(func(tx *sql.Tx) error { return s.Tx(tx).CheckHolder(ctx, l) }); !errors.Is(err, lease.ErrNotHeld) {
 		t.Fatalf("check holder of a released lease: %v", err)
 	}
 	admit := tl.Count(t, obs.GuardRefusals, map[string]string{"store": "sqlitestore", "guard": obs.GuardAdmit})

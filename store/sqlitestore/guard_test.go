@@ -16,7 +16,20 @@ import (
 )
 
 // admitTx runs admit in its own transaction and commits if it succeeds.
-func admitTx(t *testing.T, s *sqlitestore.Store, admit func(ctx context.Context, tx *sql.Tx, r string, f uint64) error, r string, f uint64) error {
+// admitFunc is a guard in a transaction: strict or atLeast.
+type admitFunc = func(ctx context.Context, tx *sql.Tx, r string, f uint64) error
+
+func strict(s *sqlitestore.Store) admitFunc {
+	return func(ctx context.Context, tx *sql.Tx, r string, f uint64) error { return s.Tx(tx).Admit(ctx, r, f) }
+}
+
+func atLeast(s *sqlitestore.Store) admitFunc {
+	return func(ctx context.Context, tx *sql.Tx, r string, f uint64) error {
+		return s.Tx(tx).AdmitAtLeast(ctx, r, f)
+	}
+}
+
+func admitTx(t *testing.T, s *sqlitestore.Store, admit admitFunc, r string, f uint64) error {
 	t.Helper()
 	ctx := t.Context()
 	tx, err := s.DB().BeginTx(ctx, nil)
@@ -60,29 +73,29 @@ func wantStale(t *testing.T, err error, resource string, f, current uint64) {
 
 func TestAdmitStrict(t *testing.T) {
 	s := open(t, tempPath(t), nil)
-	if err := admitTx(t, s, s.Admit, "r", 10); err != nil {
+	if err := admitTx(t, s, strict(s), "r", 10); err != nil {
 		t.Fatalf("first fence: %v", err)
 	}
-	wantStale(t, admitTx(t, s, s.Admit, "r", 10), "r", 10, 10)
-	wantStale(t, admitTx(t, s, s.Admit, "r", 9), "r", 9, 10)
+	wantStale(t, admitTx(t, s, strict(s), "r", 10), "r", 10, 10)
+	wantStale(t, admitTx(t, s, strict(s), "r", 9), "r", 9, 10)
 	if got := storedFence(t, s, "r"); got != 10 {
 		t.Fatalf("stored %d after stale admits, want 10", got)
 	}
-	if err := admitTx(t, s, s.Admit, "r", 11); err != nil {
+	if err := admitTx(t, s, strict(s), "r", 11); err != nil {
 		t.Fatalf("newer fence: %v", err)
 	}
 	if got := storedFence(t, s, "r"); got != 11 {
 		t.Fatalf("stored %d, want 11", got)
 	}
 	// Resources are independent.
-	if err := admitTx(t, s, s.Admit, "other", 1); err != nil {
+	if err := admitTx(t, s, strict(s), "other", 1); err != nil {
 		t.Fatal(err)
 	}
 	if got := storedFence(t, s, "r"); got != 11 {
 		t.Fatalf("stored %d, want 11", got)
 	}
 	// The largest fence the store accepts.
-	if err := admitTx(t, s, s.Admit, "r", math.MaxInt64); err != nil {
+	if err := admitTx(t, s, strict(s), "r", math.MaxInt64); err != nil {
 		t.Fatal(err)
 	}
 	if got := storedFence(t, s, "r"); got != math.MaxInt64 {
@@ -93,16 +106,16 @@ func TestAdmitStrict(t *testing.T) {
 func TestAdmitAtLeast(t *testing.T) {
 	s := open(t, tempPath(t), nil)
 	for i, f := range []uint64{10, 10, 12, 12} {
-		if err := admitTx(t, s, s.AdmitAtLeast, "r", f); err != nil {
+		if err := admitTx(t, s, atLeast(s), "r", f); err != nil {
 			t.Fatalf("admit #%d (fence %d): %v", i, f, err)
 		}
 	}
-	wantStale(t, admitTx(t, s, s.AdmitAtLeast, "r", 11), "r", 11, 12)
+	wantStale(t, admitTx(t, s, atLeast(s), "r", 11), "r", 11, 12)
 	if got := storedFence(t, s, "r"); got != 12 {
 		t.Fatalf("stored %d, want 12", got)
 	}
 	// Strict mode on the same resource still refuses the equal fence.
-	wantStale(t, admitTx(t, s, s.Admit, "r", 12), "r", 12, 12)
+	wantStale(t, admitTx(t, s, strict(s), "r", 12), "r", 12, 12)
 }
 
 // TestStaleAdmitRollsBackBusinessWrite: the caller's own UPDATE in the
@@ -140,7 +153,7 @@ func TestStaleAdmitRollsBackBusinessWrite(t *testing.T) {
 		if updateFirst {
 			update()
 		}
-		err = s.Admit(ctx, tx, "ledger", a.Fence())
+		err = s.Tx(tx).Admit(ctx, "ledger", a.Fence())
 		wantStale(t, err, "ledger", a.Fence(), b.Fence())
 		if !updateFirst {
 			update() // a careless caller that goes on anyway
@@ -176,7 +189,7 @@ func checkTx(t *testing.T, s *sqlitestore.Store, l *lease.Lease) error {
 		t.Fatal(err)
 	}
 	defer tx.Rollback()
-	return s.CheckHolder(t.Context(), tx, l)
+	return s.Tx(tx).CheckHolder(t.Context(), l)
 }
 
 func TestCheckHolder(t *testing.T) {
@@ -235,12 +248,12 @@ func TestCheckHolder(t *testing.T) {
 	if strings.Contains(err.Error(), b.Token().Reveal()) || strings.Contains(err.Error(), c.Token().Reveal()) {
 		t.Fatalf("error %q contains a token", err)
 	}
-	if err := s.CheckHolder(ctx, nil, c); !errors.Is(err, lease.ErrInvalid) {
+	if err := s.Tx(nil).CheckHolder(ctx, c); !errors.Is(err, lease.ErrInvalid) {
 		t.Fatalf("nil tx: %v", err)
 	}
 	tx, _ := s.DB().BeginTx(ctx, nil)
 	defer tx.Rollback()
-	if err := s.CheckHolder(ctx, tx, nil); !errors.Is(err, lease.ErrInvalid) {
+	if err := s.Tx(tx).CheckHolder(ctx, nil); !errors.Is(err, lease.ErrInvalid) {
 		t.Fatalf("nil lease: %v", err)
 	}
 }
@@ -256,7 +269,7 @@ func TestMaxFenceGuardIsTTLBlindButCheckHolderIsNot(t *testing.T) {
 	s := open(t, tempPath(t), &sqlitestore.Options{Clock: clk.Now})
 	createBusiness(t, s.DB())
 	a := acquireAt(t, s, "k")
-	if err := admitTx(t, s, s.Admit, "blind", a.Fence()-1); err != nil {
+	if err := admitTx(t, s, strict(s), "blind", a.Fence()-1); err != nil {
 		t.Fatal(err)
 	}
 	clk.Advance(2 * time.Minute) // A's lease expires on the store's clock
@@ -265,7 +278,7 @@ func TestMaxFenceGuardIsTTLBlindButCheckHolderIsNot(t *testing.T) {
 		t.Fatalf("B's fence %d not above A's %d", b.Fence(), a.Fence())
 	}
 
-	if err := admitTx(t, s, s.Admit, "blind", a.Fence()); err != nil {
+	if err := admitTx(t, s, strict(s), "blind", a.Fence()); err != nil {
 		t.Fatalf("the max-fence guard should still admit A: %v", err)
 	}
 	holderWrite := func(l *lease.Lease, v string) error {
@@ -274,10 +287,10 @@ func TestMaxFenceGuardIsTTLBlindButCheckHolderIsNot(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer tx.Rollback()
-		if err := s.CheckHolder(ctx, tx, l); err != nil {
+		if err := s.Tx(tx).CheckHolder(ctx, l); err != nil {
 			return err
 		}
-		if err := s.AdmitAtLeast(ctx, tx, "guarded", l.Fence()); err != nil {
+		if err := s.Tx(tx).AdmitAtLeast(ctx, "guarded", l.Fence()); err != nil {
 			return err
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO `+businessTable+` (name, value) VALUES ('guarded', ?)
@@ -341,7 +354,7 @@ func TestCheckHolderTakesWriteLock(t *testing.T) {
 	if !canWrite() {
 		t.Fatal("a deferred BEGIN already locks out writers; the test proves nothing")
 	}
-	if err := s.CheckHolder(ctx, tx, l); err != nil {
+	if err := s.Tx(tx).CheckHolder(ctx, l); err != nil {
 		t.Fatal(err)
 	}
 	if canWrite() {
@@ -438,7 +451,7 @@ func TestBadInputWritesNothing(t *testing.T) {
 	}
 	for _, c := range cases {
 		for mode, admit := range map[string]func(context.Context, *sql.Tx, string, uint64) error{
-			"strict": s.Admit, "at-least": s.AdmitAtLeast,
+			"strict": strict(s), "at-least": atLeast(s),
 		} {
 			tx, err := s.DB().BeginTx(ctx, nil)
 			if err != nil {
@@ -453,7 +466,7 @@ func TestBadInputWritesNothing(t *testing.T) {
 			}
 		}
 	}
-	if err := s.Admit(ctx, nil, "r", 1); !errors.Is(err, lease.ErrInvalid) {
+	if err := s.Tx(nil).Admit(ctx, "r", 1); !errors.Is(err, lease.ErrInvalid) {
 		t.Errorf("nil tx: %v", err)
 	}
 	var n int
@@ -464,7 +477,7 @@ func TestBadInputWritesNothing(t *testing.T) {
 	// store being down.
 	tx, _ := s.DB().BeginTx(ctx, nil)
 	tx.Rollback()
-	if err := s.Admit(ctx, tx, "r", 1); !errors.Is(err, sql.ErrTxDone) || errors.Is(err, lease.ErrUnavailable) {
+	if err := s.Tx(tx).Admit(ctx, "r", 1); !errors.Is(err, sql.ErrTxDone) || errors.Is(err, lease.ErrUnavailable) {
 		t.Errorf("ended tx: %v, want sql.ErrTxDone", err)
 	}
 }

@@ -80,17 +80,6 @@ func (s *Store) idemQueries() *idemQueries {
 // the next claim's fence follows it.
 func (s *Store) Idempotency() idempotency.Store { return idemView{s, s.idemQueries()} }
 
-// IdempotencyTx returns the transactional form of the view bound to the
-// caller's transaction tx, for idempotency.Keeper.DoTx: the claim, the
-// caller's rows and the result commit or roll back together. Claim takes
-// SQLite's write lock for tx first (a transaction from a database opened
-// with [DSN] holds it from BEGIN), so a concurrent duplicate waits (for up
-// to the busy timeout) until tx ends, and then replays the committed
-// result or claims the record itself after a rollback.
-func (s *Store) IdempotencyTx(tx *sql.Tx) idempotency.Tx {
-	return idemTx{idemView{s, s.idemQueries()}, tx}
-}
-
 // PurgeIdempotency deletes the records whose retention ended (store clock)
 // and returns how many. Run it now and then to reclaim space; correctness
 // never depends on it.

@@ -28,7 +28,7 @@ func TestDoTxCallsTimed(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback()
-	_, err = k.DoTx(t.Context(), s.IdempotencyTx(tx), idempotency.Request{Scope: "s", Key: "k", Fingerprint: "f"},
+	_, err = k.DoTx(t.Context(), s.Tx(tx).Idempotency(), idempotency.Request{Scope: "s", Key: "k", Fingerprint: "f"},
 		func(context.Context, *idempotency.Claim) ([]byte, error) { return []byte("ok"), nil })
 	if err != nil {
 		t.Fatal(err)

@@ -31,10 +31,10 @@ func TestGuardRefusalCounted(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback()
-	if err := s.Admit(ctx, tx, "invoice-7", 5); err != nil {
+	if err := s.Tx(tx).Admit(ctx, "invoice-7", 5); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Admit(ctx, tx, "invoice-7", 3); !errors.Is(err, fence.ErrStale) {
+	if err := s.Tx(tx).Admit(ctx, "invoice-7", 3); !errors.Is(err, fence.ErrStale) {
 		t.Fatalf("stale fence: %v", err)
 	}
 	if got := tl.Count(t, "tenure.guard.refusals", map[string]string{"store": "sqlitestore", "guard": "admit"}); got != 1 {

@@ -397,22 +397,7 @@ func (v schedules) Last(ctx context.Context, job string) (time.Time, bool, error
 	return schedFromUS(us), us.Valid, nil
 }
 
-// CompleteSlot completes slot inside the caller's transaction tx, so that
-// the completion commits or rolls back with the caller's own writes (the
-// slot's business effect). It takes SQLite's write lock for tx (as
-// CheckHolder does), then, on the store's clock:
-//
-//   - if the ledger (<prefix>schedule_ledger) already has (job, slot), it
-//     returns an error wrapping schedule.ErrCompleted;
-//   - if the slot's claim is not current (the claim lease does not have
-//     the slot's token and fence, or has expired), it returns an error
-//     wrapping schedule.ErrStale (fence.ErrStale) and lease.ErrNotHeld;
-//   - otherwise it inserts (job, slot, fence) into the ledger and marks the
-//     slot's record done.
-//
-// On an error the caller must roll tx back. A slot completed here is done
-// whatever the handler returns afterwards, and no node runs it again.
-func (s *Store) CompleteSlot(ctx context.Context, tx *sql.Tx, slot *schedule.Slot) error {
+func (s *Store) completeSlot(ctx context.Context, tx *sql.Tx, slot *schedule.Slot) error {
 	if slot == nil || slot.Lease() == nil {
 		return fmt.Errorf("%w: sqlitestore: nil slot or a slot without a claim", schedule.ErrInvalid)
 	}

@@ -14,7 +14,7 @@ import (
 // A job settles every 20ms; its business change and the slot's completion
 // commit in one transaction, so each slot settles once whatever happens
 // between the commit and the scheduler's own bookkeeping.
-func ExampleStore_CompleteSlot() {
+func ExampleStore_Tx_completeSlot() {
 	ctx := context.Background()
 	dir, err := os.MkdirTemp("", "tenure-example-")
 	if err != nil {
@@ -49,7 +49,7 @@ func ExampleStore_CompleteSlot() {
 				return err
 			}
 			// Refused (and rolled back) for a duplicate or a stale claim.
-			if err := db.CompleteSlot(ctx, tx, slot); err != nil {
+			if err := db.Tx(tx).CompleteSlot(ctx, slot); err != nil {
 				return err
 			}
 			if err := tx.Commit(); err != nil {

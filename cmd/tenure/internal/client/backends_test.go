@@ -77,7 +77,7 @@ func pgServe(t testing.TB, dsn string) (string, *fencedkv.KV, func()) {
 	s := newPG(t, pool, nil)
 	db := stdlib.OpenDBFromPool(pool)
 	t.Cleanup(func() { db.Close() })
-	kv, err := fencedkv.New(context.Background(), db, fencedkv.Postgres, `"tenure"."tenure_serve_values"`, s.Admit)
+	kv, err := fencedkv.New(context.Background(), db, fencedkv.Postgres, `"tenure"."tenure_serve_values"`, s)
 	if err != nil {
 		t.Fatal(err)
 	}

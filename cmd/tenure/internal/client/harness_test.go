@@ -138,7 +138,7 @@ func startSQLite(t testing.TB, path string, o *sqlitestore.Options) *sqliteServe
 		path = filepath.Join(t.TempDir(), "tenure.db")
 	}
 	s := openSQLite(t, path, o)
-	kv, err := fencedkv.New(context.Background(), s.DB(), fencedkv.SQLite, `"tenure_serve_values"`, s.Admit)
+	kv, err := fencedkv.New(context.Background(), s.DB(), fencedkv.SQLite, `"tenure_serve_values"`, s)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,14 +34,14 @@ func Stores(ctx context.Context, st *storeopen.Stores) (server.Stores, func(), e
 	case st.Etcd != nil:
 		out.Fenced = etcdKV{st.Etcd}
 	case st.SQLite != nil:
-		kv, err := fencedkv.New(ctx, st.SQLite.DB(), fencedkv.SQLite, `"`+ValueTable+`"`, st.SQLite.Admit)
+		kv, err := fencedkv.New(ctx, st.SQLite.DB(), fencedkv.SQLite, `"`+ValueTable+`"`, st.SQLite)
 		if err != nil {
 			return server.Stores{}, nil, err
 		}
 		out.Fenced = kv
 	case st.PG != nil:
 		db := stdlib.OpenDBFromPool(st.PGPool)
-		kv, err := fencedkv.New(ctx, db, fencedkv.Postgres, `"`+st.PG.Schema()+`"."`+ValueTable+`"`, st.PG.Admit)
+		kv, err := fencedkv.New(ctx, db, fencedkv.Postgres, `"`+st.PG.Schema()+`"."`+ValueTable+`"`, st.PG)
 		if err != nil {
 			db.Close()
 			return server.Stores{}, nil, err
