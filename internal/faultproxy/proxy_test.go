@@ -133,6 +133,24 @@ func expect(t *testing.T, c net.Conn, want string) {
 	}
 }
 
+// roundTrip sends s over c and reads its echo.
+func roundTrip(t *testing.T, c net.Conn, s string) {
+	t.Helper()
+	send(t, c, s)
+	expect(t, c, s)
+}
+
+// proxied starts an echo server and a proxy in front of it, and connects
+// to the proxy with a round trip of first.
+func proxied(t *testing.T, first string) (*echo, *Proxy, net.Conn) {
+	t.Helper()
+	e := newEcho(t)
+	p := start(t, e.addr())
+	c := dial(t, p)
+	roundTrip(t, c, first)
+	return e, p, c
+}
+
 // expectClosed reads from c until it fails and fails unless c was closed
 // with nothing more to read.
 func expectClosed(t *testing.T, c net.Conn) {
@@ -185,14 +203,10 @@ func heldReplies(p *Proxy, c net.Conn, want string) func() bool {
 func port(c net.Conn) int { return c.LocalAddr().(*net.TCPAddr).Port }
 
 func TestProxyForwards(t *testing.T) {
-	e := newEcho(t)
-	p := start(t, e.addr())
+	e, p, _ := proxied(t, "ping")
 	if p.Upstream() != e.addr() {
 		t.Fatalf("Upstream() = %q, want %q", p.Upstream(), e.addr())
 	}
-	c := dial(t, p)
-	send(t, c, "ping")
-	expect(t, c, "ping")
 	if got := e.received(); got != "ping" {
 		t.Fatalf("the server received %q", got)
 	}
@@ -201,11 +215,7 @@ func TestProxyForwards(t *testing.T) {
 // Hold keeps the replies, in order, and lets the requests through;
 // Release delivers them once, in order, and forwards again.
 func TestProxyHoldRelease(t *testing.T) {
-	e := newEcho(t)
-	p := start(t, e.addr())
-	c := dial(t, p)
-	send(t, c, "a")
-	expect(t, c, "a")
+	e, p, c := proxied(t, "a")
 
 	p.Hold()
 	send(t, c, "one")
@@ -219,8 +229,7 @@ func TestProxyHoldRelease(t *testing.T) {
 	p.Release()
 	expect(t, c, "onetwo")
 	waitFor(t, "nothing held", heldReplies(p, c, ""))
-	send(t, c, "three")
-	expect(t, c, "three") // nothing was delivered twice
+	roundTrip(t, c, "three") // nothing was delivered twice
 }
 
 // HoldWhere holds the replies of the connection whose client sent the
@@ -233,8 +242,7 @@ func TestProxyHoldWhere(t *testing.T) {
 
 	send(t, marked, "x MARK y")
 	waitFor(t, "holding the marked connection's reply", heldReplies(p, marked, "x MARK y"))
-	send(t, other, "plain")
-	expect(t, other, "plain")
+	roundTrip(t, other, "plain")
 	send(t, marked, "z")
 	waitFor(t, "holding the marked connection's replies", heldReplies(p, marked, "x MARK yz"))
 
@@ -246,19 +254,14 @@ func TestProxyHoldWhere(t *testing.T) {
 // client ports; a new hold delivers what the old one held for
 // connections it does not hold.
 func TestProxyHoldPorts(t *testing.T) {
-	e := newEcho(t)
-	p := start(t, e.addr())
-	a, b := dial(t, p), dial(t, p)
-	send(t, a, "a0")
-	expect(t, a, "a0")
-	send(t, b, "b0")
-	expect(t, b, "b0")
+	e, p, a := proxied(t, "a0")
+	b := dial(t, p)
+	roundTrip(t, b, "b0")
 
 	p.HoldPorts(map[int]bool{port(a): true})
 	send(t, a, "a1")
 	waitFor(t, "holding a's request", func() bool { r, _ := held(p, a); return r == "a1" })
-	send(t, b, "b1")
-	expect(t, b, "b1")
+	roundTrip(t, b, "b1")
 	if got := e.received(); got != "a0b0b1" {
 		t.Fatalf("the server received %q: a held request reached it", got)
 	}
@@ -277,11 +280,7 @@ func TestProxyHoldPorts(t *testing.T) {
 
 // Cut closes every connection and refuses new ones until Heal.
 func TestProxyCutHeal(t *testing.T) {
-	e := newEcho(t)
-	p := start(t, e.addr())
-	c := dial(t, p)
-	send(t, c, "a")
-	expect(t, c, "a")
+	_, p, c := proxied(t, "a")
 
 	p.Cut()
 	expectClosed(t, c)
@@ -292,19 +291,13 @@ func TestProxyCutHeal(t *testing.T) {
 	}
 
 	p.Heal()
-	c = dial(t, p)
-	send(t, c, "b")
-	expect(t, c, "b")
+	roundTrip(t, dial(t, p), "b")
 }
 
 // DropReplies lets requests through and discards the replies; Heal
 // closes the connection it dropped replies on.
 func TestProxyDropReplies(t *testing.T) {
-	e := newEcho(t)
-	p := start(t, e.addr())
-	c := dial(t, p)
-	send(t, c, "a")
-	expect(t, c, "a")
+	e, p, c := proxied(t, "a")
 
 	p.DropReplies()
 	send(t, c, "lost")
@@ -315,39 +308,30 @@ func TestProxyDropReplies(t *testing.T) {
 
 // Delay holds each reply back for the delay and keeps the connections.
 func TestProxyDelay(t *testing.T) {
-	e := newEcho(t)
-	p := start(t, e.addr())
-	c := dial(t, p)
+	_, p, c := proxied(t, "a")
 	const d = 100 * time.Millisecond
 	p.Delay(d)
 	begin := time.Now()
-	send(t, c, "slow")
-	expect(t, c, "slow")
+	roundTrip(t, c, "slow")
 	if took := time.Since(begin); took < d {
 		t.Fatalf("a reply took %v with a delay of %v", took, d)
 	}
 	p.Delay(0)
-	send(t, c, "fast")
-	expect(t, c, "fast")
+	roundTrip(t, c, "fast")
 }
 
 // SetUpstream closes the connections and sends new ones to the new
 // upstream.
 func TestProxySetUpstream(t *testing.T) {
-	e1, e2 := newEcho(t), newEcho(t)
-	p := start(t, e1.addr())
-	c := dial(t, p)
-	send(t, c, "one")
-	expect(t, c, "one")
+	e1, p, c := proxied(t, "one")
+	e2 := newEcho(t)
 
 	p.SetUpstream(e2.addr())
 	if p.Upstream() != e2.addr() {
 		t.Fatalf("Upstream() = %q, want %q", p.Upstream(), e2.addr())
 	}
 	expectClosed(t, c)
-	c = dial(t, p)
-	send(t, c, "two")
-	expect(t, c, "two")
+	roundTrip(t, dial(t, p), "two")
 	if e1.received() != "one" || e2.received() != "two" || e2.accepted() != 1 {
 		t.Fatalf("received %q and %q", e1.received(), e2.received())
 	}
