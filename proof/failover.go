@@ -11,8 +11,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
+
+	"github.com/tenurekit/tenure/internal/faultproxy"
 )
 
 // StartOptions configure [StartStoreWith].
@@ -46,26 +47,27 @@ func StartStoreWith(ctx context.Context, kind string, o StartOptions) (*StartedS
 // replicated is the replica of a started store and the relays around it.
 type replicated struct {
 	replica *StartedStore
-	link    *relay // replica -> primary: the replication stream
-	front   *relay // workers -> the current primary
-	failed  bool   // the failover happened
+	link    *faultproxy.Proxy // replica -> primary: the replication stream
+	front   *faultproxy.Proxy // workers -> the current primary
+	failed  bool              // the failover happened
 }
 
 func (s *StartedStore) addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
 
 func (s *StartedStore) addReplica(ctx context.Context) error {
-	link, err := newRelay(s.addr())
+	link, err := faultproxy.Start(s.addr())
 	if err != nil {
 		return err
 	}
-	r, err := startRedis(ctx, s.bin, filepath.Dir(s.dir), "--replicaof", "127.0.0.1", link.port())
+	_, linkPort, _ := net.SplitHostPort(link.Addr())
+	r, err := startRedis(ctx, s.bin, filepath.Dir(s.dir), "--replicaof", "127.0.0.1", linkPort)
 	if err != nil {
-		link.close()
+		link.Close()
 		return err
 	}
-	front, err := newRelay(s.addr())
+	front, err := faultproxy.Start(s.addr())
 	if err != nil {
-		link.close()
+		link.Close()
 		r.Close()
 		return err
 	}
@@ -81,8 +83,8 @@ func (s *StartedStore) addReplica(ctx context.Context) error {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	s.URL = "redis://" + front.addr()
-	s.Detail = fmt.Sprintf("redis-server started by tenure proof on %s (appendfsync always) with a replica on %s; the store is reached through a relay on %s", s.addr(), r.addr(), front.addr())
+	s.URL = "redis://" + front.Addr()
+	s.Detail = fmt.Sprintf("redis-server started by tenure proof on %s (appendfsync always) with a replica on %s; the store is reached through a relay on %s", s.addr(), r.addr(), front.Addr())
 	return nil
 }
 
@@ -104,7 +106,7 @@ func (s *StartedStore) Failover(ctx context.Context) error {
 	}
 	s.repl.failed = true
 	before, _ := replOffset(s.addr())
-	s.repl.link.hold()
+	s.repl.link.Hold()
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		if off, err := replOffset(s.addr()); err != nil || off > before {
@@ -118,8 +120,8 @@ func (s *StartedStore) Failover(ctx context.Context) error {
 	if _, err := redisCall(s.repl.replica.addr(), "REPLICAOF", "NO", "ONE"); err != nil {
 		return fmt.Errorf("proof: promote the replica: %w", err)
 	}
-	s.repl.link.close()
-	s.repl.front.switchTo(s.repl.replica.addr())
+	s.repl.link.Close()
+	s.repl.front.SetUpstream(s.repl.replica.addr())
 	return nil
 }
 
@@ -200,134 +202,4 @@ func redisCall(addr string, args ...string) (string, error) {
 		return line[1:], nil
 	}
 	return "", errors.New("proof: empty reply")
-}
-
-// relay forwards TCP connections to an upstream address. hold stops
-// passing on what the upstream sends (the connections stay up, and what
-// the clients send still arrives); switchTo closes every connection and
-// sends new ones to another upstream.
-type relay struct {
-	ln net.Listener
-
-	mu       sync.Mutex
-	cond     *sync.Cond
-	upstream string
-	held     bool
-	closed   bool
-	conns    map[*pconn]struct{}
-	wg       sync.WaitGroup
-}
-
-func newRelay(upstream string) (*relay, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, fmt.Errorf("proof: relay: %w", err)
-	}
-	r := &relay{ln: ln, upstream: upstream, conns: map[*pconn]struct{}{}}
-	r.cond = sync.NewCond(&r.mu)
-	r.wg.Add(1)
-	go r.accept()
-	return r, nil
-}
-
-func (r *relay) addr() string { return r.ln.Addr().String() }
-
-func (r *relay) port() string {
-	_, p, _ := net.SplitHostPort(r.addr())
-	return p
-}
-
-func (r *relay) hold() {
-	r.mu.Lock()
-	r.held = true
-	r.mu.Unlock()
-}
-
-func (r *relay) switchTo(upstream string) {
-	r.mu.Lock()
-	r.upstream = upstream
-	conns := r.conns
-	r.conns = map[*pconn]struct{}{}
-	r.mu.Unlock()
-	for c := range conns {
-		c.close()
-	}
-}
-
-func (r *relay) close() {
-	r.mu.Lock()
-	r.closed = true
-	conns := r.conns
-	r.conns = map[*pconn]struct{}{}
-	r.cond.Broadcast()
-	r.mu.Unlock()
-	r.ln.Close()
-	for c := range conns {
-		c.close()
-	}
-	r.wg.Wait()
-}
-
-func (r *relay) accept() {
-	defer r.wg.Done()
-	for {
-		conn, err := r.ln.Accept()
-		if err != nil {
-			return
-		}
-		r.wg.Add(1)
-		go r.serve(&pconn{client: conn})
-	}
-}
-
-func (r *relay) serve(c *pconn) {
-	defer r.wg.Done()
-	r.mu.Lock()
-	upstream := r.upstream
-	r.mu.Unlock()
-	server, err := net.DialTimeout("tcp", upstream, 5*time.Second)
-	if err != nil {
-		c.close()
-		return
-	}
-	c.server = server
-	r.mu.Lock()
-	if r.closed || r.upstream != upstream {
-		r.mu.Unlock()
-		c.close()
-		return
-	}
-	r.conns[c] = struct{}{}
-	r.mu.Unlock()
-	defer func() {
-		r.mu.Lock()
-		delete(r.conns, c)
-		r.mu.Unlock()
-		c.close()
-	}()
-	go func() {
-		io.Copy(c.server, c.client)
-		c.close()
-	}()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := c.server.Read(buf)
-		if n > 0 {
-			r.mu.Lock()
-			for r.held && !r.closed {
-				r.cond.Wait() // until close: a held stream is never delivered
-			}
-			stop := r.closed
-			r.mu.Unlock()
-			if stop {
-				return
-			}
-			if _, werr := c.client.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
 }

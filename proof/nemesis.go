@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/tenurekit/tenure/internal/faultproxy"
 )
 
 // nemesis injects faults into the workers while a workload runs: it pauses
@@ -29,8 +31,9 @@ type nemesis struct {
 	hold    *holders
 	faults  map[string]int
 	restart func(i, inc int) (*member, error)
-	px      *faultProxy // nil without proxy faults
+	px      *faultproxy.Proxy // nil without proxy faults
 
+	proxyFault string    // the current proxy fault, one of proxyFaults
 	proxyUntil time.Time // the current proxy fault ends; zero when none
 	proxyTurn  bool
 
@@ -136,8 +139,7 @@ func (n *nemesis) run(ctx context.Context, until time.Time, tick func(time.Durat
 			}
 		}
 		if !n.proxyUntil.IsZero() && now.After(n.proxyUntil) {
-			n.px.set(proxyForward)
-			n.proxyUntil = time.Time{}
+			n.endProxyFault()
 		}
 		if now.Before(nextFault) {
 			continue
@@ -167,9 +169,7 @@ func (n *nemesis) run(ctx context.Context, until time.Time, tick func(time.Durat
 		// a proxy fault).
 		holding := n.aimed != nil && n.aimed.held
 		if n.px != nil && n.proxyUntil.IsZero() && !holding && (!workerFaults || n.proxyTurn) {
-			mode := []int32{proxyDelay, proxyCut, proxyBlackHole}[n.rng.IntN(3)]
-			n.px.set(mode)
-			n.faults[proxyKinds[mode]]++
+			n.startProxyFault(proxyFaults[n.rng.IntN(len(proxyFaults))])
 			n.proxyUntil = now.Add(n.ttl + time.Duration(n.rng.Int64N(int64(n.ttl))))
 			continue
 		}
@@ -291,6 +291,39 @@ func (n *nemesis) onAim(e aimEvent) error {
 	return nil
 }
 
+// proxyFaults are the proxy's faults, named as the report counts them:
+// its replies delayed by Faults.ProxyDelay, its connections cut (reset,
+// new ones refused), or its replies black-holed (requests still reach the
+// server and take effect, replies are dropped, so clients see timeouts of
+// operations that may have applied).
+var proxyFaults = []string{"proxy-delay", "proxy-cut", "proxy-blackhole"}
+
+// startProxyFault starts a proxy fault, one of proxyFaults, and counts it.
+func (n *nemesis) startProxyFault(kind string) {
+	switch kind {
+	case "proxy-delay":
+		n.px.Delay(n.o.Faults.ProxyDelay)
+	case "proxy-cut":
+		n.px.Cut()
+	case "proxy-blackhole":
+		n.px.DropReplies()
+	}
+	n.proxyFault = kind
+	n.faults[kind]++
+}
+
+// endProxyFault ends the current proxy fault. Ending a cut or a black
+// hole closes every connection, so that clients reconnect with clean
+// streams; a delay leaves the streams clean, and its connections stay.
+func (n *nemesis) endProxyFault() {
+	if n.proxyFault == "proxy-delay" {
+		n.px.Delay(0)
+	} else {
+		n.px.Heal()
+	}
+	n.proxyFault, n.proxyUntil = "", time.Time{}
+}
+
 // errNoConnections: a worker has no connection open to the proxy.
 var errNoConnections = errors.New("proof: the worker has no connection to the proxy")
 
@@ -311,14 +344,14 @@ func (n *nemesis) stop(i int, hold bool) error {
 		}
 		return nil
 	}
-	ports, err := n.px.clientPorts(m.cmd.Process.Pid)
+	ports, err := clientPorts(n.px.Addr(), m.cmd.Process.Pid)
 	if err != nil {
 		return err
 	}
 	if len(ports) == 0 {
 		return errNoConnections
 	}
-	n.px.hold(ports)
+	n.px.HoldPorts(ports)
 	return nil
 }
 
@@ -328,7 +361,7 @@ func (n *nemesis) endAim() error {
 	t := n.aimed
 	n.aimed = nil
 	if t.held {
-		n.px.unhold()
+		n.px.Release()
 		return nil
 	}
 	m := n.members[t.stopped]
@@ -377,8 +410,7 @@ func (n *nemesis) healAll() {
 		n.endAim()
 	}
 	if n.px != nil && !n.proxyUntil.IsZero() {
-		n.px.set(proxyForward)
-		n.proxyUntil = time.Time{}
+		n.endProxyFault()
 	}
 	for i := range n.resumeAt {
 		n.members[i].resume()

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tenurekit/tenure/internal/faultproxy"
 	"github.com/tenurekit/tenure/internal/storeurl"
 	"github.com/tenurekit/tenure/lab"
 )
@@ -482,14 +483,14 @@ func runOne(ctx context.Context, o Options, wl *workload, t target, tmp string) 
 	if o.Faults.Proxy && (t.kind == storeurl.SQLite || t.kind == storeurl.Memory) {
 		r.Detail += "; no proxy faults (the store is not reached over TCP)"
 	}
-	var px *faultProxy
+	var px *faultproxy.Proxy
 	if o.Faults.Proxy && t.kind != storeurl.SQLite && t.kind != storeurl.Memory {
-		px, spec.Store, err = proxied(ctx, t, o.Faults.ProxyDelay)
+		px, spec.Store, err = proxied(ctx, t)
 		if err != nil {
 			return fail(err)
 		}
-		defer px.close()
-		r.Detail += fmt.Sprintf("; workers reach the store through a proxy on %s that delays replies by %v, cuts connections and black-holes replies", px.addr(), o.Faults.ProxyDelay)
+		defer px.Close()
+		r.Detail += fmt.Sprintf("; workers reach the store through a proxy on %s that delays replies by %v, cuts connections and black-holes replies", px.Addr(), o.Faults.ProxyDelay)
 	}
 	if t.inProcess {
 		r.Detail += "; workers are goroutines of this process and pauses are acted out between their steps (the memory store cannot be shared by processes)"

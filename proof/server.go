@@ -129,8 +129,8 @@ func (s *StartedStore) Restart(ctx context.Context) error {
 // Close stops the server (and its replica) and removes its directory.
 func (s *StartedStore) Close() error {
 	if r := s.repl; r != nil {
-		r.front.close()
-		r.link.close()
+		r.front.Close()
+		r.link.Close()
 		r.replica.Close()
 	}
 	s.mu.Lock()
