@@ -140,26 +140,33 @@ func replOffset(addr string) (int64, error) {
 }
 
 // startRedis starts a persistent redis-server with extra arguments on a
-// free port in a new directory under dir.
+// free port in a new directory under dir. A port is free when it is
+// picked, not reserved: if another process takes it first, the server
+// exits at start, and the next try picks another port.
 func startRedis(ctx context.Context, bin, dir string, args ...string) (*StartedStore, error) {
 	d, err := os.MkdirTemp(dir, "tenure-proof-redis-")
 	if err != nil {
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		os.RemoveAll(d)
-		return nil, err
+	for try := 1; ; try++ {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			os.RemoveAll(d)
+			return nil, err
+		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		s := &StartedStore{bin: bin, dir: d, port: port, args: args}
+		s.URL = "redis://" + s.addr()
+		err = s.start(ctx)
+		if err == nil {
+			return s, nil
+		}
+		if !errors.Is(err, errExitedAtStart) || try == 5 {
+			os.RemoveAll(d)
+			return nil, err
+		}
 	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	s := &StartedStore{bin: bin, dir: d, port: port, args: args}
-	s.URL = "redis://" + s.addr()
-	if err := s.start(ctx); err != nil {
-		os.RemoveAll(d)
-		return nil, err
-	}
-	return s, nil
 }
 
 // redisCall sends one command and returns its reply as text (a bulk or

@@ -1,11 +1,9 @@
 package proof
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -71,7 +69,7 @@ func (s *StartedStore) start(ctx context.Context) error {
 	addr := "127.0.0.1:" + strconv.Itoa(s.port)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		if err := redisPing(addr); err == nil {
+		if err := redisReady(addr, cmd.Process.Pid); err == nil {
 			return nil
 		} else if time.Now().After(deadline) || ctx.Err() != nil {
 			s.killLocked()
@@ -79,30 +77,28 @@ func (s *StartedStore) start(ctx context.Context) error {
 		}
 		select {
 		case <-done:
-			return errors.New("proof: redis-server exited at start (see " + filepath.Join(s.dir, "redis.log") + ")")
+			return fmt.Errorf("%w (see %s)", errExitedAtStart, filepath.Join(s.dir, "redis.log"))
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
 }
 
-// redisPing sends PING and waits for PONG (LOADING while it replays its
-// append-only file is not ready).
-func redisPing(addr string) error {
-	conn, err := net.DialTimeout("tcp", addr, time.Second)
+// errExitedAtStart reports a redis-server that exited before it answered,
+// as it does when its port was taken.
+var errExitedAtStart = errors.New("proof: redis-server exited at start")
+
+// redisReady reports whether the redis-server with process ID pid answers
+// on addr: INFO server answers (not LOADING while it replays its
+// append-only file) and names that process. The port was free when it was
+// picked, not reserved, so another process's server may have taken it
+// since; that one must not pass for ours.
+func redisReady(addr string, pid int) error {
+	info, err := redisCall(addr, "INFO", "server")
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(time.Second))
-	if _, err := conn.Write([]byte("*1\r\n$4\r\nPING\r\n")); err != nil {
-		return err
-	}
-	line, err := bufio.NewReader(conn).ReadString('\n')
-	if err != nil {
-		return err
-	}
-	if !strings.HasPrefix(line, "+PONG") {
-		return errors.New(strings.TrimSpace(line))
+	if !strings.Contains(info, "process_id:"+strconv.Itoa(pid)+"\r\n") {
+		return fmt.Errorf("another server (not process %d) answers on %s", pid, addr)
 	}
 	return nil
 }
