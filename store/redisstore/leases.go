@@ -127,8 +127,15 @@ func (v leases) Renew(ctx context.Context, key, token string, ttl time.Duration)
 		return lease.Grant{}, err
 	}
 	lock, fence, hk := s.leaseKeys3(key)
+	return s.renew(ctx, []string{lock, fence, hk}, token, ttl, s.keep)
+}
+
+// renew runs the renew script on a lease's keys (lock, fence, holder) for
+// token: the lease view's and the slot claims'. keep is the fence key's
+// retention argument.
+func (s *Store) renew(ctx context.Context, keys []string, token string, ttl time.Duration, keep string) (lease.Grant, error) {
 	ms, arg := s.ttlArg(ttl)
-	res, p := s.write(ctx, renewScript, []string{lock, fence, hk}, []string{token, arg, s.keep}, false)
+	res, p := s.write(ctx, renewScript, keys, []string{token, arg, keep}, false)
 	f, err := res.AsInt64()
 	if err != nil {
 		return lease.Grant{}, s.fail(err)

@@ -615,19 +615,7 @@ func (v schedClaims) Renew(ctx context.Context, key, token string, ttl time.Dura
 	if err := s.ready(ctx); err != nil {
 		return lease.Grant{}, err
 	}
-	ms, arg := s.ttlArg(ttl)
-	res, p := s.write(ctx, renewScript, []string{lock, fk, schedHolderKey(lock)}, []string{token, arg, schedKeep}, false)
-	f, err := res.AsInt64()
-	if err != nil {
-		return lease.Grant{}, s.fail(err)
-	}
-	if f <= 0 {
-		return lease.Grant{}, lease.ErrNotHeld
-	}
-	if err := s.confirm(ctx, p); err != nil {
-		return lease.Grant{}, err
-	}
-	return lease.Grant{Fence: uint64(f), TTL: time.Duration(ms) * time.Millisecond}, nil
+	return s.renew(ctx, []string{lock, fk, schedHolderKey(lock)}, token, ttl, schedKeep)
 }
 
 func (v schedClaims) Release(ctx context.Context, key, token string) error {
