@@ -14,6 +14,10 @@
 //   - the guards: Admit and AdmitAtLeast (a max-fence guard on a
 //     resource's row) and CheckHolder (the lease row locked and checked on
 //     the database's clock until the transaction ends);
+//   - CheckSession, the session of the request checked at the commit of a
+//     sensitive action (a payment, a role change): live and not revoked
+//     until the transaction ends, so a logout either waits for the commit
+//     or comes first and the commit is refused;
 //   - CompleteSlot, for a scheduled job whose effect happens once per slot;
 //   - Idempotency, the record of a request for idempotency.Keeper.DoTx.
 //

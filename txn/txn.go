@@ -7,6 +7,7 @@ import (
 	"github.com/tenurekit/tenure/idempotency"
 	"github.com/tenurekit/tenure/lease"
 	"github.com/tenurekit/tenure/schedule"
+	"github.com/tenurekit/tenure/session"
 )
 
 // Tx is a SQL store's operations bound to one of the caller's
@@ -45,6 +46,18 @@ type Tx interface {
 	// slot completed in a committed transaction is done whatever its
 	// handler returns afterwards, and no node runs it again.
 	CompleteSlot(ctx context.Context, slot *schedule.Slot) error
+	// CheckSession checks that session id is live (not revoked, not
+	// rotated away, within its idle and absolute deadlines on the
+	// database's clock) and, when version is not 0, still at version (the
+	// version the request loaded: session.Session.Version), and keeps it
+	// so until the transaction ends: a revoke, rotation, "revoke user" or
+	// save of the session waits for tx to commit or roll back, so the
+	// caller's writes after the check commit before the session ends or
+	// not at all. A session that ended gets an error wrapping
+	// session.ErrNotFound, one at another version session.ErrConflict; a
+	// malformed ID wraps session.ErrInvalid, a database error
+	// session.ErrUnavailable. It neither refreshes nor changes the session.
+	CheckSession(ctx context.Context, id session.ID, version uint64) error
 	// Idempotency returns the idempotency record bound to the transaction,
 	// for idempotency.Keeper.DoTx: the claim, the caller's rows and the
 	// result commit or roll back together.

@@ -63,6 +63,32 @@ type Target struct {
 	// Dump returns everything the store holds about sessions (keys, rows,
 	// values) as text. Nil: the suite skips those checks.
 	Dump func(t *testing.T) string
+	// Commit is the store's sensitive commit guarded by a session (SQL
+	// stores: txn.Tx's CheckSession in the transaction that writes the
+	// value; Redis: SessionSet; memory: WithSession). Nil for a store that
+	// has none: the Commit cases fail, so a store that keeps sessions
+	// must provide it.
+	Commit Committer
+}
+
+// Committer writes a business value only while a session is live, checked
+// at the commit in the same atomic step.
+type Committer interface {
+	// Commit sets the value name of the session's user to value if session
+	// id is live on the store's clock and, when version is not 0, still at
+	// version; else it returns an error wrapping session.ErrNotFound
+	// (revoked, rotated away, expired) or session.ErrConflict (another
+	// version) and writes nothing. userID is the session's user.
+	//
+	// hold, when not nil, is called once between the session check and
+	// the commit, with whatever the check holds in force (a row lock, the
+	// write lock, a mutex). A store whose check and write are one atomic
+	// step (a script) calls it before that step instead: a request that
+	// was authorized, then delayed.
+	Commit(ctx context.Context, id session.ID, version uint64, userID, name, value string, hold func()) error
+	// Read returns the committed value name of userID ("" and false if
+	// never written), from an independent view of the data.
+	Read(ctx context.Context, userID, name string) (string, bool, error)
 }
 
 // Run runs the conformance suite. newTarget is called once per subtest.
@@ -89,6 +115,10 @@ func Run(t *testing.T, newTarget func(t *testing.T) Target) {
 		{"StoredIDPresentedAsTokenFails", testStoredIDAsToken},
 		{"TokensAbsentFromLogs", testTokensAbsentFromLogs},
 		{"UnreachableIsErrUnavailable", testUnreachable},
+		{"CommitChecksSession", testCommitChecks},
+		{"CommitRacingRevoke", testCommitRacingRevoke},
+		{"CommitRacingRevokeUser", testCommitRacingRevokeUser},
+		{"CommitUnreachable", testCommitUnreachable},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -2,6 +2,7 @@ package memstore
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -386,4 +387,37 @@ type sessionUnavailable struct{ err error }
 func (e *sessionUnavailable) Error() string { return "memstore: " + e.err.Error() }
 func (e *sessionUnavailable) Unwrap() []error {
 	return []error{session.ErrUnavailable, e.err}
+}
+
+// WithSession runs fn while session id is live on the store's clock and,
+// when version is not 0, still at version, and keeps it so until fn
+// returns: a revoke, rotation, "revoke user" or save of any session of the
+// store waits for fn. It is the memory store's counterpart of a SQL
+// store's txn.Tx.CheckSession, for state the process keeps itself: fn
+// makes the sensitive change (a payment, a role change) and its error is
+// returned. A session that ended gets an error wrapping
+// session.ErrNotFound and fn does not run; one at another version
+// session.ErrConflict. fn must be short and must not call the store's
+// session methods (they would wait for fn).
+func (s *Store) WithSession(ctx context.Context, id session.ID, version uint64, fn func() error) error {
+	if err := id.Validate(); err != nil {
+		return err
+	}
+	if fn == nil {
+		return fmt.Errorf("%w: memstore: nil function", session.ErrInvalid)
+	}
+	if err := ctx.Err(); err != nil {
+		return unavailableErr(err)
+	}
+	st := s.sessionState()
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	r := st.live(id, st.now())
+	switch {
+	case r == nil:
+		return fmt.Errorf("memstore: with session: %w", session.ErrNotFound)
+	case version != 0 && r.Version != version:
+		return fmt.Errorf("memstore: with session: at version %d, not %d: %w", r.Version, version, session.ErrConflict)
+	}
+	return fn()
 }

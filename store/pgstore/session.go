@@ -15,7 +15,7 @@ import (
 
 type sessionQueries struct {
 	create, load, touch, save, get, userOf, lockUser, lockSession string
-	moveRotated, del, bumpUser, delUser, list, sweep              string
+	moveRotated, del, bumpUser, delUser, list, sweep, checkShare  string
 }
 
 func sessionSQL(schema string) *sessionQueries {
@@ -51,6 +51,8 @@ WHERE s.id = $1 AND s.version = $3 AND ` + live + ` RETURNING ` + cols,
 		userOf:      `SELECT user_id FROM ` + t + ` WHERE id = $1`,
 		lockUser:    `SELECT 1 FROM ` + u + ` WHERE user_id = $1 FOR SHARE`,
 		lockSession: clock + `SELECT ` + cols + ` FROM ` + t + ` AS s, c WHERE s.id = $1 AND ` + live + ` FOR UPDATE OF s`,
+		// $1 id.
+		checkShare: clock + `SELECT s.version FROM ` + t + ` AS s, c WHERE s.id = $1 AND ` + live + ` FOR SHARE OF s`,
 		// $1 old id, $2 new id, $3 data, $4 idle.
 		moveRotated: `WITH c AS (SELECT clock_timestamp() AS now),
 o AS (DELETE FROM ` + t + ` WHERE id = $1 RETURNING *)
@@ -388,4 +390,26 @@ func (v sessions) List(ctx context.Context, userID string) ([]session.Record, er
 		return nil, v.s.sessionErr(ctx, "list", err)
 	}
 	return out, nil
+}
+
+// checkSession is Tx's CheckSession: the session's row, live on
+// clock_timestamp(), locked FOR SHARE until tx ends.
+func (s *Store) checkSession(ctx context.Context, tx querier, id session.ID, version uint64) error {
+	if tx == nil {
+		return fmt.Errorf("%w: pgstore: nil transaction", session.ErrInvalid)
+	}
+	if err := id.Validate(); err != nil {
+		return err
+	}
+	var v int64
+	err := tx.queryRow(ctx, s.sessionQueries().checkShare, []any{string(id)}, &v)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return fmt.Errorf("pgstore: check session: %w", session.ErrNotFound)
+	case err != nil:
+		return s.sessionErr(ctx, "check", err)
+	case version != 0 && uint64(v) != version:
+		return fmt.Errorf("pgstore: check session: at version %d, not %d: %w", v, version, session.ErrConflict)
+	}
+	return nil
 }

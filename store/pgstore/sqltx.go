@@ -10,6 +10,7 @@ import (
 	"github.com/tenurekit/tenure/idempotency"
 	"github.com/tenurekit/tenure/lease"
 	"github.com/tenurekit/tenure/schedule"
+	"github.com/tenurekit/tenure/session"
 	"github.com/tenurekit/tenure/txn"
 )
 
@@ -40,6 +41,14 @@ var _ txn.Store = (*Store)(nil)
 //     <schema>.schedule_ledger and marks the slot's record done. While tx
 //     is open the claim cannot be taken over. [Store.QueueCompleteSlot]
 //     sends the same statement on a pgx.Batch.
+//   - CheckSession reads the session's row if it is live on
+//     clock_timestamp() and locks it (SELECT ... FOR SHARE) until tx ends:
+//     a revoke, rotation, "revoke user" or save of the session waits for
+//     tx. Several transactions may check one session at once. Isolation
+//     levels behave as for CheckHolder: in READ COMMITTED a check that
+//     waits for a revoke in flight then sees the session gone; in
+//     REPEATABLE READ or SERIALIZABLE it aborts with a serialization
+//     failure: retry the transaction.
 //   - Idempotency's Claim inserts the claim row in tx and marks a
 //     savepoint (SAVEPOINT tenure_idempotency, in the same round trip on
 //     pgx), which Undo rolls back to; a concurrent duplicate's claim waits
@@ -72,6 +81,10 @@ func (t boundTx) CheckHolder(ctx context.Context, l *lease.Lease) error {
 
 func (t boundTx) CompleteSlot(ctx context.Context, slot *schedule.Slot) error {
 	return t.s.completeSlot(ctx, t.q, slot)
+}
+
+func (t boundTx) CheckSession(ctx context.Context, id session.ID, version uint64) error {
+	return t.s.checkSession(ctx, t.q, id, version)
 }
 
 func (t boundTx) Idempotency() idempotency.Tx {

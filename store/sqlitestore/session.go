@@ -14,8 +14,8 @@ import (
 
 // sessionQueries are the session statements for one table prefix.
 type sessionQueries struct {
-	create, sweepUser, load, touch, save, get string
-	insertRotated, del, delUser, list, sweep  string
+	create, sweepUser, load, touch, save, get, version string
+	insertRotated, del, delUser, list, sweep           string
 }
 
 func sessionSQL(prefix string) sessionQueries {
@@ -43,6 +43,8 @@ func sessionSQL(prefix string) sessionQueries {
 			WHERE id = ?1 AND version = ?4 AND ` + live + ` RETURNING ` + cols),
 		// ?1 id, ?2 now.
 		get: r.Replace(`SELECT ` + cols + ` FROM $T WHERE id = ?1 AND ` + live),
+		// ?1 id, ?2 now.
+		version: r.Replace(`SELECT version FROM $T WHERE id = ?1 AND ` + live),
 		// ?1 new id, ?2 now, ?3 idle µs, ?4 user, ?5 data, ?6 version, ?7 created, ?8 absolute.
 		insertRotated: r.Replace(`INSERT INTO $T (id, ` + cols + `)
 			VALUES (?1, ?4, ?5, ?6, ?7, min(?2 + ?3, ?8), ?8)
@@ -380,4 +382,40 @@ func (v sessions) List(ctx context.Context, userID string) ([]session.Record, er
 		return nil, sessionUnavailable("list", err)
 	}
 	return out, nil
+}
+
+// checkSession is Tx's CheckSession: the write lock for tx (so no revoke,
+// rotation or save commits before tx ends), then the session's row read on
+// the store's clock.
+func (s *Store) checkSession(ctx context.Context, tx *sql.Tx, id session.ID, version uint64) error {
+	if tx == nil {
+		return fmt.Errorf("%w: sqlitestore: nil transaction", session.ErrInvalid)
+	}
+	if err := id.Validate(); err != nil {
+		return err
+	}
+	q := s.sessionQueries()
+	if _, err := tx.ExecContext(ctx, s.q.lock); err != nil {
+		return sessionTxError(err)
+	}
+	var v int64
+	err := tx.QueryRowContext(ctx, q.version, string(id), s.nowUS()).Scan(&v)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return fmt.Errorf("sqlitestore: check session: %w", session.ErrNotFound)
+	case err != nil:
+		return sessionTxError(err)
+	case version != 0 && uint64(v) != version:
+		return fmt.Errorf("sqlitestore: check session: at version %d, not %d: %w", v, version, session.ErrConflict)
+	}
+	return nil
+}
+
+// sessionTxError wraps a database error inside the caller's transaction
+// like txError, with the session package's sentinel.
+func sessionTxError(err error) error {
+	if errors.Is(err, sql.ErrTxDone) {
+		return fmt.Errorf("sqlitestore: check session: %w", err)
+	}
+	return sessionUnavailable("check", err)
 }

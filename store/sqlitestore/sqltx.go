@@ -8,6 +8,7 @@ import (
 	"github.com/tenurekit/tenure/idempotency"
 	"github.com/tenurekit/tenure/lease"
 	"github.com/tenurekit/tenure/schedule"
+	"github.com/tenurekit/tenure/session"
 	"github.com/tenurekit/tenure/txn"
 )
 
@@ -34,6 +35,9 @@ var _ txn.Store = (*Store)(nil)
 //     (schedule.ErrCompleted) or whose claim is not current
 //     (schedule.ErrStale and lease.ErrNotHeld); otherwise it inserts (job,
 //     slot, fence) into the ledger and marks the slot's record done.
+//   - CheckSession takes the write lock the same way, then reads the
+//     session's row on the store's clock. No revoke, rotation or save can
+//     commit until tx ends.
 //   - Idempotency's Claim takes the write lock for tx first, so a
 //     concurrent duplicate waits (for up to the busy timeout) until tx
 //     ends, and then replays the committed result, or claims the record
@@ -60,6 +64,10 @@ func (t boundTx) CheckHolder(ctx context.Context, l *lease.Lease) error {
 
 func (t boundTx) CompleteSlot(ctx context.Context, slot *schedule.Slot) error {
 	return t.s.completeSlot(ctx, t.tx, slot)
+}
+
+func (t boundTx) CheckSession(ctx context.Context, id session.ID, version uint64) error {
+	return t.s.checkSession(ctx, t.tx, id, version)
 }
 
 func (t boundTx) Idempotency() idempotency.Tx {
