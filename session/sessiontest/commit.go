@@ -2,13 +2,16 @@ package sessiontest
 
 import (
 	"context"
+	"database/sql"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/tenurekit/tenure/session"
+	"github.com/tenurekit/tenure/txn"
 )
 
 // revokeWait bounds how long a held commit waits for a racing revoke to
@@ -202,4 +205,64 @@ func testCommitUnreachable(t *testing.T, tg Target) {
 	}
 	tg.Faults.Heal()
 	wantValue(t, c, u, "cut", "", false)
+}
+
+// SQLCommitter is the Committer of a SQL store on database/sql: a
+// transaction on DB in which the store's CheckSession (Bind(tx)) runs
+// before the value's upsert, then hold, then the commit.
+type SQLCommitter struct {
+	// DB is the database the store under test uses (behind the target's
+	// faults, where they act on the connection).
+	DB *sql.DB
+	// Direct is an independent connection for reads. Default DB.
+	Direct *sql.DB
+	// Bind binds the store under test to a transaction (its Tx method).
+	Bind func(tx *sql.Tx) txn.Tx
+	// Upsert sets (user, name) to value, its parameters in that order.
+	Upsert string
+	// Select reads the value of (user, name).
+	Select string
+	// Cut, when not nil, reports whether the target's faults cut the
+	// store off (for in-process stores, whose faults are a client-side
+	// hook): a commit then fails as the store would, ErrUnavailable.
+	Cut func() bool
+}
+
+// Commit implements Committer.
+func (c SQLCommitter) Commit(ctx context.Context, id session.ID, version uint64, userID, name, value string, hold func()) error {
+	if c.Cut != nil && c.Cut() {
+		return fmt.Errorf("%w: sessiontest: cut off", session.ErrUnavailable)
+	}
+	tx, err := c.DB.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("%w: begin: %w", session.ErrUnavailable, err)
+	}
+	defer tx.Rollback()
+	if err := c.Bind(tx).CheckSession(ctx, id, version); err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, c.Upsert, userID, name, value); err != nil {
+		return fmt.Errorf("%w: upsert: %w", session.ErrUnavailable, err)
+	}
+	if hold != nil {
+		hold()
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("%w: commit: %w", session.ErrUnavailable, err)
+	}
+	return nil
+}
+
+// Read implements Committer.
+func (c SQLCommitter) Read(ctx context.Context, userID, name string) (string, bool, error) {
+	db := c.Direct
+	if db == nil {
+		db = c.DB
+	}
+	var v string
+	err := db.QueryRowContext(ctx, c.Select, userID, name).Scan(&v)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", false, nil
+	}
+	return v, err == nil, err
 }

@@ -67,7 +67,7 @@ type Target struct {
 	// stores: txn.Tx's CheckSession in the transaction that writes the
 	// value; Redis: SessionSet; memory: WithSession). Nil for a store that
 	// has none: the Commit cases fail, so a store that keeps sessions
-	// must provide it.
+	// must provide it. Faults act on it as on Store.
 	Commit Committer
 }
 

@@ -2,6 +2,7 @@ package memstore_test
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"sync"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/tenurekit/tenure/ratelimit/ratelimittest"
 	"github.com/tenurekit/tenure/schedule"
 	"github.com/tenurekit/tenure/schedule/scheduletest"
+	"github.com/tenurekit/tenure/session"
 	"github.com/tenurekit/tenure/session/sessiontest"
 	"github.com/tenurekit/tenure/store/memstore"
 	"github.com/tenurekit/tenure/storetest"
@@ -67,7 +69,8 @@ func TestConformance(t *testing.T) {
 		Session: func(t *testing.T, clock *storetest.Clock) sessiontest.Target {
 			ms := newStore(t, clock)
 			faults := storetest.NewFaults()
-			return sessiontest.Target{Store: faults.Sessions(ms.Sessions()), Direct: ms.Sessions(), Faults: faults}
+			return sessiontest.Target{Store: faults.Sessions(ms.Sessions()), Direct: ms.Sessions(), Faults: faults,
+				Commit: &memCommitter{s: ms, cut: faults.IsCut}}
 		},
 		Schedule: func(t *testing.T, clock *storetest.Clock) scheduletest.Target {
 			ms := newStore(t, clock)
@@ -131,4 +134,37 @@ func (r *resource) Read(ctx context.Context, name string) (string, error) {
 	}
 	b, _, err := r.s.FencedGet(ctx, name)
 	return string(b), err
+}
+
+// memCommitter keeps business values in a map changed inside WithSession.
+type memCommitter struct {
+	s   *memstore.Store
+	cut func() bool
+	mu  sync.Mutex
+	v   map[[2]string]string
+}
+
+func (c *memCommitter) Commit(ctx context.Context, id session.ID, version uint64, userID, name, value string, hold func()) error {
+	if c.cut() {
+		return fmt.Errorf("%w: cut off", session.ErrUnavailable)
+	}
+	return c.s.WithSession(ctx, id, version, func() error {
+		c.mu.Lock()
+		if c.v == nil {
+			c.v = map[[2]string]string{}
+		}
+		c.v[[2]string{userID, name}] = value
+		c.mu.Unlock()
+		if hold != nil {
+			hold()
+		}
+		return nil
+	})
+}
+
+func (c *memCommitter) Read(_ context.Context, userID, name string) (string, bool, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v, ok := c.v[[2]string{userID, name}]
+	return v, ok, nil
 }

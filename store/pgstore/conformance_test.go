@@ -51,6 +51,9 @@ func TestConformance(t *testing.T) {
 	sessDSN := srv.NewDatabase(t)
 	sessDirect := pgxPool(t, sessDSN)
 	sessDB := newPool(sessDirect, nil)
+	if _, err := sessDirect.Exec(ctxT(t), businessTable); err != nil {
+		t.Fatal(err)
+	}
 	if err := sessDB.Migrate(ctxT(t)); err != nil {
 		t.Fatalf("Migrate: %v", err)
 	}
@@ -122,10 +125,13 @@ func TestConformance(t *testing.T) {
 		// Store behind a TCP proxy per case.
 		Session: func(t *testing.T, _ *storetest.Clock) sessiontest.Target {
 			proxy := testenv.NewProxy(t, srv.Addr())
+			pool := poolVia(t, sessDSN, proxy.Addr(), sessDB, false)
+			st := newPool(pool, nil)
 			return sessiontest.Target{
-				Store:  newPool(poolVia(t, sessDSN, proxy.Addr(), sessDB, false), nil).Sessions(),
+				Store:  st.Sessions(),
 				Direct: sessDB.Sessions(),
 				Faults: proxy,
+				Commit: pgxCommitter{st, pool, sessDirect},
 				Unit:   200 * time.Millisecond,
 				Present: func(t *testing.T, id session.ID) bool {
 					var n int
@@ -235,6 +241,9 @@ func TestConformanceSQLDB(t *testing.T) {
 	sessDSN := srv.NewDatabase(t)
 	sessDirect := openSQL(t, driverPgx, sessDSN, nil)
 	sessDB := newDB(sessDirect, nil)
+	if _, err := sessDirect.ExecContext(ctxT(t), businessTable); err != nil {
+		t.Fatal(err)
+	}
 	if err := sessDB.Migrate(ctxT(t)); err != nil {
 		t.Fatalf("Migrate: %v", err)
 	}
@@ -316,10 +325,13 @@ func TestConformanceSQLDB(t *testing.T) {
 		// driver, behind a TCP proxy per case.
 		Session: func(t *testing.T, _ *storetest.Clock) sessiontest.Target {
 			proxy := testenv.NewProxy(t, srv.Addr())
+			db := openSQL(t, driverPgx, via(sessDSN, srv.Addr(), proxy.Addr()), nil)
+			st := newDB(db, nil)
 			return sessiontest.Target{
-				Store:  newDB(openSQL(t, driverPgx, via(sessDSN, srv.Addr(), proxy.Addr()), nil), nil).Sessions(),
+				Store:  st.Sessions(),
 				Direct: sessDB.Sessions(),
 				Faults: proxy,
+				Commit: sessiontest.SQLCommitter{DB: db, Direct: sessDirect, Bind: st.Tx, Upsert: businessUpsert, Select: businessSelect},
 				Unit:   200 * time.Millisecond,
 				Present: func(t *testing.T, id session.ID) bool {
 					var n int
@@ -431,4 +443,50 @@ func ratePoison(direct *sql.DB, schema string) func(ctx context.Context, key dri
 			VALUES ($1, 9, 0, 0, 0, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint + 60000000)`, key.String())
 		return err
 	}
+}
+
+// The business table of the session suite's sensitive commits.
+const (
+	businessTable = `CREATE TABLE business_values (
+	user_id text NOT NULL, name text NOT NULL, value text NOT NULL, PRIMARY KEY (user_id, name))`
+	businessUpsert = `INSERT INTO business_values (user_id, name, value) VALUES ($1, $2, $3)
+	ON CONFLICT (user_id, name) DO UPDATE SET value = excluded.value`
+	businessSelect = `SELECT value FROM business_values WHERE user_id = $1 AND name = $2`
+)
+
+// pgxCommitter is sessiontest.SQLCommitter on a pgx pool and PgxTx.
+type pgxCommitter struct {
+	s      *pgstore.Store
+	pool   *pgxpool.Pool
+	direct *pgxpool.Pool
+}
+
+func (c pgxCommitter) Commit(ctx context.Context, id session.ID, version uint64, userID, name, value string, hold func()) error {
+	tx, err := c.pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("%w: begin: %w", session.ErrUnavailable, err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	if err := c.s.PgxTx(tx).CheckSession(ctx, id, version); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, businessUpsert, userID, name, value); err != nil {
+		return fmt.Errorf("%w: upsert: %w", session.ErrUnavailable, err)
+	}
+	if hold != nil {
+		hold()
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("%w: commit: %w", session.ErrUnavailable, err)
+	}
+	return nil
+}
+
+func (c pgxCommitter) Read(ctx context.Context, userID, name string) (string, bool, error) {
+	var v string
+	err := c.direct.QueryRow(ctx, businessSelect, userID, name).Scan(&v)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", false, nil
+	}
+	return v, err == nil, err
 }

@@ -304,6 +304,7 @@ func sessionTarget(t *testing.T, s *sqlitestore.Store) sessiontest.Target {
 		Store:  faults.Sessions(s.Sessions()),
 		Direct: s.Sessions(),
 		Faults: faults,
+		Commit: sessionCommitter(t, s, faults.IsCut),
 		Present: func(t *testing.T, id session.ID) bool {
 			var n int
 			if err := s.DB().QueryRowContext(t.Context(), `SELECT count(*) FROM tenure_sessions WHERE id = ?`, string(id)).Scan(&n); err != nil {
@@ -312,6 +313,23 @@ func sessionTarget(t *testing.T, s *sqlitestore.Store) sessiontest.Target {
 			return n > 0
 		},
 		Dump: func(t *testing.T) string { return dumpSessions(t, s) },
+	}
+}
+
+// sessionCommitter commits a business row in a transaction on s's
+// database that checks the session first (Tx's CheckSession).
+func sessionCommitter(t *testing.T, s *sqlitestore.Store, cut func() bool) sessiontest.SQLCommitter {
+	if _, err := s.DB().ExecContext(t.Context(), `CREATE TABLE IF NOT EXISTS business_values (
+		user_id TEXT NOT NULL, name TEXT NOT NULL, value TEXT NOT NULL, PRIMARY KEY (user_id, name))`); err != nil {
+		t.Fatal(err)
+	}
+	return sessiontest.SQLCommitter{
+		DB:   s.DB(),
+		Bind: s.Tx,
+		Upsert: `INSERT INTO business_values (user_id, name, value) VALUES (?1, ?2, ?3)
+			ON CONFLICT (user_id, name) DO UPDATE SET value = excluded.value`,
+		Select: `SELECT value FROM business_values WHERE user_id = ?1 AND name = ?2`,
+		Cut:    cut,
 	}
 }
 
