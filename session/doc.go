@@ -29,6 +29,12 @@
 //   - A store that cannot be reached yields ErrUnavailable, never "no
 //     session": the middleware answers 503.
 //
+// A revoke stops every later load, not a request that loaded the session a
+// moment before and commits after the logout. Where a sensitive action
+// must not commit once the session is revoked, check the session at the
+// commit, in the same atomic step: txn.Tx's CheckSession on the SQL stores,
+// redisstore's SessionSet, memstore's WithSession.
+//
 // The middleware refuses cross-origin unsafe requests
 // (http.CrossOriginProtection) before the session is touched, loads the
 // session from a "__Host-session" cookie (Secure, HttpOnly, SameSite=Lax,

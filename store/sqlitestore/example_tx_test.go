@@ -2,6 +2,7 @@ package sqlitestore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -10,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/tenurekit/tenure/idempotency"
+	"github.com/tenurekit/tenure/session"
 	"github.com/tenurekit/tenure/store/sqlitestore"
 	"github.com/tenurekit/tenure/txn"
 )
@@ -75,4 +77,85 @@ func Example_txMiddleware() {
 	// 201 /orders/1 true rows: 1
 	// 500   rows: 1
 	// 201 /orders/2  rows: 2
+}
+
+// A transfer endpoint that checks the session where the transfer commits:
+// a request whose session was valid when it arrived, but whose user logged
+// out everywhere before it committed, moves no money.
+func ExampleStore_Tx_checkSession() {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "tenure-example")
+	defer os.RemoveAll(dir)
+	store, err := sqlitestore.Open(ctx, filepath.Join(dir, "bank.db"), nil)
+	if err != nil {
+		panic(err)
+	}
+	defer store.Close()
+	db := store.DB()
+	if _, err := db.ExecContext(ctx, `CREATE TABLE transfers (id INTEGER PRIMARY KEY, user_id TEXT, amount INTEGER)`); err != nil {
+		panic(err)
+	}
+	m, _ := session.New(store.Sessions(), nil)
+
+	// beforeCommit stands in for what happens between the middleware's
+	// load of the session and the transaction (the second request below:
+	// the user logs out everywhere).
+	var beforeCommit func()
+	mux := http.NewServeMux()
+	mux.Handle("POST /transfers", m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s := session.FromContext(r.Context())
+		if s == nil {
+			http.Error(w, "log in first", http.StatusUnauthorized)
+			return
+		}
+		if beforeCommit != nil {
+			beforeCommit()
+		}
+		tx, err := db.BeginTx(r.Context(), nil)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		defer tx.Rollback()
+		// The check at the commit: until tx ends, no logout of this
+		// session can commit; one that committed first refuses it.
+		err = store.Tx(tx).CheckSession(r.Context(), s.ID(), 0)
+		if errors.Is(err, session.ErrNotFound) {
+			http.Error(w, "logged out", http.StatusUnauthorized)
+			return
+		}
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		if _, err := tx.ExecContext(r.Context(), `INSERT INTO transfers (user_id, amount) VALUES (?, 100)`, s.UserID()); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		if err := tx.Commit(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+	})))
+
+	tok, _, err := m.Create(ctx, "alice", nil)
+	if err != nil {
+		panic(err)
+	}
+	transfer := func() {
+		r := httptest.NewRequest(http.MethodPost, "/transfers", nil)
+		r.AddCookie(&http.Cookie{Name: session.DefaultCookieName, Value: tok.Reveal()})
+		w := httptest.NewRecorder()
+		mux.ServeHTTP(w, r)
+		var rows int
+		db.QueryRowContext(ctx, `SELECT count(*) FROM transfers`).Scan(&rows)
+		fmt.Println(w.Code, "transfers:", rows)
+	}
+	transfer()
+	beforeCommit = func() { m.RevokeUser(ctx, "alice") } // "log out everywhere", mid-request
+	transfer()
+	// Output:
+	// 201 transfers: 1
+	// 401 transfers: 1
 }
