@@ -504,6 +504,14 @@ var list = []Mutant{
 			New: "if false then"}},
 		Workloads: []string{"session"}, Suite: "Session",
 	},
+	{
+		Name: "redis/sessionset-unchecked", Store: "redis",
+		Breaks: "SessionSet writes without checking the session: a sensitive write lands after the logout (revoked, rotated away or expired session)",
+		Edits: []Edit{{File: redisLua + "session_set.lua",
+			Old: "if not live then",
+			New: "if false then"}},
+		Workloads: []string{"session"}, Suite: "Session",
+	},
 
 	// ---- Schedules: the ledger's (job, slot) uniqueness; a stale
 	// completion is refused ----

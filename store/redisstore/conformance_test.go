@@ -161,7 +161,7 @@ func TestConformance(t *testing.T) {
 				dc := newClusterClient(t, cl.Addrs(), nil)
 				direct := newStore(dc, &redisstore.Options{Prefix: prefix})
 				tg := sessiontest.Target{Store: s.Sessions(), Direct: direct.Sessions(), Faults: ps}
-				sessionHooks(&tg, direct, dc)
+				sessionHooks(&tg, s, direct, dc)
 				return tg
 			},
 			Schedule: func(t *testing.T, _ *storetest.Clock) scheduletest.Target {
@@ -201,7 +201,7 @@ func TestConformance(t *testing.T) {
 				dc := newClusterClient(t, cl.Addrs(), nil)
 				direct := newGoStore(newGoClusterClient(t, cl.Addrs(), nil), &redisstore.Options{Prefix: prefix})
 				tg := sessiontest.Target{Store: s.Sessions(), Direct: direct.Sessions(), Faults: ps}
-				sessionHooks(&tg, direct, dc)
+				sessionHooks(&tg, s, direct, dc)
 				return tg
 			},
 		})
@@ -289,7 +289,7 @@ func singleFactory(t *testing.T, c client) storetest.Factory {
 			dc := newClient(t, srv.Addr())
 			direct := c.plain(t, srv.Addr(), &redisstore.Options{Prefix: prefix})
 			tg := sessiontest.Target{Store: s.Sessions(), Direct: direct.Sessions(), Faults: p}
-			sessionHooks(&tg, direct, dc)
+			sessionHooks(&tg, s, direct, dc)
 			tg.Dump = func(t *testing.T) string { return dumpKeys(t, dc, prefix) }
 			return tg
 		},

@@ -13,9 +13,10 @@
 //
 // Both constructors return the same *Store: every view (Leases,
 // Idempotency, Limits, Sessions, Schedules), the guards (FencedSet,
-// FencedSetAtLeast, HolderSet, FencedGet) and the server check behave the
-// same and run the same Lua scripts on the same keys, so a service may move
-// from one client to the other, or run both against one server. [New]
+// FencedSetAtLeast, HolderSet, FencedGet, SessionSet, SessionGet) and the
+// server check behave the same and run the same Lua scripts on the same
+// keys, so a service may move from one client to the other, or run both
+// against one server. [New]
 // takes a rueidis.Client (single node, Cluster, Sentinel). [NewGoRedis]
 // takes a redis.UniversalClient: a *redis.Client (one server, or
 // redis.NewFailoverClient) or a *redis.ClusterClient
@@ -158,6 +159,17 @@
 // lease expired is still admitted until the next holder has written.
 // [Store.HolderSet] closes that window by checking, in the same script, that
 // the writer's token and fence still hold the lock.
+//
+// [Store.SessionSet] guards a write with a session instead: it sets a
+// value of a user only while a session of that user is live on the
+// server's clock (not revoked, not rotated away, within its idle and
+// absolute deadlines, not ended by a revoke of the user's sessions in
+// progress) and, when a version is given, still at it, checking and
+// writing in one script that leaves the session as it was. A request
+// authorized at its start and delayed past the logout writes nothing
+// (session.ErrNotFound). The value is kept without expiry under
+// [Store.SessionValueKey], in the hash tag of the user's sessions
+// (<prefix>{s:<shard>}:v:...), and read back with [Store.SessionGet].
 //
 // # Replication
 //

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/tenurekit/tenure/lease"
 	"github.com/tenurekit/tenure/session"
@@ -36,6 +38,8 @@ var (
 	sessionDelUserSrc string
 	//go:embed lua/session_list.lua
 	sessionListSrc string
+	//go:embed lua/session_set.lua
+	sessionSetSrc string
 
 	sessionCreateScript  = rclient.NewScript(sessionCreateSrc)
 	sessionLoadScript    = rclient.NewScript(sessionLoadSrc)
@@ -45,6 +49,7 @@ var (
 	sessionDelUserScript = rclient.NewScript(sessionDelUserSrc)
 	sessionRevokeBegin   = rclient.NewScript(sessionRevokeBeginSrc)
 	sessionListScript    = rclient.NewScript(sessionListSrc)
+	sessionSetScript     = rclient.NewScript(sessionSetSrc)
 )
 
 // Sessions returns the store's session.Store view. A session is a hash
@@ -74,6 +79,14 @@ func (s *Store) SessionIndexKey(userID string) string {
 // effect.
 func (s *Store) SessionRevokeKey(userID string) string {
 	return s.prefix + "{s:" + sessiondriver.UserShard(userID) + "}:x:" + userID
+}
+
+// SessionValueKey returns the key of userID's value name (see
+// [Store.SessionSet]): in the hash tag of userID's sessions, then the
+// length of userID, userID and name, so no two pairs share a key.
+func (s *Store) SessionValueKey(userID, name string) string {
+	return s.prefix + "{s:" + sessiondriver.UserShard(userID) + "}:v:" +
+		strconv.Itoa(len(userID)) + ":" + userID + ":" + name
 }
 
 func ms(d time.Duration) string { return strconv.FormatInt(ceilMillis(d), 10) }
@@ -475,4 +488,128 @@ func (v sessions) List(ctx context.Context, userID string) ([]session.Record, er
 		return strings.Compare(string(a.ID), string(b.ID))
 	})
 	return out, nil
+}
+
+// MaxSessionValueLen is the longest value [Store.SessionSet] writes, in
+// bytes (1 MiB).
+const MaxSessionValueLen = 1 << 20
+
+// maxSessionValueName is the longest value name in bytes.
+const maxSessionValueName = 255
+
+// validateValueName checks the name of a value of SessionSet: 1 to 255
+// bytes of valid UTF-8 without control characters.
+func validateValueName(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("%w: redisstore: empty value name", session.ErrInvalid)
+	case len(name) > maxSessionValueName:
+		return fmt.Errorf("%w: redisstore: value name is %d bytes, longer than %d", session.ErrInvalid, len(name), maxSessionValueName)
+	case !utf8.ValidString(name):
+		return fmt.Errorf("%w: redisstore: value name is not valid UTF-8", session.ErrInvalid)
+	case strings.ContainsFunc(name, unicode.IsControl):
+		return fmt.Errorf("%w: redisstore: value name contains a control character", session.ErrInvalid)
+	}
+	return nil
+}
+
+// SessionSet sets the value name of userID to value only while session id
+// (a session of userID) is live on the server's clock (not revoked, not
+// rotated away, within its idle and absolute deadlines, not ended by a
+// revoke of the user's sessions in progress) and, when version is not 0,
+// still at version; session check and write are one script. It is the
+// Redis counterpart of a SQL store's txn.Tx.CheckSession, for a sensitive
+// change whose effect lives in Redis (a balance, a role): a request
+// authorized at its start and delayed past a logout writes nothing. The
+// session is read, never refreshed or changed.
+//
+// A session that ended gets an error wrapping session.ErrNotFound (also for
+// a session of another user), one at another version session.ErrConflict;
+// nothing is written. An invalid id, user ID or name (1 to 255 bytes of
+// UTF-8 without control characters), a value longer than
+// MaxSessionValueLen, or an id outside userID's shard is refused with
+// session.ErrInvalid before anything is sent. A server that cannot be
+// reached, or replicas that do not confirm the write (see "Replication"
+// in the package documentation), give session.ErrUnavailable: the write
+// may have been applied. The value is kept without expiry under
+// [Store.SessionValueKey], in the hash slot of the user's sessions, so the
+// script works on Redis Cluster.
+func (s *Store) SessionSet(ctx context.Context, id session.ID, version uint64, userID, name string, value []byte) error {
+	if err := id.Validate(); err != nil {
+		return err
+	}
+	if err := sessiondriver.ValidateUserID(userID); err != nil {
+		return err
+	}
+	if id.Shard() != sessiondriver.UserShard(userID) {
+		return fmt.Errorf("%w: redisstore: session ID is not in its user's shard", session.ErrInvalid)
+	}
+	if version != 0 {
+		if err := sessiondriver.ValidateVersion(version); err != nil {
+			return err
+		}
+	}
+	if err := validateValueName(name); err != nil {
+		return err
+	}
+	if len(value) > MaxSessionValueLen {
+		return fmt.Errorf("%w: redisstore: value is %d bytes, longer than %d", session.ErrInvalid, len(value), MaxSessionValueLen)
+	}
+	if err := s.sessionReady(ctx, "set"); err != nil {
+		return err
+	}
+	keys := []string{s.SessionKey(id), s.SessionValueKey(userID, name), s.SessionRevokeKey(userID)}
+	res, p := s.write(ctx, sessionSetScript, keys,
+		[]string{userID, strconv.FormatUint(version, 10), string(value)}, false)
+	arr, err := res.ToArray()
+	if err != nil {
+		return s.sessionFail("set", err)
+	}
+	if len(arr) < 1 {
+		return malformed("session set")
+	}
+	ok, err := arr[0].AsInt64()
+	switch {
+	case err != nil:
+		return malformed("session set")
+	case ok == 0:
+		return fmt.Errorf("redisstore: session set: %w", session.ErrNotFound)
+	case ok < 0:
+		if len(arr) < 2 {
+			return malformed("session set")
+		}
+		cur, err := arr[1].AsInt64()
+		if err != nil {
+			return malformed("session set")
+		}
+		return fmt.Errorf("redisstore: session set: at version %d, not %d: %w", cur, version, session.ErrConflict)
+	}
+	if err := s.confirm(ctx, p); err != nil {
+		return s.sessionFail("set", err)
+	}
+	return nil
+}
+
+// SessionGet returns the value name of userID written by
+// [Store.SessionSet] (nil, false if never written), read with one GET.
+// It does not look at any session. An unreachable server gives
+// session.ErrUnavailable.
+func (s *Store) SessionGet(ctx context.Context, userID, name string) ([]byte, bool, error) {
+	if err := sessiondriver.ValidateUserID(userID); err != nil {
+		return nil, false, err
+	}
+	if err := validateValueName(name); err != nil {
+		return nil, false, err
+	}
+	v, err := s.c.Do(ctx, rclient.Cmd{Name: "GET", Keys: []string{s.SessionValueKey(userID, name)}, ReadOnly: true}).AsBytes()
+	if rclient.IsNil(err) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, s.sessionFail("get", err)
+	}
+	if v == nil {
+		v = []byte{}
+	}
+	return v, true, nil
 }
