@@ -510,7 +510,33 @@ var list = []Mutant{
 		Edits: []Edit{{File: redisLua + "session_set.lua",
 			Old: "if not live then",
 			New: "if false then"}},
-		Workloads: []string{"session"}, Suite: "Session",
+		Workloads: []string{"session-commit"}, Suite: "Session",
+	},
+
+	// ---- Sessions: the check at a sensitive commit ----
+	{
+		Name: "memory/session-check-not-held", Store: "memory",
+		Breaks: "WithSession lets a revoke run while fn commits: the check does not hold until the commit",
+		Edits: []Edit{{File: memSessions,
+			Old: "\treturn fn()\n}",
+			New: "\tst.mu.Unlock()\n\tdefer st.mu.Lock()\n\treturn fn()\n}"}},
+		Workloads: []string{"session-commit"}, Suite: "Session",
+	},
+	{
+		Name: "sqlite/session-check-any", Store: "sqlite",
+		Breaks: "CheckSession passes a session that ended (revoked, rotated away, expired)",
+		Edits: []Edit{{File: sqliteSessions,
+			Old: "return fmt.Errorf(\"sqlitestore: check session: %w\", session.ErrNotFound)",
+			New: "return nil"}},
+		Workloads: []string{"session-commit"}, Suite: "Session",
+	},
+	{
+		Name: "postgres/session-check-not-locked", Store: "postgres",
+		Breaks: "CheckSession reads the session row without locking it: a revoke commits while the transaction is open",
+		Edits: []Edit{{File: pgSessions,
+			Old: "+ live + ` FOR SHARE OF s`,",
+			New: "+ live,"}},
+		Workloads: []string{"session-commit"}, Suite: "Session", CI: true,
 	},
 
 	// ---- Schedules: the ledger's (job, slot) uniqueness; a stale
