@@ -70,6 +70,16 @@ func sessionCommitLoop(ctx context.Context, w *workerEnv, mode string) error {
 			continue
 		}
 		id := session.TokenID(tok)
+		// A transfer while the session is live, before any logout.
+		early := user + earlySuffix
+		p = w.rec.Invoke(mode, "commit", early, "", 0)
+		epoint := func() { w.rec.Invoke(mode, "commit-point", early, "", 0).End("", 0, nil) }
+		if mode == Guarded {
+			err = w.guardedCommit(octx, &mem, id, user, func() {}, func() {}, epoint)
+		} else {
+			err = w.controlCommit(octx, m, tok, user, func() {}, func() {}, epoint)
+		}
+		p.End("", 0, err)
 		checked := make(chan struct{})
 		var once sync.Once
 		onChecked := func() { once.Do(func() { close(checked) }) }
@@ -115,8 +125,16 @@ func sessionCommitLoop(ctx context.Context, w *workerEnv, mode string) error {
 	return nil
 }
 
-// lateSuffix marks the key of the commit made after the logout.
-const lateSuffix = "/late"
+// The keys of the commits made before the race and after the logout.
+const (
+	earlySuffix = "/early"
+	lateSuffix  = "/late"
+)
+
+// baseUser is the user of a commit's key.
+func baseUser(key string) string {
+	return strings.TrimSuffix(strings.TrimSuffix(key, lateSuffix), earlySuffix)
+}
 
 // guardedCommit is the transfer with the session checked at its commit.
 func (w *workerEnv) guardedCommit(ctx context.Context, mem *memTransfers, id session.ID, user string, checked, think, point func()) error {
@@ -185,7 +203,8 @@ func (w *workerEnv) controlCommit(ctx context.Context, m *session.Manager, tok s
 	checked()
 	think()
 	point()
-	_, err := w.ledger.DB().ExecContext(ctx, `INSERT INTO proof_records (run, key, value) VALUES (?, ?, '1')`, w.spec.Prefix, "transfer/"+user)
+	_, err := w.ledger.DB().ExecContext(ctx, `INSERT INTO proof_effects (run, mode, key, proc, fence, value) VALUES (?, ?, ?, ?, 0, 'transfer')`,
+		w.spec.Prefix, Control, user, w.spec.Proc)
 	return err
 }
 
@@ -227,7 +246,7 @@ func sessionCommitCheck(ctx context.Context, w *workerEnv, _ *runInfo, h *Histor
 			continue
 		}
 		acked[op.Key] = true
-		at, ok := revoked[strings.TrimSuffix(op.Key, lateSuffix)]
+		at, ok := revoked[baseUser(op.Key)]
 		if pt, has := points[op.Key]; ok && has && pt > at {
 			m.StaleAdmitted++
 			bad = append(bad, op.Key)
@@ -251,7 +270,7 @@ func sessionCommitCheck(ctx context.Context, w *workerEnv, _ *runInfo, h *Histor
 func (w *workerEnv) missingTransfers(ctx context.Context, acked map[string]bool) int {
 	missing := 0
 	for key := range acked {
-		user := strings.TrimSuffix(key, lateSuffix)
+		user := baseUser(key)
 		var n int
 		var err error
 		switch {
