@@ -70,34 +70,30 @@ func sessionCommitLoop(ctx context.Context, w *workerEnv, mode string) error {
 			continue
 		}
 		id := session.TokenID(tok)
-		// A transfer while the session is live, before any logout.
-		early := user + earlySuffix
-		p = w.rec.Invoke(mode, "commit", early, "", 0)
-		epoint := func() { w.rec.Invoke(mode, "commit-point", early, "", 0).End("", 0, nil) }
-		if mode == Guarded {
-			err = w.guardedCommit(octx, &mem, id, user, func() {}, func() {}, epoint)
-		} else {
-			err = w.controlCommit(octx, m, tok, user, func() {}, func() {}, epoint)
+		// commit runs one transfer recorded under key; point marks the
+		// instant the commit is made, which the checker compares with the
+		// revoke's acknowledgement.
+		commit := func(key string, checked, think func()) {
+			point := func() { w.rec.Invoke(mode, "commit-point", key, "", 0).End("", 0, nil) }
+			p := w.rec.Invoke(mode, "commit", key, "", 0)
+			var err error
+			if mode == Guarded {
+				err = w.guardedCommit(octx, &mem, id, user, checked, think, point)
+			} else {
+				err = w.controlCommit(octx, m, tok, user, checked, think, point)
+			}
+			p.End("", 0, err)
 		}
-		p.End("", 0, err)
+		nop := func() {}
+		// A transfer while the session is live, before any logout.
+		commit(user+earlySuffix, nop, nop)
 		checked := make(chan struct{})
 		var once sync.Once
 		onChecked := func() { once.Do(func() { close(checked) }) }
 		var wg sync.WaitGroup
 		wg.Go(func() {
-			think := func() { w.sleep(ctx, w.spec.Think) }
-			// point marks the instant the commit is made: the checker
-			// compares it with the revoke's acknowledgement.
-			point := func() { w.rec.Invoke(mode, "commit-point", user, "", 0).End("", 0, nil) }
-			p := w.rec.Invoke(mode, "commit", user, "", 0)
-			var err error
-			if mode == Guarded {
-				err = w.guardedCommit(octx, &mem, id, user, onChecked, think, point)
-			} else {
-				err = w.controlCommit(octx, m, tok, user, onChecked, think, point)
-			}
+			commit(user, onChecked, func() { w.sleep(ctx, w.spec.Think) })
 			onChecked()
-			p.End("", 0, err)
 		})
 		wg.Go(func() {
 			select {
@@ -111,15 +107,7 @@ func sessionCommitLoop(ctx context.Context, w *workerEnv, mode string) error {
 		wg.Wait()
 		// A late request of the same session, after the logout: refused.
 		w.gate.wait(ctx)
-		late := user + lateSuffix
-		p = w.rec.Invoke(mode, "commit", late, "", 0)
-		point := func() { w.rec.Invoke(mode, "commit-point", late, "", 0).End("", 0, nil) }
-		if mode == Guarded {
-			err = w.guardedCommit(octx, &mem, id, user, func() {}, func() {}, point)
-		} else {
-			err = w.controlCommit(octx, m, tok, user, func() {}, func() {}, point)
-		}
-		p.End("", 0, err)
+		commit(user+lateSuffix, nop, nop)
 		cancel()
 	}
 	return nil
