@@ -395,13 +395,7 @@ func (s *EtcdServer) killLocked() {
 
 // destroy stops every member and removes the cluster's directory.
 func (s *EtcdServer) destroy() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.stopAllLocked()
-	if s.base == "" {
-		return nil
-	}
-	return os.RemoveAll(s.base)
+	return destroyDir(&s.mu, func() error { s.stopAllLocked(); return nil }, s.base)
 }
 
 // logFiles lists the members' log files.

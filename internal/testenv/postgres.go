@@ -322,28 +322,10 @@ func (s *PostgresServer) newLifecycle() lifecycle {
 }
 
 // stopLocked shuts the server down in fast mode (SIGINT) and waits for it.
-func (s *PostgresServer) stopLocked() error {
-	if s.proc == nil {
-		return nil
-	}
-	p := s.proc
-	s.proc = nil
-	return p.stop(syscall.SIGINT)
-}
+func (s *PostgresServer) stopLocked() error { return stopProc(&s.proc, syscall.SIGINT) }
 
 // destroy stops the server and removes its directory.
-func (s *PostgresServer) destroy() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	err := s.stopLocked()
-	if s.base == "" {
-		return err
-	}
-	if rerr := os.RemoveAll(s.base); rerr != nil && err == nil {
-		err = rerr
-	}
-	return err
-}
+func (s *PostgresServer) destroy() error { return destroyDir(&s.mu, s.stopLocked, s.base) }
 
 func (s *PostgresServer) addrLocked() string {
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))

@@ -498,3 +498,29 @@ func forTest[S server](t testing.TB, name string, s S, err error) S {
 	})
 	return s
 }
+
+// stopProc stops *pp, if it runs, with sig and waits for it; *pp is nil
+// after.
+func stopProc(pp **process, sig syscall.Signal) error {
+	p := *pp
+	if p == nil {
+		return nil
+	}
+	*pp = nil
+	return p.stop(sig)
+}
+
+// destroyDir runs stop holding mu, then removes dir (when set): a server's
+// end of life.
+func destroyDir(mu *sync.Mutex, stop func() error, dir string) error {
+	mu.Lock()
+	defer mu.Unlock()
+	err := stop()
+	if dir == "" {
+		return err
+	}
+	if rerr := os.RemoveAll(dir); rerr != nil && err == nil {
+		err = rerr
+	}
+	return err
+}

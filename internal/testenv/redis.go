@@ -211,28 +211,10 @@ func (s *RedisServer) startLocked() (*process, error) {
 }
 
 // stopLocked shuts the server down with SIGTERM and waits for it to exit.
-func (s *RedisServer) stopLocked() error {
-	if s.proc == nil {
-		return nil
-	}
-	p := s.proc
-	s.proc = nil
-	return p.stop(syscall.SIGTERM)
-}
+func (s *RedisServer) stopLocked() error { return stopProc(&s.proc, syscall.SIGTERM) }
 
 // destroy stops the server and removes its directory.
-func (s *RedisServer) destroy() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	err := s.stopLocked()
-	if s.dir == "" {
-		return err
-	}
-	if rerr := os.RemoveAll(s.dir); rerr != nil && err == nil {
-		err = rerr
-	}
-	return err
-}
+func (s *RedisServer) destroy() error { return destroyDir(&s.mu, s.stopLocked, s.dir) }
 
 func (s *RedisServer) addrLocked() string {
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
