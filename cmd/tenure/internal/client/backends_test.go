@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -81,8 +82,12 @@ func pgServe(t testing.TB, dsn string) (string, *fencedkv.KV, func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	sv, err := fencedkv.NewSessionKV(context.Background(), db, fencedkv.Postgres, `"tenure"."tenure_session_values"`, s)
+	if err != nil {
+		t.Fatal(err)
+	}
 	u, stop := serve(t, server.Stores{Leases: s.Leases(), Idempotency: s.Idempotency(), Limits: s.Limits(),
-		Sessions: s.Sessions(), Schedules: s.Schedules(), Fenced: kv}, nil)
+		Sessions: s.Sessions(), Schedules: s.Schedules(), Fenced: kv, SessionValues: sv}, nil)
 	return u, kv, stop
 }
 
@@ -208,6 +213,13 @@ func TestIdempotencyConformancePostgres(t *testing.T) {
 func TestSessionConformanceRedis(t *testing.T) {
 	r := testenv.SharedRedis(t)
 	sessiontest.Run(t, func(t *testing.T) sessiontest.Target {
+		if c := t.Name()[strings.LastIndexByte(t.Name(), '/')+1:]; strings.HasPrefix(c, "Commit") {
+			// TODO(redis): SessionSet. serve over Redis offers no
+			// writeSessionValue until redisstore's SessionSet is wired
+			// (servestore, redisServe); then give the target a
+			// sessionCommitter as on SQLite and PostgreSQL.
+			t.Skip("serve over Redis has no values checked against a session yet")
+		}
 		prefix := fmt.Sprintf("serve%d:", prefixSeq.Add(1))
 		a, _, _ := redisServe(t, r.Addr(), prefix)
 		b, _, _ := redisServe(t, r.Addr(), prefix)

@@ -2,7 +2,10 @@
 // together with the fenced values it keeps for resources that have no guard
 // of their own: on memory and Redis the store's FencedSet and FencedGet, on
 // etcd its FencedPut and FencedGet, on SQLite and PostgreSQL a value table
-// written in one transaction with the store's Admit.
+// written in one transaction with the store's Admit. It also gives the
+// values of users checked against a session: on SQLite and PostgreSQL a
+// table written in one transaction with the store's CheckSession, on
+// memory a map written under the store's WithSession.
 package servestore
 
 import (
@@ -21,6 +24,10 @@ import (
 // store's schema on PostgreSQL).
 const ValueTable = "tenure_serve_values"
 
+// SessionValueTable is the name of the table of values checked against a
+// session on SQL stores (with the store's schema on PostgreSQL).
+const SessionValueTable = "tenure_session_values"
+
 // Stores returns the views of st and its fenced values, and a function
 // that releases what it opened.
 func Stores(ctx context.Context, st *storeopen.Stores) (server.Stores, func(), error) {
@@ -29,16 +36,23 @@ func Stores(ctx context.Context, st *storeopen.Stores) (server.Stores, func(), e
 	switch {
 	case st.Mem != nil:
 		out.Fenced = memKV{st.Mem}
+		out.SessionValues = fencedkv.NewMemSessionKV(st.Mem)
 	case st.Redis != nil:
 		out.Fenced = memKV{st.Redis}
+		// TODO(redis): SessionSet
 	case st.Etcd != nil:
+		// etcd keeps no sessions: no values checked against one.
 		out.Fenced = etcdKV{st.Etcd}
 	case st.SQLite != nil:
 		kv, err := fencedkv.New(ctx, st.SQLite.DB(), fencedkv.SQLite, `"`+ValueTable+`"`, st.SQLite)
 		if err != nil {
 			return server.Stores{}, nil, err
 		}
-		out.Fenced = kv
+		sv, err := fencedkv.NewSessionKV(ctx, st.SQLite.DB(), fencedkv.SQLite, `"`+SessionValueTable+`"`, st.SQLite)
+		if err != nil {
+			return server.Stores{}, nil, err
+		}
+		out.Fenced, out.SessionValues = kv, sv
 	case st.PG != nil:
 		db := stdlib.OpenDBFromPool(st.PGPool)
 		kv, err := fencedkv.New(ctx, db, fencedkv.Postgres, `"`+st.PG.Schema()+`"."`+ValueTable+`"`, st.PG)
@@ -46,7 +60,12 @@ func Stores(ctx context.Context, st *storeopen.Stores) (server.Stores, func(), e
 			db.Close()
 			return server.Stores{}, nil, err
 		}
-		out.Fenced = kv
+		sv, err := fencedkv.NewSessionKV(ctx, db, fencedkv.Postgres, `"`+st.PG.Schema()+`"."`+SessionValueTable+`"`, st.PG)
+		if err != nil {
+			db.Close()
+			return server.Stores{}, nil, err
+		}
+		out.Fenced, out.SessionValues = kv, sv
 		done = func() { db.Close() }
 	default:
 		return server.Stores{}, nil, fmt.Errorf("servestore: no store opened")
