@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"fmt"
 	idemdriver "github.com/tenurekit/tenure/idempotency/driver"
 	"net/http"
 	"net/url"
@@ -463,4 +464,48 @@ func (v sessions) List(ctx context.Context, userID string) ([]session.Record, er
 		recs = append(recs, recordIn(r))
 	}
 	return recs, nil
+}
+
+// SessionWrite sets a value of the user of the session of tok (a balance,
+// a role) if that session is live and, when version is not 0, still at
+// version when the write lands: the server checks the session at the
+// write, in one atomic step, so a write after a logout changes nothing. A
+// session that ended gets an error wrapping session.ErrNotFound, one at
+// another version session.ErrConflict; bad input wraps session.ErrInvalid
+// and a request that got no answer session.ErrUnavailable (the write may
+// have landed). The token travels only in the request's body.
+func (c *Client) SessionWrite(ctx context.Context, tok session.Token, version uint64, name string, value []byte) error {
+	if err := serveapi.ValidateSessionName(name); err != nil {
+		return err
+	}
+	if len(value) > serveapi.MaxSessionValueLen {
+		return fmt.Errorf("%w: value is %d bytes, larger than %d", session.ErrInvalid, len(value), serveapi.MaxSessionValueLen)
+	}
+	if tok.IsZero() {
+		return fmt.Errorf("%w: no session token", session.ErrInvalid)
+	}
+	if value == nil {
+		value = []byte{}
+	}
+	return c.call(ctx, sessionErrs, http.MethodPost, "/v1/sessions/write", nil,
+		serveapi.SessionValueWrite{Token: tok.Reveal(), Version: version, Name: name, ValueBase64: value}, nil)
+}
+
+// SessionRead returns the value name of userID that SessionWrite keeps,
+// and whether it was ever written.
+func (c *Client) SessionRead(ctx context.Context, userID, name string) ([]byte, bool, error) {
+	if err := serveapi.ValidateSessionValue(userID, name, nil); err != nil {
+		return nil, false, err
+	}
+	var v serveapi.SessionValue
+	if err := c.call(ctx, sessionErrs, http.MethodGet, "/v1/sessions/value", url.Values{"user_id": {userID}, "name": {name}}, nil, &v); err != nil {
+		return nil, false, err
+	}
+	if !v.Present {
+		return nil, false, nil
+	}
+	if v.ValueBase64 == nil {
+		v.ValueBase64 = []byte{}
+	}
+	return v.ValueBase64, true, nil
 }

@@ -38,7 +38,8 @@ const (
 
 // ReadOps are the operations the "read" alias in Token.Operations allows:
 // the GET operations (inspectLease, listLeases, fencedRead,
-// inspectIdempotency, listSessions, slotHistory), which change nothing.
+// inspectIdempotency, listSessions, readSessionValue, slotHistory), which
+// change nothing.
 var ReadOps = readOps()
 
 // Config is what tenure serve reads from its --config file (JSON). The

@@ -232,9 +232,12 @@ var (
 	idemView   = storeView{"idempotency records", func(st *Stores) bool { return st.Idempotency != nil }}
 	rateView   = storeView{"rate limits", func(st *Stores) bool { return st.Limits != nil }}
 	// listView is a lease store that lists its keys (lease.Lister).
-	listView     = storeView{"a list of leases", func(st *Stores) bool { _, ok := st.Leases.(lease.Lister); return ok }}
-	sessionView  = storeView{"sessions", func(st *Stores) bool { return st.Sessions != nil }}
-	scheduleView = storeView{"schedules", func(st *Stores) bool { return st.Schedules != nil }}
+	listView    = storeView{"a list of leases", func(st *Stores) bool { _, ok := st.Leases.(lease.Lister); return ok }}
+	sessionView = storeView{"sessions", func(st *Stores) bool { return st.Sessions != nil }}
+	// sessionValueView is the values checked against a session, and the
+	// sessions they are checked against.
+	sessionValueView = storeView{"values checked against a session", func(st *Stores) bool { return st.SessionValues != nil && st.Sessions != nil }}
+	scheduleView     = storeView{"schedules", func(st *Stores) bool { return st.Schedules != nil }}
 )
 
 // request is what an operation's Handle gets besides its input: the

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/tenurekit/tenure/internal/serveapi"
 	"github.com/tenurekit/tenure/session"
@@ -92,6 +93,74 @@ var sessionOps = []operation{
 			n, err := r.s.st.Sessions.DeleteUser(ctx, in.UserID)
 			return serveapi.Revoked{Removed: n}, err
 		}},
+	&op[serveapi.SessionValueWrite, noBody]{Method: "POST", Path: "/v1/sessions/write", ID: "writeSessionValue",
+		Needs: sessionValueView, OneOf: sessionRef, Problems: []string{"not_found", "conflict"}, Handle: writeSessionValue,
+		Doc: "Set a value of the user of a session (by token or id) if the session is live (and at version, when given) when the write lands: " +
+			"for a sensitive change (a balance, a role) that must not land once the user logged out, the session is checked at the write, in one atomic step.",
+		Example: serveapi.SessionValueWrite{Token: "BwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyAhIiMkJSYnKA", Version: 3, Name: "role", Value: "owner"}},
+	&op[sessionValueQuery, serveapi.SessionValue]{Method: "GET", Path: "/v1/sessions/value", ID: "readSessionValue",
+		Needs: sessionValueView, Scope: "user_id", Handle: readSessionValue,
+		Doc:     "A value of a user that writeSessionValue keeps (present false: never written).",
+		Example: sessionValueQuery{UserID: "alice", Name: "role"}},
+}
+
+// sessionValueQuery is the query of readSessionValue.
+type sessionValueQuery struct {
+	UserID string `query:"user_id" doc:"the user"`
+	Name   string `query:"name" doc:"the value's name"`
+}
+
+// writeSessionValue checks the input, finds the session's user (a load
+// that refreshes nothing) and writes the value checked against the
+// session. A token is turned into the session's ID at once and appears in
+// no answer or log.
+func writeSessionValue(ctx context.Context, r *request, in serveapi.SessionValueWrite) (noBody, error) {
+	if in.Value != "" && in.ValueBase64 != nil {
+		return noBody{}, invalidf("give value or value_base64, not both")
+	}
+	if in.Token == "" && in.ID == "" {
+		return noBody{}, invalidf("give the token (or the id) of the session that makes the change")
+	}
+	v := in.ValueBase64
+	if v == nil {
+		v = []byte(in.Value)
+	}
+	if err := serveapi.ValidateSessionName(in.Name); err != nil {
+		return noBody{}, err
+	}
+	if len(v) > serveapi.MaxSessionValueLen {
+		return noBody{}, invalidf("the value is %d bytes, larger than %d", len(v), serveapi.MaxSessionValueLen)
+	}
+	id, err := refID(serveapi.SessionRef{ID: in.ID, Token: in.Token})
+	if err != nil {
+		return noBody{}, err
+	}
+	rec, err := r.s.st.Sessions.Load(ctx, id, 0)
+	if err != nil {
+		return noBody{}, err
+	}
+	if err := r.guard("user", rec.UserID); err != nil {
+		return noBody{}, err
+	}
+	return noBody{}, r.s.st.SessionValues.SessionWrite(ctx, id, in.Version, rec.UserID, in.Name, v)
+}
+
+func readSessionValue(ctx context.Context, r *request, in sessionValueQuery) (serveapi.SessionValue, error) {
+	if err := serveapi.ValidateSessionValue(in.UserID, in.Name, nil); err != nil {
+		return serveapi.SessionValue{}, err
+	}
+	v, ok, err := r.s.st.SessionValues.SessionRead(ctx, in.UserID, in.Name)
+	if err != nil {
+		return serveapi.SessionValue{}, err
+	}
+	out := serveapi.SessionValue{UserID: in.UserID, Name: in.Name, Present: ok, ValueBase64: v}
+	if out.ValueBase64 == nil {
+		out.ValueBase64 = []byte{}
+	}
+	if utf8.Valid(v) {
+		out.Value = string(v)
+	}
+	return out, nil
 }
 
 func sessionOut(rec session.Record) serveapi.SessionRecord {
@@ -137,6 +206,29 @@ func createSession(ctx context.Context, r *request, in serveapi.SessionCreate) (
 // limited to some namespaces, that the session's user lies in them (a
 // read that refreshes nothing).
 func (r *request) sessionID(ctx context.Context, ref serveapi.SessionRef) (session.ID, error) {
+	id, err := refID(ref)
+	if err != nil {
+		return "", err
+	}
+	if !r.p.allows("") {
+		rec, err := r.s.st.Sessions.Load(ctx, id, 0)
+		switch {
+		case errors.Is(err, session.ErrNotFound):
+			// Nothing to protect; the operation answers not found.
+		case err != nil:
+			return "", err
+		default:
+			if err := r.guard("user", rec.UserID); err != nil {
+				return "", err
+			}
+		}
+	}
+	return id, nil
+}
+
+// refID returns the session ID a reference names: its ID, or the ID of
+// its token. An error never carries the token.
+func refID(ref serveapi.SessionRef) (session.ID, error) {
 	var id session.ID
 	switch {
 	case ref.ID != "" && ref.Token != "":
@@ -152,19 +244,6 @@ func (r *request) sessionID(ctx context.Context, ref serveapi.SessionRef) (sessi
 	}
 	if err := id.Validate(); err != nil {
 		return "", err
-	}
-	if !r.p.allows("") {
-		rec, err := r.s.st.Sessions.Load(ctx, id, 0)
-		switch {
-		case errors.Is(err, session.ErrNotFound):
-			// Nothing to protect; the operation answers not found.
-		case err != nil:
-			return "", err
-		default:
-			if err := r.guard("user", rec.UserID); err != nil {
-				return "", err
-			}
-		}
 	}
 	return id, nil
 }

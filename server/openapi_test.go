@@ -103,7 +103,8 @@ func TestOpenAPIDescribesEveryRoute(t *testing.T) {
 	}
 	for _, id := range []string{"acquireLease", "renewLease", "releaseLease", "inspectLease", "listLeases", "fencedWrite", "fencedRead",
 		"beginIdempotency", "completeIdempotency", "releaseIdempotency", "allowRate", "acquirePermit", "releasePermit",
-		"createSession", "loadSession", "saveSession", "revokeSession", "listSessions", "revokeUserSessions", "slotHistory"} {
+		"createSession", "loadSession", "saveSession", "revokeSession", "listSessions", "revokeUserSessions",
+		"writeSessionValue", "readSessionValue", "slotHistory"} {
 		if !seen[id] {
 			t.Errorf("operation %s missing", id)
 		}
@@ -427,6 +428,12 @@ func TestOpenAPIEveryOperationExercised(t *testing.T) {
 		t.Fatal("no token for a session the server made")
 	}
 	call("loadSession", "POST", "/v1/sessions/load", serveapi.SessionRef{Token: sr.Token, Idle: serveapi.Duration(time.Hour)}, nil)
+	call("writeSessionValue", "POST", "/v1/sessions/write", serveapi.SessionValueWrite{Token: sr.Token, Version: 1, Name: "role", Value: "owner"}, nil)
+	var sv serveapi.SessionValue
+	call("readSessionValue", "GET", "/v1/sessions/value?user_id=alice&name=role", nil, &sv)
+	if !sv.Present || sv.Value != "owner" || sv.UserID != "alice" {
+		t.Fatalf("session value %+v", sv)
+	}
 	call("touchSession", "POST", "/v1/sessions/touch", serveapi.SessionRef{ID: sr.ID, Version: 1, Idle: serveapi.Duration(time.Hour)}, nil)
 	call("saveSession", "POST", "/v1/sessions/save", serveapi.SessionRef{ID: sr.ID, Version: 1, Data: []byte("{}"), Idle: serveapi.Duration(time.Hour)}, &sr)
 	call("rotateSession", "POST", "/v1/sessions/rotate", serveapi.SessionRef{ID: sr.ID, NewID: sr.ID[:len(sr.ID)-4] + "abcd", Version: 2, Idle: serveapi.Duration(time.Hour)}, &sr)

@@ -178,13 +178,13 @@ func TestOperationsDeclared(t *testing.T) {
 			t.Errorf("%s: no handler", d.OperationID)
 		}
 	}
-	if len(ids) != 26 {
-		t.Errorf("%d operations, want 26", len(ids))
+	if len(ids) != 28 {
+		t.Errorf("%d operations, want 28", len(ids))
 	}
 	if _, pattern := srv.mux.Handler(httptest.NewRequest("GET", "/v1/leases/nothing", nil)); pattern != "/v1/" {
 		t.Errorf("an unknown route goes to %q", pattern)
 	}
-	if got, want := ReadOps, []string{"inspectLease", "listLeases", "fencedRead", "inspectIdempotency", "listSessions", "slotHistory"}; !slices.Equal(got, want) {
+	if got, want := ReadOps, []string{"inspectLease", "listLeases", "fencedRead", "inspectIdempotency", "listSessions", "readSessionValue", "slotHistory"}; !slices.Equal(got, want) {
 		t.Errorf("ReadOps %v, want %v", got, want)
 	}
 }

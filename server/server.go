@@ -40,6 +40,22 @@ type FencedKV interface {
 	FencedRead(ctx context.Context, name string) ([]byte, uint64, error)
 }
 
+// SessionKV keeps values of a user that change only while one of the
+// user's sessions is live, checked at the write in one atomic step
+// (writeSessionValue, readSessionValue): a sensitive change (a balance, a
+// role) that must not land once the user logged out. tenure serve builds
+// it from the store it opened.
+type SessionKV interface {
+	// SessionWrite sets userID's value name to value if session id is live
+	// and, when version is not 0, still at version when the write lands. A
+	// session that ended gets an error wrapping session.ErrNotFound, one at
+	// another version session.ErrConflict, and nothing changes.
+	SessionWrite(ctx context.Context, id session.ID, version uint64, userID, name string, value []byte) error
+	// SessionRead returns userID's value name and whether it was ever
+	// written.
+	SessionRead(ctx context.Context, userID, name string) ([]byte, bool, error)
+}
+
 // Stores are the primitives' store views the server serves. A nil view
 // answers its routes with a not_supported problem.
 type Stores struct {
@@ -49,6 +65,9 @@ type Stores struct {
 	Sessions    session.Store
 	Schedules   schedule.Store
 	Fenced      FencedKV
+	// SessionValues keeps the values writeSessionValue checks against a
+	// session.
+	SessionValues SessionKV
 }
 
 // Options configure a Server. Nil means the defaults.

@@ -46,6 +46,7 @@ func (f fencedMem) FencedRead(ctx context.Context, name string) ([]byte, uint64,
 
 type env struct {
 	mem  *memstore.Store
+	sv   server.SessionKV
 	srv  *server.Server
 	url  string
 	logs *syncBuf
@@ -78,7 +79,7 @@ func newEnv(t *testing.T, cfg *server.Config) *env {
 	}
 	hs := httptest.NewServer(srv)
 	t.Cleanup(hs.Close)
-	return &env{mem: m, srv: srv, url: hs.URL, logs: logs}
+	return &env{mem: m, sv: st.SessionValues, srv: srv, url: hs.URL, logs: logs}
 }
 
 // do sends a request and returns the status and body.

@@ -38,10 +38,17 @@ func (l *lockedBuf) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l
 // returned function is called; it returns the address and the outputs.
 func startServe(t *testing.T, dir string) (addr string, stdout, stderr *lockedBuf, stop func() error) {
 	t.Helper()
+	return startServeStore(t, dir, "")
+}
+
+// startServeStore is startServe with --store store ("" for the embedded
+// default in dir).
+func startServeStore(t *testing.T, dir, store string) (addr string, stdout, stderr *lockedBuf, stop func() error) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	stdout, stderr = &lockedBuf{}, &lockedBuf{}
 	addrc := make(chan string, 1)
-	f := &serveFlags{addr: "127.0.0.1:0", dataDir: dir, schema: "tenure", drain: 5 * time.Second,
+	f := &serveFlags{addr: "127.0.0.1:0", store: store, dataDir: dir, schema: "tenure", drain: 5 * time.Second,
 		listening: func(a string) { addrc <- a }}
 	errc := make(chan error, 1)
 	go func() { errc <- runServe(ctx, f, stdout, stderr) }()

@@ -3,6 +3,12 @@
 // guard (txn.Tx's Admit), so that a value is replaced only by a write whose fence the guard
 // admits. tenure serve uses it for its fencedWrite and fencedRead
 // operations on SQLite and PostgreSQL.
+//
+// It also keeps values of users checked against a session (SessionKV on
+// SQLite and PostgreSQL, written in one transaction with txn.Tx's
+// CheckSession; MemSessionKV on the memory store, under its
+// WithSession), for tenure serve's writeSessionValue and
+// readSessionValue.
 package fencedkv
 
 import (
@@ -54,8 +60,12 @@ func New(ctx context.Context, db *sql.DB, d Dialect, table string, s txn.Store) 
 	return &KV{db: db, s: s, table: table, d: d}, nil
 }
 
-func (kv *KV) q(s string) string {
-	if kv.d == Postgres {
+func (kv *KV) q(s string) string { return kv.d.q(s) }
+
+// q returns the statement s, written with SQLite's ?1, ?2, ?3, in d's
+// parameters.
+func (d Dialect) q(s string) string {
+	if d == Postgres {
 		return strings.NewReplacer("?1", "$1", "?2", "$2", "?3", "$3").Replace(s)
 	}
 	return s

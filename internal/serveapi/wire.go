@@ -231,6 +231,28 @@ type SessionRef struct {
 	NewID string `json:"new_id,omitempty" doc:"rotateSession: the new store ID"`
 }
 
+// SessionValueWrite is the body of writeSessionValue: a value of the
+// user of the session Token (or ID) names, written only if the session is
+// live (and, with Version, still at that version) when the write lands.
+// Value is text; ValueBase64 is the same for binary values (one of them).
+type SessionValueWrite struct {
+	Token       string `json:"token,omitempty" doc:"the session token of the request that makes the change"`
+	ID          string `json:"id,omitempty" doc:"or the session's store ID"`
+	Version     uint64 `json:"version,omitempty" doc:"the session version the request loaded (left out or 0: any version)"`
+	Name        string `json:"name" doc:"the value's name (up to 255 bytes of UTF-8 without control characters)"`
+	Value       string `json:"value,omitempty" doc:"the value as text"`
+	ValueBase64 []byte `json:"value_base64,omitempty" doc:"the value as bytes (instead of value; up to 1 MiB)"`
+}
+
+// SessionValue is the answer to readSessionValue.
+type SessionValue struct {
+	UserID      string `json:"user_id" doc:"the user"`
+	Name        string `json:"name" doc:"the value's name"`
+	Present     bool   `json:"present" doc:"whether the value was ever written"`
+	Value       string `json:"value" doc:"the value when it is UTF-8 text (else empty)"`
+	ValueBase64 []byte `json:"value_base64" doc:"the value"`
+}
+
 // SessionRecord is a session as the store keeps it.
 type SessionRecord struct {
 	ID            string    `json:"id" doc:"the store ID"`

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/tenurekit/tenure/client"
+	"github.com/tenurekit/tenure/cmd/tenure/internal/servestore"
 	"github.com/tenurekit/tenure/idempotency"
 	"github.com/tenurekit/tenure/idempotency/idempotencytest"
 	"github.com/tenurekit/tenure/internal/fencedkv"
@@ -81,8 +82,12 @@ func pgServe(t testing.TB, dsn string) (string, *fencedkv.KV, func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	sv, err := fencedkv.NewSessionKV(context.Background(), db, fencedkv.Postgres, `"tenure"."tenure_session_values"`, s)
+	if err != nil {
+		t.Fatal(err)
+	}
 	u, stop := serve(t, server.Stores{Leases: s.Leases(), Idempotency: s.Idempotency(), Limits: s.Limits(),
-		Sessions: s.Sessions(), Schedules: s.Schedules(), Fenced: kv}, nil)
+		Sessions: s.Sessions(), Schedules: s.Schedules(), Fenced: kv, SessionValues: sv}, nil)
 	return u, kv, stop
 }
 
@@ -137,7 +142,7 @@ func redisServe(t testing.TB, addr, prefix string) (string, *redisstore.Store, f
 	t.Cleanup(c.Close)
 	s := newRedis(t, c, &redisstore.Options{Prefix: prefix})
 	u, stop := serve(t, server.Stores{Leases: s.Leases(), Idempotency: s.Idempotency(), Limits: s.Limits(),
-		Sessions: s.Sessions(), Schedules: s.Schedules(), Fenced: redisKV{s}}, nil)
+		Sessions: s.Sessions(), Schedules: s.Schedules(), Fenced: redisKV{s}, SessionValues: servestore.RedisSessionValues(s)}, nil)
 	return u, s, stop
 }
 
@@ -209,7 +214,7 @@ func TestSessionConformanceRedis(t *testing.T) {
 	r := testenv.SharedRedis(t)
 	sessiontest.Run(t, func(t *testing.T) sessiontest.Target {
 		prefix := fmt.Sprintf("serve%d:", prefixSeq.Add(1))
-		a, _, _ := redisServe(t, r.Addr(), prefix)
+		a, direct, _ := redisServe(t, r.Addr(), prefix)
 		b, _, _ := redisServe(t, r.Addr(), prefix)
 		f := &faults{}
 		return sessiontest.Target{
@@ -217,6 +222,7 @@ func TestSessionConformanceRedis(t *testing.T) {
 			Direct: newClient(t, b, nil).Sessions(),
 			Faults: f,
 			Unit:   claimUnit,
+			Commit: sessionCommitter{hc: &http.Client{Transport: f}, url: a, read: direct.SessionGet},
 		}
 	})
 }

@@ -1,8 +1,12 @@
 package client_test
 
 import (
+	"bytes"
 	"context"
+	"database/sql"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -14,7 +18,9 @@ import (
 	"github.com/tenurekit/tenure/client"
 	"github.com/tenurekit/tenure/internal/fencedkv"
 	"github.com/tenurekit/tenure/internal/secret"
+	"github.com/tenurekit/tenure/internal/serveapi"
 	"github.com/tenurekit/tenure/server"
+	"github.com/tenurekit/tenure/session"
 	"github.com/tenurekit/tenure/store/sqlitestore"
 )
 
@@ -142,8 +148,12 @@ func startSQLite(t testing.TB, path string, o *sqlitestore.Options) *sqliteServe
 	if err != nil {
 		t.Fatal(err)
 	}
+	sv, err := fencedkv.NewSessionKV(context.Background(), s.DB(), fencedkv.SQLite, `"tenure_session_values"`, s)
+	if err != nil {
+		t.Fatal(err)
+	}
 	url, stop := serve(t, server.Stores{Leases: s.Leases(), Idempotency: s.Idempotency(), Limits: s.Limits(),
-		Sessions: s.Sessions(), Schedules: s.Schedules(), Fenced: kv}, nil)
+		Sessions: s.Sessions(), Schedules: s.Schedules(), Fenced: kv, SessionValues: sv}, nil)
 	return &sqliteServe{path: path, store: s, kv: kv, url: url, stop: stop}
 }
 
@@ -165,4 +175,64 @@ func (r resource) PlainWrite(ctx context.Context, name, v string) error {
 func (r resource) Read(ctx context.Context, name string) (string, error) {
 	v, _, err := r.c.FencedRead(ctx, name)
 	return string(v), err
+}
+
+// sessionCommitter is the session suite's Committer through tenure serve:
+// writeSessionValue by the session's store ID over hc (the store client's
+// transport, behind the target's faults), and read, what the database
+// holds. The server checks the session and writes in one step, so hold
+// runs before the request (a request authorized, then delayed).
+type sessionCommitter struct {
+	hc   *http.Client
+	url  string
+	read func(ctx context.Context, userID, name string) ([]byte, bool, error)
+}
+
+func (c sessionCommitter) Commit(ctx context.Context, id session.ID, version uint64, userID, name, value string, hold func()) error {
+	if hold != nil {
+		hold()
+	}
+	b, err := json.Marshal(serveapi.SessionValueWrite{ID: string(id), Version: version, Name: name, Value: value})
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url+"/v1/sessions/write", bytes.NewReader(b))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("%w: %w", session.ErrUnavailable, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusNoContent {
+		return nil
+	}
+	var p serveapi.Problem
+	json.NewDecoder(resp.Body).Decode(&p)
+	kind := map[string]error{serveapi.TypeNotFound: session.ErrNotFound, serveapi.TypeConflict: session.ErrConflict,
+		serveapi.TypeInvalid: session.ErrInvalid}[p.Type]
+	if kind == nil {
+		kind = session.ErrUnavailable
+	}
+	return fmt.Errorf("%w: %d %s: %s", kind, resp.StatusCode, p.Type, p.Detail)
+}
+
+func (c sessionCommitter) Read(ctx context.Context, userID, name string) (string, bool, error) {
+	v, ok, err := c.read(ctx, userID, name)
+	return string(v), ok, err
+}
+
+// sqlValue reads a value of tenure_session_values on db (SQLite's
+// parameters).
+func sqlValue(db *sql.DB, table string) func(ctx context.Context, userID, name string) ([]byte, bool, error) {
+	return func(ctx context.Context, userID, name string) ([]byte, bool, error) {
+		var v []byte
+		err := db.QueryRowContext(ctx, `SELECT value FROM `+table+` WHERE user_id = ? AND name = ?`, userID, name).Scan(&v)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil, false, nil
+		}
+		return v, err == nil, err
+	}
 }

@@ -2,12 +2,15 @@ package client_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/rueidis"
 
@@ -170,6 +173,14 @@ func TestSessionConformancePostgres(t *testing.T) {
 			Direct: newClient(t, b, nil).Sessions(),
 			Faults: f,
 			Unit:   claimUnit,
+			Commit: sessionCommitter{hc: &http.Client{Transport: f}, url: a, read: func(ctx context.Context, userID, name string) ([]byte, bool, error) {
+				var v []byte
+				err := direct.QueryRow(ctx, `SELECT value FROM tenure.tenure_session_values WHERE user_id = $1 AND name = $2`, userID, name).Scan(&v)
+				if errors.Is(err, pgx.ErrNoRows) {
+					return nil, false, nil
+				}
+				return v, err == nil, err
+			}},
 			Present: func(t *testing.T, id session.ID) bool {
 				var n int
 				if err := direct.QueryRow(t.Context(), `SELECT count(*) FROM tenure.sessions WHERE id = $1`, string(id)).Scan(&n); err != nil {

@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -101,6 +102,7 @@ func TestSessionConformanceSQLite(t *testing.T) {
 			Direct:  newClient(t, s.url, nil).Sessions(),
 			Faults:  f,
 			Advance: clock.Advance,
+			Commit:  sessionCommitter{hc: &http.Client{Transport: f}, url: s.url, read: sqlValue(db, "tenure_session_values")},
 			Present: func(t *testing.T, id session.ID) bool {
 				var n int
 				if err := db.QueryRowContext(t.Context(), `SELECT count(*) FROM tenure_sessions WHERE id = ?`, string(id)).Scan(&n); err != nil {
