@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 )
 
@@ -31,10 +30,7 @@ func RedisCluster(t testing.TB) *RedisClusterServer {
 }
 
 // sharedRedisCluster is started by the first call of SharedRedisCluster.
-var sharedRedisCluster struct {
-	sync.Mutex
-	server *RedisClusterServer
-}
+var sharedRedisCluster shared[*RedisClusterServer]
 
 // SharedRedisCluster returns the Redis Cluster shared by all tests of the
 // process, starting it on first use. Tests must use keys of their own and
@@ -42,29 +38,7 @@ var sharedRedisCluster struct {
 func SharedRedisCluster(t testing.TB) *RedisClusterServer {
 	t.Helper()
 	bin := RequireBinary(t, "redis-server")
-	sharedRedisCluster.Lock()
-	defer sharedRedisCluster.Unlock()
-	if sharedRedisCluster.server == nil {
-		c, err := newRedisCluster(bin)
-		if err != nil {
-			defer c.destroy()
-			failStart(t, err, c.logFiles()...)
-		}
-		sharedRedisCluster.server = c
-		registerShared(func() error {
-			sharedRedisCluster.Lock()
-			defer sharedRedisCluster.Unlock()
-			sharedRedisCluster.server = nil
-			return c.destroy()
-		})
-	}
-	c := sharedRedisCluster.server
-	t.Cleanup(func() {
-		if t.Failed() {
-			logTails(t, "shared redis cluster node", c.logFiles()...)
-		}
-	})
-	return c
+	return sharedRedisCluster.get(t, "shared redis cluster node", func() (*RedisClusterServer, error) { return newRedisCluster(bin) })
 }
 
 // newRedisCluster starts three cluster-enabled nodes, assigns the slots,

@@ -68,10 +68,7 @@ func EtcdCluster(t testing.TB, n int) *EtcdServer {
 }
 
 // sharedEtcd is started by the first call of SharedEtcd.
-var sharedEtcd struct {
-	sync.Mutex
-	server *EtcdServer
-}
+var sharedEtcd shared[*EtcdServer]
 
 // SharedEtcd returns the single-member etcd shared by all tests of the
 // process, starting it on first use. Tests must use keys (and leases) of
@@ -79,29 +76,7 @@ var sharedEtcd struct {
 func SharedEtcd(t testing.TB) *EtcdServer {
 	t.Helper()
 	bin := RequireBinary(t, "etcd")
-	sharedEtcd.Lock()
-	defer sharedEtcd.Unlock()
-	if sharedEtcd.server == nil {
-		s, err := newEtcd(bin, 1)
-		if err != nil {
-			defer s.destroy()
-			failStart(t, err, s.logFiles()...)
-		}
-		sharedEtcd.server = s
-		registerShared(func() error {
-			sharedEtcd.Lock()
-			defer sharedEtcd.Unlock()
-			sharedEtcd.server = nil
-			return s.destroy()
-		})
-	}
-	s := sharedEtcd.server
-	t.Cleanup(func() {
-		if t.Failed() {
-			logTails(t, "shared etcd", s.logFiles()...)
-		}
-	})
-	return s
+	return sharedEtcd.get(t, "shared etcd", func() (*EtcdServer, error) { return newEtcd(bin, 1) })
 }
 
 // newEtcd creates a private directory and starts an n-member cluster in

@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -68,10 +67,7 @@ func PostgresWith(t testing.TB, o *PostgresOptions) *PostgresServer {
 }
 
 // sharedPostgres is started by the first call of SharedPostgres.
-var sharedPostgres struct {
-	sync.Mutex
-	server *PostgresServer
-}
+var sharedPostgres shared[*PostgresServer]
 
 // SharedPostgres returns the PostgreSQL cluster shared by all tests of the
 // process, starting it on first use. Tests should work in a database of
@@ -80,29 +76,7 @@ var sharedPostgres struct {
 func SharedPostgres(t testing.TB) *PostgresServer {
 	t.Helper()
 	initdb, pg := requirePostgres(t)
-	sharedPostgres.Lock()
-	defer sharedPostgres.Unlock()
-	if sharedPostgres.server == nil {
-		s, err := newPostgres(initdb, pg, false)
-		if err != nil {
-			defer s.destroy()
-			failStart(t, err, s.logFiles()...)
-		}
-		sharedPostgres.server = s
-		registerShared(func() error {
-			sharedPostgres.Lock()
-			defer sharedPostgres.Unlock()
-			sharedPostgres.server = nil
-			return s.destroy()
-		})
-	}
-	s := sharedPostgres.server
-	t.Cleanup(func() {
-		if t.Failed() {
-			logTails(t, "shared postgres", s.logPath)
-		}
-	})
-	return s
+	return sharedPostgres.get(t, "shared postgres", func() (*PostgresServer, error) { return newPostgres(initdb, pg, false) })
 }
 
 // requirePostgres finds initdb and a postgres binary of the same

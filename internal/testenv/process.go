@@ -524,3 +524,47 @@ func destroyDir(mu *sync.Mutex, stop func() error, dir string) error {
 	}
 	return err
 }
+
+// sharedServer is what a server shared by the tests of a process needs.
+type sharedServer interface {
+	destroy() error
+	logFiles() []string
+}
+
+// shared holds one server shared by all tests of the process, started by
+// the first get and stopped by [Main].
+type shared[S sharedServer] struct {
+	mu     sync.Mutex
+	server S
+	up     bool
+}
+
+// get returns the shared server, starting it with start on first use. On
+// a test's failure it shows the tail of the server's logs, labelled name.
+func (sh *shared[S]) get(t testing.TB, name string, start func() (S, error)) S {
+	t.Helper()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if !sh.up {
+		s, err := start()
+		if err != nil {
+			defer s.destroy()
+			failStart(t, err, s.logFiles()...)
+		}
+		sh.server, sh.up = s, true
+		registerShared(func() error {
+			sh.mu.Lock()
+			defer sh.mu.Unlock()
+			var none S
+			sh.server, sh.up = none, false
+			return s.destroy()
+		})
+	}
+	s := sh.server
+	t.Cleanup(func() {
+		if t.Failed() {
+			logTails(t, name, s.logFiles()...)
+		}
+	})
+	return s
+}

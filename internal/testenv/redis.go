@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -58,10 +57,7 @@ func Redis(t testing.TB, o *RedisOptions) *RedisServer {
 }
 
 // sharedRedis is started by the first call of SharedRedis.
-var sharedRedis struct {
-	sync.Mutex
-	server *RedisServer
-}
+var sharedRedis shared[*RedisServer]
 
 // SharedRedis returns the redis-server shared by all tests of the process,
 // starting it on first use. Tests must use keys of their own and must not
@@ -69,29 +65,7 @@ var sharedRedis struct {
 func SharedRedis(t testing.TB) *RedisServer {
 	t.Helper()
 	bin := RequireBinary(t, "redis-server")
-	sharedRedis.Lock()
-	defer sharedRedis.Unlock()
-	if sharedRedis.server == nil {
-		s, err := newRedis(bin, nil, false)
-		if err != nil {
-			defer s.destroy()
-			failStart(t, err, s.logFiles()...)
-		}
-		sharedRedis.server = s
-		registerShared(func() error {
-			sharedRedis.Lock()
-			defer sharedRedis.Unlock()
-			sharedRedis.server = nil
-			return s.destroy()
-		})
-	}
-	s := sharedRedis.server
-	t.Cleanup(func() {
-		if t.Failed() {
-			logTails(t, "shared redis-server", s.logPath)
-		}
-	})
-	return s
+	return sharedRedis.get(t, "shared redis-server", func() (*RedisServer, error) { return newRedis(bin, nil, false) })
 }
 
 // failStart reports a server that could not be started: it shows the tail
