@@ -113,7 +113,8 @@ type Result struct {
 	// Verdict is "pass" (the guarded run showed no violation and the
 	// control did), "fail" (the guarded run showed one), "inconclusive"
 	// (the control showed none: the faults did not bite, so the guarded
-	// run's silence proves nothing) or "skipped".
+	// run's silence proves nothing; or the guarded run acknowledged no
+	// operation at all) or "skipped".
 	Verdict string `json:"verdict"`
 	// Note explains a skip or how the run was done.
 	Note string `json:"note,omitempty"`
@@ -601,14 +602,22 @@ func runOne(ctx context.Context, o Options, wl *workload, t target, tmp string) 
 		r.Verdict = VerdictFail
 	case r.Control.Count == 0:
 		r.Verdict = VerdictInconclusive
+	case r.Guarded.Acknowledged == 0:
+		// Nothing the guards let through, so nothing they kept right.
+		r.Verdict = VerdictInconclusive
+		r.Note = "the guarded run acknowledged no operation"
 	default:
 		r.Verdict = VerdictPass
 	}
 	if len(stderr) > 0 {
-		r.Note = "worker output: " + strings.Join(stderr, "; ")
-		if len(r.Note) > 600 {
-			r.Note = r.Note[:600] + "…"
+		out := "worker output: " + strings.Join(stderr, "; ")
+		if len(out) > 600 {
+			out = out[:600] + "…"
 		}
+		if r.Note != "" {
+			out = r.Note + "; " + out
+		}
+		r.Note = out
 	}
 	return r
 }
