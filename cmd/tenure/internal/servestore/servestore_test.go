@@ -37,12 +37,17 @@ type backend struct {
 // open opens spec (the embedded default in a directory of its own for "")
 // and wires its views with servestore.Stores.
 func open(t *testing.T, spec string) (*storeopen.Stores, server.Stores) {
+	return openWith(t, spec, &storeopen.Options{DataDir: t.TempDir(), CreateEmbedded: true})
+}
+
+// openWith is open with the store opened with o.
+func openWith(t *testing.T, spec string, o *storeopen.Options) (*storeopen.Stores, server.Stores) {
 	t.Helper()
 	sp, err := storeurl.Parse(spec)
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := storeopen.Open(t.Context(), sp, &storeopen.Options{DataDir: t.TempDir(), CreateEmbedded: true})
+	st, err := storeopen.Open(t.Context(), sp, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,21 +111,8 @@ func backends(t *testing.T) map[string]func(t *testing.T) backend {
 		},
 		"redis": func(t *testing.T) backend {
 			addr := testenv.SharedRedis(t).Addr()
-			sp, err := storeurl.Parse("redis://" + addr)
-			if err != nil {
-				t.Fatal(err)
-			}
 			prefix := "servestore" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"
-			st, err := storeopen.Open(t.Context(), sp, &storeopen.Options{Prefix: prefix})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(st.Close)
-			views, release, err := servestore.Stores(t.Context(), st)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(release)
+			st, views := openWith(t, "redis://"+addr, &storeopen.Options{Prefix: prefix})
 			c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
 			if err != nil {
 				t.Fatal(err)
