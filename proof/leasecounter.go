@@ -78,13 +78,14 @@ func perKey(ctx context.Context, w *workerEnv, key func(w *workerEnv, mode strin
 	return errors.Join(errs...)
 }
 
-// counterLoop: acquire the lease, read the counter, think, write the
-// counter plus one (through the guard, or plainly in the control),
-// release.
+// counterLoop: acquire the lease, read the counter, think, renew the
+// lease, write the counter plus one (through the guard, or plainly in the
+// control), release.
 //
-// The acquire's completion carries the lease's validity end (Unix
-// nanoseconds, before which the store cannot have let it expire) and the
-// release is recorded, for the lease's own linearizability check.
+// The acquire's and the renewal's completions carry the lease's validity
+// end (Unix nanoseconds, before which the store cannot have let it
+// expire) and the release is recorded, for the lease's own
+// linearizability check.
 func counterLoop(ctx context.Context, w *workerEnv, mode, key string) error {
 	lk, err := lease.New(w.env.Leases, &lease.Options{RetryMin: 2 * time.Millisecond, RetryMax: 20 * time.Millisecond, Attempts: 1})
 	if err != nil {
@@ -119,6 +120,15 @@ func counterLoop(ctx context.Context, w *workerEnv, mode, key string) error {
 		if err == nil {
 			n, _ := parseCount(v)
 			w.sleep(ctx, w.spec.Think)
+			// Renew, as a holder with more to do would. The write below
+			// goes ahead whatever the answer: the guard must refuse it
+			// for a holder that lost the lease.
+			np := w.rec.Invoke(mode, "renew", key, "", l.Fence())
+			if rerr := l.Renew(octx); rerr != nil {
+				np.End("", l.Fence(), rerr)
+			} else {
+				np.OK(strconv.FormatInt(l.ValidUntil().UnixNano(), 10), l.Fence())
+			}
 			nv := formatCount(n+1, l.Fence())
 			wp := w.rec.Invoke(mode, "write", res, nv, l.Fence())
 			err = counterWrite(octx, w, mode, l, res, nv)
@@ -321,7 +331,7 @@ func counterCheckKey(ctx context.Context, w *workerEnv, ri *runInfo, h *History,
 	} else if cerr != nil {
 		m.Errors["check:"+cerr.Error()]++
 	}
-	lok, lerr := checkLease(ri, name+"-lease", acquires, byKey(h, mode, "release", key))
+	lok, lerr := checkLease(ri, name+"-lease", acquires, byKey(h, mode, "renew", key), byKey(h, mode, "release", key))
 	if !lok {
 		m.violate("the lease's history is not linearizable: two holders at once or a fence that went back (visualization in %s)", ri.dir)
 	} else if lerr != nil {

@@ -105,11 +105,13 @@ func porcupineCheck(ri *runInfo, name string, model porcupine.Model, ops []porcu
 
 // leaseInput is an operation on one lease: an acquire that was granted
 // Fence (valid until ValidUntil, Unix nanoseconds: the store cannot have
-// let it expire before), or a release of the tenure with Fence. Return is
-// the latest the operation can have taken effect; Unknown marks a release
-// whose outcome is unknown.
+// let it expire before), a renewal of the tenure with Fence that
+// succeeded (valid until ValidUntil after it), or a release of the tenure
+// with Fence. Return is the latest the operation can have taken effect;
+// Unknown marks a release whose outcome is unknown.
 type leaseInput struct {
 	Release    bool
+	Renew      bool
 	Fence      uint64
 	ValidUntil int64
 	Return     int64
@@ -129,12 +131,20 @@ type leaseState struct {
 // the lease is free, released, or its holder's tenure may have expired
 // (expiry is not an operation of its own: a tenure may end at any time
 // after its validity, so an acquire that completes after it may take the
-// lease), and it grants a fence greater than every fence before. Release
-// ends the tenure it names and leaves a later holder alone.
+// lease), and it grants a fence greater than every fence before. A
+// renewal succeeds only for the current holder's tenure and extends it.
+// Release ends the tenure it names and leaves a later holder alone.
 var leaseModel = porcupine.Model{
 	Init: func() any { return leaseState{} },
 	Step: func(state, input, output any) (bool, any) {
 		st, in := state.(leaseState), input.(leaseInput)
+		if in.Renew {
+			if st.Holder != in.Fence {
+				return false, st // a tenure that ended, or another's, renewed
+			}
+			st.ValidUntil = max(st.ValidUntil, in.ValidUntil)
+			return true, st
+		}
 		if in.Release {
 			if st.Holder == in.Fence {
 				st.Holder, st.ValidUntil = 0, 0
@@ -149,6 +159,9 @@ var leaseModel = porcupine.Model{
 	},
 	DescribeOperation: func(input, output any) string {
 		in := input.(leaseInput)
+		if in.Renew {
+			return fmt.Sprintf("renew fence %d → valid until %s", in.Fence, time.Unix(0, in.ValidUntil).Format("15:04:05.000"))
+		}
 		if !in.Release {
 			return fmt.Sprintf("acquire → fence %d, valid until %s", in.Fence, time.Unix(0, in.ValidUntil).Format("15:04:05.000"))
 		}
@@ -167,23 +180,25 @@ var leaseModel = porcupine.Model{
 	},
 }
 
-// checkLease checks the acquires and releases of one lease for
+// checkLease checks the acquires, renewals and releases of one lease for
 // linearizability against leaseModel. Refused operations took no effect
-// and are left out. So are acquires whose outcome is unknown: in the
-// model one only ever forbids later grants, so the check may always take
-// it as never applied. A release whose outcome is unknown may have taken
+// and are left out. So are acquires and renewals whose outcome is
+// unknown: in the model one only ever forbids later grants, so the check
+// may always take it as never applied. A release whose outcome is unknown may have taken
 // effect until a TTL after its caller gave up (or at any time, if its
 // worker was killed first).
-func checkLease(ri *runInfo, name string, acquires, releases []Op) (bool, error) {
+func checkLease(ri *runInfo, name string, acquires, renewals, releases []Op) (bool, error) {
 	client := clientIDs()
 	var ops []porcupine.Operation
-	for _, a := range acquires {
-		if a.Status != OK {
-			continue
+	for _, group := range [][]Op{acquires, renewals} {
+		for _, a := range group {
+			if a.Status != OK {
+				continue
+			}
+			in := leaseInput{Renew: a.F == "renew", Fence: a.Fence, Return: a.Complete}
+			in.ValidUntil, _ = strconv.ParseInt(a.Out, 10, 64)
+			ops = append(ops, porcupine.Operation{ClientId: client(a.Proc), Input: in, Call: a.Invoke, Return: in.Return})
 		}
-		in := leaseInput{Fence: a.Fence, Return: a.Complete}
-		in.ValidUntil, _ = strconv.ParseInt(a.Out, 10, 64)
-		ops = append(ops, porcupine.Operation{ClientId: client(a.Proc), Input: in, Call: a.Invoke, Return: in.Return})
 	}
 	for _, r := range releases {
 		in := leaseInput{Release: true, Fence: r.Fence, Return: r.Complete}
