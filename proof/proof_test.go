@@ -23,8 +23,26 @@ func TestMain(m *testing.M) {
 func options(t *testing.T, store string, d time.Duration, workloads ...string) proof.Options {
 	return proof.Options{
 		Store: store, Workloads: workloads, Duration: d,
-		Args: []string{"-test.run=^$"}, Dir: t.TempDir(),
+		Args: []string{"-test.run=^$"}, Dir: keptDir(t),
 	}
+}
+
+// keptDir is a directory for a run's files (histories and visualizations
+// of failed checks), removed after a test that passed and kept, with its
+// path in the log, after one that failed.
+func keptDir(t *testing.T) string {
+	dir, err := os.MkdirTemp("", "tenure-proof-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the run's files are kept in %s", dir)
+			return
+		}
+		os.RemoveAll(dir)
+	})
+	return dir
 }
 
 // prove runs o and requires every workload to pass: no violation in the
