@@ -83,7 +83,16 @@ func TestProofCommandStoreFaults(t *testing.T) {
 		t.Fatalf("%d results, want 1:\n%s", len(rs), out)
 	}
 	r := rs[0]
-	if r.Faults["store-restart"] != 1 || r.Faults["proxy-delay"]+r.Faults["proxy-cut"]+r.Faults["proxy-blackhole"] == 0 || r.Faults["pause"] == 0 {
+	// Proxy faults are random (delay, cut, black hole) or aimed at a
+	// grant (proxy-hold-aimed-*): on a busy machine 3 s may bring only
+	// the aimed kind.
+	proxyFaults := 0
+	for kind, n := range r.Faults {
+		if strings.HasPrefix(kind, "proxy-") {
+			proxyFaults += n
+		}
+	}
+	if r.Faults["store-restart"] != 1 || proxyFaults == 0 || r.Faults["pause"] == 0 {
 		t.Errorf("faults %v, want pauses, proxy faults and one store restart", r.Faults)
 	}
 	if (r.Verdict != proof.VerdictPass && r.Verdict != proof.VerdictInconclusive) || r.Guarded.Count != 0 {
