@@ -122,18 +122,14 @@ func shot(t *testing.T, ctx context.Context, dir, name string) {
 // the text) and the text itself.
 func ttlMillis(t *testing.T, ctx context.Context, key string) (int, string) {
 	t.Helper()
-	sel := chromedp.CSS(fmt.Sprintf(`tr[data-key=%q] [data-testid=lease-ttl]`, key))
-	ms, err := chromedp.Run(ctx, chromedp.AttributeValue(sel, "data-ms"))
+	sel := fmt.Sprintf(`tr[data-key=%q] [data-testid=lease-ttl]`, key)
+	// The attribute and the text in one read of one node: the page
+	// re-renders the row as the countdown runs.
+	both := read(t, ctx, sel, `e.dataset.ms + "\n" + e.innerText`)
+	ms, text, _ := strings.Cut(both, "\n")
+	n, err := strconv.Atoi(ms)
 	if err != nil {
-		t.Fatal(err)
-	}
-	text, err := chromedp.Run(ctx, chromedp.Text(sel))
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, err := strconv.Atoi(ms.Value)
-	if err != nil {
-		t.Fatalf("countdown %q: %v", ms.Value, err)
+		t.Fatalf("countdown %q: %v", ms, err)
 	}
 	return n, strings.TrimSpace(text)
 }
@@ -170,7 +166,7 @@ func TestBrowserDashboard(t *testing.T) {
 	shot(t, ctx, dir, "login.png")
 	if err := chromedp.Do(ctx,
 		chromedp.SendKeys(css(`[data-testid=login-token]`), adminTok),
-		chromedp.Click(css(`[data-testid=login-submit]`)),
+		click(`[data-testid=login-submit]`),
 		chromedp.WaitVisible(css(`[data-testid=live].on`)),
 	); err != nil {
 		t.Fatal(err)
@@ -231,13 +227,13 @@ func TestBrowserDashboard(t *testing.T) {
 	if err := chromedp.Do(ctx,
 		chromedp.SendKeys(css(`#lim-key`), "user-42"),
 		chromedp.SendKeys(css(`#lim-name`), "api"),
-		chromedp.Click(css(`#limit-form button[type=submit]`)),
+		click(`#limit-form button[type=submit]`),
 		chromedp.WaitVisible(css(`[data-testid=limit-row]`)),
 		chromedp.SendKeys(css(`#job`), "nightly"),
-		chromedp.Click(css(`#job-form button[type=submit]`)),
+		click(`#job-form button[type=submit]`),
 		chromedp.WaitVisible(css(`[data-testid=slot-row]`)),
 		chromedp.SendKeys(css(`[data-testid=user-input]`), "alice"),
-		chromedp.Click(css(`[data-testid=user-show]`)),
+		click(`[data-testid=user-show]`),
 		poll(`document.querySelectorAll('[data-testid=session-row]').length === 3`),
 		chromedp.WaitVisible(css(`[data-testid=idem-row]`)),
 	); err != nil {
@@ -257,9 +253,9 @@ func TestBrowserDashboard(t *testing.T) {
 
 	// Revoke all of alice's sessions: the list empties, and so does the store.
 	if err := chromedp.Do(ctx,
-		chromedp.Click(css(`[data-testid=revoke-user]`)),
+		click(`[data-testid=revoke-user]`),
 		chromedp.WaitVisible(css(`[data-testid=revoke-user].confirm`)),
-		chromedp.Click(css(`[data-testid=revoke-user]`)),
+		click(`[data-testid=revoke-user]`),
 		chromedp.WaitVisible(css(`[data-testid=sessions-empty]`)),
 		poll(`document.querySelectorAll('[data-testid=session-row]').length === 0`),
 	); err != nil {
@@ -281,7 +277,7 @@ func TestBrowserDashboard(t *testing.T) {
 
 	// Logging out returns to the login form.
 	if err := chromedp.Do(ctx,
-		chromedp.Click(css(`[data-testid=logout]`)),
+		click(`[data-testid=logout]`),
 		chromedp.WaitVisible(css(`[data-testid=login-token]`)),
 	); err != nil {
 		t.Fatal(err)
@@ -289,6 +285,20 @@ func TestBrowserDashboard(t *testing.T) {
 }
 
 func css(sel string) chromedp.CSS { return chromedp.CSS(sel) }
+
+// click clicks the first element that matches sel, again when the page
+// replaced the node between finding it and clicking it (a re-render).
+func click(sel string) chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		var err error
+		for range 5 {
+			if _, err = chromedp.Click(css(sel))(ctx, tg); err == nil || !strings.Contains(err.Error(), "No node with given id") {
+				return err
+			}
+		}
+		return err
+	})
+}
 
 // poll waits until the expression is true.
 func poll(expr string) chromedp.Action[chromedp.Void] {
@@ -301,11 +311,25 @@ func poll(expr string) chromedp.Action[chromedp.Void] {
 // text reads the text of the first element that matches sel.
 func text(t *testing.T, ctx context.Context, sel string) string {
 	t.Helper()
-	s, err := chromedp.Run(ctx, chromedp.Text(css(sel)))
+	return strings.TrimSpace(read(t, ctx, sel, `e.innerText`))
+}
+
+// read waits for an element that matches sel and evaluates expr on it (as
+// e) in the page, in one step: the dashboard replaces its nodes when it
+// re-renders, so a node found by one call may be gone by the next.
+func read(t *testing.T, ctx context.Context, sel, expr string) string {
+	t.Helper()
+	q, err := json.Marshal(sel)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return strings.TrimSpace(s)
+	// The marker keeps an empty text truthy, which Poll waits for.
+	js := `(() => { const e = document.querySelector(` + string(q) + `); return e ? "=" + (` + expr + `) : null })()`
+	s, err := chromedp.Run(ctx, chromedp.Poll[string](js, chromedp.WithPollingInterval(50*time.Millisecond)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimPrefix(s, "=")
 }
 
 // seedSlots records a few slots of job: done ones, one that failed and
