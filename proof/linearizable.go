@@ -181,8 +181,8 @@ var leaseModel = porcupine.Model{
 }
 
 // checkLease checks the acquires, renewals and releases of one lease for
-// linearizability against leaseModel. Refused operations took no effect
-// and are left out. So are acquires and renewals whose outcome is
+// linearizability against leaseModel. Refused acquires and renewals took
+// no effect and are left out. So are acquires and renewals whose outcome is
 // unknown: in the model one only ever forbids later grants, so the check
 // may always take it as never applied. A release whose outcome is unknown may have taken
 // effect until a TTL after its caller gave up (or at any time, if its
@@ -204,7 +204,12 @@ func checkLease(ri *runInfo, name string, acquires, renewals, releases []Op) (bo
 		in := leaseInput{Release: true, Fence: r.Fence, Return: r.Complete}
 		switch r.Status {
 		case Fail:
-			continue
+			// A refused release may still have ended its tenure: the
+			// Locker sends it again after a lost reply, and the second
+			// attempt is refused because the first one applied. It can
+			// only end its own tenure, so the check takes it as a release
+			// that may have applied before it returned.
+			in.Unknown = true
 		case Unknown:
 			in.Unknown, in.Return = true, math.MaxInt64
 			if r.Complete != 0 {
