@@ -240,6 +240,8 @@ func Classify(err error) (kind string, definite bool) {
 		return "completed", true
 	case errors.As(err, &limited):
 		return "limited", true
+	case errors.Is(err, ratelimit.ErrPermitLost):
+		return "permit-lost", true
 	case errors.Is(err, errDropped):
 		return "reply-dropped", false
 	case errors.Is(err, lease.ErrUnavailable):

@@ -121,6 +121,8 @@ CREATE TABLE IF NOT EXISTS proof_records (run TEXT NOT NULL, key TEXT NOT NULL, 
 CREATE TABLE IF NOT EXISTS proof_sessions (run TEXT NOT NULL, id TEXT NOT NULL, user TEXT NOT NULL, data TEXT NOT NULL, PRIMARY KEY (run, id));
 CREATE TABLE IF NOT EXISTS proof_admissions (run TEXT NOT NULL, key TEXT NOT NULL, t INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS proof_admissions_key ON proof_admissions (run, key, t);
+CREATE TABLE IF NOT EXISTS proof_permits (run TEXT NOT NULL, key TEXT NOT NULL, id TEXT NOT NULL, until INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS proof_permits_key ON proof_permits (run, key, until);
 `
 
 func ledgerSetup(ctx context.Context, w *workerEnv) error {

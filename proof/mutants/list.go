@@ -624,7 +624,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: memLimits,
 			Old: "g, st := driver.EvaluateAcquire(now, sh.get(&key, h, us), id, permits, ttl)",
 			New: "g, st := driver.EvaluateAcquire(now, sh.get(&key, h, us), id, permits+1, ttl)"}},
-		Workloads: []string{"ratelimit"}, Suite: "RateLimit",
+		Workloads: []string{"permits"}, Suite: "RateLimit",
 	},
 	{
 		Name: "sqlite/ratelimit-decide-not-atomic", Store: "sqlite",
@@ -640,7 +640,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: sqliteLimits,
 			Old: "g, next = driver.EvaluateAcquire(time.UnixMicro(now), st, id, permits, ttl)",
 			New: "g, next = driver.EvaluateAcquire(time.UnixMicro(now), st, id, permits+1, ttl)"}},
-		Workloads: []string{"ratelimit"}, Suite: "RateLimit",
+		Workloads: []string{"permits"}, Suite: "RateLimit",
 	},
 	{
 		Name: "postgres/ratelimit-decide-not-atomic", Store: "postgres",
@@ -656,7 +656,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: pgMigrations,
 			Old: "ELSIF coalesce(array_length(ids, 1), 0) >= permits THEN",
 			New: "ELSIF coalesce(array_length(ids, 1), 0) > permits THEN"}},
-		Workloads: []string{"ratelimit"}, Suite: "RateLimit",
+		Workloads: []string{"permits"}, Suite: "RateLimit",
 	},
 	{
 		Name: "redis/ratelimit-slog-over-admits", Store: "redis",
@@ -672,6 +672,6 @@ var list = []Mutant{
 		Edits: []Edit{{File: redisLua + "ratelimit_permit.lua",
 			Old: "if inuse >= permits then",
 			New: "if inuse > permits then"}},
-		Workloads: []string{"ratelimit"}, Suite: "RateLimit",
+		Workloads: []string{"permits"}, Suite: "RateLimit",
 	},
 }
