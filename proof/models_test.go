@@ -1,6 +1,7 @@
 package proof
 
 import (
+	"context"
 	"strconv"
 	"testing"
 	"time"
@@ -168,6 +169,37 @@ func TestCheckRecord(t *testing.T) {
 			}
 			if ok != c.ok {
 				t.Fatalf("linearizable = %v, want %v", ok, c.ok)
+			}
+		})
+	}
+}
+
+func TestPermitCheck(t *testing.T) {
+	ms := int64(time.Millisecond)
+	ttl := 100 * time.Millisecond
+	acquire := func(proc string, invoke, complete int64, st Status) Op {
+		return Op{Proc: proc, Mode: Guarded, F: "acquire", In: "0", Status: st, Invoke: invoke * ms, Complete: complete * ms}
+	}
+	release := func(proc string, invoke int64) Op {
+		return Op{Proc: proc, Mode: Guarded, F: "release", In: "0", Status: OK, Invoke: invoke * ms, Complete: (invoke + 1) * ms}
+	}
+	for _, c := range []struct {
+		name string
+		ops  []Op
+		want int
+	}{
+		{"two holders at once", []Op{acquire("a", 0, 1, OK), acquire("b", 0, 2, OK)}, 0},
+		{"three holders at once", []Op{acquire("a", 0, 1, OK), acquire("b", 0, 2, OK), acquire("c", 3, 4, OK)}, 1},
+		{"a permit released before the third grant", []Op{acquire("a", 0, 1, OK), release("a", 3), acquire("b", 0, 2, OK), acquire("c", 3, 4, OK)}, 0},
+		{"a paused holder's permit expired", []Op{acquire("a", 0, 1, OK), acquire("b", 0, 2, OK), acquire("c", 100, 101, OK), release("a", 150)}, 0},
+		{"a permit that has not expired yet", []Op{acquire("a", 0, 1, OK), acquire("b", 0, 2, OK), acquire("c", 90, 91, OK), release("a", 150)}, 1},
+		{"an acquire of unknown outcome", []Op{acquire("a", 0, 1, OK), acquire("b", 0, 2, OK), acquire("c", 3, 0, Unknown)}, 0},
+		{"a refused acquire", []Op{acquire("a", 0, 1, OK), acquire("b", 0, 2, OK), acquire("c", 3, 4, Fail)}, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			m := permitCheck(context.Background(), nil, &runInfo{ttl: ttl}, &History{Ops: c.ops}, Guarded)
+			if m.Count != c.want {
+				t.Errorf("violations %d, want %d: %v", m.Count, c.want, m.Violations)
 			}
 		})
 	}
