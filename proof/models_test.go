@@ -79,6 +79,12 @@ func save(proc string, from uint64, data string, to uint64, invoke, complete int
 		Status: st, Err: errKind, Invoke: invoke * ms, Complete: complete * ms}
 }
 
+// touch is a touch at version at.
+func touch(proc string, at uint64, invoke, complete int64, st Status, errKind string) Op {
+	ms := int64(time.Millisecond)
+	return Op{Proc: proc, F: "touch", In: strconv.FormatUint(at, 10), Status: st, Err: errKind, Invoke: invoke * ms, Complete: complete * ms}
+}
+
 func TestCheckVersioned(t *testing.T) {
 	for _, c := range []struct {
 		name  string
@@ -100,6 +106,16 @@ func TestCheckVersioned(t *testing.T) {
 			[]Op{save("a", 1, "a1", 0, 2, 0, Unknown, "timeout")}, true},
 		{"an unknown save may not have applied", []Op{load("a", 1, "", 0, 1), load("b", 1, "", 6, 7)},
 			[]Op{save("a", 1, "a1", 0, 2, 0, Unknown, "timeout")}, true},
+		{"a touch at the current version", []Op{load("a", 1, "", 0, 1)},
+			[]Op{save("a", 1, "a1", 2, 2, 3, OK, ""), touch("a", 2, 4, 5, OK, "")}, true},
+		{"a touch at an overwritten version refused", []Op{load("a", 1, "", 0, 1), load("b", 1, "", 0, 1)},
+			[]Op{save("a", 1, "a1", 2, 2, 3, OK, ""), touch("b", 1, 4, 5, Fail, "conflict")}, true},
+		{"a touch at an overwritten version succeeds", []Op{load("a", 1, "", 0, 1), load("b", 1, "", 0, 1)},
+			[]Op{save("a", 1, "a1", 2, 2, 3, OK, ""), touch("b", 1, 4, 5, OK, "")}, false},
+		{"a touch at the current version refused", []Op{load("a", 1, "", 0, 1)},
+			[]Op{touch("a", 1, 2, 3, Fail, "conflict")}, false},
+		{"a touch concurrent with the save that replaced its version", []Op{load("a", 1, "", 0, 1), load("b", 1, "", 0, 1)},
+			[]Op{save("a", 1, "a1", 2, 2, 5, OK, ""), touch("b", 1, 3, 4, OK, "")}, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ri := &runInfo{dir: t.TempDir()}
@@ -109,6 +125,26 @@ func TestCheckVersioned(t *testing.T) {
 			}
 			if ok != c.ok {
 				t.Fatalf("linearizable = %v, want %v", ok, c.ok)
+			}
+		})
+	}
+}
+
+func TestStaleTouches(t *testing.T) {
+	saves := []Op{save("a", 1, "a1", 2, 2, 5, OK, ""), save("b", 1, "b1", 0, 2, 6, Fail, "conflict")}
+	for _, c := range []struct {
+		name  string
+		touch Op
+		want  int
+	}{
+		{"the saver touches its new version", touch("a", 2, 6, 7, OK, ""), 0},
+		{"the loser's touch refused", touch("b", 1, 7, 8, Fail, "conflict"), 0},
+		{"the loser's touch succeeds", touch("b", 1, 7, 8, OK, ""), 1},
+		{"a touch sent before the save completed", touch("b", 1, 4, 8, OK, ""), 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if n, msg := staleTouches(saves, []Op{c.touch}); n != c.want {
+				t.Fatalf("stale touches = %d (%s), want %d", n, msg, c.want)
 			}
 		})
 	}

@@ -20,7 +20,7 @@ import (
 func init() {
 	register(&workload{
 		name:     "session-saves",
-		summary:  "every worker loads the same sessions, thinks and saves them; of the saves of one loaded version at most one succeeds (no lost update), and each session is linearizable as a versioned register",
+		summary:  "every worker loads the same sessions, thinks, saves them and touches them; of the saves of one loaded version at most one succeeds (no lost update), a touch succeeds only at the current version, and each session is linearizable as a versioned register",
 		supports: notOnEtcd("sessions"),
 		setup:    sessionSavesSetup,
 		worker:   bothModes(sessionSavesLoop),
@@ -77,7 +77,11 @@ type versioned interface {
 	// save writes data over the version last loaded and returns the new
 	// version.
 	save(ctx context.Context, data string) (uint64, error)
-	// loadedVersion is the version last loaded.
+	// touch refreshes the session's idle deadline if it is still at the
+	// version last loaded or saved, without writing.
+	touch(ctx context.Context) error
+	// loadedVersion is the version last loaded (or, after a save that
+	// succeeded, the version it gave).
 	loadedVersion() uint64
 }
 
@@ -101,6 +105,8 @@ func (o *managerSession) load(ctx context.Context) (uint64, string, error) {
 
 func (o *managerSession) loadedVersion() uint64 { return o.s.Version() }
 
+func (o *managerSession) touch(ctx context.Context) error { return o.m.Touch(ctx, o.s) }
+
 func (o *managerSession) save(ctx context.Context, data string) (uint64, error) {
 	o.s.Set("d", data)
 	if err := o.m.Save(ctx, o.s); err != nil {
@@ -110,7 +116,7 @@ func (o *managerSession) save(ctx context.Context, data string) (uint64, error) 
 }
 
 // plainSession is the control: the version the save loaded plus one, and
-// the data, written unconditionally.
+// the data, written unconditionally; a touch that always succeeds.
 type plainSession struct {
 	db       *sql.DB
 	run, key string
@@ -129,7 +135,15 @@ func (o *plainSession) loadedVersion() uint64 { return o.from }
 
 func (o *plainSession) save(ctx context.Context, data string) (uint64, error) {
 	_, err := o.db.ExecContext(ctx, `UPDATE proof_session_register SET version = ?, data = ? WHERE run = ? AND key = ?`, o.from+1, data, o.run, o.key)
-	return o.from + 1, err
+	if err == nil {
+		o.from++
+	}
+	return o.from, err
+}
+
+func (o *plainSession) touch(ctx context.Context) error {
+	_, err := o.db.ExecContext(ctx, `UPDATE proof_session_register SET data = data WHERE run = ? AND key = ?`, o.run, o.key)
+	return err
 }
 
 // sessionSavers is the number of savers per session in each worker.
@@ -185,9 +199,12 @@ type saver struct {
 // and once all the loads are done (so that they loaded the same version,
 // unless another worker saved in between), each thinks and saves data of
 // its own over the version it loaded, all at once. Of the saves of one
-// version at most one may succeed. The other workers do the same on the
+// version at most one may succeed. Then every saver touches the session
+// at the version it holds: the one whose save succeeded holds the current
+// version (unless another worker saved since), the others an overwritten
+// one, which a touch must refuse. The other workers do the same on the
 // same session, so rounds of different workers interleave too, and a
-// pause makes a save come late.
+// pause makes a save or a touch come late.
 func sessionSavesRounds(ctx context.Context, w *workerEnv, mode, key string, savers []saver) error {
 	loaded := make([]bool, len(savers))
 	for n := 1; ctx.Err() == nil; n++ {
@@ -221,6 +238,16 @@ func sessionSavesRounds(ctx context.Context, w *workerEnv, mode, key string, sav
 			})
 		}
 		wg.Wait()
+		for j := range savers {
+			if !loaded[j] {
+				continue
+			}
+			wg.Go(func() {
+				tp := savers[j].rec.Invoke(mode, "touch", key, strconv.FormatUint(savers[j].version(), 10), 0)
+				tp.End("", 0, savers[j].o.touch(octx))
+			})
+		}
+		wg.Wait()
 		cancel()
 	}
 	return nil
@@ -238,10 +265,11 @@ func splitVersion(s string) (uint64, string) {
 func sessionSavesCheck(_ context.Context, w *workerEnv, ri *runInfo, h *History, mode string) ModeResult {
 	var m ModeResult
 	m.countOps(h.Select(mode, "save"))
+	m.countOps(h.Select(mode, "touch"))
 	lin := true
 	for i := range counterKeys(w.spec) {
 		key := sessionSavesKey(mode, i)
-		saves, loads := byKey(h, mode, "save", key), byKey(h, mode, "load", key)
+		saves, loads, touches := byKey(h, mode, "save", key), byKey(h, mode, "load", key), byKey(h, mode, "touch", key)
 		// Lost updates: two saves of one loaded version that both
 		// succeeded.
 		byFrom := map[uint64][]string{}
@@ -262,11 +290,15 @@ func sessionSavesCheck(_ context.Context, w *workerEnv, ri *runInfo, h *History,
 				m.violate("session %s: %d saves of version %d succeeded (%s): %d lost updates", key, len(ps), v, strings.Join(ps, ", "), len(ps)-1)
 			}
 		}
+		if n, msg := staleTouches(saves, touches); n > 0 {
+			m.StaleAdmitted += n
+			m.violate("session %s: %s", key, msg)
+		}
 		name := ri.name + "-" + mode
 		if i > 0 {
 			name += "-" + strconv.Itoa(i)
 		}
-		ok, err := checkVersioned(ri, name, loads, saves)
+		ok, err := checkVersioned(ri, name, loads, append(saves, touches...))
 		if !ok {
 			lin = false
 			m.violate("session %s: the history is not linearizable as a versioned register (visualization in %s)", key, ri.dir)
@@ -278,9 +310,45 @@ func sessionSavesCheck(_ context.Context, w *workerEnv, ri *runInfo, h *History,
 	return m
 }
 
-// verInput is a load of a session, or a save of Data over version From
-// that returned version To (To is unknown when Unknown is set).
+// staleTouches counts the touches that succeeded at a version some save
+// had already replaced (that save completed before the touch was sent),
+// and describes the first.
+func staleTouches(saves, touches []Op) (int, string) {
+	n, msg := 0, ""
+	for _, t := range touches {
+		if t.Status != OK {
+			continue
+		}
+		at, _ := strconv.ParseUint(t.In, 10, 64)
+		var newer uint64
+		for _, s := range saves {
+			if s.Status == OK && s.Complete < t.Invoke {
+				newer = max(newer, mustUint(s.Out))
+			}
+		}
+		if at < newer {
+			if n == 0 {
+				msg = fmt.Sprintf("%s's touch at version %d succeeded after version %d was saved", t.Proc, at, newer)
+			}
+			n++
+		}
+	}
+	if n > 1 {
+		msg += fmt.Sprintf(" (%d stale touches in all)", n)
+	}
+	return n, msg
+}
+
+func mustUint(s string) uint64 {
+	v, _ := strconv.ParseUint(s, 10, 64)
+	return v
+}
+
+// verInput is a load of a session, a touch at version From, or a save of
+// Data over version From that returned version To (To is unknown when
+// Unknown is set).
 type verInput struct {
+	Touch    bool
 	Save     bool
 	From, To uint64
 	Data     string
@@ -299,13 +367,25 @@ type verState struct {
 
 // versionedModel is a register with a compare-and-set on its version: a
 // save succeeds only over the current version and gives a greater one; a
-// save refused as a conflict was made over an older version; a load
+// touch succeeds only at the current version and changes nothing; a save
+// or touch refused as a conflict was made at an older version; a load
 // returns the current version and data.
 var versionedModel = porcupine.Model{
 	Init: func() any { return verState{Version: 0, VersionAbove: true} },
 	Step: func(state, input, output any) (bool, any) {
 		st, in := state.(verState), input.(verInput)
 		current := func(v uint64) bool { return v == st.Version || (st.VersionAbove && v > st.Version) }
+		if in.Touch {
+			switch {
+			case in.Unknown:
+				return true, st
+			case in.Refused:
+				return st.VersionAbove || in.From != st.Version, st
+			case !current(in.From):
+				return false, st
+			}
+			return true, verState{Version: in.From, Data: st.Data}
+		}
 		if !in.Save {
 			out := output.(verOutput)
 			if out.Data != st.Data || !current(out.Version) {
@@ -332,6 +412,15 @@ var versionedModel = porcupine.Model{
 	},
 	DescribeOperation: func(input, output any) string {
 		in := input.(verInput)
+		if in.Touch {
+			switch {
+			case in.Refused:
+				return fmt.Sprintf("touch at version %d → conflict", in.From)
+			case in.Unknown:
+				return fmt.Sprintf("touch at version %d ?", in.From)
+			}
+			return fmt.Sprintf("touch at version %d → ok", in.From)
+		}
 		if !in.Save {
 			out := output.(verOutput)
 			return fmt.Sprintf("load → version %d, %q", out.Version, out.Data)
@@ -359,10 +448,11 @@ type verOutput struct {
 	Data    string
 }
 
-// checkVersioned checks one session's loads and saves against
-// versionedModel. Saves refused as conflicts are part of the check;
-// saves that failed otherwise took no effect and are left out; saves
-// whose outcome is unknown may have applied at any later time.
+// checkVersioned checks one session's loads, saves and touches (F
+// "touch") against versionedModel. Saves and touches refused as conflicts
+// are part of the check; those that failed otherwise took no effect and
+// are left out; saves whose outcome is unknown may have applied at any
+// later time.
 func checkVersioned(ri *runInfo, name string, loads, saves []Op) (bool, error) {
 	client := clientIDs()
 	var ops []porcupine.Operation
@@ -375,7 +465,7 @@ func checkVersioned(ri *runInfo, name string, loads, saves []Op) (bool, error) {
 	}
 	for _, s := range saves {
 		from, d := splitVersion(s.In)
-		in := verInput{Save: true, From: from, Data: d}
+		in := verInput{Save: s.F != "touch", Touch: s.F == "touch", From: from, Data: d}
 		ret := s.Complete
 		switch s.Status {
 		case OK:

@@ -422,7 +422,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: memSessions,
 			Old: "r, err := st.current(id, version, now)\n\tif err != nil {\n\t\treturn time.Time{}, err\n\t}",
 			New: "r := st.live(id, now)\n\tif r == nil {\n\t\treturn time.Time{}, session.ErrNotFound\n\t}"}},
-		Workloads: []string{"session"}, Suite: "Session",
+		Workloads: []string{"session-saves"}, Suite: "Session",
 	},
 	{
 		Name: "memory/session-revoke-misses-saved", Store: "memory",
@@ -446,7 +446,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: sqliteSessions,
 			Old: "WHERE id = ?1 AND version = ?4 AND ` + live + ` RETURNING idle_us`",
 			New: "WHERE id = ?1 AND ?4 = ?4 AND ` + live + ` RETURNING idle_us`"}},
-		Workloads: []string{"session"}, Suite: "Session",
+		Workloads: []string{"session-saves"}, Suite: "Session",
 	},
 	{
 		Name: "sqlite/session-revoke-misses-saved", Store: "sqlite",
@@ -470,7 +470,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: pgSessions,
 			Old: "WHERE s.id = $1 AND s.version = $3 AND ` + live + ` RETURNING s.idle_until`,",
 			New: "WHERE s.id = $1 AND $3::bigint > 0 AND ` + live + ` RETURNING s.idle_until`,"}},
-		Workloads: []string{"session"}, Suite: "Session",
+		Workloads: []string{"session-saves"}, Suite: "Session",
 	},
 	{
 		Name: "postgres/session-revoke-misses-saved", Store: "postgres",
@@ -494,7 +494,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: redisLua + "session_save.lua",
 			Old: "if v ~= version then",
 			New: "if v ~= version and ARGV[3] == '1' then"}},
-		Workloads: []string{"session"}, Suite: "Session",
+		Workloads: []string{"session-saves"}, Suite: "Session",
 	},
 	{
 		Name: "redis/session-rotate-escapes-revoke", Store: "redis",
