@@ -242,6 +242,8 @@ func Classify(err error) (kind string, definite bool) {
 		return "limited", true
 	case errors.Is(err, ratelimit.ErrPermitLost):
 		return "permit-lost", true
+	case errors.Is(err, errReconciled):
+		return "reconciled", true
 	case errors.Is(err, errDropped):
 		return "reply-dropped", false
 	case errors.Is(err, lease.ErrUnavailable):

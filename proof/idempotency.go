@@ -9,12 +9,14 @@ import (
 	"math/rand/v2"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/anishathalye/porcupine"
 
 	"github.com/tenurekit/tenure/idempotency"
+	"github.com/tenurekit/tenure/idempotency/driver"
 	"github.com/tenurekit/tenure/internal/storeurl"
 	"github.com/tenurekit/tenure/ratelimit"
 	"github.com/tenurekit/tenure/schedule"
@@ -24,7 +26,7 @@ import (
 func init() {
 	register(&workload{
 		name:     "idempotency",
-		summary:  "workers retry requests with the same keys under dropped replies and paused executors; each key's effect happens once and every answer for a key is the same",
+		summary:  "workers retry requests with the same keys under dropped replies and paused executors, take abandoned claims over, and run executors that stall past their claim's TTL; each key's effect happens once, every answer for a key is the same, and a claim taken over is never renewed or completed",
 		supports: notOnEtcd("idempotency records"),
 		setup:    ledgerSetup,
 		worker:   bothModes(idemLoop),
@@ -170,9 +172,13 @@ func (w *workerEnv) addEffect(ctx context.Context, mode, key string, fence uint6
 
 // idemLoop sends requests for the key of the current time window (every
 // worker sends for the same key at the same time: retries and
-// duplicates), drops a quarter of the replies (the client then retries
-// the same key) and runs the effect with a think time in which a pause
-// can land.
+// duplicates), now and then a late retry of a key of an earlier window,
+// drops a quarter of the replies (the client then retries the same key)
+// and runs the effect with a think time in which a pause can land. A
+// request that finds an earlier attempt abandoned (its executor paused or
+// killed past the claim's TTL) reconciles and takes the claim over with
+// Keeper.Recover. In the guarded mode a stalled executor of its own
+// (staleLoop) runs next to it.
 func idemLoop(ctx context.Context, w *workerEnv, mode string) error {
 	ttl := w.spec.TTL
 	k, err := idempotency.New(w.idempotencyStore(), &idempotency.Options{
@@ -182,19 +188,30 @@ func idemLoop(ctx context.Context, w *workerEnv, mode string) error {
 		return err
 	}
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(w.spec.Index)))
-	window := max(ttl, 200*time.Millisecond)
+	window := idemWindow(w)
+	var stale sync.WaitGroup
+	if mode == Guarded {
+		stale.Go(func() { staleLoop(ctx, w) })
+		defer stale.Wait()
+	}
 	// The effects are recorded by a client of their own: they run inside
 	// the request's operation.
 	effects := w.rec.sub("/effect")
 	for ctx.Err() == nil {
 		w.gate.wait(ctx)
-		key := mode + "-" + strconv.FormatInt((time.Now().UnixNano()-w.spec.Start)/int64(window), 10)
+		win := (time.Now().UnixNano() - w.spec.Start) / int64(window)
+		if win >= 2 && rng.IntN(4) == 0 {
+			win -= 1 + rng.Int64N(2) // a late retry of a key sent before
+		}
+		key := idemKey(mode, win)
 		p := w.rec.Invoke(mode, "do", key, "", 0)
 		octx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		var out string
 		if mode == Guarded {
+			req := idempotency.Request{Scope: idemScope(w), Key: key}
 			var res idempotency.Result
-			res, err = k.Do(octx, idempotency.Request{Scope: "proof " + w.spec.Prefix, Key: key}, func(ctx context.Context, c *idempotency.Claim) ([]byte, error) {
+			res, err = k.Do(octx, req, func(ctx context.Context, c *idempotency.Claim) ([]byte, error) {
+				claimed(effects, key, c.Fence())
 				w.sleep(ctx, w.spec.Think)
 				v := fmt.Sprintf("%s/%d", w.spec.Proc, c.Fence())
 				ep := effects.Invoke(mode, "effect", key, v, c.Fence())
@@ -203,8 +220,21 @@ func idemLoop(ctx context.Context, w *workerEnv, mode string) error {
 				if err != nil {
 					return nil, err
 				}
-				return []byte(v), nil
+				return []byte(answer(v, c.Fence())), nil
 			})
+			if u := (*idempotency.UnknownError)(nil); errors.As(err, &u) && !u.Ran {
+				// An earlier attempt was abandoned: reconcile (in fn,
+				// under the new claim's fence) and take it over.
+				res, err = k.Recover(octx, req, func(ctx context.Context, c *idempotency.Claim) ([]byte, error) {
+					claimed(effects, key, c.Fence())
+					w.sleep(ctx, w.spec.Think)
+					v, err := w.reconcile(ctx, effects, key, c.Fence())
+					if err != nil {
+						return nil, err
+					}
+					return []byte(answer(v, c.Fence())), nil
+				})
+			}
 			out = string(res.Value)
 		} else {
 			out, err = naiveDo(octx, w, key, effects)
@@ -217,6 +247,148 @@ func idemLoop(ctx context.Context, w *workerEnv, mode string) error {
 		w.sleep(ctx, w.spec.Think/4+time.Duration(rng.Int64N(int64(5*time.Millisecond))))
 	}
 	return nil
+}
+
+// idemWindow is how long the workers send for one key.
+func idemWindow(w *workerEnv) time.Duration { return max(w.spec.TTL, 200*time.Millisecond) }
+
+func idemKey(mode string, win int64) string { return mode + "-" + strconv.FormatInt(win, 10) }
+
+func idemScope(w *workerEnv) string { return "proof " + w.spec.Prefix }
+
+// answer is what a request for a key answers: the effect and the fence of
+// the claim that recorded it, so that a result recorded by a claim that
+// was taken over shows as a second answer.
+func answer(effect string, fence uint64) string { return effect + "@" + strconv.FormatUint(fence, 10) }
+
+// effectOf is the effect an answer names.
+func effectOf(answer string) string {
+	if i := strings.LastIndexByte(answer, '@'); i >= 0 {
+		return answer[:i]
+	}
+	return answer
+}
+
+// claimed records that an executor holds the claim with fence on key (fn
+// runs only once the claim is granted).
+func claimed(r *Recorder, key string, fence uint64) {
+	r.Invoke(Guarded, "claim", key, "", fence).OK("", fence)
+}
+
+// errReconciled ends an effect that did not run because reconciliation
+// found the effect of an earlier attempt.
+var errReconciled = errors.New("proof: the effect of an earlier attempt was found")
+
+// reconcile is the work of a request that took an abandoned claim over:
+// in one transaction, admit the new claim's fence (so that the abandoned
+// executor's late effect is refused from then on) and look for the effect
+// of an earlier attempt; if there is none, make the effect. It returns the
+// key's effect.
+func (w *workerEnv) reconcile(ctx context.Context, effects *Recorder, key string, f uint64) (string, error) {
+	v := fmt.Sprintf("%s/%d", w.spec.Proc, f)
+	ep := effects.Invoke(Guarded, "effect", key, v, f)
+	found, err := func() (string, error) {
+		tx, err := w.ledger.DB().BeginTx(ctx, nil)
+		if err != nil {
+			return "", err
+		}
+		defer tx.Rollback()
+		if err := w.ledger.Tx(tx).Admit(ctx, w.spec.Prefix+key, f); err != nil {
+			return "", err
+		}
+		var found string
+		err = tx.QueryRowContext(ctx, `SELECT value FROM proof_effects WHERE run = ? AND mode = ? AND key = ?`, w.spec.Prefix, Guarded, key).Scan(&found)
+		switch {
+		case err == nil:
+		case errors.Is(err, sql.ErrNoRows):
+			if _, err := tx.ExecContext(ctx, `INSERT INTO proof_effects (run, mode, key, proc, fence, value) VALUES (?, ?, ?, ?, ?, ?)`,
+				w.spec.Prefix, Guarded, key, w.spec.Proc, f, v); err != nil {
+				return "", err
+			}
+		default:
+			return "", err
+		}
+		return found, tx.Commit()
+	}()
+	switch {
+	case err != nil:
+		ep.End(v, f, err)
+		return "", err
+	case found != "":
+		ep.End("", f, errReconciled)
+		return found, nil
+	}
+	ep.OK(v, f)
+	return v, nil
+}
+
+// staleLoop is an executor that stalls: it claims the next key through
+// the store (as a client without tenure's Keeper does, a service in
+// another language through the API, say), and stalls past the claim's
+// TTL until another request has taken the claim over but not yet made its
+// effect, the window in which only the store's checks of the claim stop
+// it. Then it renews the claim, does its work (reconciling, and refused by
+// the fence if the new executor's came first) and records its result. The store must
+// refuse the renewal and the result once the claim was taken over.
+func staleLoop(ctx context.Context, w *workerEnv) {
+	st, ttl, window := w.idempotencyStore(), w.spec.TTL, idemWindow(w)
+	rec := w.rec.sub("/stale")
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(w.spec.Index)+1))
+	for ctx.Err() == nil {
+		w.gate.wait(ctx)
+		// The next window's key, before the others send for it: they find
+		// the claim live, then abandoned, and take it over.
+		key := idemKey(Guarded, (time.Now().UnixNano()-w.spec.Start)/int64(window)+1)
+		id := idempotency.ID{Scope: idemScope(w), Key: key}
+		tok := idempotency.NewToken()
+		p := rec.Invoke(Guarded, "do", key, "", 0)
+		octx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		out, err := staleAttempt(octx, ctx, w, st, rec, id, tok, ttl, 3*window+ttl)
+		cancel()
+		p.End(out, 0, err)
+		w.sleep(ctx, time.Duration(rng.Int64N(int64(window))))
+	}
+}
+
+// staleAttempt is one attempt of staleLoop; it waits for a takeover at
+// most wait after its claim (or until run ends).
+func staleAttempt(ctx, run context.Context, w *workerEnv, st idempotency.Store, rec *Recorder, id idempotency.ID, tok idempotency.Token, ttl, wait time.Duration) (string, error) {
+	b, err := st.Begin(ctx, driver.Begin{ID: id, Token: tok, ClaimTTL: ttl, Retention: 24 * time.Hour, Takeover: true})
+	switch {
+	case err != nil:
+		return "", err
+	case b.State == driver.Completed:
+		return string(b.Outcome.Value), nil
+	case b.State != driver.Claimed:
+		return "", idempotency.ErrInProgress
+	}
+	f := b.Fence
+	claimed(rec, id.Key, f)
+	// Stall: past the claim's TTL, then until the record shows a greater
+	// fence that has no result yet.
+	w.sleep(run, b.TTL)
+	for end := time.Now().Add(wait); run.Err() == nil && time.Now().Before(end); w.sleep(run, 2*time.Millisecond) {
+		r, err := st.Inspect(ctx, id)
+		if err == nil && r.Exists && r.Fence > f {
+			break
+		}
+	}
+	rp := rec.Invoke(Guarded, "renew", id.Key, "", f)
+	rp.End("", f, st.Renew(ctx, id, tok.Reveal(), f, ttl))
+	// The work reconciles as a request that takes a claim over does: this
+	// attempt may itself have taken over an abandoned claim.
+	v, err := w.reconcile(ctx, rec, id.Key, f)
+	if err != nil {
+		return "", err // refused by the fence: the new executor came first
+	}
+	a := answer(v, f)
+	cp := rec.Invoke(Guarded, "complete", id.Key, a, f)
+	err = st.Complete(ctx, id, tok.Reveal(), f, idempotency.Outcome{Value: []byte(a)}, 24*time.Hour)
+	cp.End("", f, err)
+	if err != nil {
+		return "", err
+	}
+	return a, nil
 }
 
 // naiveDo is the control: look the key up, and if there is no answer yet,
@@ -291,9 +463,19 @@ func idemCheck(ctx context.Context, w *workerEnv, ri *runInfo, h *History, mode 
 		}
 		if len(ans) == 1 && len(eff) == 1 {
 			for a := range ans {
-				if a != eff[0] {
+				if effectOf(a) != eff[0] {
 					m.violate("key %s: answered %q, but the effect was %q", k, a, eff[0])
 				}
+			}
+		}
+	}
+	// A claim that was taken over must not be renewed or complete.
+	claims := byKeyMap(h.Select(mode, "claim"))
+	for _, f := range []string{"renew", "complete"} {
+		for _, op := range h.Select(mode, f) {
+			if g, ok := takenOver(op, claims[op.Key]); ok {
+				m.StaleAdmitted++
+				m.violate("key %s: %s's %s of the claim with fence %d succeeded after the claim with fence %d was granted", op.Key, op.Proc, f, op.Fence, g)
 			}
 		}
 	}
@@ -313,6 +495,21 @@ func idemCheck(ctx context.Context, w *workerEnv, ri *runInfo, h *History, mode 
 	}
 	m.Linearizable = &lin
 	return m
+}
+
+// takenOver reports whether op succeeded for a claim after a claim with a
+// greater fence had been granted (its executor started before op was
+// sent), and that fence.
+func takenOver(op Op, claims []Op) (uint64, bool) {
+	if op.Status != OK {
+		return 0, false
+	}
+	for _, c := range claims {
+		if c.Status == OK && c.Fence > op.Fence && c.Complete < op.Invoke {
+			return c.Fence, true
+		}
+	}
+	return 0, false
 }
 
 // byKeyMap groups ops by key.
@@ -374,7 +571,7 @@ func checkRecord(ri *runInfo, name string, dos, effects []Op) (bool, error) {
 	var ops []porcupine.Operation
 	for _, d := range dos {
 		if d.Status == OK {
-			ops = append(ops, porcupine.Operation{ClientId: client(d.Proc), Input: recInput{Value: d.Out}, Call: d.Invoke, Return: d.Complete})
+			ops = append(ops, porcupine.Operation{ClientId: client(d.Proc), Input: recInput{Value: effectOf(d.Out)}, Call: d.Invoke, Return: d.Complete})
 		}
 	}
 	for _, e := range effects {

@@ -150,6 +150,35 @@ func TestStaleTouches(t *testing.T) {
 	}
 }
 
+func TestTakenOver(t *testing.T) {
+	ms := int64(time.Millisecond)
+	claims := []Op{
+		{Proc: "a", F: "claim", Fence: 1, Status: OK, Invoke: 0, Complete: 1 * ms},
+		{Proc: "b", F: "claim", Fence: 2, Status: OK, Invoke: 10 * ms, Complete: 11 * ms},
+	}
+	for _, c := range []struct {
+		name string
+		op   Op
+		want bool
+	}{
+		{"a renews before the takeover", Op{F: "renew", Fence: 1, Status: OK, Invoke: 5 * ms, Complete: 6 * ms}, false},
+		{"a's renewal refused after the takeover", Op{F: "renew", Fence: 1, Status: Unknown, Err: "claim-lost", Invoke: 12 * ms, Complete: 13 * ms}, false},
+		{"a's renewal accepted after the takeover", Op{F: "renew", Fence: 1, Status: OK, Invoke: 12 * ms, Complete: 13 * ms}, true},
+		{"a's result recorded after the takeover", Op{F: "complete", Fence: 1, Status: OK, Invoke: 12 * ms, Complete: 13 * ms}, true},
+		{"a's result sent while b was being granted", Op{F: "complete", Fence: 1, Status: OK, Invoke: 10 * ms, Complete: 13 * ms}, false},
+		{"b completes", Op{F: "complete", Fence: 2, Status: OK, Invoke: 12 * ms, Complete: 13 * ms}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if _, got := takenOver(c.op, claims); got != c.want {
+				t.Fatalf("taken over = %v, want %v", got, c.want)
+			}
+		})
+	}
+	if got := effectOf(answer("w1/7", 9)); got != "w1/7" {
+		t.Errorf("effectOf(answer) = %q", got)
+	}
+}
+
 func TestAdmittedAfterTakeover(t *testing.T) {
 	acquires := []Op{acq("a", 1, 0, 1, 100), acq("b", 2, 100, 110, 210)}
 	for _, c := range []struct {
