@@ -169,6 +169,7 @@ func OpenRedis(ctx context.Context, u, prefix string) (*Env, error) {
 	env := &Env{
 		Store: "redis", Detail: redactURL(u), Prefix: prefix,
 		Redis:       rs,
+		redis:       c,
 		Leases:      rs.Leases(),
 		Resource:    &redisResource{s: rs, c: c, plain: "tenure:" + prefix + "plain:"},
 		Ledger:      ledger.Resource,
@@ -203,6 +204,7 @@ func OpenPostgres(ctx context.Context, u, prefix string) (*Env, error) {
 	env := &Env{
 		Store: "postgres", Detail: redactURL(u), Prefix: prefix,
 		PG:     db,
+		pool:   pool,
 		Leases: db.Leases(), Resource: r, Ledger: r,
 		ReleasePath: fixedPath("sql"),
 	}

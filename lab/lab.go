@@ -16,6 +16,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/rueidis"
+
 	"github.com/tenurekit/tenure/lease"
 	"github.com/tenurekit/tenure/store/etcdstore"
 	"github.com/tenurekit/tenure/store/memstore"
@@ -102,6 +105,8 @@ type Env struct {
 	Redis  *redisstore.Store
 	Etcd   *etcdstore.Store
 
+	redis   rueidis.Client // the Redis store's client
+	pool    *pgxpool.Pool  // the PostgreSQL store's pool
 	closers []func() error
 }
 

@@ -19,13 +19,23 @@ import (
 func init() {
 	register(&workload{
 		name:     "lease-counter",
-		summary:  "workers increment a counter under a lease through the store's holder check; a paused holder's late write is refused even before the next holder writes (fences increase in commit order, final counter = acknowledged increments)",
+		summary:  "workers increment a counter under a lease through the store's holder check; a paused holder's late write is refused even before the next holder writes (fences increase in commit order, final counter = acknowledged increments), and fences keep increasing when the store forgets ended leases",
 		supports: func(storeurl.Kind) string { return "" },
 		setup:    counterSetup,
 		worker:   counterWorker,
 		check:    counterCheck,
 		aim:      true,
 		aimAt:    []string{"grant", "write"},
+		leaseKeys: func(w *workerEnv) []string {
+			var keys []string
+			for _, mode := range []string{Guarded, Control} {
+				for i := range counterKeys(w.spec) {
+					keys = append(keys, counterKey(w, mode, i))
+				}
+				keys = append(keys, endedKey(w, mode))
+			}
+			return keys
+		},
 	})
 }
 
@@ -57,6 +67,11 @@ func counterKey(w *workerEnv, mode string, i int) string {
 	}
 	return w.env.Key("lc/" + mode + "/" + strconv.Itoa(i))
 }
+
+// endedKey names mode's key of short tenures: taken and released again
+// between the counter's rounds, so that it is free most of the time and
+// the forget fault finds its lease ended.
+func endedKey(w *workerEnv, mode string) string { return w.env.Key("lc/" + mode + "/ended") }
 
 func counterWorker(ctx context.Context, w *workerEnv) error {
 	return perKey(ctx, w, counterKey, counterLoop)
@@ -141,9 +156,28 @@ func counterLoop(ctx context.Context, w *workerEnv, mode, key string) error {
 		}
 		relp := w.rec.Invoke(mode, "release", key, "", l.Fence())
 		relp.End("", l.Fence(), l.Release(octx))
+		shortTenure(octx, w, lk, mode)
 		ocancel()
 	}
 	return nil
+}
+
+// shortTenure takes mode's endedKey if it is free and releases it at
+// once; its grants' fences must increase, also when the store forgot the
+// ended lease in between.
+func shortTenure(ctx context.Context, w *workerEnv, lk *lease.Locker, mode string) {
+	key := endedKey(w, mode)
+	// "take" and "drop", not "acquire" and "release": the nemesis aims
+	// at the counter's holders only.
+	p := w.rec.Invoke(mode, "take", key, "", 0)
+	l, err := lk.TryAcquire(ctx, key, w.spec.TTL)
+	if err != nil {
+		p.End("", 0, err)
+		return
+	}
+	p.OK(strconv.FormatInt(l.ValidUntil().UnixNano(), 10), l.Fence())
+	rp := w.rec.Invoke(mode, "drop", key, "", l.Fence())
+	rp.End("", l.Fence(), l.Release(ctx))
 }
 
 func counterRead(ctx context.Context, w *workerEnv, res string) (string, error) {
@@ -229,6 +263,7 @@ func counterCheck(ctx context.Context, w *workerEnv, ri *runInfo, h *History, mo
 			lin = false
 		}
 	}
+	grantOrder(byKey(h, mode, "take", endedKey(w, mode)), &m)
 	m.Linearizable = &lin
 	return m
 }
@@ -303,8 +338,30 @@ func counterCheckKey(ctx context.Context, w *workerEnv, ri *runInfo, h *History,
 	olderFenceAdmitted(writes, m)
 	acquires := byKey(h, mode, "acquire", key)
 	admittedAfterTakeover(writes, acquires, m)
-	// Grants in real-time order: a grant requested after another one was
-	// granted must carry a greater fence, also across store restarts.
+	grantOrder(acquires, m)
+	name := ri.name + "-" + mode
+	if k > 0 {
+		name += "-" + strconv.Itoa(k)
+	}
+	ok, cerr := checkRegister(ri, name, reads, writes)
+	if !ok {
+		m.violate("the counter's history is not linearizable (visualization in %s)", ri.dir)
+	} else if cerr != nil {
+		m.Errors["check:"+cerr.Error()]++
+	}
+	lok, lerr := checkLease(ri, name+"-lease", acquires, byKey(h, mode, "renew", key), byKey(h, mode, "release", key))
+	if !lok {
+		m.violate("the lease's history is not linearizable: two holders at once or a fence that went back (visualization in %s)", ri.dir)
+	} else if lerr != nil {
+		m.Errors["check:"+lerr.Error()]++
+	}
+	return ok && lok
+}
+
+// grantOrder checks grants in real-time order into m: a grant requested
+// after another one was granted must carry a greater fence, also across
+// store restarts and the loss of ended leases' records.
+func grantOrder(acquires []Op, m *ModeResult) {
 	var grants []Op
 	for _, op := range acquires {
 		if op.Status == OK {
@@ -326,23 +383,6 @@ func counterCheckKey(ctx context.Context, w *workerEnv, ri *runInfo, h *History,
 			m.violate("fence went back: a grant requested after fence %d had been granted got fence %d", top, g.Fence)
 		}
 	}
-	name := ri.name + "-" + mode
-	if k > 0 {
-		name += "-" + strconv.Itoa(k)
-	}
-	ok, cerr := checkRegister(ri, name, reads, writes)
-	if !ok {
-		m.violate("the counter's history is not linearizable (visualization in %s)", ri.dir)
-	} else if cerr != nil {
-		m.Errors["check:"+cerr.Error()]++
-	}
-	lok, lerr := checkLease(ri, name+"-lease", acquires, byKey(h, mode, "renew", key), byKey(h, mode, "release", key))
-	if !lok {
-		m.violate("the lease's history is not linearizable: two holders at once or a fence that went back (visualization in %s)", ri.dir)
-	} else if lerr != nil {
-		m.Errors["check:"+lerr.Error()]++
-	}
-	return ok && lok
 }
 
 // admittedAfterTakeover counts, into m, the acknowledged writes that were

@@ -32,6 +32,9 @@ type nemesis struct {
 	faults  map[string]int
 	restart func(i, inc int) (*member, error)
 	px      *faultproxy.Proxy // nil without proxy faults
+	// forget, if set, makes the store lose the records of the run's
+	// ended leases and says how many it lost.
+	forget func(ctx context.Context) (int, error)
 
 	proxyFault string    // the current proxy fault, one of proxyFaults
 	proxyUntil time.Time // the current proxy fault ends; zero when none
@@ -76,6 +79,7 @@ func (n *nemesis) run(ctx context.Context, until time.Time, tick func(time.Durat
 	n.restartAt = map[int]time.Time{}
 	start := time.Now()
 	nextFault := start.Add(n.ttl / 2)
+	nextForget := start.Add(n.ttl)
 	nextTick := start.Add(time.Second)
 	restarted, failedOver := false, false
 	t := time.NewTicker(10 * time.Millisecond)
@@ -136,6 +140,16 @@ func (n *nemesis) run(ctx context.Context, until time.Time, tick func(time.Durat
 			n.faults["failover"]++
 			if err := n.o.Faults.Failover(ctx); err != nil {
 				return fmt.Errorf("fail the store over: %w", err)
+			}
+		}
+		if n.forget != nil && now.After(nextForget) {
+			nextForget = now.Add(n.ttl/2 + time.Duration(n.rng.Int64N(int64(n.ttl))))
+			// A store that cannot do it now (a SQLite file locked by a
+			// paused worker's transaction, say) forgets the next time.
+			if lost, err := n.forget(ctx); err != nil {
+				n.faults["forget-failed"]++
+			} else {
+				n.faults["forget"] += lost
 			}
 		}
 		if !n.proxyUntil.IsZero() && now.After(n.proxyUntil) {

@@ -74,6 +74,14 @@ type Faults struct {
 	// default: pausing workers (SIGSTOP) past the TTL, and killing them
 	// (SIGKILL) and starting them again in the workloads that allow it.
 	NoPause, NoKill bool
+	// NoForget turns off the forget fault, on by default in the
+	// workloads that allow it (lease-counter): every TTL or so the store
+	// loses the records of the run's ended leases, fences included, as a
+	// restore from an older copy or a restart without persistence would
+	// (the run's own keys only; on etcd, whose fences are revisions, it
+	// does nothing). A new grant's fence must still exceed every earlier
+	// one.
+	NoForget bool
 	// Proxy puts a TCP proxy on 127.0.0.1 between the workers and a
 	// Redis, PostgreSQL or etcd server (one address; not Redis Cluster);
 	// the nemesis delays its replies by ProxyDelay, cuts it (connections
@@ -219,6 +227,9 @@ type workload struct {
 	// written too. aimAt says which: "grant", "write" or both.
 	aim   bool
 	aimAt []string
+	// leaseKeys, if set, are the run's lease keys, whose ended leases the
+	// forget fault makes the store lose.
+	leaseKeys func(w *workerEnv) []string
 	// settle is how long the workers run without faults at the end, at
 	// least.
 	settle func(ttl time.Duration) time.Duration
@@ -548,6 +559,10 @@ func runOne(ctx context.Context, o Options, wl *workload, t target, tmp string) 
 	}
 	faultsEnd := start.Add(o.Duration)
 	nem := &nemesis{o: o, wl: wl, t: t, ttl: ttl, rng: rng, members: members, hold: hold, faults: r.Faults, restart: startMember, px: px}
+	if wl.leaseKeys != nil && !o.Faults.NoForget && t.kind != storeurl.Etcd {
+		keys := wl.leaseKeys(base)
+		nem.forget = func(ctx context.Context) (int, error) { return base.env.ForgetEnded(ctx, keys) }
+	}
 	nemErr := nem.run(ctx, faultsEnd, func(elapsed time.Duration) {
 		g, c := countAck(b, Guarded), countAck(b, Control)
 		progress(o.Progress, "%s on %s: %s/%s guarded acknowledged %d, control acknowledged %d, faults %d",

@@ -58,7 +58,7 @@ never counted as acknowledged.
 
 Workloads:
 ` + workloadList() + `
-Faults (--fault, a comma-separated list; default pause,kill):
+Faults (--fault, a comma-separated list; default pause,kill,forget):
   pause     workers are paused with SIGSTOP for longer than the lease TTL and
             resumed (the memory store lives in one process: its workers are
             goroutines and pauses are acted out between their steps); in
@@ -67,6 +67,12 @@ Faults (--fault, a comma-separated list; default pause,kill):
             lease has passed to the next holder or that holder has written
   kill      the schedule workload's workers are killed with SIGKILL and
             started again
+  forget    in lease-counter, every TTL or so the store loses the records
+            of the run's ended leases, fences included, as a restore from
+            an older copy or a restart without persistence would (the
+            run's own keys only; nothing on etcd, whose fences are
+            revisions); a new grant's fence must still exceed every
+            earlier one
   proxy     workers reach the store (Redis, PostgreSQL or etcd at one
             address; not Redis Cluster) through a TCP proxy on 127.0.0.1
             that delays replies by --proxy-delay, cuts every connection,
@@ -107,7 +113,7 @@ linearizability check are visualized as HTML files under --dir.
 A long run, for instance:
   tenure proof --store redis://127.0.0.1:6379 --duration 2m
 With store faults:
-  tenure proof --start-store redis --fault pause,kill,proxy,restart --duration 1m
+  tenure proof --start-store redis --fault pause,kill,forget,proxy,restart --duration 1m
   tenure proof --start-store redis --fault pause,failover --workload lease-counter`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -189,7 +195,7 @@ With store faults:
 	f.StringVar(&dir, "dir", "", "where to write visualizations of failing histories (default: a new temp dir)")
 	f.Uint64Var(&seed, "seed", 0, "seed of the nemesis's choices (default random)")
 	f.BoolVarP(&quiet, "quiet", "q", false, "no progress lines on stderr")
-	f.StringSliceVar(&faults, "fault", []string{"pause", "kill"}, "faults to inject: pause, kill, proxy, restart, failover (comma-separated)")
+	f.StringSliceVar(&faults, "fault", []string{"pause", "kill", "forget"}, "faults to inject: pause, kill, forget, proxy, restart, failover (comma-separated)")
 	f.DurationVar(&delay, "proxy-delay", 50*time.Millisecond, "how long the proxy holds back each reply while it delays them")
 	f.StringVar(&start, "start-store", "", "start a store server for the run and use it (redis: redis-server from PATH, persistent, on a free loopback port)")
 	f.IntVar(&keys, "keys", 0, "counters per mode in lease-counter, each under its own lease (default 2, 32 on etcd)")
@@ -200,13 +206,15 @@ With store faults:
 // are set to placeholders that the caller replaces with the started
 // store's.
 func parseFaults(list []string) (proof.Faults, error) {
-	f := proof.Faults{NoPause: true, NoKill: true}
+	f := proof.Faults{NoPause: true, NoKill: true, NoForget: true}
 	for _, v := range list {
 		switch strings.TrimSpace(v) {
 		case "pause":
 			f.NoPause = false
 		case "kill":
 			f.NoKill = false
+		case "forget":
+			f.NoForget = false
 		case "proxy":
 			f.Proxy = true
 		case "restart":
@@ -215,10 +223,10 @@ func parseFaults(list []string) (proof.Faults, error) {
 			f.Failover = func(context.Context) error { return nil }
 		case "":
 		default:
-			return f, fmt.Errorf("%w: unknown fault %q (have pause, kill, proxy, restart, failover)", proof.ErrInvalid, v)
+			return f, fmt.Errorf("%w: unknown fault %q (have pause, kill, forget, proxy, restart, failover)", proof.ErrInvalid, v)
 		}
 	}
-	if f.NoPause && f.NoKill && !f.Proxy && f.Restart == nil && f.Failover == nil {
+	if f.NoPause && f.NoKill && f.NoForget && !f.Proxy && f.Restart == nil && f.Failover == nil {
 		return f, fmt.Errorf("%w: --fault names no fault", proof.ErrInvalid)
 	}
 	return f, nil
