@@ -27,6 +27,10 @@ func TestProofCommandEmbedded(t *testing.T) {
 		if r.Verdict != proof.VerdictPass || r.Guarded.Count != 0 || r.Control.Count == 0 {
 			t.Errorf("%s: verdict %s, guarded violations %d, control violations %d", r.Store, r.Verdict, r.Guarded.Count, r.Control.Count)
 		}
+		// The default faults include forget: the store lost ended leases.
+		if r.Faults["forget"] == 0 {
+			t.Errorf("%s: faults %v, want ended leases forgotten by default", r.Store, r.Faults)
+		}
 	}
 }
 

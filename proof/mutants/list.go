@@ -248,7 +248,7 @@ var list = []Mutant{
 		Edits: []Edit{{File: memLeases,
 			Old: "r.fence = leasedriver.NextFence(r.fence, now)",
 			New: "r.fence++"}},
-		Workloads: []string{"lease-counter"}, Suite: "Lease",
+		Workloads: []string{"lease-counter"}, Suite: "Lease", CI: true,
 	},
 	{
 		Name: "sqlite/fence-not-floored", Store: "sqlite",
