@@ -21,7 +21,7 @@ import (
 func init() {
 	register(&workload{
 		name:     "fenced-register",
-		summary:  "lease holders write a register through fence admission alone (strict, then at-least), as tenure serve does; a paused holder's write is refused once a newer fence was admitted (a linearizable fenced register)",
+		summary:  "lease holders write a register through fence admission alone (strict, at-least, then strict again with the same fence, which must be refused), as tenure serve does; a paused holder's write is refused once a newer fence was admitted (a linearizable fenced register)",
 		supports: func(storeurl.Kind) string { return "" },
 		setup:    counterSetup,
 		worker:   fregWorker,
@@ -58,10 +58,11 @@ func fregAtLeast(v string) bool { return strings.HasSuffix(v, "/a") }
 // fregLoop: acquire the lease, read the register, think, write the
 // register through strict fence admission (or plainly, in the control),
 // write it once more with the same fence through at-least admission
-// (where the store has it), release. There is no holder check: a holder
-// whose lease expired is refused only once a newer fence was admitted.
-// Both writes are made whatever the first one's outcome, so that each
-// admission mode meets late writes.
+// (where the store has it) and a third time through strict admission
+// again, which must refuse the fence it already admitted; release. There
+// is no holder check: a holder whose lease expired is refused only once a
+// newer fence was admitted. Every write is made whatever the earlier
+// ones' outcome, so that each admission mode meets late writes.
 func fregLoop(ctx context.Context, w *workerEnv, mode, key string) error {
 	lk, err := lease.New(w.env.Leases, &lease.Options{RetryMin: 2 * time.Millisecond, RetryMax: 20 * time.Millisecond, Attempts: 1})
 	if err != nil {
@@ -92,10 +93,15 @@ func fregLoop(ctx context.Context, w *workerEnv, mode, key string) error {
 		v, err := fregRead(octx, w, mode, res)
 		rp.End(v, l.Fence(), err)
 		w.sleep(ctx, w.spec.Think)
-		for _, atLeast := range []bool{false, true} {
-			if atLeast && w.kind == storeurl.Etcd {
-				break // etcd has strict admission only
-			}
+		// Strict, then at-least with the same fence (etcd has strict
+		// admission only), then strict once more with the same fence,
+		// which strict admission must refuse: the fence is already
+		// admitted.
+		modes := []bool{false, true, false}
+		if w.kind == storeurl.Etcd {
+			modes = []bool{false, false}
+		}
+		for _, atLeast := range modes {
 			seq++
 			nv := fregValue(l.Fence(), w.spec.Proc, seq, atLeast)
 			wp := w.rec.Invoke(mode, "write", res, nv, l.Fence())
