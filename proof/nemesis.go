@@ -51,6 +51,12 @@ type nemesis struct {
 	aimed    *aimTarget // a holder paused until its lease passes on
 }
 
+// forgetResult is the outcome of one forget fault.
+type forgetResult struct {
+	lost int
+	err  error
+}
+
 // aimPlan is a targeted pause waiting for its holder: the next worker
 // granted a lease in mode is paused before its write, until the lease has
 // passed to the next holder (until "grant") or the next holder has
@@ -80,6 +86,13 @@ func (n *nemesis) run(ctx context.Context, until time.Time, tick func(time.Durat
 	start := time.Now()
 	nextFault := start.Add(n.ttl / 2)
 	nextForget := start.Add(n.ttl)
+	forgot := make(chan forgetResult, 1)
+	forgetting := false
+	defer func() {
+		if forgetting {
+			<-forgot // the store is not used after the run
+		}
+	}()
 	nextTick := start.Add(time.Second)
 	restarted, failedOver := false, false
 	t := time.NewTicker(10 * time.Millisecond)
@@ -142,15 +155,29 @@ func (n *nemesis) run(ctx context.Context, until time.Time, tick func(time.Durat
 				return fmt.Errorf("fail the store over: %w", err)
 			}
 		}
-		if n.forget != nil && now.After(nextForget) {
-			nextForget = now.Add(n.ttl/2 + time.Duration(n.rng.Int64N(int64(n.ttl))))
-			// A store that cannot do it now (a SQLite file locked by a
-			// paused worker's transaction, say) forgets the next time.
-			if lost, err := n.forget(ctx); err != nil {
+		select {
+		case r := <-forgot:
+			forgetting = false
+			if r.err != nil {
 				n.faults["forget-failed"]++
 			} else {
-				n.faults["forget"] += lost
+				n.faults["forget"] += r.lost
 			}
+		default:
+		}
+		if n.forget != nil && !forgetting && now.After(nextForget) {
+			nextForget = now.Add(n.ttl/2 + time.Duration(n.rng.Int64N(int64(n.ttl))))
+			// Beside the loop, so that a store that makes it wait (a
+			// SQLite file locked by a paused worker's transaction, say)
+			// does not hold back the resumes; one that cannot do it in
+			// time forgets the next time.
+			forgetting = true
+			go func() {
+				fctx, cancel := context.WithTimeout(ctx, 2*n.ttl)
+				defer cancel()
+				lost, err := n.forget(fctx)
+				forgot <- forgetResult{lost, err}
+			}()
 		}
 		if !n.proxyUntil.IsZero() && now.After(n.proxyUntil) {
 			n.endProxyFault()
