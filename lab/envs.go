@@ -6,7 +6,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -258,13 +257,7 @@ func fixedPath(p string) func(context.Context) (string, error) {
 }
 
 // redactURL drops a password from a store URL before it is printed.
-func redactURL(u string) string {
-	p, err := url.Parse(u)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	return p.Redacted()
-}
+func redactURL(u string) string { return storeurl.Redact(u) }
 
 // tempLedger is an embedded SQLite file that serves as the business
 // database for stores that are not one.
