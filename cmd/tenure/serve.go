@@ -39,6 +39,8 @@ type serveFlags struct {
 	// listening, when set, is called with the address once the server
 	// listens (tests use it).
 	listening func(addr string)
+	// terminal, when set, replaces isTerminal (tests use it).
+	terminal func(io.Writer) bool
 }
 
 // tokenFile is where the default configuration keeps its token.
@@ -102,18 +104,6 @@ func runServe(ctx context.Context, f *serveFlags, stdout, stderr io.Writer) erro
 		if cfg, err = server.LoadConfig(f.config); err != nil {
 			return exitErr{code: 2, err: err}
 		}
-	} else {
-		path := filepath.Join(f.dataDir, tokenFile)
-		tok, created, err := server.LoadOrCreateToken(path)
-		if err != nil {
-			return exitErr{code: 2, err: err}
-		}
-		if created {
-			fmt.Fprintf(stdout, "API token (shown once; kept in %s):\n  %s\n", path, tok.Reveal())
-		} else {
-			fmt.Fprintf(stdout, "API token: the one kept in %s\n", path)
-		}
-		cfg = server.AdminConfig(tok)
 	}
 
 	metrics, shutdownMetrics, err := installMetrics()
@@ -134,6 +124,26 @@ func runServe(ctx context.Context, f *serveFlags, stdout, stderr io.Writer) erro
 		return exitErr{code: 2, err: err}
 	}
 	defer release()
+	// The admin token is made only once the store is known to work, so a
+	// start that fails mints nothing.
+	if cfg == nil {
+		path := filepath.Join(f.dataDir, tokenFile)
+		tok, created, err := server.LoadOrCreateToken(path)
+		if err != nil {
+			return exitErr{code: 2, err: err}
+		}
+		switch {
+		case !created:
+			fmt.Fprintf(stdout, "API token: the one kept in %s\n", path)
+		case f.isTerminal(stdout):
+			fmt.Fprintf(stdout, "API token (shown once; kept in %s):\n  %s\n", path, tok.Reveal())
+		default:
+			// A service's log (systemd, Kubernetes) keeps what it is
+			// given: the token stays in its file.
+			fmt.Fprintf(stdout, "API token: a new one, kept in %s (mode 0600; not printed, as this is not a terminal)\n", path)
+		}
+		cfg = server.AdminConfig(tok)
+	}
 	if f.rlsAddr != "" {
 		stopRLS, err := startRLS(ctx, f, views.Limits, log)
 		if err != nil {
@@ -167,6 +177,9 @@ func runServe(ctx context.Context, f *serveFlags, stdout, stderr io.Writer) erro
 		scheme = "https"
 	}
 	base := scheme + "://" + ln.Addr().String()
+	if scheme == "http" && !loopback(ln.Addr()) {
+		log.Warn("serving plain HTTP on an address other hosts can reach: bearer tokens and session cookies cross the network in clear; use --tls-cert and --tls-key, or a TLS proxy in front", "addr", ln.Addr().String())
+	}
 	log.Info("serving", "store", st.Target, "api", base+"/v1", "openapi", base+"/v1/openapi.json", "dashboard", base+"/")
 	if f.listening != nil {
 		f.listening(ln.Addr().String())
@@ -242,4 +255,28 @@ func startRLS(ctx context.Context, f *serveFlags, limits ratelimit.Store, log *s
 	go func() { done <- srv.Serve(rctx, ln) }()
 	log.Info("serving Envoy's rate limit service", "addr", ln.Addr().String())
 	return func() { stop(); <-done }, nil
+}
+
+func (f *serveFlags) isTerminal(w io.Writer) bool {
+	if f.terminal != nil {
+		return f.terminal(w)
+	}
+	return isTerminal(w)
+}
+
+// isTerminal reports whether w is a terminal (a character device), where a
+// secret shown once is seen by a person and not kept in a log.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// loopback reports whether a is a loopback address.
+func loopback(a net.Addr) bool {
+	t, ok := a.(*net.TCPAddr)
+	return ok && t.IP.IsLoopback()
 }

@@ -17,6 +17,7 @@ import (
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/tenurekit/tenure/internal/testenv"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )
@@ -49,7 +50,7 @@ func startServeStore(t *testing.T, dir, store string) (addr string, stdout, stde
 	stdout, stderr = &lockedBuf{}, &lockedBuf{}
 	addrc := make(chan string, 1)
 	f := &serveFlags{addr: "127.0.0.1:0", store: store, dataDir: dir, schema: "tenure", drain: 5 * time.Second,
-		listening: func(a string) { addrc <- a }}
+		listening: func(a string) { addrc <- a }, terminal: func(io.Writer) bool { return true }}
 	errc := make(chan error, 1)
 	go func() { errc <- runServe(ctx, f, stdout, stderr) }()
 	select {
@@ -141,6 +142,80 @@ func TestServeEmbeddedDefault(t *testing.T) {
 	}
 	if st, _ := get(t, "http://"+addr+"/v1/leases/inspect?key=a", tok); st != 200 {
 		t.Errorf("kept token refused after restart: %d", st)
+	}
+}
+
+// TestServeTokenNotOnALog: when standard output is not a terminal (a
+// service manager's log), a new token is written to its file only and
+// the output says where it is.
+func TestServeTokenNotOnALog(t *testing.T) {
+	dir := t.TempDir()
+	ctx, cancel := context.WithCancel(t.Context())
+	var stdout, stderr lockedBuf
+	addrc := make(chan string, 1)
+	f := &serveFlags{addr: "127.0.0.1:0", dataDir: dir, schema: "tenure", drain: time.Second, listening: func(a string) { addrc <- a }}
+	errc := make(chan error, 1)
+	go func() { errc <- runServe(ctx, f, &stdout, &stderr) }()
+	select {
+	case <-addrc:
+	case err := <-errc:
+		t.Fatalf("serve: %v\n%s", err, stderr.String())
+	}
+	cancel()
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	tok := serveToken(t, dir)
+	if strings.Contains(stdout.String(), tok) || strings.Contains(stderr.String(), tok) {
+		t.Fatalf("the token was printed to a non-terminal:\n%s\n%s", stdout.String(), stderr.String())
+	}
+	if !strings.Contains(stdout.String(), filepath.Join(dir, tokenFile)) {
+		t.Errorf("the output does not say where the token is:\n%s", stdout.String())
+	}
+}
+
+// TestServeFailsBeforeMinting: a store that is not ready fails the start
+// with the command that prepares it, and no token is made.
+func TestServeFailsBeforeMinting(t *testing.T) {
+	dir := t.TempDir()
+	missing := filepath.Join(t.TempDir(), "app.db")
+	err := runServe(t.Context(), &serveFlags{addr: "127.0.0.1:0", dataDir: dir, store: "sqlite:" + missing, schema: "tenure"}, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "tenure migrate up --store sqlite:"+missing) {
+		t.Errorf("a SQLite file that does not exist: %v, want the migrate command", err)
+	}
+	if _, err := os.Stat(missing); err == nil {
+		t.Error("serve created the SQLite file named by --store")
+	}
+	if _, err := os.Stat(filepath.Join(dir, tokenFile)); err == nil {
+		t.Error("a token was made although the start failed")
+	}
+}
+
+// TestServeWarnsOnPlainHTTPOffLoopback: listening on an address other
+// hosts reach, without TLS, is logged as a warning.
+func TestServeWarnsOnPlainHTTPOffLoopback(t *testing.T) {
+	for _, c := range []struct {
+		addr string
+		warn bool
+	}{{"127.0.0.1:0", false}, {"0.0.0.0:0", true}} {
+		ctx, cancel := context.WithCancel(t.Context())
+		var stderr lockedBuf
+		addrc := make(chan string, 1)
+		f := &serveFlags{addr: c.addr, dataDir: t.TempDir(), schema: "tenure", drain: time.Second, listening: func(a string) { addrc <- a }}
+		errc := make(chan error, 1)
+		go func() { errc <- runServe(ctx, f, io.Discard, &stderr) }()
+		select {
+		case <-addrc:
+		case err := <-errc:
+			t.Fatalf("serve: %v\n%s", err, stderr.String())
+		}
+		cancel()
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Contains(stderr.String(), "level=WARN msg=\"serving plain HTTP"); got != c.warn {
+			t.Errorf("--addr %s: warned %v, want %v:\n%s", c.addr, got, c.warn, stderr.String())
+		}
 	}
 }
 
@@ -242,5 +317,43 @@ func TestServeRLSNeedsConfig(t *testing.T) {
 	var e exitErr
 	if !errors.As(err, &e) || e.code != 2 || !strings.Contains(err.Error(), "--rls-config") {
 		t.Fatalf("serve --rls-addr without --rls-config: %v", err)
+	}
+}
+
+// TestServeFailsBeforeMintingPostgres: serve on a PostgreSQL schema that
+// does not exist fails with the exact migrate command (the password left
+// out) and makes no token; the command it names then prepares the schema
+// and serve starts.
+func TestServeFailsBeforeMintingPostgres(t *testing.T) {
+	dsn := testenv.SharedPostgres(t).NewDatabase(t)
+	dir := t.TempDir()
+	err := runServe(t.Context(), &serveFlags{addr: "127.0.0.1:0", dataDir: dir, store: dsn, schema: "billing"}, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "`tenure migrate up --store ") || !strings.Contains(err.Error(), " --schema billing`") {
+		t.Fatalf("an unmigrated schema: %v, want the migrate command", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, tokenFile)); err == nil {
+		t.Error("a token was made although the start failed")
+	}
+	if code := runJSON(t, &statusOut{}, "migrate", "up", "--store", dsn, "--schema", "billing"); code != 0 {
+		t.Fatalf("migrate up: exit %d", code)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	addrc := make(chan string, 1)
+	errc := make(chan error, 1)
+	go func() {
+		errc <- runServe(ctx, &serveFlags{addr: "127.0.0.1:0", dataDir: dir, store: dsn, schema: "billing", drain: time.Second,
+			listening: func(a string) { addrc <- a }}, io.Discard, io.Discard)
+	}()
+	select {
+	case <-addrc:
+	case err := <-errc:
+		t.Fatalf("serve after migrate up: %v", err)
+	}
+	cancel()
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, tokenFile)); err != nil {
+		t.Errorf("no token after a start that succeeded: %v", err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -101,6 +102,38 @@ func (s *Stores) Close() {
 	s.closers = nil
 }
 
+// MigrateCommand is the command that migrates the store spec names (in
+// schema, on PostgreSQL), as an operator types it: the URL without its
+// password, which the command takes from the environment.
+func MigrateCommand(spec storeurl.Spec, schema string) string {
+	// A password shown masked is left out: the command takes it from
+	// TENURE_STORE_PASSWORD (or the file TENURE_STORE_PASSWORD_FILE names).
+	cmd := "tenure migrate up --store " + shellQuote(strings.Replace(spec.Redacted(), ":xxxxx@", "@", 1))
+	if spec.Kind == storeurl.Postgres && schema != "" && schema != "tenure" {
+		cmd += " --schema " + shellQuote(schema)
+	}
+	return cmd
+}
+
+// sqliteHint says how to create a SQLite file that does not exist.
+func sqliteHint(spec storeurl.Spec, opt Options, err error) string {
+	if !errors.Is(err, os.ErrNotExist) {
+		return ""
+	}
+	if spec.Kind == storeurl.Embedded {
+		return fmt.Sprintf(" (create it with `tenure migrate up --data-dir %s`, or run `tenure serve`, which creates it)", shellQuote(opt.DataDir))
+	}
+	return fmt.Sprintf(" (create it with `%s`)", MigrateCommand(spec, ""))
+}
+
+// shellQuote quotes s for a POSIX shell when it needs it.
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./:@,+=%") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
 // Open opens the store spec names.
 func Open(ctx context.Context, spec storeurl.Spec, o *Options) (*Stores, error) {
 	var opt Options
@@ -130,7 +163,7 @@ func Open(ctx context.Context, spec storeurl.Spec, o *Options) (*Stores, error) 
 		}
 		if _, err := os.Stat(path); err != nil {
 			if !opt.CreateEmbedded || spec.Kind != storeurl.Embedded || !errors.Is(err, os.ErrNotExist) {
-				return nil, fmt.Errorf("%w at %s: %v", ErrNoData, path, err)
+				return nil, fmt.Errorf("%w at %s: %v%s", ErrNoData, path, err, sqliteHint(spec, opt, err))
 			}
 			if err := os.MkdirAll(opt.DataDir, 0o700); err != nil {
 				return nil, fmt.Errorf("data directory %s: %w", opt.DataDir, err)
@@ -165,7 +198,7 @@ func Open(ctx context.Context, spec storeurl.Spec, o *Options) (*Stores, error) 
 		}
 		if !exists {
 			pool.Close()
-			return nil, fmt.Errorf("%w: postgres %s has no schema %q (migrate it first, or name the schema your service uses)", ErrNoData, spec.Redacted(), opt.Schema)
+			return nil, fmt.Errorf("%w: postgres %s has no schema %q (create it with `%s`, or name the schema your service uses with --schema)", ErrNoData, spec.Redacted(), opt.Schema, MigrateCommand(spec, opt.Schema))
 		}
 		db, err := pgstore.New(pool, &pgstore.Options{Schema: opt.Schema})
 		if err != nil {
@@ -181,6 +214,9 @@ func Open(ctx context.Context, spec storeurl.Spec, o *Options) (*Stores, error) 
 		}
 		if err := db.Check(ctx); err != nil {
 			pool.Close()
+			if errors.Is(err, pgstore.ErrSchemaVersion) {
+				return nil, fmt.Errorf("%w (bring it to this version with `%s`)", err, MigrateCommand(spec, opt.Schema))
+			}
 			return nil, err
 		}
 		s.PG = db
