@@ -225,7 +225,9 @@ func (d *dashboard) loginPage(w http.ResponseWriter, status int, msg string) {
 func (d *dashboard) doLogin(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	status, name := 0, "-"
-	defer func() { d.s.logRequest(r, "dashboardLogin", status, name, start) }()
+	defer func() {
+		d.s.logRequest(r, "dashboardLogin", &statusWriter{status: status, id: newRequestID()}, name, start)
+	}()
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
 		host = r.RemoteAddr
@@ -263,7 +265,9 @@ func (d *dashboard) doLogout(w http.ResponseWriter, r *http.Request) {
 		name = t.name
 	}
 	status := http.StatusSeeOther
-	defer func() { d.s.logRequest(r, "dashboardLogout", status, name, start) }()
+	defer func() {
+		d.s.logRequest(r, "dashboardLogout", &statusWriter{status: status, id: newRequestID()}, name, start)
+	}()
 	if err := d.m.Logout(w, r); err != nil {
 		status = http.StatusServiceUnavailable
 		http.Error(w, "the logout could not be recorded; try again", status)
@@ -284,9 +288,10 @@ func (d *dashboard) api(op string, h handler) http.HandlerFunc {
 	}
 	return func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		sw := &statusWriter{ResponseWriter: w}
+		sw := &statusWriter{ResponseWriter: w, id: newRequestID()}
+		sw.Header().Set("X-Request-Id", sw.id)
 		name := "-"
-		defer func() { d.s.logRequest(r, op, sw.status, name, start) }()
+		defer func() { d.s.logRequest(r, op, sw, name, start) }()
 		t := d.principalOf(r)
 		if t == nil {
 			writeProblem(sw, serveapi.NewProblem(serveapi.TypeUnauthorized, "log in to the dashboard first"))

@@ -2,9 +2,12 @@ package server
 
 import (
 	"context"
+	crand "crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -294,6 +297,8 @@ type handler func(w http.ResponseWriter, r *http.Request, p principal)
 type statusWriter struct {
 	http.ResponseWriter
 	status int
+	id     string // the request's ID (X-Request-Id)
+	err    error  // a cause logged instead of answered
 }
 
 func (w *statusWriter) WriteHeader(code int) {
@@ -312,13 +317,21 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
+// newRequestID returns a random request ID: 16 hex digits.
+func newRequestID() string {
+	var b [8]byte
+	crand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
 // api wraps h: authentication, admission, logging and metrics.
 func (s *Server) api(op string, h handler) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		sw := &statusWriter{ResponseWriter: w}
+		sw := &statusWriter{ResponseWriter: w, id: newRequestID()}
+		sw.Header().Set("X-Request-Id", sw.id)
 		name := "-"
-		defer func() { s.logRequest(r, op, sw.status, name, start) }()
+		defer func() { s.logRequest(r, op, sw, name, start) }()
 		t := s.authenticate(r)
 		if t == nil {
 			sw.Header().Set("WWW-Authenticate", `Bearer realm="tenure"`)
@@ -358,11 +371,17 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request, t *authToken, op 
 
 // logRequest writes a request's log line (never a token, only its name)
 // and counts it.
-func (s *Server) logRequest(r *http.Request, op string, status int, token string, start time.Time) {
-	s.requests.Add(r.Context(), 1, metric.WithAttributes(attribute.String("operation", op), attribute.Int("status", status)))
-	s.log.LogAttrs(r.Context(), slog.LevelInfo, "request", slog.String("operation", op),
-		slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Int("status", status),
-		slog.String("token", token), slog.Duration("duration", time.Since(start)))
+func (s *Server) logRequest(r *http.Request, op string, w *statusWriter, token string, start time.Time) {
+	s.requests.Add(r.Context(), 1, metric.WithAttributes(attribute.String("operation", op), attribute.Int("status", w.status)))
+	attrs := []slog.Attr{slog.String("operation", op),
+		slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Int("status", w.status),
+		slog.String("token", token), slog.Duration("duration", time.Since(start)), slog.String("request_id", w.id)}
+	level := slog.LevelInfo
+	if w.err != nil {
+		level = slog.LevelWarn
+		attrs = append(attrs, slog.String("error", w.err.Error()))
+	}
+	s.log.LogAttrs(r.Context(), level, "request", attrs...)
 }
 
 // authenticate finds the request's bearer token.
@@ -403,6 +422,21 @@ func (p principal) allows(key string) bool {
 // of a store error.
 func fail(w http.ResponseWriter, err error) {
 	p := problemOf(err)
+	var pe *problemError
+	if (p.Type == serveapi.TypeUnavailable || p.Type == serveapi.TypeInternal) && !errors.As(err, &pe) {
+		// A store's error text names addresses, databases and users: it
+		// goes to the log with the request's ID, and the answer names
+		// the ID.
+		p.Detail = "the store did not answer"
+		if p.Type == serveapi.TypeInternal {
+			p.Detail = "internal error"
+		}
+		if sw, ok := w.(*statusWriter); ok {
+			sw.err = err
+			p.Instance = "urn:tenure:request:" + sw.id
+			p.Detail += " (request " + sw.id + "; the server's log has the cause)"
+		}
+	}
 	if p.Type == serveapi.TypeInProgress || p.Type == serveapi.TypeHeld {
 		if p.TTL > 0 {
 			w.Header().Set("Retry-After", strconv.Itoa(int((p.TTL.D()+time.Second-1)/time.Second)))

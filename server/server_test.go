@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -426,5 +427,55 @@ func TestConfig(t *testing.T) {
 		if strings.Contains(err.Error(), "0123456789abcdef0") {
 			t.Errorf("error shows a token: %v", err)
 		}
+	}
+}
+
+// downLeases is a lease store whose Inspect fails as a store that cannot
+// be reached does, with the text a driver gives (address, user,
+// database).
+type downLeases struct{ lease.Store }
+
+func (downLeases) Inspect(context.Context, string) (lease.Info, error) {
+	return lease.Info{}, fmt.Errorf("%w: dial tcp 10.9.8.7:5432: connect: connection refused (user app, database billing)", lease.ErrUnavailable)
+}
+
+// TestStoreErrorLoggedNotAnswered: a store's error text stays in the
+// server's log, under the request's ID; the problem names that ID (and
+// so does X-Request-Id) and says nothing of the store's address.
+func TestStoreErrorLoggedNotAnswered(t *testing.T) {
+	m, st := memStores(t)
+	st.Leases = downLeases{m.Leases()}
+	logs := &syncBuf{}
+	srv, err := server.New(st, &server.Options{Config: testConfig(), Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv)
+	defer hs.Close()
+	e := &env{url: hs.URL, logs: logs}
+	status, b, h := e.do(t, adminTok, "GET", "/v1/leases/inspect?key=a", nil)
+	p := problem(t, status, b, h, http.StatusServiceUnavailable, serveapi.TypeUnavailable)
+	id := h.Get("X-Request-Id")
+	if id == "" || p.Instance != "urn:tenure:request:"+id || !strings.Contains(p.Detail, id) {
+		t.Fatalf("problem %+v, X-Request-Id %q: want the request's ID in instance and detail", p, id)
+	}
+	for _, leak := range []string{"10.9.8.7", "billing", "connection refused"} {
+		if strings.Contains(string(b), leak) {
+			t.Errorf("the answer shows %q: %s", leak, b)
+		}
+	}
+	line := ""
+	for l := range strings.SplitSeq(logs.String(), "\n") {
+		if strings.Contains(l, "request_id="+id) {
+			line = l
+		}
+	}
+	if !strings.Contains(line, "level=WARN") || !strings.Contains(line, "10.9.8.7") {
+		t.Fatalf("no warning with the cause under request %s in the log:\n%s", id, logs.String())
+	}
+	// An answer the server makes itself keeps its detail.
+	status, b, h = e.do(t, adminTok, "POST", "/v1/leases/acquire", "{")
+	if p := problem(t, status, b, h, http.StatusBadRequest, serveapi.TypeInvalid); p.Instance != "" || p.Detail == "" {
+		t.Errorf("a bad input's problem: %+v", p)
 	}
 }

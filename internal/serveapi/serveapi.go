@@ -88,6 +88,10 @@ type Problem struct {
 	// admitted one.
 	Fence   uint64 `json:"fence,omitempty" doc:"stale: the refused fence"`
 	Current uint64 `json:"current,omitempty" doc:"stale: the greatest admitted fence"`
+	// Instance names this occurrence, urn:tenure:request:ID, for problems
+	// whose cause the server logs instead of answering (unavailable,
+	// internal): the server's log line for the request has the same ID.
+	Instance string `json:"instance,omitempty" doc:"unavailable, internal: urn:tenure:request:ID; the server's log line with that request ID has the cause"`
 }
 
 // Kinds lists every problem type with its status and title.
