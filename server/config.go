@@ -69,9 +69,11 @@ type Token struct {
 	Name string
 	// Secret is the bearer token itself (at least MinTokenLen bytes).
 	Secret secret.Text
-	// Prefixes are the key prefixes (namespaces) the token may touch:
-	// lease keys, fenced names, idempotency scopes, rate limit keys,
-	// session user IDs, job names. [""] allows every key. Required.
+	// Prefixes are the namespaces the token may touch: lease keys, fenced
+	// names, idempotency scopes, rate limit keys, session user IDs, job
+	// names. A namespace is a path segment (see InNamespace): "billing"
+	// or "billing/" holds "billing/42" but not "billing-internal/42". [""]
+	// allows every key. Required.
 	Prefixes []string
 	// Operations are the operation IDs the token may call; "*" allows all,
 	// "read" the read-only ones (ReadOps). Required.

@@ -67,6 +67,9 @@ func (d *dashboard) idemPanel(ctx context.Context, p principal) *panel {
 					return &panel{Status: rec.status, Body: rec.buf.Bytes()}
 				}
 				for _, r := range recs {
+					if !InNamespace(r.Scope, pre) {
+						continue // listed by raw prefix; a namespace is a path segment
+					}
 					out.Records = append(out.Records, idemRow{Scope: r.Scope, Key: r.Key, State: r.State().String(), Fence: r.Fence,
 						Fingerprint: r.Fingerprint, ClaimTTL: serveapi.Duration(r.ClaimTTL), Expires: serveapi.Duration(r.Expires)})
 				}

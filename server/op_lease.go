@@ -123,7 +123,11 @@ func listLeases(ctx context.Context, r *request, in listLeasesQuery) (serveapi.L
 	}
 	out := serveapi.LeaseList{Leases: make([]serveapi.LeaseInfo, 0, len(infos))}
 	for _, i := range infos {
-		out.Leases = append(out.Leases, leaseInfo(i))
+		// The store lists by raw prefix; a namespace is a path segment
+		// ("billing" does not hold "billing-internal/…").
+		if r.p.allows(i.Key) {
+			out.Leases = append(out.Leases, leaseInfo(i))
+		}
 	}
 	if len(infos) == in.Limit {
 		out.Next = infos[len(infos)-1].Key

@@ -411,11 +411,24 @@ func (s *Server) tokenFor(secret string) *authToken {
 // allows reports whether key lies in one of the token's namespaces.
 func (p principal) allows(key string) bool {
 	for _, pre := range p.t.prefixes {
-		if strings.HasPrefix(key, pre) {
+		if InNamespace(key, pre) {
 			return true
 		}
 	}
 	return false
+}
+
+// InNamespace reports whether key lies in the namespace ns: a namespace is
+// a path segment, not a raw prefix. "" holds every key; one that ends in
+// "/", ":" or "." holds the keys that start with it; any other holds the
+// key equal to it and the keys that continue it after "/", ":" or "." (so
+// "billing" holds "billing" and "billing/42", not "billing-internal/42").
+func InNamespace(key, ns string) bool {
+	if ns == "" || strings.HasSuffix(ns, "/") || strings.HasSuffix(ns, ":") || strings.HasSuffix(ns, ".") {
+		return strings.HasPrefix(key, ns)
+	}
+	rest, ok := strings.CutPrefix(key, ns)
+	return ok && (rest == "" || rest[0] == '/' || rest[0] == ':' || rest[0] == '.')
 }
 
 // fail writes the problem of err: the server's own problem, or the one

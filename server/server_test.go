@@ -479,3 +479,47 @@ func TestStoreErrorLoggedNotAnswered(t *testing.T) {
 		t.Errorf("a bad input's problem: %+v", p)
 	}
 }
+
+// TestNamespaceIsAPathSegment: a namespace without a trailing separator
+// holds the key itself and keys that continue it after "/", ":" or ".",
+// not keys that merely start with its letters, also in a list.
+func TestNamespaceIsAPathSegment(t *testing.T) {
+	for _, c := range []struct {
+		key, ns string
+		in      bool
+	}{
+		{"billing/42", "billing", true}, {"billing", "billing", true}, {"billing:42", "billing", true},
+		{"billing.x", "billing", true}, {"billing-internal/42", "billing", false}, {"billingx", "billing", false},
+		{"billing/42", "billing/", true}, {"billing-internal/42", "billing/", false}, {"anything", "", true},
+		{"bill", "billing", false},
+	} {
+		if got := server.InNamespace(c.key, c.ns); got != c.in {
+			t.Errorf("InNamespace(%q, %q) = %v, want %v", c.key, c.ns, got, c.in)
+		}
+	}
+	const nsTok = "namespace-token-0123456789"
+	cfg := testConfig()
+	cfg.Tokens = append(cfg.Tokens, server.Token{Name: "ns", Secret: secret.New(nsTok), Prefixes: []string{"billing"}, Operations: []string{"*"}})
+	e := newEnv(t, cfg)
+	acq := func(tok, key string) int {
+		st, _, _ := e.do(t, tok, "POST", "/v1/leases/acquire", serveapi.AcquireLease{Key: key, TTL: serveapi.Duration(time.Minute)})
+		return st
+	}
+	if st := acq(nsTok, "billing/42"); st != http.StatusOK {
+		t.Fatalf("acquire billing/42: %d", st)
+	}
+	if st := acq(nsTok, "billing-internal/42"); st != http.StatusForbidden {
+		t.Fatalf("acquire billing-internal/42 with namespace billing: %d, want 403", st)
+	}
+	if st := acq(adminTok, "billing-internal/42"); st != http.StatusOK {
+		t.Fatalf("admin acquire: %d", st)
+	}
+	st, b, _ := e.do(t, nsTok, "GET", "/v1/leases?prefix=billing", nil)
+	var l serveapi.LeaseList
+	if err := json.Unmarshal(b, &l); st != http.StatusOK || err != nil {
+		t.Fatalf("list: %d %s", st, b)
+	}
+	if len(l.Leases) != 1 || l.Leases[0].Key != "billing/42" {
+		t.Fatalf("list under namespace billing: %+v, want billing/42 only", l.Leases)
+	}
+}
