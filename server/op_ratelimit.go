@@ -80,8 +80,20 @@ var algorithms = map[string]ratelimit.Algorithm{
 	"sliding-log": ratelimit.SlidingLog, "sliding-window": ratelimit.SlidingWindow,
 }
 
-func stateKey(k serveapi.StateKey) driver.StateKey {
-	return driver.StateKey{Group: k.Group, Name: k.Name, Kind: k.Kind, Key: k.Key}
+// stateKey is the state key a request names, checked: a permit's
+// (permit) or a rate limit's.
+func stateKey(k serveapi.StateKey, permit bool) (driver.StateKey, error) {
+	dk := driver.StateKey{Group: k.Group, Name: k.Name, Kind: k.Kind, Key: k.Key}
+	if err := driver.ValidateStateKey(dk); err != nil {
+		return dk, err
+	}
+	if permit != (dk.Kind == "p") {
+		if permit {
+			return dk, invalidf("state kind %q is a rate limit's; a permit's is p", dk.Kind)
+		}
+		return dk, invalidf("state kind p is a permit's; a rate limit's is g, f, l or w")
+	}
+	return dk, nil
 }
 
 func stateKeyOut(k driver.StateKey) serveapi.StateKey {
@@ -112,7 +124,9 @@ func (r *request) rateRequest(in serveapi.RateRequest) (driver.Request, error) {
 	case in.State != nil && in.Key != "":
 		return driver.Request{}, invalidf("give key or state, not both")
 	case in.State != nil:
-		key = stateKey(*in.State)
+		if key, err = stateKey(*in.State, false); err != nil {
+			return driver.Request{}, err
+		}
 	default:
 		if key, err = lim.StateKey(in.Key); err != nil {
 			return driver.Request{}, err
@@ -172,7 +186,10 @@ func resetRate(ctx context.Context, r *request, in serveapi.RateReset) (noBody, 
 	for _, rr := range in.Requests {
 		if rr.State != nil && rr.Key == "" {
 			// The exact state key: no limit needed.
-			k := stateKey(*rr.State)
+			k, err := stateKey(*rr.State, false)
+			if err != nil {
+				return noBody{}, err
+			}
 			if err := r.guard("rate limit key", k.Key); err != nil {
 				return noBody{}, err
 			}
@@ -196,7 +213,10 @@ func (r *request) permitKey(in serveapi.Permit) (driver.StateKey, error) {
 	case in.State != nil && (in.Key != "" || in.Name != ""):
 		return k, invalidf("give state, or key and name, not both")
 	case in.State != nil:
-		k = stateKey(*in.State)
+		var err error
+		if k, err = stateKey(*in.State, true); err != nil {
+			return k, err
+		}
 	default:
 		if err := driver.ValidateKey(in.Key); err != nil {
 			return k, err

@@ -17,6 +17,7 @@ import (
 	"github.com/tenurekit/tenure/internal/secret"
 	"github.com/tenurekit/tenure/internal/serveapi"
 	"github.com/tenurekit/tenure/lease"
+	ratedriver "github.com/tenurekit/tenure/ratelimit/driver"
 	"github.com/tenurekit/tenure/server"
 	"github.com/tenurekit/tenure/store/memstore"
 )
@@ -521,5 +522,35 @@ func TestNamespaceIsAPathSegment(t *testing.T) {
 	}
 	if len(l.Leases) != 1 || l.Leases[0].Key != "billing/42" {
 		t.Fatalf("list under namespace billing: %+v, want billing/42 only", l.Leases)
+	}
+}
+
+// TestRateStateKeyValidated: a state key given in a request is checked
+// (group, name, kind, key) before anything is decided or written.
+func TestRateStateKeyValidated(t *testing.T) {
+	e := newEnv(t, nil)
+	lim := serveapi.Limit{Name: "api", Rate: 10, Period: serveapi.Duration(time.Minute), Burst: 10}
+	for _, k := range []serveapi.StateKey{
+		{Group: "a b", Name: "api", Kind: "g", Key: "k"},
+		{Name: "api:x", Kind: "g", Key: "k"},
+		{Name: "api", Kind: "x", Key: "k"},
+		{Name: "api", Kind: "p", Key: "k"},
+		{Name: "api", Kind: "g", Key: ""},
+	} {
+		st, b, h := e.do(t, adminTok, "POST", "/v1/rate/allow", serveapi.RateAllow{Requests: []serveapi.RateRequest{{State: &k, Limit: lim}}})
+		problem(t, st, b, h, http.StatusBadRequest, serveapi.TypeInvalid)
+		st, b, h = e.do(t, adminTok, "POST", "/v1/rate/reset", serveapi.RateReset{Requests: []serveapi.RateRequest{{State: &k}}})
+		problem(t, st, b, h, http.StatusBadRequest, serveapi.TypeInvalid)
+	}
+	gk := serveapi.StateKey{Name: "conc", Kind: "g", Key: "k"}
+	st, b, h := e.do(t, adminTok, "POST", "/v1/permits/acquire", serveapi.Permit{State: &gk, Permits: 2, TTL: serveapi.Duration(time.Minute)})
+	problem(t, st, b, h, http.StatusBadRequest, serveapi.TypeInvalid)
+	if ttl, ok, err := e.mem.LimitTTL(t.Context(), ratedriver.StateKey{Name: "conc", Kind: "g", Key: "k"}); err != nil || ok {
+		t.Fatalf("a refused permit left state: ttl %v, %v, %v", ttl, ok, err)
+	}
+	// A valid one is accepted.
+	ok := serveapi.StateKey{Name: "api", Kind: "g", Key: "k"}
+	if st, b, _ := e.do(t, adminTok, "POST", "/v1/rate/allow", serveapi.RateAllow{Requests: []serveapi.RateRequest{{State: &ok, Limit: lim}}}); st != http.StatusOK {
+		t.Fatalf("a valid state key: %d %s", st, b)
 	}
 }

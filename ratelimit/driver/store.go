@@ -191,6 +191,27 @@ func ValidateStateKeys(keys []StateKey) error {
 	return nil
 }
 
+// ValidateStateKey checks a state key given from outside (an API
+// request): a group and a limit name as ValidateName allows them (the
+// group may be empty), a known kind ("g", "f", "l", "w" or "p") and a key
+// as ValidateKey allows it. Errors wrap ErrInvalid.
+func ValidateStateKey(k StateKey) error {
+	if k.Group != "" {
+		if err := ValidateName("group", k.Group); err != nil {
+			return err
+		}
+	}
+	if err := ValidateName("limit name", k.Name); err != nil {
+		return err
+	}
+	switch k.Kind {
+	case "g", "f", "l", "w", "p":
+	default:
+		return fmt.Errorf("%w: state kind %q: want g (GCRA), f (fixed window), l (sliding log), w (sliding window) or p (permits)", ErrInvalid, k.Kind)
+	}
+	return ValidateKey(k.Key)
+}
+
 // Decision is the outcome of a request (ratelimit.Decision).
 type Decision struct {
 	// Allowed reports whether the request's units were admitted (for a
