@@ -158,3 +158,17 @@ func ExampleMiddleware() {
 	// 429 "per-ip";q=2;w=60 "per-ip";r=0;t=60
 	// Retry-After: 60 application/problem+json
 }
+
+// SetHeaders gives an answer the fields Middleware sends, for a service
+// that decides outside it.
+func ExampleSetHeaders() {
+	ms, _ := memstore.New(nil)
+	lim, _ := ratelimit.New(ms.Limits(), ratelimit.GCRA, ratelimit.Limit{Name: "api", Rate: 1, Period: time.Minute}, nil)
+	ctx := context.Background()
+	lim.Allow(ctx, "user-42")
+	d, _ := lim.Allow(ctx, "user-42") // the second in a minute: denied
+	h := http.Header{}
+	ratelimit.SetHeaders(h, []ratelimit.Decision{d})
+	fmt.Println(d.Allowed, h.Get("RateLimit-Policy"), h.Get("Retry-After") != "")
+	// Output: false "api";q=1;w=60 true
+}

@@ -647,6 +647,21 @@ func ceilSeconds(d time.Duration) int64 {
 	return max(1, int64((d+time.Second-1)/time.Second))
 }
 
+// SetHeaders sets on h the fields Middleware sends for decisions (one
+// Decision per rule, judged together): RateLimit-Policy and RateLimit, and
+// when the decisions deny, Retry-After in whole seconds (rounded up, at
+// least 1). It is for services that decide outside Middleware (a gRPC
+// gateway, tenure serve's allowRate) and answer over HTTP.
+func SetHeaders(h http.Header, ds []Decision) {
+	if len(ds) == 0 {
+		return
+	}
+	setFields(h, ds)
+	if c := Combine(ds); !c.Allowed {
+		h.Set("Retry-After", strconv.FormatInt(ceilSeconds(c.RetryAfter), 10))
+	}
+}
+
 // setFields sets RateLimit-Policy and RateLimit for decisions.
 func setFields(h http.Header, ds []Decision) {
 	var pol, cur []string

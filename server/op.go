@@ -178,7 +178,7 @@ func (o *op[In, Out]) serve(s *Server) handler {
 			fail(w, notSupported(o.Needs.what))
 			return
 		}
-		r := &request{s: s, p: p}
+		r := &request{s: s, p: p, header: w.Header()}
 		if scope >= 0 {
 			if err := r.guard(o.Scope, reflect.ValueOf(&in).Elem().Field(scope).String()); err != nil {
 				fail(w, err)
@@ -245,6 +245,9 @@ var (
 type request struct {
 	s *Server
 	p principal
+	// header is the answer's header, for operations that set fields of
+	// their own (allowRate's RateLimit fields).
+	header http.Header
 }
 
 // guard returns a forbidden problem when key lies outside the token's

@@ -18,7 +18,7 @@ import (
 var rateOps = []operation{
 	&op[serveapi.RateAllow, serveapi.RateDecisions]{Method: "POST", Path: "/v1/rate/allow", ID: "allowRate",
 		Needs: rateView, Required: []string{"requests[].limit"}, OneOf: [][]string{{"requests[].key", "requests[].state"}}, Handle: allowRate,
-		Doc:     "Judge up to 16 limits in one atomic step on the store's clock: all are consumed if all allow, none otherwise (peek: nothing is consumed).",
+		Doc:     "Judge up to 16 limits in one atomic step on the store's clock: all are consumed if all allow, none otherwise (peek: nothing is consumed). The answer carries the RateLimit-Policy and RateLimit fields the Go middleware sends, and Retry-After (whole seconds) when the limits deny.",
 		Example: serveapi.RateAllow{Requests: []serveapi.RateRequest{{Key: "user-42", Limit: serveapi.Limit{Name: "api", Rate: 2, Period: serveapi.Duration(time.Minute)}}}}},
 	&op[serveapi.RateReset, noBody]{Method: "POST", Path: "/v1/rate/reset", ID: "resetRate",
 		Needs: rateView, OneOf: [][]string{{"requests[].key+requests[].limit", "requests[].state"}}, Handle: resetRate,
@@ -165,6 +165,11 @@ func allowRate(ctx context.Context, r *request, in serveapi.RateAllow) (serveapi
 	ds, err := r.s.st.Limits.Decide(ctx, reqs, !in.Peek)
 	if err != nil {
 		return serveapi.RateDecisions{}, err
+	}
+	if r.header != nil {
+		// The fields the Go middleware sends, so that a client in any
+		// language can pass them on to its own callers.
+		ratelimit.SetHeaders(r.header, ds)
 	}
 	out := serveapi.RateDecisions{Allowed: true, Decisions: make([]serveapi.RateDecision, 0, len(ds))}
 	for i, d := range ds {

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -552,5 +553,35 @@ func TestRateStateKeyValidated(t *testing.T) {
 	ok := serveapi.StateKey{Name: "api", Kind: "g", Key: "k"}
 	if st, b, _ := e.do(t, adminTok, "POST", "/v1/rate/allow", serveapi.RateAllow{Requests: []serveapi.RateRequest{{State: &ok, Limit: lim}}}); st != http.StatusOK {
 		t.Fatalf("a valid state key: %d %s", st, b)
+	}
+}
+
+// TestRateDecisionHeaders: allowRate's answer carries the fields the Go
+// middleware sends: RateLimit-Policy and RateLimit always, Retry-After
+// when the limits deny.
+func TestRateDecisionHeaders(t *testing.T) {
+	e := newEnv(t, nil)
+	body := serveapi.RateAllow{Requests: []serveapi.RateRequest{{Key: "user-42", Limit: serveapi.Limit{Name: "api", Rate: 2, Period: serveapi.Duration(time.Minute)}}}}
+	for i, want := range []bool{true, true, false} {
+		st, b, h := e.do(t, adminTok, "POST", "/v1/rate/allow", body)
+		var d serveapi.RateDecisions
+		if err := json.Unmarshal(b, &d); st != http.StatusOK || err != nil || d.Allowed != want {
+			t.Fatalf("decision %d: %d %s, want allowed %v", i, st, b, want)
+		}
+		if got := h.Get("RateLimit-Policy"); got != `"api";q=2;w=60` {
+			t.Errorf("decision %d: RateLimit-Policy %q", i, got)
+		}
+		if got := h.Get("RateLimit"); !strings.HasPrefix(got, fmt.Sprintf(`"api";r=%d`, max(1-i, 0))) {
+			t.Errorf("decision %d: RateLimit %q", i, got)
+		}
+		ra := h.Get("Retry-After")
+		if want && ra != "" {
+			t.Errorf("decision %d allowed, with Retry-After %q", i, ra)
+		}
+		if !want {
+			if n, err := strconv.Atoi(ra); err != nil || n < 1 || n > 60 {
+				t.Errorf("denied decision: Retry-After %q, want 1 to 60 seconds", ra)
+			}
+		}
 	}
 }
