@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -21,7 +24,10 @@ import (
 	"go.opentelemetry.io/otel"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
+	"github.com/tenurekit/tenure"
 	"github.com/tenurekit/tenure/cmd/tenure/internal/servestore"
 	"github.com/tenurekit/tenure/cmd/tenure/internal/storeopen"
 	"github.com/tenurekit/tenure/internal/storeurl"
@@ -35,6 +41,8 @@ import (
 type serveFlags struct {
 	addr, store, dataDir, schema, prefix, config, tlsCert, tlsKey string
 	rlsAddr, rlsConfig                                            string
+	rlsTLSCert, rlsTLSKey, rlsClientCA, rlsTokenFile              string
+	rlsInsecure                                                   bool
 	drain                                                         time.Duration
 	// listening, when set, is called with the address once the server
 	// listens (tests use it).
@@ -85,6 +93,11 @@ once, requests in flight finish (up to --drain).`,
 	p.StringVar(&f.tlsKey, "tls-key", "", "TLS private key file (PEM)")
 	p.StringVar(&f.rlsAddr, "rls-addr", "", "address of Envoy's rate limit service (gRPC); off when empty")
 	p.StringVar(&f.rlsConfig, "rls-config", "", "rate limit service configuration (YAML as envoyproxy/ratelimit, or JSON); see docs/envoy.md")
+	p.StringVar(&f.rlsTLSCert, "rls-tls-cert", "", "TLS certificate file (PEM) of the rate limit service; with --rls-tls-key")
+	p.StringVar(&f.rlsTLSKey, "rls-tls-key", "", "TLS private key file (PEM) of the rate limit service")
+	p.StringVar(&f.rlsClientCA, "rls-client-ca", "", "CA certificates (PEM) that sign the clients' certificates: mutual TLS, a client without one is refused")
+	p.StringVar(&f.rlsTokenFile, "rls-token-file", "", "bearer tokens of the rate limit service, one per line: TOKEN [DOMAIN,...] (no domains: every domain)")
+	p.BoolVar(&f.rlsInsecure, "rls-insecure", false, "let the rate limit service listen on a non-loopback address without client credentials (a token file or --rls-client-ca)")
 	p.DurationVar(&f.drain, "drain", 30*time.Second, "how long requests in flight may take to finish on shutdown")
 	return cmd
 }
@@ -242,7 +255,24 @@ func startRLS(ctx context.Context, f *serveFlags, limits ratelimit.Store, log *s
 	if limits == nil {
 		return nil, exitErr{code: 2, err: errors.New("--rls-addr: the store keeps no rate limits")}
 	}
-	srv, err := rls.NewServer(limits, cfg, &rls.Options{Logger: log})
+	creds, err := loadRLSTokens(f.rlsTokenFile)
+	if err != nil {
+		return nil, exitErr{code: 2, err: err}
+	}
+	var opts []grpc.ServerOption
+	switch {
+	case (f.rlsTLSCert == "") != (f.rlsTLSKey == ""):
+		return nil, exitErr{code: 2, err: errors.New("--rls-tls-cert and --rls-tls-key go together")}
+	case f.rlsClientCA != "" && f.rlsTLSCert == "":
+		return nil, exitErr{code: 2, err: errors.New("--rls-client-ca needs --rls-tls-cert and --rls-tls-key")}
+	case f.rlsTLSCert != "":
+		tc, err := rlsTLS(f)
+		if err != nil {
+			return nil, exitErr{code: 2, err: err}
+		}
+		opts = append(opts, grpc.Creds(credentials.NewTLS(tc)))
+	}
+	srv, err := rls.NewServer(limits, cfg, &rls.Options{Logger: log, Credentials: creds})
 	if err != nil {
 		return nil, exitErr{code: 2, err: err}
 	}
@@ -250,11 +280,75 @@ func startRLS(ctx context.Context, f *serveFlags, limits ratelimit.Store, log *s
 	if err != nil {
 		return nil, exitErr{code: 2, err: err}
 	}
+	if !loopback(ln.Addr()) && len(creds) == 0 && f.rlsClientCA == "" && !f.rlsInsecure {
+		ln.Close()
+		return nil, exitErr{code: 2, err: fmt.Errorf("--rls-addr %s is reachable from other hosts and the rate limit service asks no credentials: anyone could use up every tenant's limits; give --rls-token-file or --rls-client-ca (with --rls-tls-cert and --rls-tls-key), or --rls-insecure to serve it open", ln.Addr())}
+	}
 	rctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- srv.Serve(rctx, ln) }()
-	log.Info("serving Envoy's rate limit service", "addr", ln.Addr().String())
+	go func() { done <- srv.Serve(rctx, ln, opts...) }()
+	log.Info("serving Envoy's rate limit service", "addr", ln.Addr().String(), "tls", f.rlsTLSCert != "", "mtls", f.rlsClientCA != "", "tokens", len(creds))
 	return func() { stop(); <-done }, nil
+}
+
+// loadRLSTokens reads --rls-token-file: one token per line, optionally
+// followed by the comma-separated domains it may use; blank lines and
+// lines starting with # are skipped. Errors never show a token.
+func loadRLSTokens(path string) ([]rls.Credential, error) {
+	if path == "" {
+		return nil, nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--rls-token-file: %w", err)
+	}
+	var out []rls.Credential
+	for i, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		fields := strings.Fields(line)
+		if len(fields) > 2 {
+			return nil, fmt.Errorf("--rls-token-file %s line %d: want TOKEN [DOMAIN,...]", path, i+1)
+		}
+		c := rls.Credential{Token: tenure.TokenOf(fields[0])}
+		if len(fields) == 2 {
+			for d := range strings.SplitSeq(fields[1], ",") {
+				if d == "" {
+					return nil, fmt.Errorf("--rls-token-file %s line %d: an empty domain", path, i+1)
+				}
+				c.Domains = append(c.Domains, d)
+			}
+		}
+		out = append(out, c)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("--rls-token-file %s has no token", path)
+	}
+	return out, nil
+}
+
+// rlsTLS is the rate limit service's TLS configuration: its certificate,
+// and with --rls-client-ca the CAs a client's certificate must chain to.
+func rlsTLS(f *serveFlags) (*tls.Config, error) {
+	cert, err := tls.LoadX509KeyPair(f.rlsTLSCert, f.rlsTLSKey)
+	if err != nil {
+		return nil, fmt.Errorf("--rls-tls-cert/--rls-tls-key: %w", err)
+	}
+	tc := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	if f.rlsClientCA != "" {
+		pem, err := os.ReadFile(f.rlsClientCA)
+		if err != nil {
+			return nil, fmt.Errorf("--rls-client-ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--rls-client-ca %s: no PEM certificate in it", f.rlsClientCA)
+		}
+		tc.ClientCAs, tc.ClientAuth = pool, tls.RequireAndVerifyClientCert
+	}
+	return tc, nil
 }
 
 func (f *serveFlags) isTerminal(w io.Writer) bool {

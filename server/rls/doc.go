@@ -46,5 +46,15 @@
 // that Envoy's failure_mode_deny decides; a call never answers OK for a
 // store it could not ask.
 //
+// # Who may call
+//
+// Every call consumes hits, so whoever reaches the port can use up any
+// domain's limits. With Options.Credentials a call must carry a known
+// bearer token in its "authorization" metadata (Unauthenticated
+// otherwise), allowed the call's domain (PermissionDenied otherwise);
+// Serve takes grpc.Creds for TLS and mutual TLS. Every call is bounded
+// before anything is decided: Options.MaxDescriptors, MaxEntries and
+// MaxMessageBytes (InvalidArgument or ResourceExhausted beyond them).
+//
 // See docs/envoy.md for the Envoy side and for tenure serve's --rls-addr.
 package rls

@@ -2,6 +2,8 @@ package rls
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -20,11 +22,12 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/tenurekit/tenure"
 	"github.com/tenurekit/tenure/ratelimit"
-
 	"github.com/tenurekit/tenure/ratelimit/driver"
 )
 
@@ -40,6 +43,47 @@ type Options struct {
 	// Logger receives store failures, at most one line a second. Default
 	// slog.Default().
 	Logger *slog.Logger
+	// MaxDescriptors is the most descriptors one call may carry; a call
+	// with more is refused (InvalidArgument) before anything is decided.
+	// Default (0) DefaultMaxDescriptors; at most 10000.
+	MaxDescriptors int
+	// MaxEntries is the most entries one descriptor may carry. Default (0)
+	// DefaultMaxEntries; at most 1000.
+	MaxEntries int
+	// MaxMessageBytes bounds a call's request message (Serve's
+	// grpc.MaxRecvMsgSize). Default (0) DefaultMaxMessageBytes; at most
+	// 4 MiB.
+	MaxMessageBytes int
+	// Credentials, when set, are the bearer tokens a call must present in
+	// its "authorization" metadata ("Bearer TOKEN"; Envoy's grpc_service
+	// initial_metadata sends it); a call without one is refused
+	// (Unauthenticated), and one whose token is not allowed the call's
+	// domain is refused (PermissionDenied). Empty: no token is asked for
+	// (use it behind mTLS or on loopback only).
+	Credentials []Credential
+}
+
+// Credential is one bearer token and the domains it may use.
+type Credential struct {
+	// Token is the bearer token (at least 16 bytes, tenure.TokenOf); it
+	// never appears in logs or errors.
+	Token tenure.Token
+	// Domains are the rate limit domains the token may use; empty: every
+	// domain.
+	Domains []string
+}
+
+// The defaults of Options' call limits.
+const (
+	DefaultMaxDescriptors  = 64
+	DefaultMaxEntries      = 16
+	DefaultMaxMessageBytes = 64 << 10
+)
+
+// credential is a Credential as the server checks it.
+type credential struct {
+	sum     [32]byte
+	domains map[string]bool // nil: every domain
 }
 
 // Server implements Envoy's RateLimitService (v3) over a ratelimit.Store.
@@ -53,6 +97,9 @@ type Server struct {
 	timeout time.Duration
 	log     *slog.Logger
 	logged  atomic.Int64 // unix nanoseconds of the last failure logged
+
+	maxDescriptors, maxEntries, maxMessage int
+	creds                                  []credential
 }
 
 // NewServer returns a Server deciding with store under cfg. Errors wrap
@@ -67,7 +114,43 @@ func NewServer(store ratelimit.Store, cfg *Config, o *Options) (*Server, error) 
 	if o.Timeout < 0 {
 		return nil, fmt.Errorf("rls: %w: negative timeout %v", ratelimit.ErrInvalid, o.Timeout)
 	}
-	s := &Server{store: store, timeout: o.Timeout, log: o.Logger}
+	s := &Server{store: store, timeout: o.Timeout, log: o.Logger,
+		maxDescriptors: o.MaxDescriptors, maxEntries: o.MaxEntries, maxMessage: o.MaxMessageBytes}
+	for _, l := range []struct {
+		name     string
+		v        *int
+		def, top int
+	}{
+		{"MaxDescriptors", &s.maxDescriptors, DefaultMaxDescriptors, 10000},
+		{"MaxEntries", &s.maxEntries, DefaultMaxEntries, 1000},
+		{"MaxMessageBytes", &s.maxMessage, DefaultMaxMessageBytes, 4 << 20},
+	} {
+		switch {
+		case *l.v == 0:
+			*l.v = l.def
+		case *l.v < 0 || *l.v > l.top:
+			return nil, fmt.Errorf("rls: %w: Options.%s %d out of range [0, %d]", ratelimit.ErrInvalid, l.name, *l.v, l.top)
+		}
+	}
+	seen := map[[32]byte]bool{}
+	for i, c := range o.Credentials {
+		tok := c.Token.Reveal()
+		if len(tok) < 16 || strings.ContainsAny(tok, " \t\r\n") {
+			return nil, fmt.Errorf("rls: %w: Options.Credentials[%d]: a token is at least 16 bytes without white space", ratelimit.ErrInvalid, i)
+		}
+		cr := credential{sum: sha256.Sum256([]byte(tok))}
+		if seen[cr.sum] {
+			return nil, fmt.Errorf("rls: %w: Options.Credentials[%d] repeats another token", ratelimit.ErrInvalid, i)
+		}
+		seen[cr.sum] = true
+		if len(c.Domains) > 0 {
+			cr.domains = map[string]bool{}
+			for _, d := range c.Domains {
+				cr.domains[d] = true
+			}
+		}
+		s.creds = append(s.creds, cr)
+	}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -97,10 +180,12 @@ func (s *Server) Register(g grpc.ServiceRegistrar) {
 
 // Serve serves the RateLimitService and the standard gRPC health service
 // (grpc.health.v1, SERVING for "" and ServiceName) on lis until ctx ends,
+// with request messages bounded by Options.MaxMessageBytes (opts come
+// after, so they may change it; pass grpc.Creds for TLS),
 // then stops gracefully (at most 5 seconds, then hard). It returns nil
 // after ctx ended, or the error that stopped the gRPC server.
 func (s *Server) Serve(ctx context.Context, lis net.Listener, opts ...grpc.ServerOption) error {
-	g := grpc.NewServer(opts...)
+	g := grpc.NewServer(append([]grpc.ServerOption{grpc.MaxRecvMsgSize(s.maxMessage)}, opts...)...)
 	s.Register(g)
 	hs := health.NewServer()
 	hs.SetServingStatus(ServiceName, healthpb.HealthCheckResponse_SERVING)
@@ -127,6 +212,38 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener, opts ...grpc.Serve
 	return nil
 }
 
+// authorize checks the call's bearer token against Options.Credentials
+// (nothing to check without them).
+func (s *Server) authorize(ctx context.Context, domain string) error {
+	if len(s.creds) == 0 {
+		return nil
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	var tok string
+	for _, v := range md.Get("authorization") {
+		if scheme, t, ok := strings.Cut(v, " "); ok && strings.EqualFold(scheme, "Bearer") {
+			tok = strings.TrimSpace(t)
+		}
+	}
+	if tok == "" {
+		return status.Error(codes.Unauthenticated, "send authorization: Bearer <token> in the call's metadata")
+	}
+	sum := sha256.Sum256([]byte(tok))
+	var found *credential
+	for i := range s.creds {
+		if subtle.ConstantTimeCompare(sum[:], s.creds[i].sum[:]) == 1 {
+			found = &s.creds[i]
+		}
+	}
+	switch {
+	case found == nil:
+		return status.Error(codes.Unauthenticated, "unknown token")
+	case found.domains != nil && !found.domains[domain]:
+		return status.Errorf(codes.PermissionDenied, "the token may not use domain %q", domain)
+	}
+	return nil
+}
+
 // slot is one piece of limiter state a call decides: the descriptors
 // (by index) that map to it and their summed hits.
 type slot struct {
@@ -143,12 +260,23 @@ type slot struct {
 // the x-ratelimit headers; an InvalidArgument error for an empty domain or
 // descriptor list; Unavailable when the store cannot be reached.
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	if err := s.authorize(ctx, req.GetDomain()); err != nil {
+		return nil, err
+	}
 	if req.GetDomain() == "" {
 		return nil, status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
 	}
 	ds := req.GetDescriptors()
 	if len(ds) == 0 {
 		return nil, status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
+	}
+	if len(ds) > s.maxDescriptors {
+		return nil, status.Errorf(codes.InvalidArgument, "%d descriptors in one call, at most %d", len(ds), s.maxDescriptors)
+	}
+	for _, d := range ds {
+		if n := len(d.GetEntries()); n > s.maxEntries {
+			return nil, status.Errorf(codes.InvalidArgument, "a descriptor with %d entries, at most %d", n, s.maxEntries)
+		}
 	}
 	cfg := s.cfg.Load()
 	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(ds))}
