@@ -34,6 +34,11 @@ const (
 	// DefaultRate and DefaultPeriod are the API's own limit per token.
 	DefaultRate   = 1000
 	DefaultPeriod = time.Second
+	// DefaultMaxStreams and DefaultMaxWaits bound the long-lived requests
+	// of one token at a time: dashboard event streams and waiting lease
+	// acquires.
+	DefaultMaxStreams = 4
+	DefaultMaxWaits   = 16
 )
 
 // ReadOps are the operations the "read" alias in Token.Operations allows:
@@ -57,6 +62,11 @@ type Config struct {
 	Rate   int
 	Period time.Duration
 	Burst  int
+	// MaxStreams is the most dashboard event streams one token may hold
+	// open at once, MaxWaits the most acquires that wait for a held key.
+	// A request past either gets rate_limited. Defaults DefaultMaxStreams
+	// and DefaultMaxWaits; at most 1000.
+	MaxStreams, MaxWaits int
 	// Timeouts of the HTTP server's phases. Defaults:
 	// DefaultReadHeaderTimeout, DefaultReadTimeout, MaxWait + 30s for
 	// WriteTimeout (a long poll must be able to answer), DefaultIdleTimeout.
@@ -91,6 +101,8 @@ type configFile struct {
 	} `json:"tokens"`
 	MaxBodyBytes int64             `json:"max_body_bytes"`
 	MaxWait      serveapi.Duration `json:"max_wait"`
+	MaxStreams   int               `json:"max_streams"`
+	MaxWaits     int               `json:"max_waits"`
 	RateLimit    *struct {
 		Rate   int               `json:"rate"`
 		Period serveapi.Duration `json:"period"`
@@ -127,6 +139,8 @@ func ParseConfig(b []byte, dir string) (*Config, error) {
 	c := &Config{
 		MaxBodyBytes:      f.MaxBodyBytes,
 		MaxWait:           f.MaxWait.D(),
+		MaxStreams:        f.MaxStreams,
+		MaxWaits:          f.MaxWaits,
 		ReadHeaderTimeout: f.Timeouts.ReadHeader.D(),
 		ReadTimeout:       f.Timeouts.Read.D(),
 		WriteTimeout:      f.Timeouts.Write.D(),
@@ -172,7 +186,13 @@ func (c *Config) validate() error {
 	orDefault(&c.ReadTimeout, DefaultReadTimeout)
 	orDefault(&c.WriteTimeout, c.MaxWait+30*time.Second)
 	orDefault(&c.IdleTimeout, DefaultIdleTimeout)
+	orDefault(&c.MaxStreams, DefaultMaxStreams)
+	orDefault(&c.MaxWaits, DefaultMaxWaits)
 	switch {
+	case c.MaxStreams < 1 || c.MaxStreams > 1000:
+		return fmt.Errorf("%w: max_streams %d out of range [1, 1000]", ErrConfig, c.MaxStreams)
+	case c.MaxWaits < 1 || c.MaxWaits > 1000:
+		return fmt.Errorf("%w: max_waits %d out of range [1, 1000]", ErrConfig, c.MaxWaits)
 	case c.MaxBodyBytes < 1024:
 		return fmt.Errorf("%w: max_body_bytes %d below 1024", ErrConfig, c.MaxBodyBytes)
 	case c.MaxWait < 0 || c.MaxWait > 10*time.Minute:

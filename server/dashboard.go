@@ -15,6 +15,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
@@ -473,6 +474,78 @@ func (d *dashboard) snapshot(ctx context.Context, p principal, v view) snapshot 
 	return out
 }
 
+// poll is one panel's snapshot, shared by every stream of one token that
+// watches the same view within a refresh interval.
+type poll struct {
+	mu sync.Mutex // held while the snapshot is read
+	at time.Time
+	b  []byte
+}
+
+// reads is how many store reads a snapshot of v makes, what a stream is
+// charged for it.
+func (v view) reads() int {
+	n := len(v.keys)
+	for _, on := range []bool{v.listLeases, v.user != "", v.job != "", len(v.limits) > 0, v.idemList} {
+		if on {
+			n++
+		}
+	}
+	return max(n, 1)
+}
+
+// key names v canonically, for sharing polls.
+func (v view) key() string {
+	b, _ := json.Marshal([]any{v.prefix, v.user, v.job, v.listLeases, v.idemList, v.keys, v.limits})
+	return string(b)
+}
+
+// sharedSnapshot returns the snapshot of v for p: the one another stream
+// of the same token read less than half a refresh ago, or a new one, for
+// which the token is charged the store reads it makes (unless paid,
+// the first of a stream, which its request paid for). limited > 0 says
+// the token is over its limit and nothing was read.
+func (d *dashboard) sharedSnapshot(ctx context.Context, p principal, v view, paid bool) (b []byte, limited time.Duration, err error) {
+	k := p.t.name + "\x00" + v.key()
+	s := d.s
+	s.pollMu.Lock()
+	if s.polls == nil {
+		s.polls = map[string]*poll{}
+	}
+	pl := s.polls[k]
+	if pl == nil {
+		pl = &poll{}
+		s.polls[k] = pl
+		if len(s.polls) > 256 {
+			for pk, o := range s.polls {
+				if o != pl && o.mu.TryLock() {
+					if time.Since(o.at) > 2*d.refresh {
+						delete(s.polls, pk)
+					}
+					o.mu.Unlock()
+				}
+			}
+		}
+	}
+	s.pollMu.Unlock()
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	if pl.b != nil && time.Since(pl.at) < d.refresh/2 {
+		return pl.b, 0, nil
+	}
+	if !paid {
+		if ok, wait := s.charge(ctx, p.t.name, v.reads()); !ok {
+			return nil, max(wait, time.Millisecond), nil
+		}
+	}
+	b, err = json.Marshal(d.snapshot(ctx, p, v))
+	if err != nil {
+		return nil, 0, err
+	}
+	pl.b, pl.at = b, time.Now()
+	return b, 0, nil
+}
+
 // withoutSessionData drops the sessions' data from a listSessions answer:
 // the dashboard shows when sessions were made and when they end, never
 // what they hold (nor, as the API never does, their tokens).
@@ -501,6 +574,13 @@ func (d *dashboard) events(w http.ResponseWriter, r *http.Request, p principal) 
 		fail(w, invalidf("%v", err))
 		return
 	}
+	release, ok := d.s.hold("stream", p.t.name, d.s.cfg.MaxStreams)
+	if !ok {
+		writeProblem(w, serveapi.NewProblem(serveapi.TypeRateLimited,
+			fmt.Sprintf("token %q has %d live streams open already (max_streams)", p.t.name, d.s.cfg.MaxStreams)))
+		return
+	}
+	defer release()
 	sess := session.FromContext(r.Context())
 	rc := http.NewResponseController(w)
 	h := w.Header()
@@ -512,8 +592,12 @@ func (d *dashboard) events(w http.ResponseWriter, r *http.Request, p principal) 
 	ctx := r.Context()
 	end := time.NewTimer(streamLife)
 	defer end.Stop()
-	tick := time.NewTicker(d.refresh)
+	// Ticks fall on multiples of the refresh interval, so that streams
+	// watching the same panel read it at the same instants and share the
+	// read.
+	tick := time.NewTimer(time.Until(time.Now().Truncate(d.refresh).Add(d.refresh)))
 	defer tick.Stop()
+	first := true // the request that opened the stream paid for it
 	for {
 		// The server's write timeout bounds a whole response: move it on
 		// with every event.
@@ -525,11 +609,18 @@ func (d *dashboard) events(w http.ResponseWriter, r *http.Request, p principal) 
 			}
 			return
 		}
-		b, err := json.Marshal(d.snapshot(ctx, p, v))
+		b, limited, err := d.sharedSnapshot(ctx, p, v, first)
+		first = false
 		if err != nil {
 			return
 		}
-		if _, err := fmt.Fprintf(w, "event: snapshot\ndata: %s\n\n", b); err != nil {
+		if limited > 0 {
+			// Over the token's rate limit: no store read this time.
+			_, err = fmt.Fprintf(w, "event: limited\ndata: {\"retry_after\":%q}\n\n", limited.Round(time.Millisecond).String())
+		} else {
+			_, err = fmt.Fprintf(w, "event: snapshot\ndata: %s\n\n", b)
+		}
+		if err != nil {
 			return
 		}
 		if err := rc.Flush(); err != nil {
@@ -543,6 +634,7 @@ func (d *dashboard) events(w http.ResponseWriter, r *http.Request, p principal) 
 		case <-end.C:
 			return
 		case <-tick.C:
+			tick.Reset(time.Until(time.Now().Truncate(d.refresh).Add(d.refresh)))
 		}
 	}
 }

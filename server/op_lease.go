@@ -81,7 +81,23 @@ func acquireLease(ctx context.Context, r *request, in serveapi.AcquireLease) (se
 		token = lease.NewToken()
 	}
 	deadline := time.Now().Add(in.Wait.D())
+	if in.Wait > 0 {
+		release, ok := s.hold("wait", r.p.t.name, s.cfg.MaxWaits)
+		if !ok {
+			return serveapi.LeaseGrant{}, &problemError{serveapi.NewProblem(serveapi.TypeRateLimited,
+				fmt.Sprintf("token %q has %d acquires waiting already (max_waits)", r.p.t.name, s.cfg.MaxWaits))}
+		}
+		defer release()
+	}
 	for attempt := 0; ; attempt++ {
+		// Every attempt after the first costs the token as a request
+		// does: a long wait is charged by the store calls it makes.
+		if attempt > 0 {
+			if ok, _ := s.charge(ctx, r.p.t.name, 1); !ok {
+				return serveapi.LeaseGrant{}, &problemError{serveapi.NewProblem(serveapi.TypeRateLimited,
+					fmt.Sprintf("token %q is over its rate limit: stopped waiting for %q", r.p.t.name, in.Key))}
+			}
+		}
 		g, err := leasedriver.AcquireAs(ctx, s.st.Leases, in.Key, token, in.TTL.D(), in.Holder)
 		if err == nil {
 			return serveapi.LeaseGrant{Key: in.Key, Token: token, Fence: g.Fence, TTL: serveapi.Duration(g.TTL)}, nil

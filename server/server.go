@@ -112,12 +112,19 @@ type Options struct {
 
 // Server is tenure's HTTP API. It is an http.Handler.
 type Server struct {
-	st       Stores
-	cfg      Config
-	log      *slog.Logger
-	mux      *http.ServeMux
-	tokens   []authToken
-	limiter  *ratelimit.Limiter
+	st      Stores
+	cfg     Config
+	log     *slog.Logger
+	mux     *http.ServeMux
+	tokens  []authToken
+	limiter *ratelimit.Limiter
+	// held counts each token's long-lived requests (streams, waits).
+	heldMu sync.Mutex
+	held   map[string]int
+	// polls are the dashboard snapshots shared by the viewers of one
+	// panel (one token, one view) within a refresh interval.
+	pollMu   sync.Mutex
+	polls    map[string]*poll
 	ready    func(ctx context.Context) error
 	requests metric.Int64Counter
 
@@ -367,6 +374,44 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request, t *authToken, op 
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
 	return true
+}
+
+// hold takes one of the limit long-lived requests of kind ("stream",
+// "wait") that token may have at once; ok is false when it has them all.
+// release gives it back.
+func (s *Server) hold(kind, token string, limit int) (release func(), ok bool) {
+	k := kind + "\x00" + token
+	s.heldMu.Lock()
+	defer s.heldMu.Unlock()
+	if s.held == nil {
+		s.held = map[string]int{}
+	}
+	if s.held[k] >= limit {
+		return nil, false
+	}
+	s.held[k]++
+	return func() {
+		s.heldMu.Lock()
+		defer s.heldMu.Unlock()
+		if s.held[k]--; s.held[k] <= 0 {
+			delete(s.held, k)
+		}
+	}, true
+}
+
+// charge takes n of token's API rate limit for work a request does after
+// it was admitted (a stream's later snapshots, a wait's later attempts).
+// It reports false, with the time to wait, when the token is over its
+// limit; without a limit it always reports true.
+func (s *Server) charge(ctx context.Context, token string, n int) (bool, time.Duration) {
+	if s.limiter == nil || n <= 0 {
+		return true, 0
+	}
+	d, err := s.limiter.AllowN(ctx, token, n)
+	if err != nil {
+		return false, time.Second
+	}
+	return d.Allowed, d.RetryAfter
 }
 
 // logRequest writes a request's log line (never a token, only its name)

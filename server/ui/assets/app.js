@@ -94,6 +94,8 @@
     setLive('connecting', '');
     es.addEventListener('snapshot', (ev) => { setLive('live', 'on'); render(JSON.parse(ev.data)); });
     es.addEventListener('logout', () => { es.close(); location.reload(); });
+    // Over the token's rate limit: the server read nothing this time.
+    es.addEventListener('limited', () => setLive('rate limited', 'off'));
     es.onerror = async () => {
       setLive('reconnecting', 'off');
       if (es && es.readyState === EventSource.CLOSED) {
