@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	idemdriver "github.com/tenurekit/tenure/idempotency/driver"
 	"net/http"
@@ -207,7 +208,15 @@ func (v idem) Begin(ctx context.Context, b idemdriver.Begin) (idemdriver.Begun, 
 		Scope: b.Scope, Key: b.Key, Fingerprint: b.Fingerprint, Token: b.Token.Reveal(),
 		ClaimTTL: d(b.ClaimTTL), Retention: d(b.Retention), Takeover: b.Takeover,
 	}, &out)
-	if err != nil {
+	// The server answers a mismatch and a live claim of another attempt
+	// as problems; the store contract answers them as states.
+	var inpr *idempotency.InProgressError
+	switch {
+	case errors.As(err, &inpr):
+		return idemdriver.Begun{State: idemdriver.InProgress, TTL: inpr.RetryAfter}, nil
+	case errors.Is(err, idempotency.ErrMismatch):
+		return idemdriver.Begun{State: idemdriver.Mismatch}, nil
+	case err != nil:
 		return idemdriver.Begun{}, err
 	}
 	st, ok := states[out.State]
@@ -222,12 +231,20 @@ func (v idem) Renew(ctx context.Context, id idempotency.ID, token string, f uint
 	if err := idemdriver.ValidateClaim(id, token, f); err != nil {
 		return err
 	}
+	// The server would take a zero ttl as its default; the Store contract
+	// refuses it.
+	if err := idemdriver.ValidateClaimTTL(ttl); err != nil {
+		return err
+	}
 	return v.c.call(ctx, idemMapping(id), http.MethodPost, "/v1/idempotency/renew", nil,
 		serveapi.IdemClaim{Scope: id.Scope, Key: id.Key, Token: token, Fence: f, TTL: d(ttl)}, nil)
 }
 
 func (v idem) Complete(ctx context.Context, id idempotency.ID, token string, f uint64, out idempotency.Outcome, retention time.Duration) error {
 	if err := idemdriver.ValidateClaim(id, token, f); err != nil {
+		return err
+	}
+	if err := idemdriver.ValidateRetention(retention); err != nil {
 		return err
 	}
 	return v.c.call(ctx, idemMapping(id), http.MethodPost, "/v1/idempotency/complete", nil,

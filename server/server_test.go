@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenurekit/tenure/idempotency"
 	"github.com/tenurekit/tenure/internal/secret"
 	"github.com/tenurekit/tenure/internal/serveapi"
 	"github.com/tenurekit/tenure/lease"
@@ -583,5 +584,72 @@ func TestRateDecisionHeaders(t *testing.T) {
 				t.Errorf("denied decision: Retry-After %q, want 1 to 60 seconds", ra)
 			}
 		}
+	}
+}
+
+// TestIdempotencyAPIDefaults: begin needs only scope and key (the server
+// makes the token and uses the Keeper's defaults), computes the Go
+// middleware's fingerprint from request, so that a Go service and a
+// client of the API share keys, and answers a mismatch and a live claim
+// with the problems of the error table.
+func TestIdempotencyAPIDefaults(t *testing.T) {
+	e := newEnv(t, nil)
+	// A Go service records a charge through the middleware.
+	k, err := idempotency.New(e.mem.Idempotency(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mw, err := k.Middleware(&idempotency.HTTPOptions{Principal: func(*http.Request) string { return "billing" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("POST /charges", mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, `{"charged":1200}`)
+	})))
+	req := httptest.NewRequest("POST", "/charges", strings.NewReader(`{"amount":1200}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", "order-1234")
+	rec := httptest.NewRecorder()
+	mux.ServeHTTP(rec, req)
+	if rec.Code != http.StatusCreated {
+		t.Fatalf("the middleware answered %d", rec.Code)
+	}
+	scope := "7:billing POST /charges"
+	same := &serveapi.IdemRequest{Method: "POST", URI: "/charges", ContentType: "application/json", Body: []byte(`{"amount":1200}`)}
+	st, b, _ := e.do(t, adminTok, "POST", "/v1/idempotency/begin", serveapi.IdemBegin{Scope: scope, Key: "order-1234", Request: same})
+	var got serveapi.IdemBegun
+	if err := json.Unmarshal(b, &got); st != 200 || err != nil || got.State != "completed" || got.Outcome == nil {
+		t.Fatalf("begin with the Go service's request: %d %s, want its recorded outcome", st, b)
+	}
+	if want := idempotency.Fingerprint([]byte("POST"), []byte("/charges"), []byte("application/json"), []byte(`{"amount":1200}`)); got.Fingerprint != want {
+		t.Errorf("fingerprint %q, want %q", got.Fingerprint, want)
+	}
+	other := *same
+	other.Body = []byte(`{"amount":9999}`)
+	st, b, h := e.do(t, adminTok, "POST", "/v1/idempotency/begin", serveapi.IdemBegin{Scope: scope, Key: "order-1234", Request: &other})
+	problem(t, st, b, h, http.StatusUnprocessableEntity, serveapi.TypeMismatch)
+
+	// A new key with defaults: the server makes the token.
+	st, b, _ = e.do(t, adminTok, "POST", "/v1/idempotency/begin", serveapi.IdemBegin{Scope: "api", Key: "k1"})
+	got = serveapi.IdemBegun{}
+	if err := json.Unmarshal(b, &got); st != 200 || err != nil || got.State != "claimed" || got.Token == "" || got.TTL.D() != 30*time.Second {
+		t.Fatalf("begin with defaults: %d %s", st, b)
+	}
+	st, b, h = e.do(t, adminTok, "POST", "/v1/idempotency/begin", serveapi.IdemBegin{Scope: "api", Key: "k1"})
+	if p := problem(t, st, b, h, http.StatusConflict, serveapi.TypeInProgress); p.TTL <= 0 || h.Get("Retry-After") == "" {
+		t.Errorf("a live claim: %+v, Retry-After %q", p, h.Get("Retry-After"))
+	}
+	if st, b, _ := e.do(t, adminTok, "POST", "/v1/idempotency/complete", serveapi.IdemClaim{Scope: "api", Key: "k1", Token: got.Token, Fence: got.Fence,
+		Outcome: &serveapi.IdemOutcome{Value: []byte("done")}}); st != http.StatusNoContent {
+		t.Fatalf("complete without retention: %d %s", st, b)
+	}
+	r, err := e.mem.Idempotency().Inspect(t.Context(), idempotency.ID{Scope: "api", Key: "k1"})
+	if err != nil || !r.Completed || r.Expires < 23*time.Hour || r.Expires > 24*time.Hour {
+		t.Fatalf("the record after complete: %+v, %v; want completed, kept about 24h", r, err)
+	}
+	if st, b, h := e.do(t, adminTok, "POST", "/v1/idempotency/begin", serveapi.IdemBegin{Scope: "api", Key: "k2", Fingerprint: "f", Request: same}); st != 400 {
+		problem(t, st, b, h, http.StatusBadRequest, serveapi.TypeInvalid)
 	}
 }

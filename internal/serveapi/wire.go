@@ -75,13 +75,24 @@ type FencedValue struct {
 
 // IdemBegin is the body of beginIdempotency.
 type IdemBegin struct {
-	Scope       string   `json:"scope" doc:"principal and operation"`
-	Key         string   `json:"key" doc:"the client's key (1 to 255 bytes of printable ASCII)"`
-	Fingerprint string   `json:"fingerprint,omitempty" doc:"digest of the request's input (visible ASCII; default empty)"`
-	Token       string   `json:"token" doc:"this attempt's claim token"`
-	ClaimTTL    Duration `json:"claim_ttl" doc:"claim time"`
-	Retention   Duration `json:"retention" doc:"how long the record is kept"`
-	Takeover    bool     `json:"takeover,omitempty" doc:"take over an abandoned claim"`
+	Scope       string       `json:"scope" doc:"principal and operation"`
+	Key         string       `json:"key" doc:"the client's key (1 to 255 bytes of printable ASCII)"`
+	Fingerprint string       `json:"fingerprint,omitempty" doc:"digest of the request's input (visible ASCII; default: computed from request, else empty)"`
+	Request     *IdemRequest `json:"request,omitempty" doc:"the HTTP request the key guards: the server computes the fingerprint the Go middleware uses (not with fingerprint)"`
+	Token       string       `json:"token,omitempty" doc:"this attempt's claim token (default: the server makes one and answers it)"`
+	ClaimTTL    Duration     `json:"claim_ttl,omitempty" doc:"claim time (default 30s)"`
+	Retention   Duration     `json:"retention,omitempty" doc:"how long the record is kept (default 24h)"`
+	Takeover    bool         `json:"takeover,omitempty" doc:"take over an abandoned claim"`
+}
+
+// IdemRequest is an HTTP request whose canonical fingerprint the server
+// computes: idempotency.Fingerprint(method, uri, content_type, body), the
+// one the Go middleware records.
+type IdemRequest struct {
+	Method      string `json:"method" doc:"the request's method (POST)"`
+	URI         string `json:"uri" doc:"the request URI: path and query, as sent (/charges?currency=eur)"`
+	ContentType string `json:"content_type,omitempty" doc:"the request's Content-Type header"`
+	Body        []byte `json:"body,omitempty" doc:"the request's body (base64)"`
 }
 
 // IdemOutcome is a recorded result.
@@ -98,6 +109,12 @@ type IdemBegun struct {
 	Fence   uint64       `json:"fence,omitempty" doc:"claimed: the claim's fence; abandoned: the abandoned claim's"`
 	TTL     Duration     `json:"ttl,omitempty" doc:"claimed: the claim time; in-progress: the holder's remaining time"`
 	Outcome *IdemOutcome `json:"outcome,omitempty" doc:"completed: the recorded result"`
+	// Token is the claim's token when the server made it (begin without
+	// a token).
+	Token string `json:"token,omitempty" doc:"claimed: the claim's token, when the server made it"`
+	// Fingerprint is the one the record was claimed with, when the server
+	// computed it.
+	Fingerprint string `json:"fingerprint,omitempty" doc:"the fingerprint the server computed from request"`
 }
 
 // IdemClaim is the body of renewIdempotency, completeIdempotency and
