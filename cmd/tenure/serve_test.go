@@ -145,26 +145,33 @@ func TestServeEmbeddedDefault(t *testing.T) {
 	}
 }
 
-// TestServeTokenNotOnALog: when standard output is not a terminal (a
-// service manager's log), a new token is written to its file only and
-// the output says where it is.
-func TestServeTokenNotOnALog(t *testing.T) {
-	dir := t.TempDir()
+// serveOnce starts serve with f, waits until it listens, and stops it.
+func serveOnce(t *testing.T, f *serveFlags, stdout, stderr io.Writer) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
-	var stdout, stderr lockedBuf
+	defer cancel()
 	addrc := make(chan string, 1)
-	f := &serveFlags{addr: "127.0.0.1:0", dataDir: dir, schema: "tenure", drain: time.Second, listening: func(a string) { addrc <- a }}
+	f.drain, f.listening = time.Second, func(a string) { addrc <- a }
 	errc := make(chan error, 1)
-	go func() { errc <- runServe(ctx, f, &stdout, &stderr) }()
+	go func() { errc <- runServe(ctx, f, stdout, stderr) }()
 	select {
 	case <-addrc:
 	case err := <-errc:
-		t.Fatalf("serve: %v\n%s", err, stderr.String())
+		t.Fatalf("serve: %v", err)
 	}
 	cancel()
 	if err := <-errc; err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestServeTokenNotOnALog: when standard output is not a terminal (a
+// service manager's log), a new token is written to its file only and
+// the output says where it is.
+func TestServeTokenNotOnALog(t *testing.T) {
+	dir := t.TempDir()
+	var stdout, stderr lockedBuf
+	serveOnce(t, &serveFlags{addr: "127.0.0.1:0", dataDir: dir, schema: "tenure"}, &stdout, &stderr)
 	tok := serveToken(t, dir)
 	if strings.Contains(stdout.String(), tok) || strings.Contains(stderr.String(), tok) {
 		t.Fatalf("the token was printed to a non-terminal:\n%s\n%s", stdout.String(), stderr.String())
@@ -198,21 +205,8 @@ func TestServeWarnsOnPlainHTTPOffLoopback(t *testing.T) {
 		addr string
 		warn bool
 	}{{"127.0.0.1:0", false}, {"0.0.0.0:0", true}} {
-		ctx, cancel := context.WithCancel(t.Context())
 		var stderr lockedBuf
-		addrc := make(chan string, 1)
-		f := &serveFlags{addr: c.addr, dataDir: t.TempDir(), schema: "tenure", drain: time.Second, listening: func(a string) { addrc <- a }}
-		errc := make(chan error, 1)
-		go func() { errc <- runServe(ctx, f, io.Discard, &stderr) }()
-		select {
-		case <-addrc:
-		case err := <-errc:
-			t.Fatalf("serve: %v\n%s", err, stderr.String())
-		}
-		cancel()
-		if err := <-errc; err != nil {
-			t.Fatal(err)
-		}
+		serveOnce(t, &serveFlags{addr: c.addr, dataDir: t.TempDir(), schema: "tenure"}, io.Discard, &stderr)
 		if got := strings.Contains(stderr.String(), "level=WARN msg=\"serving plain HTTP"); got != c.warn {
 			t.Errorf("--addr %s: warned %v, want %v:\n%s", c.addr, got, c.warn, stderr.String())
 		}
@@ -337,22 +331,7 @@ func TestServeFailsBeforeMintingPostgres(t *testing.T) {
 	if code := runJSON(t, &statusOut{}, "migrate", "up", "--store", dsn, "--schema", "billing"); code != 0 {
 		t.Fatalf("migrate up: exit %d", code)
 	}
-	ctx, cancel := context.WithCancel(t.Context())
-	addrc := make(chan string, 1)
-	errc := make(chan error, 1)
-	go func() {
-		errc <- runServe(ctx, &serveFlags{addr: "127.0.0.1:0", dataDir: dir, store: dsn, schema: "billing", drain: time.Second,
-			listening: func(a string) { addrc <- a }}, io.Discard, io.Discard)
-	}()
-	select {
-	case <-addrc:
-	case err := <-errc:
-		t.Fatalf("serve after migrate up: %v", err)
-	}
-	cancel()
-	if err := <-errc; err != nil {
-		t.Fatal(err)
-	}
+	serveOnce(t, &serveFlags{addr: "127.0.0.1:0", dataDir: dir, store: dsn, schema: "billing"}, io.Discard, io.Discard)
 	if _, err := os.Stat(filepath.Join(dir, tokenFile)); err != nil {
 		t.Errorf("no token after a start that succeeded: %v", err)
 	}
