@@ -131,7 +131,7 @@ func TestStreamsShareAndPay(t *testing.T) {
 func TestWaitsCappedAndCharged(t *testing.T) {
 	cfg := testConfig()
 	cfg.MaxWaits = 1
-	e, cl, srv := newCountedDash(t, cfg)
+	e, _, srv := newCountedDash(t, cfg)
 	api := &env{url: e.url}
 	if st, b, _ := api.do(t, adminTok, "POST", "/v1/leases/acquire", serveapi.AcquireLease{Key: "k", TTL: serveapi.Duration(time.Minute)}); st != 200 {
 		t.Fatalf("hold the key: %d %s", st, b)
@@ -155,7 +155,7 @@ func TestWaitsCappedAndCharged(t *testing.T) {
 
 	cfg = testConfig()
 	cfg.Rate, cfg.Period, cfg.Burst = 4, time.Hour, 4
-	e, cl, _ = newCountedDash(t, cfg)
+	e, cl, _ := newCountedDash(t, cfg)
 	api = &env{url: e.url}
 	api.do(t, adminTok, "POST", "/v1/leases/acquire", serveapi.AcquireLease{Key: "k", TTL: serveapi.Duration(time.Minute)})
 	before := cl.acquires.Load()
