@@ -228,6 +228,8 @@ func Classify(err error) (kind string, definite bool) {
 		return "held", true
 	case errors.Is(err, idempotency.ErrInProgress):
 		return "in-progress", true
+	case errors.Is(err, idempotency.ErrMismatch):
+		return "mismatch", true
 	case errors.Is(err, idempotency.ErrOutcomeUnknown):
 		return "outcome-unknown", false
 	case errors.Is(err, idempotency.ErrClaimLost):

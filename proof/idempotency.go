@@ -26,7 +26,7 @@ import (
 func init() {
 	register(&workload{
 		name:     "idempotency",
-		summary:  "workers retry requests with the same keys under dropped replies and paused executors, take abandoned claims over, and run executors that stall past their claim's TTL; each key's effect happens once, every answer for a key is the same, and a claim taken over is never renewed or completed",
+		summary:  "workers retry requests with the same keys under dropped replies and paused executors, now and then with other input, take abandoned claims over, and run executors that stall past their claim's TTL; each key's effect happens once, every answer for a key is the same and made for the request's input, and a claim taken over is never renewed or completed",
 		supports: notOnEtcd("idempotency records"),
 		setup:    ledgerSetup,
 		worker:   bothModes(idemLoop),
@@ -204,16 +204,27 @@ func idemLoop(ctx context.Context, w *workerEnv, mode string) error {
 			win -= 1 + rng.Int64N(2) // a late retry of a key sent before
 		}
 		key := idemKey(mode, win)
-		p := w.rec.Invoke(mode, "do", key, "", 0)
+		// Now and then a client reuses the key for other input: a request
+		// of another fingerprint, which must never get the answer
+		// recorded for the first.
+		fp := fpSame
+		if rng.IntN(8) == 0 {
+			fp = fpOther
+		}
+		in := ""
+		if mode == Guarded {
+			in = fp
+		}
+		p := w.rec.Invoke(mode, "do", key, in, 0)
 		octx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		var out string
 		if mode == Guarded {
-			req := idempotency.Request{Scope: idemScope(w), Key: key}
+			req := idempotency.Request{Scope: idemScope(w), Key: key, Fingerprint: fp}
 			var res idempotency.Result
 			res, err = k.Do(octx, req, func(ctx context.Context, c *idempotency.Claim) ([]byte, error) {
 				claimed(effects, key, c.Fence())
 				w.sleep(ctx, w.spec.Think)
-				v := fmt.Sprintf("%s/%d", w.spec.Proc, c.Fence())
+				v := effectValue(w, c.Fence(), fp)
 				ep := effects.Invoke(mode, "effect", key, v, c.Fence())
 				err := w.addEffect(ctx, mode, key, c.Fence(), v, true)
 				ep.End(v, c.Fence(), err)
@@ -228,7 +239,7 @@ func idemLoop(ctx context.Context, w *workerEnv, mode string) error {
 				res, err = k.Recover(octx, req, func(ctx context.Context, c *idempotency.Claim) ([]byte, error) {
 					claimed(effects, key, c.Fence())
 					w.sleep(ctx, w.spec.Think)
-					v, err := w.reconcile(ctx, effects, key, c.Fence())
+					v, err := w.reconcile(ctx, effects, key, c.Fence(), fp)
 					if err != nil {
 						return nil, err
 					}
@@ -247,6 +258,26 @@ func idemLoop(ctx context.Context, w *workerEnv, mode string) error {
 		w.sleep(ctx, w.spec.Think/4+time.Duration(rng.Int64N(int64(5*time.Millisecond))))
 	}
 	return nil
+}
+
+// The fingerprints of the guarded requests: most send the same input for
+// a key, some other input.
+const (
+	fpSame  = "a"
+	fpOther = "b"
+)
+
+// effectValue is the effect of the executor of the claim with fence, for
+// a request of fingerprint fp (its last part).
+func effectValue(w *workerEnv, fence uint64, fp string) string {
+	return fmt.Sprintf("%s/%d/%s", w.spec.Proc, fence, fp)
+}
+
+// fingerprintOf is the fingerprint of the request an answer's effect was
+// made for.
+func fingerprintOf(answer string) string {
+	e := effectOf(answer)
+	return e[strings.LastIndexByte(e, '/')+1:]
 }
 
 // idemWindow is how long the workers send for one key.
@@ -284,8 +315,8 @@ var errReconciled = errors.New("proof: the effect of an earlier attempt was foun
 // executor's late effect is refused from then on) and look for the effect
 // of an earlier attempt; if there is none, make the effect. It returns the
 // key's effect.
-func (w *workerEnv) reconcile(ctx context.Context, effects *Recorder, key string, f uint64) (string, error) {
-	v := fmt.Sprintf("%s/%d", w.spec.Proc, f)
+func (w *workerEnv) reconcile(ctx context.Context, effects *Recorder, key string, f uint64, fp string) (string, error) {
+	v := effectValue(w, f, fp)
 	ep := effects.Invoke(Guarded, "effect", key, v, f)
 	found, err := func() (string, error) {
 		tx, err := w.ledger.DB().BeginTx(ctx, nil)
@@ -353,7 +384,7 @@ func staleLoop(ctx context.Context, w *workerEnv) {
 // staleAttempt is one attempt of staleLoop; it waits for a takeover at
 // most wait after its claim (or until run ends).
 func staleAttempt(ctx, run context.Context, w *workerEnv, st idempotency.Store, rec *Recorder, id idempotency.ID, tok idempotency.Token, ttl, wait time.Duration) (string, error) {
-	b, err := st.Begin(ctx, driver.Begin{ID: id, Token: tok, ClaimTTL: ttl, Retention: 24 * time.Hour, Takeover: true})
+	b, err := st.Begin(ctx, driver.Begin{ID: id, Fingerprint: fpSame, Token: tok, ClaimTTL: ttl, Retention: 24 * time.Hour, Takeover: true})
 	switch {
 	case err != nil:
 		return "", err
@@ -377,7 +408,7 @@ func staleAttempt(ctx, run context.Context, w *workerEnv, st idempotency.Store, 
 	rp.End("", f, st.Renew(ctx, id, tok.Reveal(), f, ttl))
 	// The work reconciles as a request that takes a claim over does: this
 	// attempt may itself have taken over an abandoned claim.
-	v, err := w.reconcile(ctx, rec, id.Key, f)
+	v, err := w.reconcile(ctx, rec, id.Key, f, fpSame)
 	if err != nil {
 		return "", err // refused by the fence: the new executor came first
 	}
@@ -467,6 +498,14 @@ func idemCheck(ctx context.Context, w *workerEnv, ri *runInfo, h *History, mode 
 					m.violate("key %s: answered %q, but the effect was %q", k, a, eff[0])
 				}
 			}
+		}
+	}
+	// An answer is the result recorded for the request's own input: a
+	// request of another fingerprint gets a mismatch, never a replay.
+	for _, op := range ops {
+		if op.Status == OK && op.In != "" && fingerprintOf(op.Out) != op.In {
+			m.Duplicates++
+			m.violate("key %s: a request with fingerprint %q was answered %q, the result recorded for fingerprint %q", op.Key, op.In, op.Out, fingerprintOf(op.Out))
 		}
 	}
 	// A claim that was taken over must not be renewed or complete.

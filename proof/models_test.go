@@ -174,8 +174,11 @@ func TestTakenOver(t *testing.T) {
 			}
 		})
 	}
-	if got := effectOf(answer("w1/7", 9)); got != "w1/7" {
+	if got := effectOf(answer("w1/7/a", 9)); got != "w1/7/a" {
 		t.Errorf("effectOf(answer) = %q", got)
+	}
+	if got := fingerprintOf(answer("w1/7/b", 9)); got != "b" {
+		t.Errorf("fingerprintOf(answer) = %q", got)
 	}
 }
 
