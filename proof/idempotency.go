@@ -221,30 +221,25 @@ func idemLoop(ctx context.Context, w *workerEnv, mode string) error {
 		if mode == Guarded {
 			req := idempotency.Request{Scope: idemScope(w), Key: key, Fingerprint: fp}
 			var res idempotency.Result
-			res, err = k.Do(octx, req, func(ctx context.Context, c *idempotency.Claim) ([]byte, error) {
-				claimed(effects, key, c.Fence())
+			// The work reconciles: under the claim's fence it looks for the
+			// effect of an earlier attempt before making its own, for a
+			// record may run anew after an attempt that made its effect
+			// ended without a result (a failed reconciliation releases
+			// the claim).
+			work := func(ctx context.Context, c *idempotency.Claim) ([]byte, error) {
+				done := claimed(effects, key, c.Fence(), c.ValidUntil())
+				defer done()
 				w.sleep(ctx, w.spec.Think)
-				v := effectValue(w, c.Fence(), fp)
-				ep := effects.Invoke(mode, "effect", key, v, c.Fence())
-				err := w.addEffect(ctx, mode, key, c.Fence(), v, true)
-				ep.End(v, c.Fence(), err)
+				v, err := w.reconcile(ctx, effects, key, c.Fence(), fp)
 				if err != nil {
 					return nil, err
 				}
 				return []byte(answer(v, c.Fence())), nil
-			})
+			}
+			res, err = k.Do(octx, req, work)
 			if u := (*idempotency.UnknownError)(nil); errors.As(err, &u) && !u.Ran {
-				// An earlier attempt was abandoned: reconcile (in fn,
-				// under the new claim's fence) and take it over.
-				res, err = k.Recover(octx, req, func(ctx context.Context, c *idempotency.Claim) ([]byte, error) {
-					claimed(effects, key, c.Fence())
-					w.sleep(ctx, w.spec.Think)
-					v, err := w.reconcile(ctx, effects, key, c.Fence(), fp)
-					if err != nil {
-						return nil, err
-					}
-					return []byte(answer(v, c.Fence())), nil
-				})
+				// An earlier attempt was abandoned: take it over.
+				res, err = k.Recover(octx, req, work)
 			}
 			out = string(res.Value)
 		} else {
@@ -300,10 +295,12 @@ func effectOf(answer string) string {
 	return answer
 }
 
-// claimed records that an executor holds the claim with fence on key (fn
-// runs only once the claim is granted).
-func claimed(r *Recorder, key string, fence uint64) {
-	r.Invoke(Guarded, "claim", key, "", fence).OK("", fence)
+// claimed records that an executor holds the claim with fence on key,
+// valid until validUntil (no other claim can be granted before then): from
+// now (fn runs only once the claim is granted) until done is called.
+func claimed(r *Recorder, key string, fence uint64, validUntil time.Time) (done func()) {
+	p := r.Invoke(Guarded, "claim", key, "", fence)
+	return func() { p.OK(strconv.FormatInt(validUntil.UnixNano(), 10), fence) }
 }
 
 // errReconciled ends an effect that did not run because reconciliation
@@ -384,6 +381,7 @@ func staleLoop(ctx context.Context, w *workerEnv) {
 // staleAttempt is one attempt of staleLoop; it waits for a takeover at
 // most wait after its claim (or until run ends).
 func staleAttempt(ctx, run context.Context, w *workerEnv, st idempotency.Store, rec *Recorder, id idempotency.ID, tok idempotency.Token, ttl, wait time.Duration) (string, error) {
+	sent := time.Now()
 	b, err := st.Begin(ctx, driver.Begin{ID: id, Fingerprint: fpSame, Token: tok, ClaimTTL: ttl, Retention: 24 * time.Hour, Takeover: true})
 	switch {
 	case err != nil:
@@ -394,7 +392,10 @@ func staleAttempt(ctx, run context.Context, w *workerEnv, st idempotency.Store, 
 		return "", idempotency.ErrInProgress
 	}
 	f := b.Fence
-	claimed(rec, id.Key, f)
+	// No one else can be granted the claim before its TTL has passed on
+	// the store; a tenth of it is left for the clocks' drift.
+	done := claimed(rec, id.Key, f, sent.Add(b.TTL-b.TTL/10))
+	defer done()
 	// Stall: past the claim's TTL, then until the record shows a greater
 	// fence that has no result yet.
 	w.sleep(run, b.TTL)
@@ -508,8 +509,16 @@ func idemCheck(ctx context.Context, w *workerEnv, ri *runInfo, h *History, mode 
 			m.violate("key %s: a request with fingerprint %q was answered %q, the result recorded for fingerprint %q", op.Key, op.In, op.Out, fingerprintOf(op.Out))
 		}
 	}
-	// A claim that was taken over must not be renewed or complete.
 	claims := byKeyMap(h.Select(mode, "claim"))
+	// Claims exclude each other: none is granted while another
+	// executor's claim is valid and its work not over.
+	for k, cs := range claims {
+		if a, b, ok := overlappingClaims(cs); ok {
+			m.Duplicates++
+			m.violate("key %s: %s was granted the claim (fence %d) while %s's claim (fence %d) was valid and its work not over", k, b.Proc, b.Fence, a.Proc, a.Fence)
+		}
+	}
+	// A claim that was taken over must not be renewed or complete.
 	for _, f := range []string{"renew", "complete"} {
 		for _, op := range h.Select(mode, f) {
 			if g, ok := takenOver(op, claims[op.Key]); ok {
@@ -544,11 +553,29 @@ func takenOver(op Op, claims []Op) (uint64, bool) {
 		return 0, false
 	}
 	for _, c := range claims {
-		if c.Status == OK && c.Fence > op.Fence && c.Complete < op.Invoke {
+		if c.Fence > op.Fence && c.Invoke < op.Invoke {
 			return c.Fence, true
 		}
 	}
 	return 0, false
+}
+
+// overlappingClaims returns two claims of which the second began while
+// the first was valid (its output: the validity's end) and its executor
+// had not finished.
+func overlappingClaims(claims []Op) (Op, Op, bool) {
+	for _, a := range claims {
+		until, err := strconv.ParseInt(a.Out, 10, 64)
+		if a.Status != OK || err != nil {
+			continue
+		}
+		for _, b := range claims {
+			if b.Proc != a.Proc && b.Invoke > a.Invoke && b.Invoke < until && b.Invoke < a.Complete {
+				return a, b, true
+			}
+		}
+	}
+	return Op{}, Op{}, false
 }
 
 // byKeyMap groups ops by key.

@@ -153,8 +153,8 @@ func TestStaleTouches(t *testing.T) {
 func TestTakenOver(t *testing.T) {
 	ms := int64(time.Millisecond)
 	claims := []Op{
-		{Proc: "a", F: "claim", Fence: 1, Status: OK, Invoke: 0, Complete: 1 * ms},
-		{Proc: "b", F: "claim", Fence: 2, Status: OK, Invoke: 10 * ms, Complete: 11 * ms},
+		{Proc: "a", F: "claim", Fence: 1, Status: OK, Invoke: 0, Complete: 20 * ms, Out: strconv.FormatInt(8*ms, 10)},
+		{Proc: "b", F: "claim", Fence: 2, Status: OK, Invoke: 10 * ms, Complete: 30 * ms, Out: strconv.FormatInt(18*ms, 10)},
 	}
 	for _, c := range []struct {
 		name string
@@ -165,7 +165,7 @@ func TestTakenOver(t *testing.T) {
 		{"a's renewal refused after the takeover", Op{F: "renew", Fence: 1, Status: Unknown, Err: "claim-lost", Invoke: 12 * ms, Complete: 13 * ms}, false},
 		{"a's renewal accepted after the takeover", Op{F: "renew", Fence: 1, Status: OK, Invoke: 12 * ms, Complete: 13 * ms}, true},
 		{"a's result recorded after the takeover", Op{F: "complete", Fence: 1, Status: OK, Invoke: 12 * ms, Complete: 13 * ms}, true},
-		{"a's result sent while b was being granted", Op{F: "complete", Fence: 1, Status: OK, Invoke: 10 * ms, Complete: 13 * ms}, false},
+		{"a's result sent before b's work began", Op{F: "complete", Fence: 1, Status: OK, Invoke: 9 * ms, Complete: 13 * ms}, false},
 		{"b completes", Op{F: "complete", Fence: 2, Status: OK, Invoke: 12 * ms, Complete: 13 * ms}, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -173,6 +173,17 @@ func TestTakenOver(t *testing.T) {
 				t.Fatalf("taken over = %v, want %v", got, c.want)
 			}
 		})
+	}
+	if _, _, ok := overlappingClaims(claims); ok {
+		t.Error("b's claim began after a's validity: reported as overlapping")
+	}
+	early := append(claims[:1:1], Op{Proc: "c", F: "claim", Fence: 1, Status: OK, Invoke: 5 * ms, Complete: 6 * ms, Out: "0"})
+	if _, b, ok := overlappingClaims(early); !ok || b.Proc != "c" {
+		t.Error("c's claim began inside a's validity, while a worked: not reported")
+	}
+	after := append(claims[:1:1], Op{Proc: "c", F: "claim", Fence: 2, Status: OK, Invoke: 21 * ms, Complete: 22 * ms, Out: "0"})
+	if _, _, ok := overlappingClaims(after); ok {
+		t.Error("c's claim began after a's work was over: reported")
 	}
 	if got := effectOf(answer("w1/7/a", 9)); got != "w1/7/a" {
 		t.Errorf("effectOf(answer) = %q", got)

@@ -16,7 +16,7 @@ import (
 func init() {
 	register(&workload{
 		name:     "session",
-		summary:  "late saves, rotations and revocations race on the same sessions; a revoked session never loads again",
+		summary:  "late saves, rotations (again and again, into the revocation) and revocations race on the same sessions; a revoked session never loads again",
 		supports: notOnEtcd("sessions"),
 		setup:    ledgerSetup,
 		worker:   bothModes(sessionLoop),
@@ -68,17 +68,37 @@ func sessionLoop(ctx context.Context, w *workerEnv, mode string) error {
 			p := w.rec.Invoke(mode, "save", user, "", 0)
 			p.End("", 0, ops.lateSave(octx, tok, func() { w.sleep(ctx, w.spec.Think) }))
 		})
+		revoked := make(chan struct{})
 		wg.Go(func() {
-			p := w.rec.Invoke(mode, "rotate", user, "", 0)
-			nt, err := ops.rotate(octx, tok)
-			p.End("", 0, err)
-			if err == nil {
+			// Rotate the newest session again and again until the
+			// revocation has returned, so that rotations land while it
+			// is in progress too.
+			cur := tok
+			for i := 0; i < 200; i++ {
+				select {
+				case <-revoked:
+					i = 200 // one more after the revocation returned
+				default:
+				}
+				p := w.rec.Invoke(mode, "rotate", user, "", 0)
+				nt, err := ops.rotate(octx, cur)
+				p.End("", 0, err)
+				if err != nil {
+					if i == 200 {
+						return
+					}
+					w.sleep(ctx, time.Millisecond)
+					continue
+				}
 				mu.Lock()
 				toks = append(toks, nt)
 				mu.Unlock()
+				cur = nt
+				w.sleep(ctx, time.Millisecond)
 			}
 		})
 		wg.Go(func() {
+			defer close(revoked)
 			w.sleep(ctx, w.spec.Think/2)
 			p := w.rec.Invoke(mode, "revoke", user, "", 0)
 			p.End("", 0, ops.revokeUser(octx, user))
