@@ -150,24 +150,13 @@ func (w *workerEnv) effects(ctx context.Context, mode string) (map[string][]stri
 	return out, rows.Err()
 }
 
-// addEffect records one effect in the ledger; with admit, only if fence
-// is newer than every fence admitted for key (in the same transaction).
-func (w *workerEnv) addEffect(ctx context.Context, mode, key string, fence uint64, value string, admit bool) error {
-	tx, err := w.ledger.DB().BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	if admit {
-		if err := w.ledger.Tx(tx).Admit(ctx, w.spec.Prefix+key, fence); err != nil {
-			return err
-		}
-	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO proof_effects (run, mode, key, proc, fence, value) VALUES (?, ?, ?, ?, ?, ?)`,
-		w.spec.Prefix, mode, key, w.spec.Proc, fence, value); err != nil {
-		return err
-	}
-	return tx.Commit()
+// insertEffect is the statement that records one effect in the ledger.
+const insertEffect = `INSERT INTO proof_effects (run, mode, key, proc, fence, value) VALUES (?, ?, ?, ?, ?, ?)`
+
+// addEffect records one effect in the ledger, unguarded (the controls').
+func (w *workerEnv) addEffect(ctx context.Context, mode, key string, fence uint64, value string) error {
+	_, err := w.ledger.DB().ExecContext(ctx, insertEffect, w.spec.Prefix, mode, key, w.spec.Proc, fence, value)
+	return err
 }
 
 // idemLoop sends requests for the key of the current time window (every
@@ -329,8 +318,7 @@ func (w *workerEnv) reconcile(ctx context.Context, effects *Recorder, key string
 		switch {
 		case err == nil:
 		case errors.Is(err, sql.ErrNoRows):
-			if _, err := tx.ExecContext(ctx, `INSERT INTO proof_effects (run, mode, key, proc, fence, value) VALUES (?, ?, ?, ?, ?, ?)`,
-				w.spec.Prefix, Guarded, key, w.spec.Proc, f, v); err != nil {
+			if _, err := tx.ExecContext(ctx, insertEffect, w.spec.Prefix, Guarded, key, w.spec.Proc, f, v); err != nil {
 				return "", err
 			}
 		default:
@@ -438,7 +426,7 @@ func naiveDo(ctx context.Context, w *workerEnv, key string, effects *Recorder) (
 	w.sleep(ctx, w.spec.Think)
 	v = w.spec.Proc + "/0"
 	ep := effects.Invoke(Control, "effect", key, v, 0)
-	err = w.addEffect(ctx, Control, key, 0, v, false)
+	err = w.addEffect(ctx, Control, key, 0, v)
 	ep.End(v, 0, err)
 	if err != nil {
 		return "", err

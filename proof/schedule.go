@@ -156,7 +156,7 @@ func schedEffect(ctx context.Context, w *workerEnv, mode string, slot *schedule.
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if mode == Control {
-		return w.addEffect(ctx, Control, slot.ID, slot.Fence, w.spec.Proc, false)
+		return w.addEffect(ctx, Control, slot.ID, slot.Fence, w.spec.Proc)
 	}
 	switch w.kind {
 	case storeurl.SQLite:

@@ -62,8 +62,10 @@ type Spec struct {
 	Kind Kind
 	// Path is the SQLite file (empty: a new file in a temporary directory).
 	Path string
-	// URL is the Redis or PostgreSQL URL as given, password included: pass
-	// it to the client, never print it.
+	// URL is the Redis or PostgreSQL URL (or key=value string) as given,
+	// password included, and with the password of TENURE_STORE_PASSWORD or
+	// TENURE_STORE_PASSWORD_FILE when it had none: pass it to the client,
+	// never print it.
 	URL string
 	// Endpoints are etcd's endpoints as http://HOST:PORT.
 	Endpoints []string
