@@ -4,14 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tenurekit/tenure/internal/storeurl"
 	"github.com/tenurekit/tenure/schedule"
+	scheddriver "github.com/tenurekit/tenure/schedule/driver"
 	"github.com/tenurekit/tenure/store/memstore"
 	"github.com/tenurekit/tenure/store/redisstore"
 )
@@ -19,13 +22,10 @@ import (
 func init() {
 	register(&workload{
 		name:    "schedule",
-		summary: "three scheduler nodes run a short-period job while nodes are paused, killed (SIGKILL) and restarted; each slot's effect happens exactly once and no slot in the window is lost",
+		summary: "three scheduler nodes run a short-period job while nodes are paused, killed (SIGKILL) and restarted, a stalled attempt completes after its slot was taken over and completions are sent twice; each slot's effect happens exactly once, never under a claim that was taken over, and no slot in the window is lost",
 		supports: func(k storeurl.Kind) string {
-			switch k {
-			case storeurl.Etcd:
+			if k == storeurl.Etcd {
 				return "etcd keeps leases only; tenure does not offer schedules on it"
-			case storeurl.Memory:
-				return "the memory store lives in one process, so a scheduler node cannot be paused or killed apart from its keep-alive; run it on SQLite or a server"
 			}
 			return ""
 		},
@@ -117,7 +117,10 @@ func schedSetup(ctx context.Context, w *workerEnv) error {
 
 // schedWorker is one scheduler node with two jobs of the same period: the
 // guarded one completes each slot in the same step as its effect; the
-// control applies its effect with no completion check.
+// control applies its effect with no completion check. A quarter of the
+// completions are sent twice (a reply lost on the way back: the node
+// cannot tell whether the first was applied). Next to the node, a stalled
+// attempt of its own (staleSlots) claims guarded slots by hand.
 func schedWorker(ctx context.Context, w *workerEnv) error {
 	ttl := w.spec.TTL
 	period := schedPeriod(ttl)
@@ -127,16 +130,24 @@ func schedWorker(ctx context.Context, w *workerEnv) error {
 	if err != nil {
 		return err
 	}
+	sched := lastSlot{schedule.Every(period), time.Unix(0, w.spec.End)}
+	var mu sync.Mutex
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(w.spec.Index)))
+	resend := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return rng.IntN(4) == 0
+	}
 	for _, mode := range []string{Guarded, Control} {
 		err := s.Add(schedule.Job{
-			Name: schedJob(w, mode), Schedule: lastSlot{schedule.Every(period), time.Unix(0, w.spec.End)},
+			Name: schedJob(w, mode), Schedule: sched,
 			Misfire: schedule.MisfireCatchUp, CatchUpWindow: time.Hour, CatchUpConcurrency: 4,
 			Overlap: schedule.OverlapAllow,
 			Retry:   schedule.Retry{Attempts: 10, Backoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond},
 			Run: func(ctx context.Context, slot *schedule.Slot) error {
 				p := w.rec.Invoke(mode, "run", slot.ID, "", slot.Fence)
 				w.sleep(ctx, w.spec.TTL/2) // a pause here outlasts the claim
-				err := schedEffect(context.WithoutCancel(ctx), w, mode, slot)
+				err := completeSlot(context.WithoutCancel(ctx), w, w.rec, mode, slot, 0, resend())
 				p.End("", slot.Fence, err)
 				return err
 			},
@@ -145,11 +156,113 @@ func schedWorker(ctx context.Context, w *workerEnv) error {
 			return err
 		}
 	}
+	var stale sync.WaitGroup
+	stale.Go(func() { staleSlots(ctx, w, s, sched) })
+	defer stale.Wait()
 	err = s.Run(ctx)
 	if errors.Is(err, context.Canceled) {
 		err = nil
 	}
 	return err
+}
+
+// completeSlot applies a slot's effect (schedEffect), recorded as a
+// "complete" operation; seen is the greatest fence of the slot's claim
+// the caller saw granted before it sent the completion (0: none newer
+// than its own). With resend the completion is sent again after it was
+// applied, as by a node whose reply was lost: the store must answer
+// ErrCompleted and apply nothing.
+func completeSlot(ctx context.Context, w *workerEnv, rec *Recorder, mode string, slot *schedule.Slot, seen uint64, resend bool) error {
+	in := ""
+	if seen > 0 {
+		in = strconv.FormatUint(seen, 10)
+	}
+	p := rec.Invoke(mode, "complete", slot.ID, in, slot.Fence)
+	err := schedEffect(ctx, w, mode, slot)
+	if err == nil && resend {
+		if err = schedEffect(ctx, w, mode, slot); errors.Is(err, schedule.ErrCompleted) {
+			err = nil
+		}
+	}
+	p.End("", slot.Fence, err)
+	return err
+}
+
+// staleSlots is an attempt that stalls: it claims a guarded slot by hand
+// (Scheduler.Claim, a claim nothing renews) as the slot comes due, and
+// stalls past the claim's TTL until a node has taken the slot over. Half
+// of its attempts then complete the slot, which the store must refuse:
+// the new attempt's handler is still running and may complete it. The
+// other half complete the slot first, while the claim is theirs, and then
+// stall before recording the attempt's end: the node that takes the slot
+// over must find it completed and apply nothing.
+func staleSlots(ctx context.Context, w *workerEnv, s *schedule.Scheduler, sched schedule.Schedule) {
+	rec := w.rec.sub("/stale")
+	job := schedJob(w, Guarded)
+	ttl, period := w.spec.TTL, schedPeriod(w.spec.TTL)
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(w.spec.Index)+1))
+	for ctx.Err() == nil {
+		w.gate.wait(ctx)
+		at := sched.Next(time.Now())
+		if at.IsZero() {
+			return
+		}
+		w.sleep(ctx, time.Until(at))
+		slot, err := claimDue(ctx, s, job, at)
+		if err == nil {
+			staleSlot(context.WithoutCancel(ctx), ctx, w, s, rec, slot, ttl, rng.IntN(2) == 0)
+		}
+		w.sleep(ctx, time.Duration(rng.Int64N(int64(3*period))))
+	}
+}
+
+// claimDue claims the slot at by hand, waiting while the store's clock
+// says it is not yet due.
+func claimDue(ctx context.Context, s *schedule.Scheduler, job string, at time.Time) (*schedule.Slot, error) {
+	for range 10 {
+		slot, err := s.Claim(ctx, job, at)
+		var nd *schedule.NotDueError
+		if !errors.As(err, &nd) {
+			return slot, err
+		}
+		t := time.NewTimer(nd.Wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		}
+	}
+	return nil, schedule.ErrNotDue
+}
+
+// staleSlot is one attempt of staleSlots; it waits for a takeover until
+// run ends or a deadline passes (then it goes on as an attempt that was
+// not taken over).
+func staleSlot(ctx, run context.Context, w *workerEnv, s *schedule.Scheduler, rec *Recorder, slot *schedule.Slot, ttl time.Duration, completeFirst bool) {
+	octx, cancel := context.WithTimeout(ctx, 10*ttl+10*time.Second)
+	defer cancel()
+	p := rec.Invoke(Guarded, "run", slot.ID, "", slot.Fence)
+	var err error
+	if completeFirst {
+		err = completeSlot(octx, w, rec, Guarded, slot, 0, false)
+	}
+	w.sleep(run, ttl)
+	claims, key := w.scheduleStore().Claims(), scheddriver.ClaimKey(slot.Job, slot.ID)
+	var seen uint64
+	for end := time.Now().Add(3*ttl + time.Second); run.Err() == nil && time.Now().Before(end); w.sleep(run, 2*time.Millisecond) {
+		if in, err := claims.Inspect(octx, key); err == nil && in.Fence > slot.Fence {
+			seen = in.Fence
+			break
+		}
+	}
+	if !completeFirst {
+		err = completeSlot(octx, w, rec, Guarded, slot, seen, false)
+	}
+	fp := rec.Invoke(Guarded, "finish", slot.ID, "", slot.Fence)
+	_, ferr := s.Finish(octx, slot, err)
+	fp.End("", slot.Fence, ferr)
+	p.End("", slot.Fence, err)
 }
 
 func schedEffect(ctx context.Context, w *workerEnv, mode string, slot *schedule.Slot) error {
@@ -256,6 +369,22 @@ func schedCheck(ctx context.Context, w *workerEnv, ri *runInfo, h *History, mode
 	if err != nil {
 		m.violate("cannot read the slots' effects: %v", err)
 		return m
+	}
+	// No completion may succeed once the slot's claim was granted to a
+	// newer attempt: seen by the completing attempt itself (In), or as a
+	// run of that attempt begun before the completion was sent.
+	runsOf := byKeyMap(runs)
+	for _, op := range h.Select(mode, "complete") {
+		if op.Status != OK {
+			continue
+		}
+		if g, err := strconv.ParseUint(op.In, 10, 64); err == nil && g > op.Fence {
+			m.StaleAdmitted++
+			m.violate("slot %s: %s completed it under the claim with fence %d after it had seen the claim granted with fence %d", op.Key, op.Proc, op.Fence, g)
+		} else if g, ok := takenOver(op, runsOf[op.Key]); ok {
+			m.StaleAdmitted++
+			m.violate("slot %s: %s completed it under the claim with fence %d after an attempt with fence %d had begun", op.Key, op.Proc, op.Fence, g)
+		}
 	}
 	for _, id := range ids {
 		switch n := effects[id]; {
