@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"github.com/tenurekit/tenure"
+	"math"
 	"math/rand/v2"
 	"strconv"
 	"time"
@@ -185,6 +186,58 @@ func (s *Store) FencedPut(ctx context.Context, resource, value string, f uint64)
 		cur, err := decodeFence(kv.Value)
 		if err != nil {
 			return fmt.Errorf("etcdstore: fenced put: admitted fence of %q is not a number", resource)
+		}
+		stale.Current = cur
+	}
+	obs.GuardRefused(ctx, "etcdstore", obs.GuardFencedSet)
+	return stale
+}
+
+// HolderPut writes value to resource only while l is the current holder
+// of its key: the lock holds l's token and was created at revision
+// l.Fence() (etcd deletes it when its lease expires), and admits l's fence
+// for resource as FencedPut does but also when it equals the admitted one
+// (several writes in one tenure), all in one etcd transaction. It is the
+// holder check atomic with the write: unlike FencedPut it refuses a holder
+// whose lease ended even before the next holder wrote. Otherwise it
+// returns lease.ErrNotHeld, or a *fence.StaleError if resource admitted a
+// greater fence, and changes nothing.
+func (s *Store) HolderPut(ctx context.Context, l *lease.Lease, resource, value string) error {
+	if l == nil {
+		return fmt.Errorf("%w: nil lease", lease.ErrInvalid)
+	}
+	if err := leasedriver.ValidateKey(resource); err != nil {
+		return err
+	}
+	if l.Fence() == 0 || l.Fence() > math.MaxInt64 {
+		obs.GuardRefused(ctx, "etcdstore", obs.GuardCheckHolder)
+		return lease.ErrNotHeld
+	}
+	lock := s.lockKey(l.Key())
+	adm, enc := s.admittedKey(resource), encodeFence(l.Fence())
+	// A value comparison on a missing key fails: a resource never written
+	// takes the put.
+	resp, err := s.rpc.txn(ctx,
+		cmps(cmpCreateRev(lock, cmpEqual, int64(l.Fence())), cmpValue(lock, cmpEqual, l.Token().Reveal())),
+		ops(opTxn(cmps(cmpValue(adm, cmpGreater, enc)), ops(opGet(adm)), ops(opPut(adm, enc, 0), opPut(s.resKey(resource), value, 0)))),
+		nil,
+	)
+	if err != nil {
+		return wrapErr("holder put", err)
+	}
+	if !resp.Succeeded {
+		obs.GuardRefused(ctx, "etcdstore", obs.GuardCheckHolder)
+		return lease.ErrNotHeld
+	}
+	inner := resp.Responses[0].GetResponseTxn()
+	if !inner.GetSucceeded() {
+		return nil
+	}
+	stale := &fence.StaleError{Resource: resource, Fence: l.Fence()}
+	if kv := firstKV(inner.GetResponses()[0]); kv != nil {
+		cur, err := decodeFence(kv.Value)
+		if err != nil {
+			return fmt.Errorf("etcdstore: holder put: admitted fence of %q is not a number", resource)
 		}
 		stale.Current = cur
 	}
