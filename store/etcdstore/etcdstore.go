@@ -10,6 +10,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/tenurekit/tenure/fence"
@@ -181,11 +182,17 @@ func (s *Store) FencedPut(ctx context.Context, resource, value string, f uint64)
 	if inner.GetSucceeded() {
 		return nil
 	}
+	return staleFence(ctx, "fenced put", resource, f, inner.GetResponses()[0])
+}
+
+// staleFence is the *fence.StaleError of a refused admission of f for
+// resource, the admitted fence read by get.
+func staleFence(ctx context.Context, op, resource string, f uint64, get *pb.ResponseOp) error {
 	stale := &fence.StaleError{Resource: resource, Fence: f}
-	if kv := firstKV(inner.GetResponses()[0]); kv != nil {
+	if kv := firstKV(get); kv != nil {
 		cur, err := decodeFence(kv.Value)
 		if err != nil {
-			return fmt.Errorf("etcdstore: fenced put: admitted fence of %q is not a number", resource)
+			return fmt.Errorf("etcdstore: %s: admitted fence of %q is not a number", op, resource)
 		}
 		stale.Current = cur
 	}
@@ -233,16 +240,7 @@ func (s *Store) HolderPut(ctx context.Context, l *lease.Lease, resource, value s
 	if !inner.GetSucceeded() {
 		return nil
 	}
-	stale := &fence.StaleError{Resource: resource, Fence: l.Fence()}
-	if kv := firstKV(inner.GetResponses()[0]); kv != nil {
-		cur, err := decodeFence(kv.Value)
-		if err != nil {
-			return fmt.Errorf("etcdstore: holder put: admitted fence of %q is not a number", resource)
-		}
-		stale.Current = cur
-	}
-	obs.GuardRefused(ctx, "etcdstore", obs.GuardFencedSet)
-	return stale
+	return staleFence(ctx, "holder put", resource, l.Fence(), inner.GetResponses()[0])
 }
 
 // FencedGet returns resource's value and the greatest fence admitted for it
