@@ -143,12 +143,33 @@ func (v leases) List(ctx context.Context, prefix, after string, limit int) ([]le
 
 // FencedWrite sets the server-kept value name to value if f is greater
 // than every fence admitted for name before; otherwise the error wraps
-// fence.ErrStale and nothing changed.
+// fence.ErrStale and nothing changed. It orders writers and is blind to
+// time: a holder whose lease ended is still admitted until the next holder
+// wrote. For read-modify-write use HolderWrite.
 func (c *Client) FencedWrite(ctx context.Context, name string, f uint64, value []byte) error {
 	if value == nil {
 		value = []byte{}
 	}
 	return c.call(ctx, leaseErrs, http.MethodPost, "/v1/fenced/write", nil, serveapi.FencedWrite{Name: name, Fence: f, ValueBase64: value}, nil)
+}
+
+// HolderWrite sets the server-kept value name to value only while l holds
+// its key: the server checks l's key, token and fence against the store,
+// on the store's clock, in the same atomic step as the write, so a lease
+// that ended is refused (an error wrapping lease.ErrNotHeld) even before
+// the next holder wrote. A newer fence admitted for name gives an error
+// wrapping fence.ErrStale. Either way nothing changed. It is the write for
+// read-modify-write under a lease: read with FencedRead, compute, write
+// with HolderWrite.
+func (c *Client) HolderWrite(ctx context.Context, l *lease.Lease, name string, value []byte) error {
+	if l == nil {
+		return fmt.Errorf("%w: nil lease", lease.ErrInvalid)
+	}
+	if value == nil {
+		value = []byte{}
+	}
+	in := serveapi.FencedHolderWrite{Name: name, Key: l.Key(), Token: l.Token().Reveal(), Fence: l.Fence(), ValueBase64: value}
+	return c.call(ctx, leaseErrs, http.MethodPost, "/v1/fenced/holder-write", nil, in, nil)
 }
 
 // FencedRead returns the server-kept value name and the fence that wrote

@@ -21,6 +21,15 @@
 //     the write lands (see package fence and each store's Admit, CheckHolder,
 //     FencedSet or Compare). A late write with an older fence is refused.
 //
+// # A tenure held elsewhere
+//
+// A holder in another process (a client of tenure serve, a worker in
+// another language) can pass its key, token and fence to the process
+// where the write lands; [Remote] makes a Lease of them for the guards
+// that check the current holder at the store (CheckHolder, HolderSet,
+// etcdstore's HolderPut). Such a lease cannot be renewed or released
+// here: only the store knows whether it still holds its key.
+//
 // # Unknown outcomes
 //
 // A request that got no reply may have been applied. Stores make every write

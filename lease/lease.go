@@ -101,7 +101,12 @@ func (l *Lease) lostErr() error {
 // the error wraps both ErrLost and ErrNotHeld. Any other error (the store
 // did not answer) leaves the lease valid until its current validity runs
 // out.
-func (l *Lease) Renew(ctx context.Context) error { return l.g.Renew(ctx) }
+func (l *Lease) Renew(ctx context.Context) error {
+	if l.lk == nil {
+		return errRemoteOp
+	}
+	return l.g.Renew(ctx)
+}
 
 // Release ends the lease. Only this tenure's token is released; a later
 // holder is never touched. A request whose outcome is unknown is sent again
@@ -110,6 +115,9 @@ func (l *Lease) Renew(ctx context.Context) error { return l.g.Renew(ctx) }
 // result; an error wrapping ErrNotHeld means it had already expired or been
 // taken.
 func (l *Lease) Release(ctx context.Context) error {
+	if l.lk == nil {
+		return errRemoteOp
+	}
 	if ctx.Err() != nil {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), l.lk.o.ReleaseTimeout)
@@ -136,3 +144,28 @@ func (l *Lease) LogValue() slog.Value {
 
 // Format makes every fmt verb print the redacted form.
 func (l *Lease) Format(f fmt.State, _ rune) { fmt.Fprint(f, l.String()) }
+
+// errRemoteOp is what Renew and Release of a lease made with Remote return.
+var errRemoteOp = fmt.Errorf("%w: a tenure held elsewhere (lease.Remote) is renewed and released by its holder", ErrInvalid)
+
+// errRemote is the Err of a lease made with Remote.
+var errRemote = fmt.Errorf("%w: a tenure held elsewhere (lease.Remote): only the store knows whether it still holds its key", ErrNotHeld)
+
+// Remote returns the lease of a tenure acquired elsewhere: by another
+// process, or by a client of tenure serve that sends its key, token and
+// fence with a write. It is for the guards that check the current holder
+// at the store, atomically with the write (a store's HolderSet, txn.Tx's
+// CheckHolder, etcdstore's Compare): they compare key, token and fence
+// with the store's record and its clock, so a tenure that ended is
+// refused even before the next holder wrote.
+//
+// This process never saw the grant, so it cannot keep the tenure alive
+// or tell how long it lasts: Renew and Release return an error wrapping
+// ErrInvalid and change nothing, Done is closed, ValidUntil is the zero
+// time and Err wraps ErrNotHeld. The token is kept as a tenure.Token and
+// prints as REDACTED, like every lease's.
+func Remote(key string, token tenure.Token, fence uint64) *Lease {
+	g := tenancy.New(tenancy.Config{Token: token.Reveal(), Fence: fence, Expired: errRemote, Log: []any{"key", key}}, time.Time{}, 0)
+	g.End(errRemote)
+	return &Lease{key: key, g: g}
+}

@@ -238,7 +238,8 @@ func claimDue(ctx context.Context, s *schedule.Scheduler, job string, at time.Ti
 
 // staleSlot is one attempt of staleSlots; it waits for a takeover until
 // run ends or a deadline passes (then it goes on as an attempt that was
-// not taken over).
+// not taken over: its completion is refused if its claim has expired, and
+// the slot is left to the nodes).
 func staleSlot(ctx, run context.Context, w *workerEnv, s *schedule.Scheduler, rec *Recorder, slot *schedule.Slot, ttl time.Duration, completeFirst bool) {
 	octx, cancel := context.WithTimeout(ctx, 10*ttl+10*time.Second)
 	defer cancel()
@@ -259,9 +260,14 @@ func staleSlot(ctx, run context.Context, w *workerEnv, s *schedule.Scheduler, re
 	if !completeFirst {
 		err = completeSlot(octx, w, rec, Guarded, slot, seen, false)
 	}
-	fp := rec.Invoke(Guarded, "finish", slot.ID, "", slot.Fence)
-	_, ferr := s.Finish(octx, slot, err)
-	fp.End("", slot.Fence, ferr)
+	// Only a completed slot's end is recorded: Finish records a failure
+	// as final, and a refused completion leaves the slot to the nodes,
+	// which take it over as a dead node's once the claim has expired.
+	if err == nil {
+		fp := rec.Invoke(Guarded, "finish", slot.ID, "", slot.Fence)
+		_, ferr := s.Finish(octx, slot, nil)
+		fp.End("", slot.Fence, ferr)
+	}
 	p.End("", slot.Fence, err)
 }
 

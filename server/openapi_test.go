@@ -101,7 +101,7 @@ func TestOpenAPIDescribesEveryRoute(t *testing.T) {
 			}
 		}
 	}
-	for _, id := range []string{"acquireLease", "renewLease", "releaseLease", "inspectLease", "listLeases", "fencedWrite", "fencedRead",
+	for _, id := range []string{"acquireLease", "renewLease", "releaseLease", "inspectLease", "listLeases", "fencedHolderWrite", "fencedWrite", "fencedRead",
 		"beginIdempotency", "completeIdempotency", "releaseIdempotency", "allowRate", "acquirePermit", "releasePermit",
 		"createSession", "loadSession", "saveSession", "revokeSession", "listSessions", "revokeUserSessions",
 		"writeSessionValue", "readSessionValue", "slotHistory"} {
@@ -376,6 +376,11 @@ func TestOpenAPIEveryOperationExercised(t *testing.T) {
 	call("fencedRead", "GET", "/v1/fenced/read?name=r", nil, &fv)
 	if fv.Value != "v" || fv.Fence != g.Fence {
 		t.Fatalf("fenced value %+v", fv)
+	}
+	call("fencedHolderWrite", "POST", "/v1/fenced/holder-write", serveapi.FencedHolderWrite{Name: "r", Key: "k", Token: g.Token, Fence: g.Fence, Value: "w"}, nil)
+	call("fencedRead", "GET", "/v1/fenced/read?name=r", nil, &fv)
+	if fv.Value != "w" || fv.Fence != g.Fence {
+		t.Fatalf("fenced value after the holder's write %+v", fv)
 	}
 	call("releaseLease", "POST", "/v1/leases/release", serveapi.LeaseToken{Key: "k", Token: g.Token}, nil)
 

@@ -31,13 +31,20 @@ import (
 )
 
 // FencedKV is a value guarded by fences, kept by the server for resources
-// that have no guard of their own (fencedWrite, fencedRead). tenure serve
+// that have no guard of their own (fencedHolderWrite, fencedWrite,
+// fencedRead). tenure serve
 // builds it from the store it opened.
 type FencedKV interface {
 	// FencedWrite sets name to value if fence is greater than every fence
 	// admitted for name before; otherwise it returns an error wrapping
 	// fence.ErrStale and changes nothing.
 	FencedWrite(ctx context.Context, name string, fence uint64, value []byte) error
+	// HolderWrite sets name to value only while l holds its key (token,
+	// fence and expiry checked on the store's clock, atomically with the
+	// write) and l's fence is at least every fence admitted for name;
+	// otherwise it returns an error wrapping lease.ErrNotHeld (or
+	// fence.ErrStale) and changes nothing. l is usually a lease.Remote.
+	HolderWrite(ctx context.Context, l *lease.Lease, name string, value []byte) error
 	// FencedRead returns name's value and the greatest fence admitted for
 	// it (nil, 0 if never written).
 	FencedRead(ctx context.Context, name string) ([]byte, uint64, error)

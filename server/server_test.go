@@ -44,6 +44,9 @@ type fencedMem struct{ s *memstore.Store }
 func (f fencedMem) FencedWrite(ctx context.Context, name string, fence uint64, v []byte) error {
 	return f.s.FencedSet(ctx, name, fence, v)
 }
+func (f fencedMem) HolderWrite(ctx context.Context, l *lease.Lease, name string, v []byte) error {
+	return f.s.HolderSet(ctx, l, name, v)
+}
 func (f fencedMem) FencedRead(ctx context.Context, name string) ([]byte, uint64, error) {
 	return f.s.FencedGet(ctx, name)
 }

@@ -79,6 +79,12 @@ func unavailable(op, name string, err error) error {
 // otherwise it returns the guard's error (wrapping fence.ErrStale) and
 // changes nothing.
 func (kv *KV) FencedWrite(ctx context.Context, name string, f uint64, value []byte) error {
+	return kv.write(ctx, name, f, value, func(t txn.Tx) error { return t.Admit(ctx, name, f) })
+}
+
+// write sets name to value, written by fence f, in one transaction with
+// guard, which decides whether the write lands.
+func (kv *KV) write(ctx context.Context, name string, f uint64, value []byte, guard func(txn.Tx) error) error {
 	if err := leasedriver.ValidateKey(name); err != nil {
 		return err
 	}
@@ -90,7 +96,7 @@ func (kv *KV) FencedWrite(ctx context.Context, name string, f uint64, value []by
 		return unavailable("write", name, err)
 	}
 	defer tx.Rollback()
-	if err := kv.s.Tx(tx).Admit(ctx, name, f); err != nil {
+	if err := guard(kv.s.Tx(tx)); err != nil {
 		return err
 	}
 	if _, err := tx.ExecContext(ctx, kv.q(`INSERT INTO `+kv.table+` (name, value, fence) VALUES (?1, ?2, ?3)
@@ -102,6 +108,21 @@ func (kv *KV) FencedWrite(ctx context.Context, name string, f uint64, value []by
 		return unavailable("write", name, err)
 	}
 	return nil
+}
+
+// HolderWrite sets name to value only while l holds its key (the store's
+// CheckHolder: token, fence and expiry on the database's clock, the lease
+// row locked until the write commits) and the guard admits l's fence for
+// name (AdmitAtLeast: several writes in one tenure). Otherwise it returns
+// the check's error (wrapping lease.ErrNotHeld, or fence.ErrStale) and
+// changes nothing.
+func (kv *KV) HolderWrite(ctx context.Context, l *lease.Lease, name string, value []byte) error {
+	return kv.write(ctx, name, l.Fence(), value, func(t txn.Tx) error {
+		if err := t.CheckHolder(ctx, l); err != nil {
+			return err
+		}
+		return t.AdmitAtLeast(ctx, name, l.Fence())
+	})
 }
 
 // FencedRead returns name's value and the fence that wrote it (nil, 0 if

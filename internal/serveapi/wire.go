@@ -64,6 +64,18 @@ type FencedWrite struct {
 	ValueBase64 []byte `json:"value_base64,omitempty" doc:"the value as bytes (instead of value)"`
 }
 
+// FencedHolderWrite is the body of fencedHolderWrite: the writer's lease
+// (key, token and fence as acquireLease answered them) and the value.
+// Value is text; ValueBase64 is the same for binary values (one of them).
+type FencedHolderWrite struct {
+	Name        string `json:"name" doc:"the value's name"`
+	Key         string `json:"key" doc:"the writer's lease key"`
+	Token       string `json:"token" doc:"the writer's lease token"`
+	Fence       uint64 `json:"fence" doc:"the writer's lease fence"`
+	Value       string `json:"value,omitempty" doc:"the value as text"`
+	ValueBase64 []byte `json:"value_base64,omitempty" doc:"the value as bytes (instead of value)"`
+}
+
 // FencedValue is the answer to fencedRead.
 type FencedValue struct {
 	Name string `json:"name" doc:"the value's name"`

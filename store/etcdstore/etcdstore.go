@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"github.com/tenurekit/tenure"
+	"math"
 	"math/rand/v2"
 	"strconv"
 	"time"
 	"unicode/utf8"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/tenurekit/tenure/fence"
@@ -180,16 +182,65 @@ func (s *Store) FencedPut(ctx context.Context, resource, value string, f uint64)
 	if inner.GetSucceeded() {
 		return nil
 	}
+	return staleFence(ctx, "fenced put", resource, f, inner.GetResponses()[0])
+}
+
+// staleFence is the *fence.StaleError of a refused admission of f for
+// resource, the admitted fence read by get.
+func staleFence(ctx context.Context, op, resource string, f uint64, get *pb.ResponseOp) error {
 	stale := &fence.StaleError{Resource: resource, Fence: f}
-	if kv := firstKV(inner.GetResponses()[0]); kv != nil {
+	if kv := firstKV(get); kv != nil {
 		cur, err := decodeFence(kv.Value)
 		if err != nil {
-			return fmt.Errorf("etcdstore: fenced put: admitted fence of %q is not a number", resource)
+			return fmt.Errorf("etcdstore: %s: admitted fence of %q is not a number", op, resource)
 		}
 		stale.Current = cur
 	}
 	obs.GuardRefused(ctx, "etcdstore", obs.GuardFencedSet)
 	return stale
+}
+
+// HolderPut writes value to resource only while l is the current holder
+// of its key: the lock holds l's token and was created at revision
+// l.Fence() (etcd deletes it when its lease expires), and admits l's fence
+// for resource as FencedPut does but also when it equals the admitted one
+// (several writes in one tenure), all in one etcd transaction. It is the
+// holder check atomic with the write: unlike FencedPut it refuses a holder
+// whose lease ended even before the next holder wrote. Otherwise it
+// returns lease.ErrNotHeld, or a *fence.StaleError if resource admitted a
+// greater fence, and changes nothing.
+func (s *Store) HolderPut(ctx context.Context, l *lease.Lease, resource, value string) error {
+	if l == nil {
+		return fmt.Errorf("%w: nil lease", lease.ErrInvalid)
+	}
+	if err := leasedriver.ValidateKey(resource); err != nil {
+		return err
+	}
+	if l.Fence() == 0 || l.Fence() > math.MaxInt64 {
+		obs.GuardRefused(ctx, "etcdstore", obs.GuardCheckHolder)
+		return lease.ErrNotHeld
+	}
+	lock := s.lockKey(l.Key())
+	adm, enc := s.admittedKey(resource), encodeFence(l.Fence())
+	// A value comparison on a missing key fails: a resource never written
+	// takes the put.
+	resp, err := s.rpc.txn(ctx,
+		cmps(cmpCreateRev(lock, cmpEqual, int64(l.Fence())), cmpValue(lock, cmpEqual, l.Token().Reveal())),
+		ops(opTxn(cmps(cmpValue(adm, cmpGreater, enc)), ops(opGet(adm)), ops(opPut(adm, enc, 0), opPut(s.resKey(resource), value, 0)))),
+		nil,
+	)
+	if err != nil {
+		return wrapErr("holder put", err)
+	}
+	if !resp.Succeeded {
+		obs.GuardRefused(ctx, "etcdstore", obs.GuardCheckHolder)
+		return lease.ErrNotHeld
+	}
+	inner := resp.Responses[0].GetResponseTxn()
+	if !inner.GetSucceeded() {
+		return nil
+	}
+	return staleFence(ctx, "holder put", resource, l.Fence(), inner.GetResponses()[0])
 }
 
 // FencedGet returns resource's value and the greatest fence admitted for it

@@ -13,6 +13,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/tenurekit/tenure"
 	"github.com/tenurekit/tenure/fence"
 	"github.com/tenurekit/tenure/internal/testenv"
 	"github.com/tenurekit/tenure/lease"
@@ -553,4 +554,82 @@ func TestOptions(t *testing.T) {
 	if _, err := s1.Acquire(ctx, "k", lease.NewToken(), time.Minute); !errors.Is(err, lease.ErrHeld) {
 		t.Fatalf("same prefix: %v, want ErrHeld", err)
 	}
+}
+
+// TestHolderPut: HolderPut writes only while the lease holds its key (its
+// token and the lock's revision), before and after the next holder
+// acquired, admits several writes of one tenure, refuses a fence below an
+// admitted one and bad input, and writes nothing when it refuses.
+func TestHolderPut(t *testing.T) {
+	t.Parallel()
+	_, es, _, unit := shared(t)
+	ctx := ctxT(t)
+	lk := leasetest.NewLocker(t, es.Leases(), nil)
+	const res = "res"
+	put := func(l *lease.Lease, v string) error { return es.HolderPut(ctx, l, res, v) }
+	want := func(v string, f uint64) {
+		t.Helper()
+		got, gf, err := es.FencedGet(ctx, res)
+		if err != nil || got != v || gf != f {
+			t.Fatalf("value %q fence %d (%v), want %q fence %d", got, gf, err, v, f)
+		}
+	}
+	a, err := lk.TryAcquire(ctx, "k", unit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := put(a, "A1"); err != nil {
+		t.Fatalf("the holder's put: %v", err)
+	}
+	if err := put(a, "A2"); err != nil {
+		t.Fatalf("a second put in the same tenure: %v", err)
+	}
+	want("A2", a.Fence())
+	// Not the holder: another token with the holder's key and fence.
+	if err := put(lease.Remote("k", tenure.TokenOf("forged"), a.Fence()), "forged"); !errors.Is(err, lease.ErrNotHeld) {
+		t.Fatalf("a forged token: %v, want lease.ErrNotHeld", err)
+	}
+	for _, bad := range []struct {
+		l   *lease.Lease
+		res string
+	}{{nil, res}, {a, ""}, {a, "\xff"}} {
+		if err := es.HolderPut(ctx, bad.l, bad.res, "bad"); !errors.Is(err, lease.ErrInvalid) {
+			t.Fatalf("HolderPut(%v, %q): %v, want lease.ErrInvalid", bad.l, bad.res, err)
+		}
+	}
+	want("A2", a.Fence())
+	// A's lease expires; nobody has taken the key yet. FencedPut would
+	// still admit A here; HolderPut does not.
+	waitFree(t, es.Leases(), "k", 10*unit+5*time.Second)
+	if err := put(a, "A-expired"); !errors.Is(err, lease.ErrNotHeld) {
+		t.Fatalf("an expired holder's put: %v, want lease.ErrNotHeld", err)
+	}
+	b, err := lk.TryAcquire(ctx, "k", 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := put(a, "A-late"); !errors.Is(err, lease.ErrNotHeld) {
+		t.Fatalf("the previous holder's put: %v, want lease.ErrNotHeld", err)
+	}
+	if err := put(b, "B"); err != nil {
+		t.Fatalf("the next holder's put: %v", err)
+	}
+	want("B", b.Fence())
+	// A greater fence admitted for the resource (another key's tenure
+	// wrote it): B's put is stale.
+	if err := es.FencedPut(ctx, res, "newer", b.Fence()+10); err != nil {
+		t.Fatal(err)
+	}
+	var se *fence.StaleError
+	if err := put(b, "B-stale"); !errors.As(err, &se) || se.Current != b.Fence()+10 || se.Fence != b.Fence() {
+		t.Fatalf("a put below the admitted fence: %v, want a *fence.StaleError with current %d", err, b.Fence()+10)
+	}
+	want("newer", b.Fence()+10)
+	if err := b.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := put(b, "B-released"); !errors.Is(err, lease.ErrNotHeld) {
+		t.Fatalf("a released holder's put: %v, want lease.ErrNotHeld", err)
+	}
+	want("newer", b.Fence()+10)
 }

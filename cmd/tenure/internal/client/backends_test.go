@@ -142,17 +142,8 @@ func redisServe(t testing.TB, addr, prefix string) (string, *redisstore.Store, f
 	t.Cleanup(c.Close)
 	s := newRedis(t, c, &redisstore.Options{Prefix: prefix})
 	u, stop := serve(t, server.Stores{Leases: s.Leases(), Idempotency: s.Idempotency(), Limits: s.Limits(),
-		Sessions: s.Sessions(), Schedules: s.Schedules(), Fenced: redisKV{s}, SessionValues: servestore.RedisSessionValues(s)}, nil)
+		Sessions: s.Sessions(), Schedules: s.Schedules(), Fenced: servestore.FencedValues(s), SessionValues: servestore.RedisSessionValues(s)}, nil)
 	return u, s, stop
-}
-
-type redisKV struct{ s *redisstore.Store }
-
-func (r redisKV) FencedWrite(ctx context.Context, name string, f uint64, v []byte) error {
-	return r.s.FencedSet(ctx, name, f, v)
-}
-func (r redisKV) FencedRead(ctx context.Context, name string) ([]byte, uint64, error) {
-	return r.s.FencedGet(ctx, name)
 }
 
 var prefixSeq atomic.Int64

@@ -19,6 +19,7 @@ import (
 	"github.com/tenurekit/tenure/internal/fencedkv"
 	"github.com/tenurekit/tenure/internal/secret"
 	"github.com/tenurekit/tenure/internal/serveapi"
+	"github.com/tenurekit/tenure/lease"
 	"github.com/tenurekit/tenure/server"
 	"github.com/tenurekit/tenure/session"
 	"github.com/tenurekit/tenure/store/sqlitestore"
@@ -166,6 +167,10 @@ type resource struct {
 
 func (r resource) FencedWrite(ctx context.Context, name string, f uint64, v string) error {
 	return r.c.FencedWrite(ctx, name, f, []byte(v))
+}
+
+func (r resource) HolderWrite(ctx context.Context, l *lease.Lease, name, v string) error {
+	return r.c.HolderWrite(ctx, l, name, []byte(v))
 }
 
 func (r resource) PlainWrite(ctx context.Context, name, v string) error {

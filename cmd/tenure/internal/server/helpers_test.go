@@ -2,13 +2,13 @@ package server_test
 
 import (
 	"bytes"
-	"context"
 	"log/slog"
 	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/tenurekit/tenure/cmd/tenure/internal/servestore"
 	"github.com/tenurekit/tenure/internal/secret"
 	"github.com/tenurekit/tenure/server"
 	"github.com/tenurekit/tenure/store/memstore"
@@ -35,15 +35,6 @@ type syncBuf struct {
 
 func (s *syncBuf) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
 
-type fencedMem struct{ s *memstore.Store }
-
-func (f fencedMem) FencedWrite(ctx context.Context, name string, fence uint64, v []byte) error {
-	return f.s.FencedSet(ctx, name, fence, v)
-}
-func (f fencedMem) FencedRead(ctx context.Context, name string) ([]byte, uint64, error) {
-	return f.s.FencedGet(ctx, name)
-}
-
 // dashEnv is a server over a memory store.
 type dashEnv struct {
 	mem *memstore.Store
@@ -69,7 +60,7 @@ func newDash(t *testing.T, opt *server.Options) *dashEnv {
 	}
 	o.Logger = slog.New(slog.NewTextHandler(&syncBuf{}, nil))
 	srv, err := server.New(server.Stores{Leases: m.Leases(), Idempotency: m.Idempotency(), Limits: m.Limits(),
-		Sessions: m.Sessions(), Schedules: m.Schedules(), Fenced: fencedMem{m}}, &o)
+		Sessions: m.Sessions(), Schedules: m.Schedules(), Fenced: servestore.FencedValues(m)}, &o)
 	if err != nil {
 		t.Fatal(err)
 	}

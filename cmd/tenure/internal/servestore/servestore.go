@@ -16,6 +16,7 @@ import (
 
 	"github.com/tenurekit/tenure/cmd/tenure/internal/storeopen"
 	"github.com/tenurekit/tenure/internal/fencedkv"
+	"github.com/tenurekit/tenure/lease"
 	"github.com/tenurekit/tenure/server"
 	"github.com/tenurekit/tenure/session"
 	"github.com/tenurekit/tenure/store/etcdstore"
@@ -75,12 +76,22 @@ func Stores(ctx context.Context, st *storeopen.Stores) (server.Stores, func(), e
 	return out, done, nil
 }
 
-// memKV adapts the FencedSet and FencedGet of memstore and redisstore.
-type memKV struct {
-	s interface {
-		FencedSet(ctx context.Context, resource string, f uint64, value []byte) error
-		FencedGet(ctx context.Context, resource string) ([]byte, uint64, error)
-	}
+// FencedStore is what memstore and redisstore keep fenced values with.
+type FencedStore interface {
+	FencedSet(ctx context.Context, resource string, f uint64, value []byte) error
+	FencedGet(ctx context.Context, resource string) ([]byte, uint64, error)
+	HolderSet(ctx context.Context, l *lease.Lease, resource string, value []byte) error
+}
+
+// FencedValues is the FencedKV of a memory or Redis store: its FencedSet,
+// HolderSet and FencedGet.
+func FencedValues(s FencedStore) server.FencedKV { return memKV{s} }
+
+// memKV adapts a FencedStore.
+type memKV struct{ s FencedStore }
+
+func (m memKV) HolderWrite(ctx context.Context, l *lease.Lease, name string, value []byte) error {
+	return m.s.HolderSet(ctx, l, name, value)
 }
 
 func (m memKV) FencedWrite(ctx context.Context, name string, f uint64, value []byte) error {
@@ -96,6 +107,10 @@ type etcdKV struct{ s *etcdstore.Store }
 
 func (e etcdKV) FencedWrite(ctx context.Context, name string, f uint64, value []byte) error {
 	return e.s.FencedPut(ctx, name, string(value), f)
+}
+
+func (e etcdKV) HolderWrite(ctx context.Context, l *lease.Lease, name string, value []byte) error {
+	return e.s.HolderPut(ctx, l, name, string(value))
 }
 
 func (e etcdKV) FencedRead(ctx context.Context, name string) ([]byte, uint64, error) {
