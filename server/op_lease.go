@@ -89,44 +89,89 @@ func acquireLease(ctx context.Context, r *request, in serveapi.AcquireLease) (se
 		}
 		defer release()
 	}
+	// A waiting acquire keeps a place in the store's queue of waiters, if
+	// it has one, and is woken by a release, if the store can tell: no
+	// polling but the fallback at the holder's TTL or waitPoll.
+	var (
+		queue leasedriver.Queuer
+		wake  <-chan struct{}
+	)
+	if in.Wait > 0 {
+		queue, _ = s.st.Leases.(leasedriver.Queuer)
+		if w, ok := s.st.Leases.(leasedriver.Waker); ok {
+			if ch, stop, err := w.Watch(ctx, in.Key); err == nil {
+				wake = ch
+				defer stop()
+			}
+		}
+	}
+	giveUp := func(err error) (serveapi.LeaseGrant, error) {
+		if queue != nil {
+			go func() {
+				lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+				defer cancel()
+				queue.Leave(lctx, in.Key, token)
+			}()
+		}
+		return serveapi.LeaseGrant{}, err
+	}
 	for attempt := 0; ; attempt++ {
 		// Every attempt after the first costs the token as a request
 		// does: a long wait is charged by the store calls it makes.
 		if attempt > 0 {
 			if ok, _ := s.charge(ctx, r.p.t.name, 1); !ok {
-				return serveapi.LeaseGrant{}, &problemError{serveapi.NewProblem(serveapi.TypeRateLimited,
-					fmt.Sprintf("token %q is over its rate limit: stopped waiting for %q", r.p.t.name, in.Key))}
+				return giveUp(&problemError{serveapi.NewProblem(serveapi.TypeRateLimited,
+					fmt.Sprintf("token %q is over its rate limit: stopped waiting for %q", r.p.t.name, in.Key))})
 			}
 		}
-		g, err := leasedriver.AcquireAs(ctx, s.st.Leases, in.Key, token, in.TTL.D(), in.Holder)
+		var (
+			g   lease.Grant
+			err error
+		)
+		if queue != nil {
+			g, err = queue.AcquireQueued(ctx, in.Key, token, in.TTL.D(), in.Holder, 3*waitPoll)
+		} else {
+			g, err = leasedriver.AcquireAs(ctx, s.st.Leases, in.Key, token, in.TTL.D(), in.Holder)
+		}
 		if err == nil {
 			return serveapi.LeaseGrant{Key: in.Key, Token: token, Fence: g.Fence, TTL: serveapi.Duration(g.TTL)}, nil
 		}
 		var held *lease.HeldError
 		left := time.Until(deadline)
 		if !errors.As(err, &held) || left <= 0 || s.isDraining() {
-			return serveapi.LeaseGrant{}, err
+			return giveUp(err)
 		}
 		if attempt == 0 && s.onWait != nil {
 			s.onWait()
 		}
-		// Back off with jitter, never past the deadline nor much past the
-		// holder's remaining time.
-		d := min(10*time.Millisecond<<min(attempt, 5), 250*time.Millisecond)
+		// Back off with jitter (woken by a release: up to waitPoll), never
+		// past the deadline nor much past the holder's remaining time.
+		d := min(10*time.Millisecond<<min(attempt, 5), waitPoll)
 		d = d/2 + rand.N(d/2+1)
-		d = min(d, left, held.TTL+time.Millisecond)
+		if wake != nil {
+			d = waitPoll
+		}
+		if held.TTL > 0 {
+			d = min(d, held.TTL+time.Millisecond)
+		}
+		d = min(d, left)
 		t := time.NewTimer(d)
 		select {
 		case <-t.C:
+		case <-wake:
+			t.Stop()
 		case <-ctx.Done():
 			t.Stop()
-			return serveapi.LeaseGrant{}, err
+			return giveUp(err)
 		case <-s.draining:
 			t.Stop()
-			return serveapi.LeaseGrant{}, fmt.Errorf("%w (%s)", err, drainedNote)
+			return giveUp(fmt.Errorf("%w (%s)", err, drainedNote))
 		}
 	}
 }
+
+// waitPoll is the longest a waiting acquire sleeps between attempts.
+const waitPoll = 250 * time.Millisecond
 
 func leaseInfo(i lease.Info) serveapi.LeaseInfo {
 	return serveapi.LeaseInfo{Key: i.Key, Held: i.Held, Fence: i.Fence, TTL: serveapi.Duration(i.TTL), Holder: i.Holder}
