@@ -243,7 +243,7 @@ func (lk *Locker) acquire(ctx context.Context, key string, ttl time.Duration) (*
 	if err := driver.ValidateTTL(ttl); err != nil {
 		return nil, err
 	}
-	var wake <-chan struct{}
+	var wake <-chan string
 	if lk.waker != nil {
 		if ch, stop, err := lk.waker.Watch(ctx, key); err == nil {
 			wake = ch
@@ -261,7 +261,7 @@ func (lk *Locker) acquire(ctx context.Context, key string, ttl time.Duration) (*
 		if !errors.As(err, &held) {
 			return l, err
 		}
-		if !waitFor(ctx, wake, lk.pause(attempt, wake, held)) {
+		if !waitFor(ctx, wake, "", lk.pause(attempt, wake, held)) {
 			return nil, fmt.Errorf("lease: gave up waiting for %q: %w (last: %w)", key, ctx.Err(), err)
 		}
 	}
@@ -269,8 +269,9 @@ func (lk *Locker) acquire(ctx context.Context, key string, ttl time.Duration) (*
 
 // acquireQueued waits for key with a place in the store's queue of its
 // waiters, under one token, woken by wake (nil: none).
-func (lk *Locker) acquireQueued(ctx context.Context, key string, ttl time.Duration, wake <-chan struct{}) (*Lease, error) {
+func (lk *Locker) acquireQueued(ctx context.Context, key string, ttl time.Duration, wake <-chan string) (*Lease, error) {
 	token := NewToken()
+	me := driver.WaiterID(token)
 	// A place lives three polls: the waiter keeps it with every attempt.
 	stay := min(3*lk.o.RetryMax, driver.MaxTTL)
 	var last error
@@ -302,7 +303,7 @@ func (lk *Locker) acquireQueued(ctx context.Context, key string, ttl time.Durati
 			lk.giveUp(ctx, key, token)
 			return nil, err
 		}
-		if !waitFor(ctx, wake, wait) {
+		if !waitFor(ctx, wake, me, wait) {
 			lk.giveUp(ctx, key, token)
 			if last == nil {
 				last = err
@@ -315,7 +316,7 @@ func (lk *Locker) acquireQueued(ctx context.Context, key string, ttl time.Durati
 // pause is how long a waiter sleeps after its attempt-th refusal held
 // unless woken: the holder's remaining TTL, at most the backoff (no
 // wake-ups) or RetryMax (with them).
-func (lk *Locker) pause(attempt int, wake <-chan struct{}, held *HeldError) time.Duration {
+func (lk *Locker) pause(attempt int, wake <-chan string, held *HeldError) time.Duration {
 	wait := lk.backoff(attempt)
 	if wake != nil {
 		wait = lk.o.RetryMax
@@ -337,21 +338,26 @@ func (lk *Locker) giveUp(ctx context.Context, key, token string) {
 	}()
 }
 
-// waitFor waits d, or until wake receives or ctx ends; it reports whether
-// ctx is still live.
-func waitFor(ctx context.Context, wake <-chan struct{}, d time.Duration) bool {
+// waitFor waits d, or until wake names me (or any waiter: "";
+// me "" takes every wake-up) or ctx ends; it reports whether ctx is still
+// live.
+func waitFor(ctx context.Context, wake <-chan string, me string, d time.Duration) bool {
 	if wake == nil {
 		return sleep(ctx, d)
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-wake:
-		return true
-	case <-ctx.Done():
-		return false
+	for {
+		select {
+		case <-t.C:
+			return true
+		case who := <-wake:
+			if who == "" || me == "" || who == me {
+				return true
+			}
+		case <-ctx.Done():
+			return false
+		}
 	}
 }
 

@@ -94,7 +94,7 @@ func acquireLease(ctx context.Context, r *request, in serveapi.AcquireLease) (se
 	// polling but the fallback at the holder's TTL or waitPoll.
 	var (
 		queue leasedriver.Queuer
-		wake  <-chan struct{}
+		wake  <-chan string
 	)
 	if in.Wait > 0 {
 		queue, _ = s.st.Leases.(leasedriver.Queuer)
@@ -105,6 +105,7 @@ func acquireLease(ctx context.Context, r *request, in serveapi.AcquireLease) (se
 			}
 		}
 	}
+	me := leasedriver.WaiterID(token)
 	giveUp := func(err error) (serveapi.LeaseGrant, error) {
 		if queue != nil {
 			go func() {
@@ -155,17 +156,35 @@ func acquireLease(ctx context.Context, r *request, in serveapi.AcquireLease) (se
 			d = min(d, held.TTL+time.Millisecond)
 		}
 		d = min(d, left)
-		t := time.NewTimer(d)
+		if werr := s.pauseWait(ctx, d, wake, me); errors.Is(werr, errDrained) {
+			return giveUp(fmt.Errorf("%w (%s)", err, drainedNote))
+		} else if werr != nil {
+			return giveUp(err)
+		}
+	}
+}
+
+// errDrained ends a waiting acquire when the server begins to drain.
+var errDrained = errors.New(drainedNote)
+
+// pauseWait waits d between a waiting acquire's attempts, or until a
+// wake-up names this waiter (me) or any, and returns ctx's error or
+// errDrained if the wait must end.
+func (s *Server) pauseWait(ctx context.Context, d time.Duration, wake <-chan string, me string) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
 		select {
 		case <-t.C:
-		case <-wake:
-			t.Stop()
+			return nil
+		case who := <-wake:
+			if who == "" || who == me {
+				return nil
+			}
 		case <-ctx.Done():
-			t.Stop()
-			return giveUp(err)
+			return ctx.Err()
 		case <-s.draining:
-			t.Stop()
-			return giveUp(fmt.Errorf("%w (%s)", err, drainedNote))
+			return errDrained
 		}
 	}
 }

@@ -2,6 +2,8 @@ package driver
 
 import (
 	"context"
+	"crypto/sha1"
+	"encoding/hex"
 	"fmt"
 	"time"
 )
@@ -39,12 +41,23 @@ type Queuer interface {
 // the holder's remaining TTL as the fallback that bounds a missed
 // wake-up.
 type Waker interface {
-	// Watch returns a channel that receives (it has a buffer of one and
-	// is never closed) whenever key may have become free, until stop is
-	// called. A wake-up may be spurious; a missed one is made good by the
-	// caller's polling. A store that cannot watch now (its connection is
-	// down) returns an error, and the caller polls.
-	Watch(ctx context.Context, key string) (wake <-chan struct{}, stop func(), err error)
+	// Watch returns a channel that receives whenever key may have become
+	// free, until stop is called. Each wake-up names the waiter that is
+	// now first in the key's queue (WaiterID of its token), or is "" when
+	// any waiter may try: a waiter named by none waits on, so a release
+	// wakes one waiter, not all. The channel has a buffer and is never
+	// closed; a wake-up may be spurious, and one lost (the buffer full,
+	// the connection down) is made good by the caller's polling. A store
+	// that cannot watch now returns an error, and the caller polls.
+	Watch(ctx context.Context, key string) (wake <-chan string, stop func(), err error)
+}
+
+// WaiterID names the waiter holding token in wake-ups: the first 16 hex
+// digits of the token's SHA-1 (what Redis's Lua computes with
+// redis.sha1hex). It does not reveal the token.
+func WaiterID(token string) string {
+	sum := sha1.Sum([]byte(token))
+	return hex.EncodeToString(sum[:8])
 }
 
 // ValidateStay checks a waiter's stay in a queue. Errors wrap ErrInvalid.

@@ -64,7 +64,7 @@ type Store struct {
 	// queues are the waiters of contended keys (leasedriver.Queuer), in
 	// arrival order; watchers the channels Watch hands out, by key.
 	queues   map[string]waitQueue
-	watchers map[string]map[chan struct{}]struct{}
+	watchers map[string]map[chan string]struct{}
 }
 
 type leaseRec struct {
@@ -87,7 +87,7 @@ type fencedRec struct {
 // tenure.ErrInvalid.
 func New(o *Options) (*Store, error) {
 	s := &Store{now: time.Now, limitKeys: DefaultLimitKeys, leases: map[string]*leaseRec{}, fenced: map[string]fencedRec{},
-		queues: map[string]waitQueue{}, watchers: map[string]map[chan struct{}]struct{}{}}
+		queues: map[string]waitQueue{}, watchers: map[string]map[chan string]struct{}{}}
 	if o == nil {
 		return s, nil
 	}
@@ -214,7 +214,7 @@ func (v leases) Release(ctx context.Context, key, token string) error {
 	// with the time the lease ended, from which its retention counts.
 	r.token, r.holder = "", ""
 	r.expires = now
-	s.wake(key)
+	s.wake(key, now)
 	return nil
 }
 

@@ -94,15 +94,16 @@ func (v leases) Leave(ctx context.Context, key, token string) error {
 	first := s.queue(key, now).index(token) == 0
 	s.dequeue(key, token, now)
 	if first {
-		s.wake(key)
+		s.wake(key, now)
 	}
 	return nil
 }
 
 // Watch returns a channel that receives when key is released or a waiter
-// first in its queue leaves (leasedriver.Waker). An expiry sends nothing:
-// a waiter polls at the holder's remaining TTL.
-func (v leases) Watch(ctx context.Context, key string) (<-chan struct{}, func(), error) {
+// first in its queue leaves (leasedriver.Waker), naming the waiter that
+// is first now. An expiry sends nothing: a waiter polls at the holder's
+// remaining TTL.
+func (v leases) Watch(ctx context.Context, key string) (<-chan string, func(), error) {
 	if err := leasedriver.ValidateKey(key); err != nil {
 		return nil, nil, err
 	}
@@ -110,10 +111,10 @@ func (v leases) Watch(ctx context.Context, key string) (<-chan struct{}, func(),
 		return nil, nil, err
 	}
 	s := v.s
-	ch := make(chan struct{}, 1)
+	ch := make(chan string, 1)
 	s.mu.Lock()
 	if s.watchers[key] == nil {
-		s.watchers[key] = map[chan struct{}]struct{}{}
+		s.watchers[key] = map[chan string]struct{}{}
 	}
 	s.watchers[key][ch] = struct{}{}
 	s.mu.Unlock()
@@ -130,12 +131,26 @@ func (v leases) Watch(ctx context.Context, key string) (<-chan struct{}, func(),
 	return ch, stop, nil
 }
 
-// wake tells key's watchers it may be free. s.mu is held.
-func (s *Store) wake(key string) {
+// wake tells key's watchers it may be free, naming its first live waiter
+// ("" when none waits). s.mu is held.
+func (s *Store) wake(key string, now time.Time) {
+	who := ""
+	if q := s.queue(key, now); len(q) > 0 {
+		who = leasedriver.WaiterID(q[0].token)
+	}
 	for ch := range s.watchers[key] {
 		select {
-		case ch <- struct{}{}:
+		case ch <- who:
 		default:
+			// A full buffer holds an older wake-up: replace it.
+			select {
+			case <-ch:
+			default:
+			}
+			select {
+			case ch <- who:
+			default:
+			}
 		}
 	}
 }
