@@ -28,9 +28,21 @@ type Options struct {
 	// an error.
 	Margin time.Duration
 	// RetryMin and RetryMax bound the jittered exponential backoff of
-	// Acquire while another holder has the key. A waiter never sleeps past
-	// the holder's remaining TTL. Defaults 5ms and 500ms.
+	// Acquire while another holder has the key, on a store that cannot
+	// wake waiters (driver.Waker). On one that can, a waiter tries again
+	// when woken, when the holder's remaining TTL has passed, and at the
+	// latest after RetryMax. A waiter never sleeps past the holder's
+	// remaining TTL. Defaults 5ms and 500ms.
 	RetryMin, RetryMax time.Duration
+	// Unfair turns the store's queue of waiters off (driver.Queuer): on a
+	// store that has one, Acquire by default keeps a place in the key's
+	// queue, so waiters are served in arrival order and a newcomer never
+	// overtakes one that waits (a waiter whose context ends leaves the
+	// queue; one that crashed loses its place after 3×RetryMax). Unfair
+	// waiters race each other for the key when it is freed: more hand-offs
+	// per second at best, none promised to a long waiter. Unfair waiters
+	// still never overtake fair ones. Default false.
+	Unfair bool
 	// Attempts is how many times a request whose outcome is unknown
 	// (ErrUnavailable) is sent again with the same token before giving up.
 	// Default 3.
@@ -72,7 +84,9 @@ type Locker struct {
 	st    Store // store, timed when instrumentation is on
 	o     Options
 	log   *slog.Logger
-	tel   *telemetry // nil when off
+	tel   *telemetry    // nil when off
+	queue driver.Queuer // st's queue of waiters; nil without one or when Unfair
+	waker driver.Waker  // store's wake-ups; nil without them
 }
 
 // New returns a Locker on s. o may be nil for the defaults. A nil store or
@@ -119,6 +133,10 @@ func New(s Store, o *Options) (*Locker, error) {
 	}
 	l.tel = newTelemetry(s, &l.o)
 	l.st = newTimedStore(s, l.tel)
+	if _, ok := s.(driver.Queuer); ok && !l.o.Unfair {
+		l.queue = l.st.(driver.Queuer)
+	}
+	l.waker, _ = s.(driver.Waker)
 	return l, nil
 }
 
@@ -202,9 +220,14 @@ func (lk *Locker) tryAcquire(ctx context.Context, key string, ttl time.Duration)
 }
 
 // Acquire takes key for ttl, waiting while another holder has it until ctx
-// ends. Waiting time is the ctx deadline; lease time is ttl. Waiters back off
-// with jitter and never sleep past the holder's remaining TTL. When ctx ends
-// first, the error wraps both ctx.Err() and the last ErrHeld.
+// ends. Waiting time is the ctx deadline; lease time is ttl. On a store
+// with a queue of waiters (driver.Queuer) the waiter keeps a place in it
+// and is served in arrival order (see Options.Unfair); on a store that
+// wakes waiters (driver.Waker) it tries again as soon as the key is
+// released. Otherwise, and as the fallback for a missed wake-up, it backs
+// off with jitter and never sleeps past the holder's remaining TTL. When
+// ctx ends first, the error wraps both ctx.Err() and the last ErrHeld, and
+// the waiter's place is given up.
 func (lk *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (*Lease, error) {
 	ctx, sp := lk.tel.start(ctx, "tenure.lease.acquire", key)
 	l, err := lk.acquire(ctx, key, ttl)
@@ -214,18 +237,126 @@ func (lk *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (*
 
 // acquire is Acquire without telemetry.
 func (lk *Locker) acquire(ctx context.Context, key string, ttl time.Duration) (*Lease, error) {
+	if err := driver.ValidateKey(key); err != nil {
+		return nil, err
+	}
+	if err := driver.ValidateTTL(ttl); err != nil {
+		return nil, err
+	}
+	var wake <-chan string
+	if lk.waker != nil {
+		if ch, stop, err := lk.waker.Watch(ctx, key); err == nil {
+			wake = ch
+			defer stop()
+		} else {
+			lk.log.DebugContext(ctx, "lease: cannot watch the key; polling", "key", key, "err", err)
+		}
+	}
+	if lk.queue != nil {
+		return lk.acquireQueued(ctx, key, ttl, wake)
+	}
 	for attempt := 1; ; attempt++ {
 		l, err := lk.tryAcquire(ctx, key, ttl)
 		var held *HeldError
 		if !errors.As(err, &held) {
 			return l, err
 		}
-		wait := lk.backoff(attempt)
-		if held.TTL > 0 && held.TTL < wait {
-			wait = held.TTL
-		}
-		if !sleep(ctx, wait) {
+		if !waitFor(ctx, wake, "", lk.pause(attempt, wake, held)) {
 			return nil, fmt.Errorf("lease: gave up waiting for %q: %w (last: %w)", key, ctx.Err(), err)
+		}
+	}
+}
+
+// acquireQueued waits for key with a place in the store's queue of its
+// waiters, under one token, woken by wake (nil: none).
+func (lk *Locker) acquireQueued(ctx context.Context, key string, ttl time.Duration, wake <-chan string) (*Lease, error) {
+	token := NewToken()
+	me := driver.WaiterID(token)
+	// A place lives three polls: the waiter keeps it with every attempt.
+	stay := min(3*lk.o.RetryMax, driver.MaxTTL)
+	var last error
+	for attempt, unknown := 1, 0; ; attempt++ {
+		sent := time.Now()
+		g, err := lk.queue.AcquireQueued(ctx, key, token, ttl, lk.o.Holder, stay)
+		if err == nil {
+			return lk.newLease(key, token, ttl, g, sent), nil
+		}
+		var held *HeldError
+		wait := time.Duration(0)
+		switch {
+		case errors.As(err, &held):
+			unknown, last = 0, err
+			wait = lk.pause(attempt, wake, held)
+		case errors.Is(err, ErrInvalid):
+			return nil, err
+		case errors.Is(err, ErrUnavailable) && unknown+1 < lk.o.Attempts && ctx.Err() == nil:
+			// The request may have been applied: the same token again
+			// reconciles it.
+			unknown++
+			lk.log.DebugContext(ctx, "lease: acquire outcome unknown, retrying with the same token",
+				"key", key, "attempt", unknown, "err", err)
+			wait = lk.backoff(unknown)
+		case ctx.Err() != nil && last != nil:
+			lk.giveUp(ctx, key, token)
+			return nil, fmt.Errorf("lease: gave up waiting for %q: %w (last: %w)", key, ctx.Err(), last)
+		default:
+			lk.giveUp(ctx, key, token)
+			return nil, err
+		}
+		if !waitFor(ctx, wake, me, wait) {
+			lk.giveUp(ctx, key, token)
+			if last == nil {
+				last = err
+			}
+			return nil, fmt.Errorf("lease: gave up waiting for %q: %w (last: %w)", key, ctx.Err(), last)
+		}
+	}
+}
+
+// pause is how long a waiter sleeps after its attempt-th refusal held
+// unless woken: the holder's remaining TTL, at most the backoff (no
+// wake-ups) or RetryMax (with them).
+func (lk *Locker) pause(attempt int, wake <-chan string, held *HeldError) time.Duration {
+	wait := lk.backoff(attempt)
+	if wake != nil {
+		wait = lk.o.RetryMax
+	}
+	if held.TTL > 0 && held.TTL < wait {
+		wait = held.TTL
+	}
+	return wait
+}
+
+// giveUp leaves key's queue and releases token in the background: an
+// acquire whose outcome was unknown may have been granted.
+func (lk *Locker) giveUp(ctx context.Context, key, token string) {
+	go func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lk.o.ReleaseTimeout)
+		defer cancel()
+		lk.queue.Leave(rctx, key, token)
+		lk.releaseToken(rctx, key, token)
+	}()
+}
+
+// waitFor waits d, or until wake names me (or any waiter: "";
+// me "" takes every wake-up) or ctx ends; it reports whether ctx is still
+// live.
+func waitFor(ctx context.Context, wake <-chan string, me string, d time.Duration) bool {
+	if wake == nil {
+		return sleep(ctx, d)
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			return true
+		case who := <-wake:
+			if who == "" || me == "" || who == me {
+				return true
+			}
+		case <-ctx.Done():
+			return false
 		}
 	}
 }

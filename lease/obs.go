@@ -122,6 +122,20 @@ func (ts timedStore) AcquireHolder(ctx context.Context, key, token string, ttl t
 	return g, err
 }
 
+// AcquireQueued times AcquireQueued; the Locker calls it only on a store
+// that is a driver.Queuer.
+func (ts timedStore) AcquireQueued(ctx context.Context, key, token string, ttl time.Duration, holder string, stay time.Duration) (Grant, error) {
+	cctx, call := ts.c.Start(ctx, opAcquire)
+	g, err := ts.s.(driver.Queuer).AcquireQueued(cctx, key, token, ttl, holder, stay)
+	call.End(ctx, storeOutcomes.Of(err))
+	return g, err
+}
+
+// Leave gives a place up, on a store that is a driver.Queuer.
+func (ts timedStore) Leave(ctx context.Context, key, token string) error {
+	return ts.s.(driver.Queuer).Leave(ctx, key, token)
+}
+
 func (ts timedStore) Renew(ctx context.Context, key, token string, ttl time.Duration) (Grant, error) {
 	cctx, call := ts.c.Start(ctx, opRenew)
 	g, err := ts.s.Renew(cctx, key, token, ttl)

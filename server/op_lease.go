@@ -89,44 +89,108 @@ func acquireLease(ctx context.Context, r *request, in serveapi.AcquireLease) (se
 		}
 		defer release()
 	}
+	// A waiting acquire keeps a place in the store's queue of waiters, if
+	// it has one, and is woken by a release, if the store can tell: no
+	// polling but the fallback at the holder's TTL or waitPoll.
+	var (
+		queue leasedriver.Queuer
+		wake  <-chan string
+	)
+	if in.Wait > 0 {
+		queue, _ = s.st.Leases.(leasedriver.Queuer)
+		if w, ok := s.st.Leases.(leasedriver.Waker); ok {
+			if ch, stop, err := w.Watch(ctx, in.Key); err == nil {
+				wake = ch
+				defer stop()
+			}
+		}
+	}
+	me := leasedriver.WaiterID(token)
+	giveUp := func(err error) (serveapi.LeaseGrant, error) {
+		if queue != nil {
+			go func() {
+				lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+				defer cancel()
+				queue.Leave(lctx, in.Key, token)
+			}()
+		}
+		return serveapi.LeaseGrant{}, err
+	}
 	for attempt := 0; ; attempt++ {
 		// Every attempt after the first costs the token as a request
 		// does: a long wait is charged by the store calls it makes.
 		if attempt > 0 {
 			if ok, _ := s.charge(ctx, r.p.t.name, 1); !ok {
-				return serveapi.LeaseGrant{}, &problemError{serveapi.NewProblem(serveapi.TypeRateLimited,
-					fmt.Sprintf("token %q is over its rate limit: stopped waiting for %q", r.p.t.name, in.Key))}
+				return giveUp(&problemError{serveapi.NewProblem(serveapi.TypeRateLimited,
+					fmt.Sprintf("token %q is over its rate limit: stopped waiting for %q", r.p.t.name, in.Key))})
 			}
 		}
-		g, err := leasedriver.AcquireAs(ctx, s.st.Leases, in.Key, token, in.TTL.D(), in.Holder)
+		var (
+			g   lease.Grant
+			err error
+		)
+		if queue != nil {
+			g, err = queue.AcquireQueued(ctx, in.Key, token, in.TTL.D(), in.Holder, 3*waitPoll)
+		} else {
+			g, err = leasedriver.AcquireAs(ctx, s.st.Leases, in.Key, token, in.TTL.D(), in.Holder)
+		}
 		if err == nil {
 			return serveapi.LeaseGrant{Key: in.Key, Token: token, Fence: g.Fence, TTL: serveapi.Duration(g.TTL)}, nil
 		}
 		var held *lease.HeldError
 		left := time.Until(deadline)
 		if !errors.As(err, &held) || left <= 0 || s.isDraining() {
-			return serveapi.LeaseGrant{}, err
+			return giveUp(err)
 		}
 		if attempt == 0 && s.onWait != nil {
 			s.onWait()
 		}
-		// Back off with jitter, never past the deadline nor much past the
-		// holder's remaining time.
-		d := min(10*time.Millisecond<<min(attempt, 5), 250*time.Millisecond)
+		// Back off with jitter (woken by a release: up to waitPoll), never
+		// past the deadline nor much past the holder's remaining time.
+		d := min(10*time.Millisecond<<min(attempt, 5), waitPoll)
 		d = d/2 + rand.N(d/2+1)
-		d = min(d, left, held.TTL+time.Millisecond)
-		t := time.NewTimer(d)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return serveapi.LeaseGrant{}, err
-		case <-s.draining:
-			t.Stop()
-			return serveapi.LeaseGrant{}, fmt.Errorf("%w (%s)", err, drainedNote)
+		if wake != nil {
+			d = waitPoll
+		}
+		if held.TTL > 0 {
+			d = min(d, held.TTL+time.Millisecond)
+		}
+		d = min(d, left)
+		if werr := s.pauseWait(ctx, d, wake, me); errors.Is(werr, errDrained) {
+			return giveUp(fmt.Errorf("%w (%s)", err, drainedNote))
+		} else if werr != nil {
+			return giveUp(err)
 		}
 	}
 }
+
+// errDrained ends a waiting acquire when the server begins to drain.
+var errDrained = errors.New(drainedNote)
+
+// pauseWait waits d between a waiting acquire's attempts, or until a
+// wake-up names this waiter (me) or any, and returns ctx's error or
+// errDrained if the wait must end.
+func (s *Server) pauseWait(ctx context.Context, d time.Duration, wake <-chan string, me string) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			return nil
+		case who := <-wake:
+			if who == "" || who == me {
+				return nil
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-s.draining:
+			return errDrained
+		}
+	}
+}
+
+// waitPoll is the longest a waiting acquire sleeps between attempts.
+const waitPoll = 250 * time.Millisecond
 
 func leaseInfo(i lease.Info) serveapi.LeaseInfo {
 	return serveapi.LeaseInfo{Key: i.Key, Held: i.Held, Fence: i.Fence, TTL: serveapi.Duration(i.TTL), Holder: i.Holder}

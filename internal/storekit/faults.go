@@ -11,6 +11,7 @@ import (
 
 	"github.com/tenurekit/tenure/idempotency"
 	"github.com/tenurekit/tenure/lease"
+	leasedriver "github.com/tenurekit/tenure/lease/driver"
 	"github.com/tenurekit/tenure/ratelimit"
 	"github.com/tenurekit/tenure/schedule"
 	scheddriver "github.com/tenurekit/tenure/schedule/driver"
@@ -143,8 +144,38 @@ func do[T any](ctx context.Context, f *Faults, unavailable error, op func(ctx co
 // errFromStore marks a call that reached the store and returned.
 var errFromStore = errors.New("storekit: the store replied")
 
-// Leases returns s behind f.
-func (f *Faults) Leases(s lease.Store) lease.Store { return faultyLeases{f, s, lease.ErrUnavailable} }
+// Leases returns s behind f. A store with a queue of waiters
+// (leasedriver.Queuer) keeps it behind f, and its wake-ups
+// (leasedriver.Waker), which f does not break: a missed wake-up is made
+// good by polling.
+func (f *Faults) Leases(s lease.Store) lease.Store {
+	w := faultyLeases{f, s, lease.ErrUnavailable}
+	if _, ok := s.(leasedriver.Queuer); ok {
+		return faultyQueued{w}
+	}
+	return w
+}
+
+type faultyQueued struct{ faultyLeases }
+
+func (w faultyQueued) AcquireQueued(ctx context.Context, key, token string, ttl time.Duration, holder string, stay time.Duration) (lease.Grant, error) {
+	return do(ctx, w.f, w.unav, func(ctx context.Context) (lease.Grant, error) {
+		return w.inner.(leasedriver.Queuer).AcquireQueued(ctx, key, token, ttl, holder, stay)
+	})
+}
+
+func (w faultyQueued) Leave(ctx context.Context, key, token string) error {
+	return w.f.call(ctx, w.unav, func(ctx context.Context) error { return w.inner.(leasedriver.Queuer).Leave(ctx, key, token) })
+}
+
+// Watch is the store's own, or errors.ErrUnsupported from a store that
+// does not wake waiters.
+func (w faultyQueued) Watch(ctx context.Context, key string) (<-chan string, func(), error) {
+	if wk, ok := w.inner.(leasedriver.Waker); ok {
+		return wk.Watch(ctx, key)
+	}
+	return nil, nil, errors.ErrUnsupported
+}
 
 type faultyLeases struct {
 	f     *Faults

@@ -117,9 +117,16 @@ type HeldError struct {
 	// Holder is the holder's description, as Info.Holder ("" when the
 	// store keeps none or the holder gave none).
 	Holder string
+	// Position is how many live waiters are ahead of the caller in the
+	// key's queue (Queuer; 0 from a store without one). A free key that
+	// is promised to a waiter ahead is refused with TTL 0.
+	Position int
 }
 
 func (e *HeldError) Error() string {
+	if e.TTL == 0 && e.Position > 0 {
+		return fmt.Sprintf("lease: %q is promised to a waiter ahead (%d ahead)", e.Key, e.Position)
+	}
 	if e.Holder != "" {
 		return fmt.Sprintf("lease: %q held by another holder (%q) for %v", e.Key, e.Holder, e.TTL)
 	}

@@ -121,6 +121,11 @@ func Run(t *testing.T, newTarget func(t *testing.T) Target) {
 		{"CancelledAcquireLeavesNoLock", testCancelledAcquire},
 		{"FenceSurvivesRestart", testRestart},
 		{"HolderDescribed", testHolder},
+		{"QueueServesInArrivalOrder", testQueueOrder},
+		{"QueuePlaceExpires", testQueuePlaceExpires},
+		{"QueueLeave", testQueueLeave},
+		{"LockerServesWaitersInOrder", testLockerFair},
+		{"WakeOnRelease", testWakeOnRelease},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

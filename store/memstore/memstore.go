@@ -61,6 +61,10 @@ type Store struct {
 	// it once it holds a quarter of that.
 	leasesPeak int
 	fenced     map[string]fencedRec
+	// queues are the waiters of contended keys (leasedriver.Queuer), in
+	// arrival order; watchers the channels Watch hands out, by key.
+	queues   map[string]waitQueue
+	watchers map[string]map[chan string]struct{}
 }
 
 type leaseRec struct {
@@ -82,7 +86,8 @@ type fencedRec struct {
 // option out of its bounds (see [Options]) is an error wrapping
 // tenure.ErrInvalid.
 func New(o *Options) (*Store, error) {
-	s := &Store{now: time.Now, limitKeys: DefaultLimitKeys, leases: map[string]*leaseRec{}, fenced: map[string]fencedRec{}}
+	s := &Store{now: time.Now, limitKeys: DefaultLimitKeys, leases: map[string]*leaseRec{}, fenced: map[string]fencedRec{},
+		queues: map[string]waitQueue{}, watchers: map[string]map[chan string]struct{}{}}
 	if o == nil {
 		return s, nil
 	}
@@ -122,15 +127,42 @@ func (v leases) AcquireHolder(ctx context.Context, key, token string, ttl time.D
 	s := v.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.acquire(key, token, ttl, holder, 0)
+}
+
+// acquire grants key to token unless another holder has it or, the key
+// being free, a live waiter other than token is first in its queue. A
+// refused caller with stay > 0 is queued (or keeps its place) for stay; a
+// granted one leaves the queue. s.mu is held.
+func (s *Store) acquire(key, token string, ttl time.Duration, holder string, stay time.Duration) (lease.Grant, error) {
 	now := s.now()
 	r := s.leases[key]
-	switch {
-	case r == nil:
+	if r == nil || !r.held(now) || r.token != token {
+		q := s.queue(key, now)
+		ahead := q.index(token)
+		if ahead < 0 {
+			ahead = len(q)
+		}
+		if held := r != nil && r.held(now); held || ahead > 0 {
+			if stay > 0 {
+				if i := q.index(token); i >= 0 {
+					q[i].until = now.Add(stay)
+				} else {
+					s.queues[key] = append(q, waiter{token: token, until: now.Add(stay)})
+				}
+			}
+			e := &lease.HeldError{Key: key, Position: ahead}
+			if held {
+				e.TTL, e.Holder = r.expires.Sub(now), r.holder
+			}
+			return lease.Grant{}, e
+		}
+		s.dequeue(key, token, now)
+	}
+	if r == nil {
 		r = &leaseRec{}
 		s.leases[key] = r
 		s.leasesPeak = max(s.leasesPeak, len(s.leases))
-	case r.held(now) && r.token != token:
-		return lease.Grant{}, &lease.HeldError{Key: key, TTL: r.expires.Sub(now), Holder: r.holder}
 	}
 	if r.token != token || !r.held(now) {
 		r.token = token
@@ -182,6 +214,7 @@ func (v leases) Release(ctx context.Context, key, token string) error {
 	// with the time the lease ended, from which its retention counts.
 	r.token, r.holder = "", ""
 	r.expires = now
+	s.wake(key, now)
 	return nil
 }
 

@@ -10,3 +10,10 @@ func (s *Store) RateLimitKeys() map[string]time.Duration { return s.limits().Key
 // RateLimitEntries counts the rate limit entries the store holds, expired
 // ones included, and checks that its map and its expiry heap agree.
 func (s *Store) RateLimitEntries() (int, error) { return s.limits().Entries() }
+
+// QueuedKeys counts the keys with a queue of waiters the store keeps.
+func (s *Store) QueuedKeys() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.queues)
+}

@@ -44,6 +44,10 @@ func (s *Store) Sweep(ctx context.Context, o retention.Options) (retention.Resul
 			deleted++
 		}
 	}
+	// Queues of waiters that all left or crashed.
+	for k := range s.queues {
+		s.queue(k, now)
+	}
 	res.Add(retention.Leases, deleted)
 	if s.leasesPeak >= 1024 && len(s.leases) < s.leasesPeak/4 {
 		m := make(map[string]*leaseRec, len(s.leases))

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tenurekit/tenure/lease"
+	leasedriver "github.com/tenurekit/tenure/lease/driver"
 	"github.com/tenurekit/tenure/retention"
 	"github.com/tenurekit/tenure/store/memstore"
 )
@@ -132,5 +133,33 @@ func TestSweepReleasesMemory(t *testing.T) {
 	}
 	if after > base && after-base > (full-base)/4 {
 		t.Fatalf("heap %d bytes after the sweep, %d with the records, %d before them: the records' memory was kept", after, full, base)
+	}
+}
+
+// TestSweepDropsDeadQueues: the queue of a key whose waiters all crashed
+// (their places expired, nobody touched the key since) is gone after a
+// Sweep.
+func TestSweepDropsDeadQueues(t *testing.T) {
+	clk := &clock{t: time.Now()}
+	s := newMem(t, &memstore.Options{Clock: clk.Now})
+	ctx := t.Context()
+	q := s.Leases().(leasedriver.Queuer)
+	if _, err := s.Leases().Acquire(ctx, "k", "holder", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	for _, tok := range []string{"w1", "w2"} {
+		if _, err := q.AcquireQueued(ctx, "k", tok, time.Minute, "", time.Second); err == nil {
+			t.Fatalf("%s granted a held key", tok)
+		}
+	}
+	if n := s.QueuedKeys(); n != 1 {
+		t.Fatalf("%d queues, want 1", n)
+	}
+	clk.Add(2 * time.Second)
+	if _, err := s.Sweep(ctx, retention.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := s.QueuedKeys(); n != 0 {
+		t.Fatalf("%d queues after the sweep, want 0", n)
 	}
 }

@@ -114,6 +114,7 @@ func testScriptsValidateBeforeWriting(t *testing.T, open func(t *testing.T, addr
 	c := newClient(t, srv.Addr())
 	s := open(t, srv.Addr(), nil)
 	lock, fk, hk := s.leaseKeys3("k")
+	qk, sk, _ := s.queueKeys("k")
 	vk, ak := s.valueKeys("r")
 	cases := []struct {
 		name string
@@ -121,21 +122,27 @@ func testScriptsValidateBeforeWriting(t *testing.T, open func(t *testing.T, addr
 		keys []string
 		args []string
 	}{
-		{"acquire empty token", acquireScript, []string{lock, fk, hk}, []string{"", "1000", "1000", ""}},
-		{"acquire long token", acquireScript, []string{lock, fk, hk}, []string{strings.Repeat("t", 129), "1000", "1000", ""}},
-		{"acquire zero ttl", acquireScript, []string{lock, fk, hk}, []string{"t", "0", "1000", ""}},
-		{"acquire fractional ttl", acquireScript, []string{lock, fk, hk}, []string{"t", "1.5", "1000", ""}},
-		{"acquire ttl over a day", acquireScript, []string{lock, fk, hk}, []string{"t", "86400001", "1000", ""}},
-		{"acquire ttl not a number", acquireScript, []string{lock, fk, hk}, []string{"t", "x", "1000", ""}},
-		{"acquire bad retention", acquireScript, []string{lock, fk, hk}, []string{"t", "1000", "-1", ""}},
-		{"acquire long holder", acquireScript, []string{lock, fk, hk}, []string{"t", "1000", "1000", strings.Repeat("h", 129)}},
-		{"acquire holder with a line break", acquireScript, []string{lock, fk, hk}, []string{"t", "1000", "1000", "a\nb"}},
-		{"acquire holder with NUL", acquireScript, []string{lock, fk, hk}, []string{"t", "1000", "1000", "a\x00b"}},
-		{"acquire without holder argument", acquireScript, []string{lock, fk, hk}, []string{"t", "1000", "1000"}},
-		{"acquire two keys", acquireScript, []string{lock, fk}, []string{"t", "1000", "1000", ""}},
+		{"acquire empty token", acquireScript, []string{lock, fk, hk, qk, sk}, []string{"", "1000", "1000", "", "0"}},
+		{"acquire long token", acquireScript, []string{lock, fk, hk, qk, sk}, []string{strings.Repeat("t", 129), "1000", "1000", "", "0"}},
+		{"acquire zero ttl", acquireScript, []string{lock, fk, hk, qk, sk}, []string{"t", "0", "1000", "", "0"}},
+		{"acquire fractional ttl", acquireScript, []string{lock, fk, hk, qk, sk}, []string{"t", "1.5", "1000", "", "0"}},
+		{"acquire ttl over a day", acquireScript, []string{lock, fk, hk, qk, sk}, []string{"t", "86400001", "1000", "", "0"}},
+		{"acquire ttl not a number", acquireScript, []string{lock, fk, hk, qk, sk}, []string{"t", "x", "1000", "", "0"}},
+		{"acquire bad retention", acquireScript, []string{lock, fk, hk, qk, sk}, []string{"t", "1000", "-1", "", "0"}},
+		{"acquire long holder", acquireScript, []string{lock, fk, hk, qk, sk}, []string{"t", "1000", "1000", strings.Repeat("h", 129), "0"}},
+		{"acquire holder with a line break", acquireScript, []string{lock, fk, hk, qk, sk}, []string{"t", "1000", "1000", "a\nb", "0"}},
+		{"acquire holder with NUL", acquireScript, []string{lock, fk, hk, qk, sk}, []string{"t", "1000", "1000", "a\x00b", "0"}},
+		{"acquire without stay argument", acquireScript, []string{lock, fk, hk, qk, sk}, []string{"t", "1000", "1000", ""}},
+		{"acquire three keys", acquireScript, []string{lock, fk, hk}, []string{"t", "1000", "1000", "", "0"}},
+		{"acquire negative stay", acquireScript, []string{lock, fk, hk, qk, sk}, []string{"t", "1000", "1000", "", "-1"}},
+		{"acquire fractional stay", acquireScript, []string{lock, fk, hk, qk, sk}, []string{"t", "1000", "1000", "", "0.5"}},
 		{"renew zero ttl", renewScript, []string{lock, fk, hk}, []string{"t", "0", "1000"}},
 		{"renew two keys", renewScript, []string{lock, fk}, []string{"t", "1000", "1000"}},
-		{"release empty token", releaseScript, []string{lock}, []string{""}},
+		{"release empty token", releaseScript, []string{lock, qk, sk}, []string{"", "", "0"}},
+		{"release without channel", releaseScript, []string{lock, qk, sk}, []string{"t"}},
+		{"release one key", releaseScript, []string{lock}, []string{"t", "", "0"}},
+		{"leave empty token", leaveScript, []string{qk, sk}, []string{"", "w", "0"}},
+		{"leave one key", leaveScript, []string{qk}, []string{"t", "w", "0"}},
 		{"fenced set negative", fencedSetScript, []string{vk, ak}, []string{"-1", "s", "v"}},
 		{"fenced set leading zero", fencedSetScript, []string{vk, ak}, []string{"01", "s", "v"}},
 		{"fenced set too long", fencedSetScript, []string{vk, ak}, []string{"123456789012345678901", "s", "v"}},

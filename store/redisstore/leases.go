@@ -36,6 +36,8 @@ type leases struct{ s *Store }
 var (
 	_ leasedriver.HolderAcquirer = leases{}
 	_ lease.Lister               = leases{}
+	_ leasedriver.Queuer         = leases{}
+	_ leasedriver.Waker          = leases{}
 )
 
 func (v leases) Acquire(ctx context.Context, key, token string, ttl time.Duration) (lease.Grant, error) {
@@ -47,6 +49,22 @@ func (v leases) Acquire(ctx context.Context, key, token string, ttl time.Duratio
 // lease's hash tag, with the lock's TTL, that names the grant's fence. A
 // grant without a description writes nothing more than a plain Acquire.
 func (v leases) AcquireHolder(ctx context.Context, key, token string, ttl time.Duration, holder string) (lease.Grant, error) {
+	return v.acquire(ctx, key, token, ttl, holder, 0)
+}
+
+// AcquireQueued is AcquireHolder for a waiter that keeps its place in
+// the key's queue for stay (leasedriver.Queuer): two sorted sets under
+// the lease's hash tag, read and written by the acquire script.
+func (v leases) AcquireQueued(ctx context.Context, key, token string, ttl time.Duration, holder string, stay time.Duration) (lease.Grant, error) {
+	if err := leasedriver.ValidateStay(stay); err != nil {
+		return lease.Grant{}, err
+	}
+	return v.acquire(ctx, key, token, ttl, holder, stay)
+}
+
+// acquire runs the acquire script; stay 0 is a plain acquire, which does
+// not queue.
+func (v leases) acquire(ctx context.Context, key, token string, ttl time.Duration, holder string, stay time.Duration) (lease.Grant, error) {
 	if err := leasedriver.Validate(key, token, ttl); err != nil {
 		return lease.Grant{}, err
 	}
@@ -58,8 +76,13 @@ func (v leases) AcquireHolder(ctx context.Context, key, token string, ttl time.D
 		return lease.Grant{}, err
 	}
 	lock, fence, hk := s.leaseKeys3(key)
+	queue, stays, _ := s.queueKeys(key)
 	_, ms := s.ttlArg(ttl)
-	res, p := s.write(ctx, acquireScript, []string{lock, fence, hk}, []string{token, ms, s.keep, holder}, false)
+	stayMS := strconv.FormatInt(max(stay.Milliseconds(), 0), 10)
+	if stay > 0 && stay < time.Millisecond {
+		stayMS = "1"
+	}
+	res, p := s.write(ctx, acquireScript, []string{lock, fence, hk, queue, stays}, []string{token, ms, s.keep, holder, stayMS}, false)
 	arr, err := res.ToArray()
 	if err != nil {
 		return lease.Grant{}, s.fail(err)
@@ -79,6 +102,18 @@ func (v leases) AcquireHolder(ctx context.Context, key, token string, ttl time.D
 				return lease.Grant{}, malformed("acquire")
 			}
 		}
+		if len(arr) > 3 {
+			ahead, err := arr[3].AsInt64()
+			if err != nil {
+				return lease.Grant{}, malformed("acquire")
+			}
+			held.Position = int(ahead)
+		}
+		if n == 0 && held.Position > 0 {
+			held.TTL = 0 // free, promised to a waiter ahead
+		}
+		// A place in the queue is not confirmed on the replicas: lost in
+		// a failover, the waiter takes a new one with its next attempt.
 		return lease.Grant{}, held
 	}
 	if len(arr) < 3 || n <= 0 {
@@ -102,7 +137,7 @@ func (v leases) AcquireHolder(ctx context.Context, key, token string, ttl time.D
 func (s *Store) releaseUnconfirmed(ctx context.Context, lock, token string) {
 	ctx, cancel := s.afterUnconfirmed(ctx)
 	defer cancel()
-	_ = releaseScript.Exec(ctx, s.c, []string{lock}, []string{token}).Error()
+	_ = releaseScript.Exec(ctx, s.c, []string{lock, lock + ":queue", lock + ":stays"}, []string{token, "", "0"}).Error()
 }
 
 // remaining converts a PTTL reply of an existing lock to a duration: at
@@ -161,6 +196,8 @@ func (v leases) Release(ctx context.Context, key, token string) error {
 		return err
 	}
 	lock := s.lockKey(key)
+	queue, stays, wake := s.queueKeys(key)
+	relKeys, relArgs := []string{lock, queue, stays}, []string{token, wake, s.shardedFlag()}
 	var (
 		n   int64
 		err error
@@ -178,11 +215,15 @@ func (v leases) Release(ctx context.Context, key, token string) error {
 			// A node without DELEX (a mixed-version cluster): nothing
 			// was deleted; use the script from now on.
 			s.delex.Store(false)
-			res, p = s.write(ctx, releaseScript, []string{lock}, []string{token}, false)
+			res, p = s.write(ctx, releaseScript, relKeys, relArgs, false)
 			n, err = res.AsInt64()
+		} else if err == nil && n == 1 {
+			// DELEX cannot publish: wake the key's waiters with a command
+			// of its own (a lost one is made good by their polling).
+			s.c.Do(ctx, s.publishCmd(wake))
 		}
 	} else {
-		res, p = s.write(ctx, releaseScript, []string{lock}, []string{token}, false)
+		res, p = s.write(ctx, releaseScript, relKeys, relArgs, false)
 		n, err = res.AsInt64()
 	}
 	if err != nil {
@@ -192,6 +233,61 @@ func (v leases) Release(ctx context.Context, key, token string) error {
 		return lease.ErrNotHeld
 	}
 	return s.confirm(ctx, p)
+}
+
+// shardedFlag is the scripts' argument that says whether to wake waiters
+// with SPUBLISH (Redis Cluster) or PUBLISH.
+func (s *Store) shardedFlag() string {
+	if s.cluster {
+		return "1"
+	}
+	return "0"
+}
+
+// publishCmd wakes the waiters that watch channel.
+func (s *Store) publishCmd(channel string) rclient.Cmd {
+	name := "PUBLISH"
+	if s.cluster {
+		name = "SPUBLISH"
+	}
+	return rclient.Cmd{Name: name, Keys: []string{channel}, Args: []string{""}}
+}
+
+// Leave gives token's place in key's queue up (leasedriver.Queuer); a
+// waiter that was first wakes the others.
+func (v leases) Leave(ctx context.Context, key, token string) error {
+	if err := leasedriver.ValidateKey(key); err != nil {
+		return err
+	}
+	if err := leasedriver.ValidateToken(token); err != nil {
+		return err
+	}
+	s := v.s
+	if err := s.ready(ctx); err != nil {
+		return err
+	}
+	queue, stays, wake := s.queueKeys(key)
+	if err := leaveScript.Exec(ctx, s.c, []string{queue, stays}, []string{token, wake, s.shardedFlag()}).Error(); err != nil {
+		return s.fail(err)
+	}
+	return nil
+}
+
+// Watch subscribes to the channel a release of key publishes to
+// (leasedriver.Waker): PUBLISH, or SPUBLISH on Redis Cluster, under the
+// key's hash tag. It returns once the server confirmed the subscription.
+// An expiry publishes nothing: a waiter polls at the holder's TTL.
+func (v leases) Watch(ctx context.Context, key string) (<-chan string, func(), error) {
+	if err := leasedriver.ValidateKey(key); err != nil {
+		return nil, nil, err
+	}
+	s := v.s
+	_, _, wake := s.queueKeys(key)
+	ch, stop, err := s.watch(ctx, wake)
+	if err != nil {
+		return nil, nil, s.fail(err)
+	}
+	return ch, stop, nil
 }
 
 func (v leases) Inspect(ctx context.Context, key string) (lease.Info, error) {

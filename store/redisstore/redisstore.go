@@ -93,6 +93,7 @@ type Store struct {
 	evict     bool
 	keep      string // fence retention in ms, as sent to the scripts
 	cluster   bool
+	wakes     wakeHub // the wake channels' subscriptions (Watch)
 
 	checked atomic.Bool // the server check passed and still stands
 	delex   atomic.Bool // every node has DELEX (valid once checked)
@@ -264,6 +265,14 @@ func (s *Store) leaseKeys3(key string) (lock, fence, holder string) {
 	return all[:a], all[a:b], all[b:]
 }
 
+// queueKeys returns the keys of a lease's queue of waiters (by arrival,
+// by the end of their stay) and the channel that wakes them, all under
+// the lease's hash tag.
+func (s *Store) queueKeys(key string) (queue, stays, wake string) {
+	base := s.prefix + "{" + escape(key) + "}:"
+	return base + "queue", base + "stays", base + "wake"
+}
+
 // lockKey returns the lock key of a lease.
 func (s *Store) lockKey(key string) string {
 	return s.prefix + "{" + escape(key) + "}:lock"
@@ -283,6 +292,8 @@ var (
 	renewSrc string
 	//go:embed lua/release.lua
 	releaseSrc string
+	//go:embed lua/leave.lua
+	leaveSrc string
 	//go:embed lua/inspect.lua
 	inspectSrc string
 	//go:embed lua/fencedset.lua
@@ -298,6 +309,7 @@ var (
 	acquireScript   = rclient.NewScript(acquireSrc)
 	renewScript     = rclient.NewScript(renewSrc)
 	releaseScript   = rclient.NewScript(releaseSrc)
+	leaveScript     = rclient.NewScript(leaveSrc)
 	inspectScript   = rclient.NewScriptReadOnly(inspectSrc)
 	fencedSetScript = rclient.NewScript(fencedSetSrc)
 )

@@ -573,7 +573,9 @@ func (v schedClaims) Acquire(ctx context.Context, key, token string, ttl time.Du
 		return lease.Grant{}, err
 	}
 	_, ms := s.ttlArg(ttl)
-	res, p := s.write(ctx, acquireScript, []string{lock, fk, schedHolderKey(lock)}, []string{token, ms, schedKeep, ""}, false)
+	// Slot claims have no queue of waiters: its keys (in the claim's hash
+	// slot) stay empty.
+	res, p := s.write(ctx, acquireScript, []string{lock, fk, schedHolderKey(lock), lock + ":queue", lock + ":stays"}, []string{token, ms, schedKeep, "", "0"}, false)
 	arr, err := res.ToArray()
 	if err != nil {
 		return lease.Grant{}, s.fail(err)
@@ -633,7 +635,7 @@ func (v schedClaims) Release(ctx context.Context, key, token string) error {
 	if err := s.ready(ctx); err != nil {
 		return err
 	}
-	res, p := s.write(ctx, releaseScript, []string{lock}, []string{token}, false)
+	res, p := s.write(ctx, releaseScript, []string{lock, lock + ":queue", lock + ":stays"}, []string{token, "", "0"}, false)
 	n, err := res.AsInt64()
 	if err != nil {
 		return s.fail(err)

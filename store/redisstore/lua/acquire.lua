@@ -4,17 +4,24 @@
 -- KEYS[2] fence key (the last fence granted, kept ttl + retention)
 -- KEYS[3] holder key ('<fence> <description>', PX ttl; it describes the
 --         lock only while its fence is the fence key's)
+-- KEYS[4] queue key (zset: the waiters' tokens by arrival, server µs)
+-- KEYS[5] stays key (zset: the waiters' tokens by the end of their stay)
 -- ARGV[1] token, ARGV[2] ttl in ms, ARGV[3] fence retention in ms,
--- ARGV[4] holder description ('' for none)
+-- ARGV[4] holder description ('' for none), ARGV[5] the caller's stay in
+-- the queue in ms when it is refused (0: a plain acquire, which does not
+-- queue)
 -- Returns {1, fence, ttl} when granted (or renewed for the holding token),
--- {0, pttl, holder description or ''} when another token holds the lock.
+-- {0, pttl, holder description or '', waiters ahead} when another token
+-- holds the lock, or {0, 0, '', waiters ahead} when the lock is free but
+-- live waiters came first: a free lock goes to the first live waiter.
 -- The arguments are checked before the first write: a script error does not
 -- roll back what was already written. (On a full server the script is
 -- refused before it starts: it declares no allow-oom.)
-local token, ttl, keep, holder = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
-if #KEYS ~= 3 or #ARGV ~= 4 or #token < 1 or #token > 128
+local token, ttl, keep, holder, stay = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5])
+if #KEYS ~= 5 or #ARGV ~= 5 or #token < 1 or #token > 128
   or not ttl or ttl < 1 or ttl > 86400000 or ttl % 1 ~= 0
   or not keep or keep < 1 or keep > 315360000000 or keep % 1 ~= 0
+  or not stay or stay < 0 or stay > 86400000 or stay % 1 ~= 0
   or #holder > 128 or holder:find('[%z\n\r]') then
   return redis.error_reply('ERR redisstore: invalid acquire arguments')
 end
@@ -22,7 +29,57 @@ local function clock()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
+-- The waiters: drop those whose stay ended, and count those ahead.
+local ahead, rank = 0, nil
+if redis.call('EXISTS', KEYS[4]) == 1 then
+  local gone = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', clock())
+  if #gone > 0 then
+    redis.call('ZREM', KEYS[4], unpack(gone))
+    redis.call('ZREM', KEYS[5], unpack(gone))
+  end
+  rank = redis.call('ZRANK', KEYS[4], token)
+  ahead = rank or redis.call('ZCARD', KEYS[4])
+end
+-- A refused caller with a stay keeps (or takes) its place.
+local function wait()
+  if stay > 0 then
+    local now = clock()
+    if not rank then
+      redis.call('ZADD', KEYS[4], now, token)
+    end
+    redis.call('ZADD', KEYS[5], now + stay * 1000, token)
+    for i = 4, 5 do
+      if redis.call('PTTL', KEYS[i]) < stay then
+        redis.call('PEXPIRE', KEYS[i], stay)
+      end
+    end
+  end
+end
+local function leave()
+  if rank then
+    redis.call('ZREM', KEYS[4], token)
+    redis.call('ZREM', KEYS[5], token)
+  end
+end
+-- The refusal: the holder's remaining time and description, or 0 and ''
+-- for a free lock promised to a waiter ahead.
+local function refuse()
+  wait()
+  local pttl = redis.call('PTTL', KEYS[1])
+  if pttl == -2 then
+    return {0, 0, '', ahead}
+  end
+  local h, fs = redis.call('GET', KEYS[3]), redis.call('GET', KEYS[2])
+  if h and fs and h:sub(1, #fs + 1) == fs .. ' ' then
+    return {0, pttl, h:sub(#fs + 2), ahead}
+  end
+  return {0, pttl, '', ahead}
+end
+if ahead > 0 and redis.call('GET', KEYS[1]) ~= token then
+  return refuse()
+end
 if redis.call('SET', KEYS[1], token, 'NX', 'PX', ttl) then
+  leave()
   -- A new grant: fence = max(last + 1, server clock in microseconds).
   -- The common case (the clock is ahead of the last fence) writes the
   -- clock and reads the old value in one command.
@@ -42,13 +99,9 @@ if redis.call('SET', KEYS[1], token, 'NX', 'PX', ttl) then
   return {1, f, ttl}
 end
 if redis.call('GET', KEYS[1]) ~= token then
-  local pttl = redis.call('PTTL', KEYS[1])
-  local h, fs = redis.call('GET', KEYS[3]), redis.call('GET', KEYS[2])
-  if h and fs and h:sub(1, #fs + 1) == fs .. ' ' then
-    return {0, pttl, h:sub(#fs + 2)}
-  end
-  return {0, pttl, ''}
+  return refuse()
 end
+leave()
 -- The same token holds the lock: renew it to ttl, same fence, and replace
 -- the description.
 redis.call('PEXPIRE', KEYS[1], ttl)

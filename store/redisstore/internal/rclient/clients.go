@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
@@ -170,6 +171,45 @@ func (c *ruClient) Nodes(context.Context) ([]Node, error) {
 
 func (c *ruClient) Cluster() bool { return c.c.Mode() == rueidis.ClientModeCluster }
 
+func (c *ruClient) Subscribe(ctx context.Context, channel string, sharded bool, fn func(msg string)) (func(), error) {
+	sub := c.c.B().Subscribe().Channel(channel).Build()
+	unsub := c.c.B().Unsubscribe().Channel(channel).Build()
+	kind := "subscribe"
+	if sharded {
+		sub = c.c.B().Ssubscribe().Channel(channel).Build()
+		unsub = c.c.B().Sunsubscribe().Channel(channel).Build()
+		kind = "ssubscribe"
+	}
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	confirmed := make(chan struct{})
+	var once sync.Once
+	rctx = rueidis.WithOnSubscriptionHook(rctx, func(s rueidis.PubSubSubscription) {
+		if s.Kind == kind {
+			once.Do(func() { close(confirmed) })
+		}
+	})
+	// Receive leaves the channel subscribed when it returns: unsubscribe
+	// on the connection it used.
+	rctx = rueidis.WithOnReceiveReturnHook(rctx, func(err error, cc rueidis.CommandClient) error {
+		uctx, ucancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer ucancel()
+		cc.Do(uctx, unsub)
+		return err
+	})
+	done := make(chan error, 1)
+	go func() { done <- c.c.Receive(rctx, sub, func(m rueidis.PubSubMessage) { fn(m.Message) }) }()
+	select {
+	case <-confirmed:
+		return cancel, nil
+	case err := <-done:
+		cancel()
+		return nil, err
+	case <-ctx.Done():
+		cancel()
+		return nil, ctx.Err()
+	}
+}
+
 // GoRedis adapts a go-redis v9 client: a *redis.Client (one server, or a
 // failover client) or a *redis.ClusterClient. Other implementations of
 // redis.UniversalClient (*redis.Ring, which moves keys to another shard
@@ -287,6 +327,27 @@ func (c goClient) Nodes(ctx context.Context) ([]Node, error) {
 }
 
 func (c goClient) Cluster() bool { return c.cluster }
+
+func (c goClient) Subscribe(ctx context.Context, channel string, sharded bool, fn func(msg string)) (func(), error) {
+	var ps *redis.PubSub
+	if sharded {
+		ps = c.c.SSubscribe(ctx, channel)
+	} else {
+		ps = c.c.Subscribe(ctx, channel)
+	}
+	// The first reply is the subscription's confirmation.
+	if _, err := ps.Receive(ctx); err != nil {
+		ps.Close()
+		return nil, err
+	}
+	msgs := ps.Channel()
+	go func() {
+		for m := range msgs {
+			fn(m.Payload)
+		}
+	}()
+	return func() { ps.Close() }, nil
+}
 
 // ErrUnsupported reports a go-redis client type the store does not accept.
 var ErrUnsupported = fmt.Errorf("redisstore: unsupported client")

@@ -1,0 +1,26 @@
+#!lua flags=allow-oom
+-- Leave a key's queue of waiters: a waiter that gave up.
+-- KEYS[1] queue key, KEYS[2] stays key; ARGV[1] token; ARGV[2] the channel
+-- that wakes the key's waiters, ARGV[3] '1' to publish it sharded. A waiter
+-- that was first wakes the next one (named as release.lua names it): the
+-- key may be free for it.
+-- Returns 1 if the token was queued, 0 otherwise.
+-- allow-oom: deleting frees memory.
+if #KEYS ~= 2 or #ARGV ~= 3 or #ARGV[1] < 1 or #ARGV[1] > 128 then
+  return redis.error_reply('ERR redisstore: invalid leave arguments')
+end
+local rank = redis.call('ZRANK', KEYS[1], ARGV[1])
+if not rank then
+  return 0
+end
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
+if rank == 0 then
+  local who = ''
+  local first = redis.call('ZRANGE', KEYS[1], 0, 0)
+  if first[1] then
+    who = redis.sha1hex(first[1]):sub(1, 16)
+  end
+  redis.call(ARGV[3] == '1' and 'SPUBLISH' or 'PUBLISH', ARGV[2], who)
+end
+return 1

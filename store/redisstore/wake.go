@@ -1,0 +1,118 @@
+package redisstore
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// wakeLinger is how long a channel stays subscribed after its last
+// watcher stopped, for the next wait on the same key (a contended key's
+// waiters watch it again with each acquire).
+const wakeLinger = 2 * time.Second
+
+// wakeHub shares one subscription per wake channel between the store's
+// watchers: a server subscription is per connection, so two watchers of
+// one key on one connection must not subscribe and unsubscribe it apart.
+type wakeHub struct {
+	mu   sync.Mutex
+	subs map[string]*wakeSub
+}
+
+type wakeSub struct {
+	ready  chan string // closed once subscribed, or failed (err)
+	err    error
+	stop   func()
+	chans  map[chan string]struct{}
+	linger *time.Timer // set while no watcher is left
+}
+
+// watch returns a channel that receives when channel is published to,
+// and its stop.
+func (s *Store) watch(ctx context.Context, channel string) (<-chan string, func(), error) {
+	h := &s.wakes
+	ch := make(chan string, 1)
+	h.mu.Lock()
+	if h.subs == nil {
+		h.subs = map[string]*wakeSub{}
+	}
+	sub, shared := h.subs[channel]
+	if !shared {
+		sub = &wakeSub{ready: make(chan string), chans: map[chan string]struct{}{}}
+		h.subs[channel] = sub
+	}
+	if sub.linger != nil {
+		sub.linger.Stop()
+		sub.linger = nil
+	}
+	sub.chans[ch] = struct{}{}
+	h.mu.Unlock()
+	if !shared {
+		stop, err := s.c.Subscribe(ctx, channel, s.cluster, func(msg string) { h.fan(channel, msg) })
+		h.mu.Lock()
+		sub.stop, sub.err = stop, err
+		if err != nil && h.subs[channel] == sub {
+			delete(h.subs, channel)
+		}
+		h.mu.Unlock()
+		close(sub.ready)
+	} else {
+		select {
+		case <-sub.ready:
+		case <-ctx.Done():
+			h.unwatch(channel, sub, ch)
+			return nil, nil, ctx.Err()
+		}
+	}
+	if sub.err != nil {
+		return nil, nil, sub.err
+	}
+	return ch, func() { h.unwatch(channel, sub, ch) }, nil
+}
+
+// fan passes a wake-up (the waiter it names) to every watcher of
+// channel; a watcher's buffer keeps the newest.
+func (h *wakeHub) fan(channel, who string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if sub := h.subs[channel]; sub != nil {
+		for ch := range sub.chans {
+			select {
+			case ch <- who:
+			default:
+				select {
+				case <-ch:
+				default:
+				}
+				select {
+				case ch <- who:
+				default:
+				}
+			}
+		}
+	}
+}
+
+// unwatch stops ch; the subscription ends wakeLinger after its last
+// watcher stopped, unless another one came meanwhile.
+func (h *wakeHub) unwatch(channel string, sub *wakeSub, ch chan string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(sub.chans, ch)
+	if len(sub.chans) > 0 || sub.linger != nil || h.subs[channel] != sub {
+		return
+	}
+	sub.linger = time.AfterFunc(wakeLinger, func() {
+		h.mu.Lock()
+		if len(sub.chans) > 0 || h.subs[channel] != sub {
+			h.mu.Unlock()
+			return
+		}
+		delete(h.subs, channel)
+		stop := sub.stop
+		h.mu.Unlock()
+		if stop != nil {
+			stop()
+		}
+	})
+}
