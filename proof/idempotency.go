@@ -550,7 +550,11 @@ func takenOver(op Op, claims []Op) (uint64, bool) {
 
 // overlappingClaims returns two claims of which the second began while
 // the first was valid (its output: the validity's end) and its executor
-// had not finished.
+// had not finished. A claim's operation is recorded once it was granted,
+// so its Invoke is an upper bound of the grant: a greater fence says
+// which grant came second, and the second's Invoke before the first's
+// end says it was granted before then. (Invoke order alone is not grant
+// order: a worker paused between its grant and the record records late.)
 func overlappingClaims(claims []Op) (Op, Op, bool) {
 	for _, a := range claims {
 		until, err := strconv.ParseInt(a.Out, 10, 64)
@@ -558,7 +562,7 @@ func overlappingClaims(claims []Op) (Op, Op, bool) {
 			continue
 		}
 		for _, b := range claims {
-			if b.Proc != a.Proc && b.Invoke > a.Invoke && b.Invoke < until && b.Invoke < a.Complete {
+			if b.Proc != a.Proc && b.Fence > a.Fence && b.Invoke < until && b.Invoke < a.Complete {
 				return a, b, true
 			}
 		}

@@ -177,9 +177,15 @@ func TestTakenOver(t *testing.T) {
 	if _, _, ok := overlappingClaims(claims); ok {
 		t.Error("b's claim began after a's validity: reported as overlapping")
 	}
-	early := append(claims[:1:1], Op{Proc: "c", F: "claim", Fence: 1, Status: OK, Invoke: 5 * ms, Complete: 6 * ms, Out: "0"})
+	early := append(claims[:1:1], Op{Proc: "c", F: "claim", Fence: 3, Status: OK, Invoke: 5 * ms, Complete: 6 * ms, Out: "0"})
 	if _, b, ok := overlappingClaims(early); !ok || b.Proc != "c" {
 		t.Error("c's claim began inside a's validity, while a worked: not reported")
+	}
+	// d was granted before a (its fence is smaller) and recorded late, as a
+	// worker paused between its grant and the record does.
+	late := append(claims[:1:1], Op{Proc: "d", F: "claim", Fence: 0, Status: OK, Invoke: 5 * ms, Complete: 6 * ms, Out: "0"})
+	if _, _, ok := overlappingClaims(late); ok {
+		t.Error("d's claim, granted before a's and recorded late: reported as overlapping")
 	}
 	after := append(claims[:1:1], Op{Proc: "c", F: "claim", Fence: 2, Status: OK, Invoke: 21 * ms, Complete: 22 * ms, Out: "0"})
 	if _, _, ok := overlappingClaims(after); ok {
