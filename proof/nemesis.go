@@ -173,7 +173,9 @@ func (n *nemesis) run(ctx context.Context, until time.Time, tick func(time.Durat
 			// time forgets the next time.
 			forgetting = true
 			go func() {
-				fctx, cancel := context.WithTimeout(ctx, 2*n.ttl)
+				// A paused worker's transaction can hold a SQLite file
+				// for up to three TTLs (a pause's length).
+				fctx, cancel := context.WithTimeout(ctx, 4*n.ttl)
 				defer cancel()
 				lost, err := n.forget(fctx)
 				forgot <- forgetResult{lost, err}

@@ -27,8 +27,11 @@ func TestProofCommandEmbedded(t *testing.T) {
 		if r.Verdict != proof.VerdictPass || r.Guarded.Count != 0 || r.Control.Count == 0 {
 			t.Errorf("%s: verdict %s, guarded violations %d, control violations %d", r.Store, r.Verdict, r.Guarded.Count, r.Control.Count)
 		}
-		// The default faults include forget: the store lost ended leases.
-		if r.Faults["forget"] == 0 {
+		// The default faults include forget: the store is told to lose
+		// ended leases. (On a loaded machine a SQLite file locked by a
+		// paused worker can make every attempt of a short run time out:
+		// attempted is what the defaults promise.)
+		if r.Faults["forget"]+r.Faults["forget-failed"] == 0 {
 			t.Errorf("%s: faults %v, want ended leases forgotten by default", r.Store, r.Faults)
 		}
 	}
