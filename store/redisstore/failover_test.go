@@ -435,3 +435,59 @@ func TestFailoverCluster(t *testing.T) {
 	}
 	runFailover(t, env, barrier, probes, other)
 }
+
+// TestFailoverDuringWait: the primary dies while a grant waits for its
+// replica's confirmation (the replication stream held back), and the
+// replica that lacks the grant is promoted at the same address. The grant
+// must not be reported done: the connection that ran it broke before WAIT
+// answered, and the promoted replica, which answers at the address now,
+// has no replicas and no such lease. Reported done, it would give the key
+// a second holder at the next acquire.
+func TestFailoverDuringWait(t *testing.T) {
+	t.Parallel() // servers of its own
+	for _, form := range []string{"rueidis", "go-redis"} {
+		t.Run(form, func(t *testing.T) {
+			t.Parallel()
+			env := testenv.NewRedisFailover(t, nil)
+			// A long confirmation timeout: WAIT is still waiting when the
+			// primary dies.
+			o := &redisstore.Options{Replication: redisstore.Replication{Timeout: time.Minute}}
+			var s *redisstore.Store
+			if form == "rueidis" {
+				s = newRedis(t, newClient(t, env.Addr()), o)
+			} else {
+				s = newGoRedis(t, newGoClient(t, env.Addr()), o)
+			}
+			ls := s.Leases()
+			ctx := ctxT(t)
+			if _, err := ls.Acquire(ctx, "warm", "token-warm", time.Minute); err != nil {
+				t.Fatalf("a confirmed grant before the failover: %v", err)
+			}
+			env.HoldReplication()
+			errc := make(chan error, 1)
+			go func() {
+				_, err := ls.Acquire(ctx, "k", "token-1", time.Minute)
+				errc <- err
+			}()
+			// The grant ran on the primary: it is held there.
+			direct := newClient(t, env.Primary.Addr())
+			for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+				info, err := newRedis(t, direct, nil).Leases().Inspect(ctx, "k")
+				if err == nil && info.Held {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the grant did not reach the primary: %+v, %v", info, err)
+				}
+			}
+			env.Failover(t)
+			if err := <-errc; !errors.Is(err, lease.ErrUnavailable) {
+				t.Fatalf("a grant whose confirmation the failover cut off: %v, want ErrUnavailable (not confirmed)", err)
+			}
+			// The promoted replica never had it: the key is free there.
+			if _, err := ls.Acquire(ctx, "k", "token-2", time.Minute); err != nil {
+				t.Fatalf("the key after the failover: %v", err)
+			}
+		})
+	}
+}
