@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tenurekit/tenure/lease"
@@ -73,7 +74,11 @@ type Store struct {
 	views // per-primitive state; see views.go
 	db    *sql.DB
 	owned bool // Open opened db; Close closes it
-	now   func() time.Time
+	// closed is set by Close: a write that comes later (a caller's
+	// background clean-up, say) fails before it takes a turn, whose lock
+	// file it would otherwise create again next to the closed database.
+	closed atomic.Bool
+	now    func() time.Time
 	// lockFirst: BeginTx may start a deferred transaction (a database from
 	// New), so a write statement takes the write lock before the clock is
 	// read.
@@ -212,6 +217,7 @@ func (s *Store) Close() error {
 	if !s.owned {
 		return nil
 	}
+	s.closed.Store(true)
 	err := s.db.Close()
 	if s.wqKey != nil {
 		putQueue(s.wqKey)
@@ -228,6 +234,9 @@ func (s *Store) Close() error {
 // write lock, so a request that waited is judged on the time it is
 // applied, not the time it was made.
 func (s *Store) writeTx(ctx context.Context, l lane, fail func(error) error, fn func(tx *sql.Tx, now int64) error) error {
+	if s.closed.Load() {
+		return fail(sql.ErrConnDone)
+	}
 	if !s.queued {
 		if err := s.wq.acquire(ctx, l); err != nil {
 			return fail(err)
