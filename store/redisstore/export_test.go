@@ -15,3 +15,8 @@ func (s *Store) RevokeBegin(ctx context.Context, userID string) error {
 	keys := []string{s.SessionIndexKey(userID), s.SessionRevokeKey(userID)}
 	return sessionRevokeBegin.Exec(ctx, s.c, keys, []string{"interrupted"}).Error()
 }
+
+// SetShortConfirmHook makes s run fn when one of its writes' confirmation
+// came back short or was lost, before it asks the primary about its
+// replicas. Set it before the store writes.
+func (s *Store) SetShortConfirmHook(fn func()) { s.testHookShortConfirm = fn }

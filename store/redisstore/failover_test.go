@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -490,6 +491,69 @@ func TestFailoverDuringWait(t *testing.T) {
 			after := newRedis(t, newClient(t, env.Addr()), o)
 			if _, err := after.Leases().Acquire(ctx, "k", "token-2", time.Minute); err != nil {
 				t.Fatalf("the key after the failover: %v", err)
+			}
+		})
+	}
+}
+
+// A confirmation that came back short (the replica is connected but
+// received nothing) and a failover before the store asks the primary how
+// many replicas it has: the question reaches the promoted replica, which
+// has none, yet never received the write. The grant must still be
+// reported unconfirmed, not done: the answer comes from another server.
+func TestFailoverAfterShortConfirm(t *testing.T) {
+	t.Parallel() // servers of its own
+	for _, form := range []string{"rueidis", "go-redis"} {
+		t.Run(form, func(t *testing.T) {
+			t.Parallel()
+			env := testenv.NewRedisFailover(t, nil)
+			o := &redisstore.Options{Replication: redisstore.Replication{Timeout: 200 * time.Millisecond}}
+			var s *redisstore.Store
+			if form == "rueidis" {
+				s = newRedis(t, newClient(t, env.Addr()), o)
+			} else {
+				s = newGoRedis(t, newGoClient(t, env.Addr()), o)
+			}
+			ls := s.Leases()
+			ctx := ctxT(t)
+			if _, err := ls.Acquire(ctx, "warm", "token-warm", time.Minute); err != nil {
+				t.Fatalf("a confirmed grant before the failover: %v", err)
+			}
+			var fired atomic.Int32
+			s.SetShortConfirmHook(func() {
+				if fired.Add(1) != 1 {
+					return
+				}
+				env.Failover(t)
+				// The store's own client reaches the promoted replica.
+				for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+					st, err := s.Replicas(ctx)
+					if err == nil && len(st) == 1 && !st[0].Replica && st[0].Online == 0 {
+						return
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("the store does not reach the promoted replica: %+v, %v", st, err)
+					}
+				}
+			})
+			env.HoldReplication()
+			_, err := ls.Acquire(ctx, "k", "token-1", time.Minute)
+			if fired.Load() == 0 {
+				t.Fatalf("the confirmation was not short: %v", err)
+			}
+			if !errors.Is(err, lease.ErrUnavailable) || !errors.Is(err, redisstore.ErrUnconfirmed) {
+				t.Fatalf("a grant the promoted replica never received: %v, want ErrUnconfirmed", err)
+			}
+			// The key is free on the new primary, and the store, once it
+			// sees a primary without replicas, grants it.
+			for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+				_, err := ls.Acquire(ctx, "k", "token-2", time.Minute)
+				if err == nil {
+					break
+				}
+				if !errors.Is(err, redisstore.ErrUnconfirmed) || time.Now().After(deadline) {
+					t.Fatalf("the key after the failover: %v", err)
+				}
 			}
 		})
 	}

@@ -82,7 +82,12 @@ const (
 //
 // A primary with no replica connected is not waited for (there is no copy
 // to wait for): writes there behave as without confirmation, and tenure
-// doctor says so. Rate limit decisions are not confirmed unless
+// doctor says so. A replica that disconnects while a write waits is no
+// longer waited for either, but only on the word of the server that ran
+// the write: when the server at the primary's address is another one by
+// then (a replica promoted in its place reports no replicas, yet never
+// received the write) or the confirmation was lost with its connection,
+// the write is unconfirmed. Rate limit decisions are not confirmed unless
 // RateLimits is set (see there).
 type Replication struct {
 	// Off turns confirmation off: a write is reported done as soon as the
@@ -159,6 +164,10 @@ type replNode struct {
 	aof       bool           // appendonly yes
 	waitAOF   bool           // the server has WAITAOF
 	replica   bool           // the node is itself a replica (role:slave)
+	// replID is the node's replication ID (master_replid) when the view
+	// was loaded: a replica promoted in its place, or the node restarted
+	// without its data, answers with another.
+	replID string
 }
 
 // replView is the store's picture of its primaries and their replicas,
@@ -220,6 +229,7 @@ func judgeProbe(n *replNode, res []rclient.Result) error {
 	}
 	n.online, n.connected = countReplicas(repl)
 	n.replica = infoField(repl, "role") == "slave"
+	n.replID = infoField(repl, "master_replid")
 	n.aof = infoField(pers, "aof_enabled") == "1"
 	n.waitAOF = false
 	if arr, err := res[2].ToArray(); err == nil && len(arr) == 1 && !arr[0].IsNil() {
@@ -518,7 +528,12 @@ func (s *Store) nodeAt(ctx context.Context, addr string) (rclient.Client, *replN
 // the primary reports now, so that a replica that disconnected is no longer
 // waited for (and a primary left without replicas behaves as one that
 // never had any), while a connected replica that did not confirm fails the
-// write.
+// write. Only a confirmation that came back is judged so: a lost one (the
+// connection broke while WAIT waited) fails the write whatever the primary
+// reports afterwards, and so does a short count when the server that
+// answers the question is not the one that ran the write (a replica
+// promoted in its place has no replicas of its own, yet it never received
+// the write).
 func (s *Store) confirm(ctx context.Context, p *pending) error {
 	if p == nil {
 		return nil
@@ -528,12 +543,12 @@ func (s *Store) confirm(ctx context.Context, p *pending) error {
 		return nil
 	}
 	s.staleView()
-	required, aofNow, perr := s.required(ctx, p)
-	if perr == nil && required == 0 {
-		return nil // no replica connected now (and none required)
+	if s.testHookShortConfirm != nil {
+		s.testHookShortConfirm()
 	}
-	if err == nil && perr == nil && acked >= required && (!p.aof || local >= 1 || !aofNow) {
-		return nil
+	required, aofNow, perr := s.required(ctx, p)
+	if err == nil && perr == nil && (required == 0 || acked >= required && (!p.aof || local >= 1 || !aofNow)) {
+		return nil // no replica connected now, or enough of those still connected confirmed it
 	}
 	where := "the server"
 	if p.node.addr != "" {
@@ -542,6 +557,8 @@ func (s *Store) confirm(ctx context.Context, p *pending) error {
 	switch {
 	case err != nil:
 		return fmt.Errorf("%w: %w: waiting for the replicas of %s: %w", lease.ErrUnavailable, ErrUnconfirmed, where, err)
+	case errors.Is(perr, errOtherServer):
+		return fmt.Errorf("%w: %w: %d replicas of %s confirmed the write, and %w", lease.ErrUnavailable, ErrUnconfirmed, max(acked, 0), where, perr)
 	case perr != nil:
 		return fmt.Errorf("%w: %w: %d replicas of %s confirmed the write, and asking how many are connected failed: %w", lease.ErrUnavailable, ErrUnconfirmed, max(acked, 0), where, perr)
 	case p.aof && local < 1:
@@ -550,8 +567,14 @@ func (s *Store) confirm(ctx context.Context, p *pending) error {
 	return fmt.Errorf("%w: %w: %d of %d replicas of %s confirmed the write within %v", lease.ErrUnavailable, ErrUnconfirmed, max(acked, 0), required, where, s.repl.timeout)
 }
 
+// errOtherServer reports that the server asked about a write's replicas is
+// not the one that ran it.
+var errOtherServer = errors.New("the server now at its address is another one (a promoted replica, or a restart): the write may be lost")
+
 // required asks the primary that ran p's write how many replicas it has
-// now, and returns how many must confirm.
+// now, and returns how many must confirm. The answer counts only when it
+// comes from that same server: its replication ID must be the one the
+// store's view recorded for it.
 func (s *Store) required(ctx context.Context, p *pending) (required int, aof bool, err error) {
 	client := s.c
 	if s.cluster {
@@ -560,6 +583,11 @@ func (s *Store) required(ctx context.Context, p *pending) (required int, aof boo
 	var n replNode
 	if err := judgeProbe(&n, client.DoMulti(ctx, probeCmds...)); err != nil {
 		return 0, false, err
+	}
+	// (A node reached by a cluster redirect that the view did not know
+	// has no recorded ID; a cluster's nodes keep their own addresses.)
+	if n.replica || p.node.replID != "" && n.replID != p.node.replID {
+		return 0, false, errOtherServer
 	}
 	if s.repl.replicas > 0 {
 		return s.repl.replicas, n.aof, nil
@@ -679,4 +707,8 @@ type replState struct {
 	repl       replConfig
 	replView   atomic.Pointer[replView]
 	refreshing atomic.Bool
+	// testHookShortConfirm, set by tests only, runs when a write's
+	// confirmation came back short or was lost, before the store asks
+	// the primary about its replicas.
+	testHookShortConfirm func()
 }
