@@ -243,7 +243,8 @@ func testLockerFair(t *testing.T, tg Target) {
 }
 
 // testWakeOnRelease: a store that wakes waiters tells a watcher of a key
-// when it is released.
+// when it is released; on a store with a queue the wake-up names the
+// waiter first in it, and a waiter that leaves first wakes the next one.
 func testWakeOnRelease(t *testing.T, tg Target) {
 	wk, ok := tg.Store.(leasedriver.Waker)
 	if !ok {
@@ -255,18 +256,57 @@ func testWakeOnRelease(t *testing.T, tg Target) {
 	acquire(t, tg.Store, k, holder, 30*time.Second)
 	wake, stop, err := wk.Watch(ctx, k)
 	if errors.Is(err, errors.ErrUnsupported) {
-		t.Skip("leasetest: the store does not wake waiters")
+		t.Skipf("leasetest: the store cannot wake waiters in this configuration: %v", err)
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer stop()
+	q, queues := tg.Store.(leasedriver.Queuer)
+	var first, second string
+	if queues {
+		first, second = lease.NewToken(), lease.NewToken()
+		for i, tok := range []string{first, second} {
+			_, err := q.AcquireQueued(ctx, k, tok, 30*time.Second, "", 30*time.Second)
+			queued(t, err, "a waiter while the key is held", i)
+		}
+	}
+	// A watcher of another key hears nothing of this one.
+	other, stopOther, err := wk.Watch(ctx, key(t, "other"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopOther()
 	if err := tg.Store.Release(ctx, k, holder); err != nil {
 		t.Fatal(err)
 	}
+	awaitWake := func(what, want string) {
+		t.Helper()
+		for deadline := time.After(30 * time.Second); ; {
+			select {
+			case who := <-wake:
+				if !queues || who == want {
+					return
+				}
+				if who != "" {
+					t.Fatalf("%s: the wake-up names %q, want %q (the waiter first now)", what, who, want)
+				}
+			case <-deadline:
+				t.Fatalf("no wake-up %s", what)
+			}
+		}
+	}
+	awaitWake("after the release", leasedriver.WaiterID(first))
+	if !queues {
+		return
+	}
+	if err := q.Leave(ctx, k, first); err != nil {
+		t.Fatal(err)
+	}
+	awaitWake("after the first waiter left the free key", leasedriver.WaiterID(second))
 	select {
-	case <-wake:
-	case <-time.After(30 * time.Second):
-		t.Fatal("no wake-up after the release")
+	case who := <-other:
+		t.Fatalf("a watcher of another key was woken (%q)", who)
+	default:
 	}
 }

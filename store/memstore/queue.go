@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/tenurekit/tenure/internal/wakehub"
 	"github.com/tenurekit/tenure/lease"
 	leasedriver "github.com/tenurekit/tenure/lease/driver"
 )
@@ -139,18 +140,6 @@ func (s *Store) wake(key string, now time.Time) {
 		who = leasedriver.WaiterID(q[0].token)
 	}
 	for ch := range s.watchers[key] {
-		select {
-		case ch <- who:
-		default:
-			// A full buffer holds an older wake-up: replace it.
-			select {
-			case <-ch:
-			default:
-			}
-			select {
-			case ch <- who:
-			default:
-			}
-		}
+		wakehub.Send(ch, who)
 	}
 }

@@ -78,17 +78,20 @@ func (v leases) AcquireHolder(ctx context.Context, key, token string, ttl time.D
 		if !errors.Is(err, sql.ErrNoRows) {
 			return lease.Grant{}, s.wrap(ctx, fmt.Sprintf("acquire %q", key), err)
 		}
-		// Another token holds key. Its remaining time is read in a second
-		// statement; if the holder released or expired in between, try
-		// again.
-		var last, rem int64
+		// Another token holds key, or waiters queued for it. The holder's
+		// remaining time is read in a second statement; if the holder
+		// released or expired in between, try again.
+		var rem, ahead int64
 		var who string
-		err = s.db.queryRow(ctx, s.q.inspect, []any{key}, &last, &rem, &who)
-		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		err = s.db.queryRow(ctx, s.q.refused, []any{key}, &rem, &who, &ahead)
+		if err != nil {
 			return lease.Grant{}, s.wrap(ctx, fmt.Sprintf("acquire %q: read holder", key), err)
 		}
 		if rem > 0 {
-			return lease.Grant{}, &lease.HeldError{Key: key, TTL: time.Duration(rem) * time.Microsecond, Holder: who}
+			return lease.Grant{}, &lease.HeldError{Key: key, TTL: time.Duration(rem) * time.Microsecond, Holder: who, Position: int(ahead)}
+		}
+		if ahead > 0 {
+			return lease.Grant{}, &lease.HeldError{Key: key, Position: int(ahead)} // free, promised to a waiter
 		}
 		if attempt >= heldAttempts {
 			// Held at every acquire, free at every read: a busy key
@@ -123,7 +126,8 @@ func (v leases) Release(ctx context.Context, key, token string) error {
 	if err := pgToken(token); err != nil {
 		return err
 	}
-	n, err := s.db.exec(ctx, s.q.release, key, token)
+	var n, woke int64
+	err := s.db.queryRow(ctx, s.qq.release, []any{key, token, s.wakeCh}, &n, &woke)
 	if err != nil {
 		return s.wrap(ctx, fmt.Sprintf("release %q", key), err)
 	}

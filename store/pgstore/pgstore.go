@@ -65,6 +65,9 @@ type Store struct {
 	db     conn
 	schema string
 	q      queries
+	qq     queueQueries
+	wakeCh string    // the NOTIFY channel of lease wake-ups
+	wakes  *listener // the watchers of keys and their connection
 
 	unlogged bool // Options.UnloggedLeases
 
@@ -78,7 +81,7 @@ type Store struct {
 // (also through its database/sql driver) prepares each one per connection
 // on first use and caches it.
 type queries struct {
-	acquire, renew, release, inspect    string
+	acquire, refused, renew, inspect    string
 	admitStrict, admitAtLeast, admitted string
 	checkHolder, list                   string
 }
@@ -91,7 +94,11 @@ func New(pool *pgxpool.Pool, o *Options) (*Store, error) {
 	if pool == nil {
 		return nil, fmt.Errorf("%w: pgstore: nil *pgxpool.Pool", tenure.ErrInvalid)
 	}
-	return newStore(pgxQ{pool}, o)
+	s, err := newStore(pgxQ{pool}, o)
+	if err == nil {
+		s.wakes.session = poolSession(pool)
+	}
+	return s, err
 }
 
 // NewDB returns a Store on db, a database/sql handle to PostgreSQL opened
@@ -104,7 +111,11 @@ func NewDB(db *sql.DB, o *Options) (*Store, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: pgstore: nil *sql.DB", tenure.ErrInvalid)
 	}
-	return newStore(sqlDBConn{sqlQ{db}, db}, o)
+	s, err := newStore(sqlDBConn{sqlQ{db}, db}, o)
+	if err == nil {
+		s.wakes.session = dbSession(db)
+	}
+	return s, err
 }
 
 func newStore(c conn, o *Options) (*Store, error) {
@@ -119,6 +130,9 @@ func newStore(c conn, o *Options) (*Store, error) {
 		return nil, err
 	}
 	s.q = buildQueries(pgx.Identifier{s.schema}.Sanitize())
+	s.qq = buildQueueQueries(pgx.Identifier{s.schema}.Sanitize())
+	s.wakeCh = wakeChannel(s.schema)
+	s.wakes = &listener{channel: s.wakeCh}
 	return s, nil
 }
 
@@ -152,6 +166,7 @@ func validateSchema(name string) error {
 func buildQueries(schema string) queries {
 	leases := schema + ".leases"
 	fences := schema + ".fences"
+	waiters := schema + ".lease_waiters"
 	// Every lease statement reads the clock once (c.now): expiry and the
 	// fence floor are judged on that single reading of the server's clock.
 	// clock_timestamp(), not now(): now() is the start of the transaction.
@@ -166,7 +181,9 @@ func buildQueries(schema string) queries {
 		// when it is free, expired, or held by the same token; the same
 		// token within its validity keeps its fence and is renewed to ttl,
 		// every other takeover starts a new tenure whose fence is above
-		// both the last fence and the floor (lease/driver.NextFence).
+		// both the last fence and the floor (lease/driver.NextFence). A
+		// free key with live waiters queued goes to the first of them
+		// (AcquireQueued), not to a plain acquire.
 		acquire: clock + `INSERT INTO ` + leases + ` AS l (key, token, fence, expires_at, holder)
 SELECT $1, $2, greatest((extract(epoch FROM c.now) * 1000000)::bigint, 1), c.now + $3::bigint * interval '1 microsecond', nullif($4::text, '') FROM c
 ON CONFLICT (key) DO UPDATE SET
@@ -175,17 +192,19 @@ ON CONFLICT (key) DO UPDATE SET
 	token = excluded.token,
 	expires_at = excluded.expires_at,
 	holder = excluded.holder
-WHERE l.token IS NULL OR l.expires_at <= (SELECT now FROM c) OR l.token = excluded.token
+WHERE l.token = excluded.token AND l.expires_at > (SELECT now FROM c)
+	OR (l.token IS NULL OR l.expires_at <= (SELECT now FROM c))
+	AND NOT EXISTS (SELECT 1 FROM ` + waiters + ` AS w WHERE w.key = $1 AND w.stay_until > (SELECT now FROM c))
 RETURNING l.fence`,
+		// $1 key: the holder's time left and description, and how many
+		// live waiters are queued, for an acquire that was refused.
+		refused: clock + `SELECT coalesce((SELECT ` + remaining + ` FROM ` + leases + ` AS l WHERE l.key = $1), 0),
+	coalesce((SELECT CASE WHEN l.token IS NOT NULL AND l.expires_at > c.now THEN l.holder END FROM ` + leases + ` AS l WHERE l.key = $1), ''),
+	(SELECT count(*) FROM ` + waiters + ` AS w WHERE w.key = $1 AND w.stay_until > c.now)
+FROM c`,
 		renew: clock + `UPDATE ` + leases + ` AS l SET expires_at = c.now + $3::bigint * interval '1 microsecond' FROM c
 WHERE l.key = $1 AND l.token = $2 AND l.expires_at > c.now
 RETURNING l.fence`,
-		// Release keeps the row and its fence, so the next tenure's fence
-		// follows this one and Inspect reports the last fence, and the
-		// time the lease ended in expires_at, from which the row's
-		// retention counts (Sweep).
-		release: clock + `UPDATE ` + leases + ` AS l SET token = NULL, holder = NULL, expires_at = c.now FROM c
-WHERE l.key = $1 AND l.token = $2 AND l.expires_at > c.now`,
 		inspect: clock + `SELECT l.fence, ` + remaining + `, CASE WHEN l.token IS NOT NULL AND l.expires_at > c.now THEN coalesce(l.holder, '') ELSE '' END
 FROM ` + leases + ` AS l, c WHERE l.key = $1`,
 

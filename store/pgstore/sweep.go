@@ -14,7 +14,7 @@ import (
 // deletes, that it is past its retention, so a row taken or renewed
 // meanwhile is kept.
 type sweepQueries struct {
-	leases, idempotency, sessions, limits, permits, slots, ledger, hist string
+	leases, waiters, idempotency, sessions, limits, permits, slots, ledger, hist string
 }
 
 func sweepSQL(schema string) sweepQueries {
@@ -37,6 +37,11 @@ del AS (DELETE FROM ` + q("leases") + ` AS l USING c
 	AND l.fence < (extract(epoch FROM c.now) * 1000000)::bigint
 	RETURNING 1)
 SELECT (SELECT count(*) FROM page), coalesce((SELECT max(key) FROM page), ''), (SELECT count(*) FROM del)`,
+		// Places in a lease's queue whose stay ended (a waiter that
+		// crashed, or gave up without leaving).
+		waiters: `DELETE FROM ` + q("lease_waiters") + ` WHERE (key, waiter) IN (SELECT key, waiter FROM ` + q("lease_waiters") + `
+	WHERE stay_until <= clock_timestamp() LIMIT $1)
+AND stay_until <= clock_timestamp()`,
 		idempotency: clock + `DELETE FROM ` + q("idempotency") + ` AS r USING c
 WHERE (r.scope, r.key) IN (SELECT scope, key FROM ` + q("idempotency") + `, c
 	WHERE expires_at <= c.now AND (claim_until IS NULL OR claim_until <= c.now) LIMIT $1)
@@ -82,6 +87,7 @@ AND NOT EXISTS (SELECT 1 FROM ` + q("schedule_slots") + ` AS s WHERE s.job = h.j
 //     has passed the row's fence, so the next grant's fence (floored at
 //     the clock) is still greater. Rows are examined in key order, o.Limit
 //     per call, from where the last call stopped;
+//   - places in a lease's queue of waiters whose stay ended;
 //   - idempotency records whose retention ended (and whose claim, if any,
 //     expired);
 //   - sessions past their idle or absolute deadline;
@@ -141,6 +147,7 @@ func (s *Store) Sweep(ctx context.Context, o retention.Options) (retention.Resul
 		kind, sql string
 		args      []any
 	}{
+		{retention.Leases, q.waiters, []any{o.Limit}},
 		{retention.Idempotency, q.idempotency, []any{o.Limit}},
 		{retention.Sessions, q.sessions, []any{o.Limit}},
 		{retention.RateLimits, q.limits, []any{o.Limit}},

@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/tenurekit/tenure/internal/wakehub"
 )
 
 // wakeLinger is how long a channel stays subscribed after its last
@@ -77,18 +79,7 @@ func (h *wakeHub) fan(channel, who string) {
 	defer h.mu.Unlock()
 	if sub := h.subs[channel]; sub != nil {
 		for ch := range sub.chans {
-			select {
-			case ch <- who:
-			default:
-				select {
-				case <-ch:
-				default:
-				}
-				select {
-				case ch <- who:
-				default:
-				}
-			}
+			wakehub.Send(ch, who)
 		}
 	}
 }

@@ -1,0 +1,93 @@
+// Package wakehub fans a store's lease wake-ups out to the waiters that
+// watch a key (lease/driver.Waker). A store receives wake-ups its own way
+// (in process, Redis pub/sub, PostgreSQL LISTEN) and hands them to a Hub;
+// each watcher has a channel with a buffer of one that keeps the newest
+// wake-up, so a slow watcher never blocks the others or the store.
+package wakehub
+
+import "sync"
+
+// Hub is the watchers of a store's keys. The zero value is ready to use;
+// it is safe for concurrent use.
+type Hub struct {
+	mu sync.Mutex
+	w  map[string]map[chan string]struct{}
+	n  int // watchers, over all keys
+}
+
+// Watch returns a channel that receives key's wake-ups, and the function
+// that stops it. The channel is never closed.
+func (h *Hub) Watch(key string) (<-chan string, func()) {
+	ch := make(chan string, 1)
+	h.mu.Lock()
+	if h.w == nil {
+		h.w = map[string]map[chan string]struct{}{}
+	}
+	if h.w[key] == nil {
+		h.w[key] = map[chan string]struct{}{}
+	}
+	h.w[key][ch] = struct{}{}
+	h.n++
+	h.mu.Unlock()
+	var once sync.Once
+	return ch, func() {
+		once.Do(func() {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			if w := h.w[key]; w != nil {
+				delete(w, ch)
+				if len(w) == 0 {
+					delete(h.w, key)
+				}
+			}
+			h.n--
+		})
+	}
+}
+
+// Wake passes a wake-up naming who (a lease/driver.WaiterID, or "" for
+// any waiter) to every watcher of key.
+func (h *Hub) Wake(key, who string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for ch := range h.w[key] {
+		Send(ch, who)
+	}
+}
+
+// WakeAll passes a wake-up naming who to every watcher of every key (after
+// a lost connection, when wake-ups may have been missed).
+func (h *Hub) WakeAll(who string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, w := range h.w {
+		for ch := range w {
+			Send(ch, who)
+		}
+	}
+}
+
+// Watchers reports how many watchers the hub has, over all keys.
+func (h *Hub) Watchers() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.n
+}
+
+// Send puts who into ch without blocking: a full buffer holds an older
+// wake-up, which who replaces.
+func Send(ch chan string, who string) {
+	select {
+	case ch <- who:
+		return
+	default:
+	}
+	select {
+	case <-ch:
+	default:
+	}
+	select {
+	case ch <- who:
+	default:
+	}
+}

@@ -1,0 +1,41 @@
+package wakehub
+
+import "testing"
+
+func TestHub(t *testing.T) {
+	var h Hub
+	a, stopA := h.Watch("k")
+	b, stopB := h.Watch("k")
+	other, stopO := h.Watch("other")
+	defer stopO()
+	if n := h.Watchers(); n != 3 {
+		t.Fatalf("watchers %d, want 3", n)
+	}
+	h.Wake("k", "w1")
+	h.Wake("k", "w2") // replaces w1 in both buffers
+	for name, ch := range map[string]<-chan string{"a": a, "b": b} {
+		if got := <-ch; got != "w2" {
+			t.Errorf("%s received %q, want the newest, w2", name, got)
+		}
+	}
+	select {
+	case got := <-other:
+		t.Fatalf("another key's watcher received %q", got)
+	default:
+	}
+	stopA()
+	stopA() // a second stop does nothing
+	h.Wake("k", "w3")
+	select {
+	case got := <-a:
+		t.Fatalf("a stopped watcher received %q", got)
+	default:
+	}
+	if got := <-b; got != "w3" {
+		t.Errorf("b received %q, want w3", got)
+	}
+	stopB()
+	if n := h.Watchers(); n != 1 {
+		t.Fatalf("watchers %d after two stops, want 1", n)
+	}
+}
