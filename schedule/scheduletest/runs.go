@@ -60,7 +60,7 @@ func testStaleCompletionRetried(e *env) {
 	t := e.t
 	job := jobName(t, "stale")
 	every := schedule.Every(time.Minute)
-	sched := bounded{every, t0, t0}
+	sched := window(every, t0, t0)
 	var calls counter
 	j := schedule.Job{Name: job, Schedule: sched, Run: func(ctx context.Context, s *schedule.Slot) error {
 		calls.add(s.ID)
@@ -89,7 +89,7 @@ func testStaleCompletionRetried(e *env) {
 func testTakeoverWaitsForRunLease(e *env) {
 	t := e.t
 	job := jobName(t, "takeover")
-	sched := bounded{schedule.Every(time.Hour), t0, t0}
+	sched := window(schedule.Every(time.Hour), t0, t0)
 	e.Clock.Set(t0)
 	// Node a claims the slot, begins it and takes the run lease a minute
 	// later, then dies.
@@ -128,7 +128,7 @@ func testSettledSlotNoSkip(e *env) {
 	t := e.t
 	job := jobName(t, "settled")
 	every := schedule.Every(time.Minute)
-	sched := bounded{every, t0, t0.Add(time.Minute)}
+	sched := window(every, t0, t0.Add(time.Minute))
 	next := t0.Add(time.Minute)
 	var calls counter
 	j := schedule.Job{Name: job, Schedule: sched, Run: e.completing(&calls)}
@@ -164,8 +164,8 @@ func testSettledSlotNoSkip(e *env) {
 
 	// A node whose claim attempt lost, retrying once the slot is done.
 	job2 := jobName(t, "settled2")
-	one := bounded{every, t0.Add(2 * time.Minute), t0.Add(2 * time.Minute)}
-	at := one.first
+	at := t0.Add(2 * time.Minute)
+	one := window(every, at, at)
 	e.Clock.Set(at.Add(-time.Second))
 	x, slot := e.claimOneAt(job2, one, at)
 	counting := &countingStore{Store: e.node()}

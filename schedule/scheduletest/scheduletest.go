@@ -757,18 +757,12 @@ func (e *env) runNodes(n int, skews []time.Duration) {
 	if e.fake() {
 		period = time.Minute
 	}
-	// n slots from the next one on, then none: every node sees the same
-	// finite set, and the test waits until each is final.
+	// n slots, then none: every node sees the same finite set, and the
+	// test waits until each is final. The slots are chosen once every
+	// node has polled (its cursor taken from the store's clock), so that
+	// no node can start after the first slot, however slow the machine.
 	every := schedule.Every(period)
-	first := every.Next(e.now())
-	if !e.fake() {
-		first = every.Next(e.now().Add(time.Second)) // after every node's first poll
-	}
-	var want []time.Time
-	for at := first; len(want) < n; at = every.Next(at) {
-		want = append(want, at)
-	}
-	sched := bounded{every, first, want[len(want)-1]}
+	sched := bounded{Schedule: every, w: new(atomic.Pointer[[2]time.Time])}
 	var calls counter
 	var nodes []*started
 	for i, skew := range skews {
@@ -786,6 +780,11 @@ func (e *env) runNodes(n int, skews []time.Duration) {
 		}
 		nodes = append(nodes, e.start(e.node(), o, j))
 	}
+	var want []time.Time
+	for at := every.Next(e.now()); len(want) < n; at = every.Next(at) {
+		want = append(want, at)
+	}
+	sched.w.Store(&[2]time.Time{want[0], want[len(want)-1]})
 	final := func(at time.Time) bool {
 		r, ok := e.record(job, sched.ID(at))
 		return ok && r.Final()
@@ -824,18 +823,30 @@ func (e *env) runNodes(n int, skews []time.Duration) {
 	t.Logf("%d slots done on %d nodes, %d handler calls (more than the slots only where a claim was lost under load and the slot ran again)", n, len(nodes), callsN)
 }
 
-// bounded is a schedule that ends after its last slot.
+// bounded is a schedule of the slots of Schedule in a window (first and
+// last slot), set once: before that it has none.
 type bounded struct {
 	schedule.Schedule
-	first, last time.Time
+	w *atomic.Pointer[[2]time.Time]
+}
+
+// window returns a bounded schedule of every's slots from first to last.
+func window(every schedule.Schedule, first, last time.Time) bounded {
+	b := bounded{Schedule: every, w: new(atomic.Pointer[[2]time.Time])}
+	b.w.Store(&[2]time.Time{first, last})
+	return b
 }
 
 func (b bounded) Next(t time.Time) time.Time {
-	if t.Before(b.first) {
-		t = b.first.Add(-time.Nanosecond)
+	w := b.w.Load()
+	if w == nil {
+		return time.Time{}
+	}
+	if t.Before(w[0]) {
+		t = w[0].Add(-time.Nanosecond)
 	}
 	at := b.Schedule.Next(t)
-	if at.After(b.last) {
+	if at.After(w[1]) {
 		return time.Time{}
 	}
 	return at
