@@ -2,6 +2,8 @@ package bench
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -9,7 +11,9 @@ import (
 
 	"github.com/tenurekit/tenure/lease"
 	"github.com/tenurekit/tenure/store/memstore"
+	"github.com/tenurekit/tenure/store/pgstore"
 	"github.com/tenurekit/tenure/store/redisstore"
+	"github.com/tenurekit/tenure/store/sqlitestore"
 )
 
 // HandoffWorkers and HandoffHold are the contended hand-off's shape: this
@@ -18,6 +22,93 @@ const (
 	HandoffWorkers = 20
 	HandoffHold    = 2 * time.Millisecond
 )
+
+// lockerHandoff runs the hand-off on store through a lease.Locker, fair
+// and unfair.
+func lockerHandoff(b *testing.B, store lease.Store, key string) {
+	for _, c := range []struct {
+		name   string
+		unfair bool
+	}{{"tenure-fair", false}, {"tenure-unfair", true}} {
+		b.Run(c.name, func(b *testing.B) {
+			lk, err := lease.New(store, &lease.Options{Unfair: c.unfair})
+			if err != nil {
+				b.Fatal(err)
+			}
+			k := key + ":" + c.name
+			runHandoff(b, HandoffWorkers, HandoffHold, func(int) lockFunc {
+				return func(ctx context.Context) (func() error, error) {
+					l, err := lk.Acquire(ctx, k, 10*time.Second)
+					if err != nil {
+						return nil, err
+					}
+					return func() error { return l.Release(ctx) }, nil
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkHandoffPostgres passes one key among 20 workers on one
+// PostgreSQL: tenure fair (a table of waiters, woken by the release's
+// NOTIFY), tenure unfair, and a session advisory lock (pg_advisory_lock,
+// which waits inside the server on a connection held meanwhile, woken by
+// the unlock: the fastest hand-off PostgreSQL has, with neither TTL nor
+// fence).
+//
+//	go test -run '^$' -bench HandoffPostgres
+func BenchmarkHandoffPostgres(b *testing.B) {
+	p, err := env.Postgres()
+	if err != nil {
+		b.Fatal(err)
+	}
+	st, err := pgstore.New(p.pool, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := st.Migrate(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	lockerHandoff(b, st.Leases(), "bench:handoff")
+	b.Run("advisory", func(b *testing.B) {
+		runHandoff(b, HandoffWorkers, HandoffHold, func(int) lockFunc {
+			return func(ctx context.Context) (func() error, error) {
+				conn, err := p.pool.Acquire(ctx)
+				if err != nil {
+					return nil, err
+				}
+				if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock(hashtextextended('bench:handoff:advisory', 0))`); err != nil {
+					conn.Release()
+					return nil, err
+				}
+				return func() error {
+					defer conn.Release()
+					_, err := conn.Exec(ctx, `SELECT pg_advisory_unlock(hashtextextended('bench:handoff:advisory', 0))`)
+					return err
+				}, nil
+			}
+		})
+	})
+}
+
+// BenchmarkHandoffSQLite passes one key among 20 workers on one SQLite
+// file (one process): tenure fair (a table of waiters, woken in process
+// by the release) and unfair.
+//
+//	go test -run '^$' -bench HandoffSQLite
+func BenchmarkHandoffSQLite(b *testing.B) {
+	dir, err := os.MkdirTemp("", "tenure-bench-handoff-")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { os.RemoveAll(dir) })
+	st, err := sqlitestore.Open(context.Background(), filepath.Join(dir, "tenure.db"), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { st.Close() })
+	lockerHandoff(b, st.Leases(), "bench:handoff")
+}
 
 // BenchmarkHandoffMemory passes one key among 20 workers on a memory
 // store, fair (the default) and unfair (lease.Options.Unfair).

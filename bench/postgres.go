@@ -53,10 +53,18 @@ ON CONFLICT (key) DO UPDATE SET
 	token = excluded.token,
 	expires_at = excluded.expires_at,
 	holder = excluded.holder
-WHERE l.token IS NULL OR l.expires_at <= (SELECT now FROM c) OR l.token = excluded.token
+WHERE l.token = excluded.token AND l.expires_at > (SELECT now FROM c)
+	OR (l.token IS NULL OR l.expires_at <= (SELECT now FROM c))
+	AND NOT EXISTS (SELECT 1 FROM "tenure".lease_waiters AS w WHERE w.key = $1 AND w.stay_until > (SELECT now FROM c))
 RETURNING l.fence`
-	rawRelease = `WITH c AS (SELECT clock_timestamp() AS now) UPDATE "tenure".leases AS l SET token = NULL, holder = NULL, expires_at = c.now FROM c
-WHERE l.key = $1 AND l.token = $2 AND l.expires_at > c.now`
+	rawRelease = `WITH c AS (SELECT clock_timestamp() AS now),
+r AS (UPDATE "tenure".leases AS l SET token = NULL, holder = NULL, expires_at = c.now FROM c
+	WHERE l.key = $1 AND l.token = $2 AND l.expires_at > c.now RETURNING 1),
+nx AS (SELECT (SELECT w.waiter FROM "tenure".lease_waiters AS w, c WHERE w.key = $1 AND w.stay_until > c.now ORDER BY w.seq LIMIT 1) AS waiter FROM c)
+SELECT (SELECT count(*) FROM r),
+	(SELECT count(*) FROM (SELECT pg_notify($3, nx.waiter || ' ' || $1) FROM nx WHERE nx.waiter IS NOT NULL AND EXISTS (SELECT 1 FROM r)) AS n)`
+	// rawWakeChannel is the NOTIFY channel of the schema's wake-ups.
+	rawWakeChannel = "tenure_wake_c8c62b60c9e028c4"
 )
 
 type pgContenders struct {
@@ -149,7 +157,7 @@ func checkStatements(ctx context.Context, dsn string) error {
 	defer rec.mu.Unlock()
 	want := []recorded{
 		{rawAcquire, []string{"string", "string", "int64", "string"}},
-		{rawRelease, []string{"string", "string"}},
+		{rawRelease, []string{"string", "string", "string"}},
 	}
 	if !reflect.DeepEqual(rec.stmts, want) {
 		var got []string
@@ -237,11 +245,11 @@ func (e *Env) postgresCycle(name string) (newWorker, error) {
 				if err := pool.QueryRow(ctx, rawAcquire, key, tok, TTL.Microseconds(), "").Scan(&fence); err != nil {
 					return err
 				}
-				tag, err := pool.Exec(ctx, rawRelease, key, tok)
-				if err != nil {
+				var n, woke int64
+				if err := pool.QueryRow(ctx, rawRelease, key, tok, rawWakeChannel).Scan(&n, &woke); err != nil {
 					return err
 				}
-				if tag.RowsAffected() != 1 {
+				if n != 1 {
 					return errors.New("bench: raw release updated no row")
 				}
 				return nil

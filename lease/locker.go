@@ -261,7 +261,10 @@ func (lk *Locker) acquire(ctx context.Context, key string, ttl time.Duration) (*
 		if !errors.As(err, &held) {
 			return l, err
 		}
-		if !waitFor(ctx, wake, "", lk.pause(attempt, wake, held)) {
+		// Unqueued, the waiter is woken only by stores that wake every
+		// watcher of a release (a store with a queue may wake only the
+		// waiters in it): it keeps its backoff, cut short by a wake-up.
+		if !waitFor(ctx, wake, "", lk.pause(attempt, nil, held)) {
 			return nil, fmt.Errorf("lease: gave up waiting for %q: %w (last: %w)", key, ctx.Err(), err)
 		}
 	}

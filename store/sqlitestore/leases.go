@@ -68,17 +68,24 @@ func (v leases) AcquireHolder(ctx context.Context, key, token string, ttl time.D
 		if !errors.Is(err, sql.ErrNoRows) {
 			return unavailable("acquire", key, err)
 		}
-		// Held by another token. The transaction still holds the write
-		// lock, so the holder read here is the one that refused us.
-		var left int64
+		// Held by another token, or promised to the waiters queued for
+		// it. The transaction still holds the write lock, so what is read
+		// here is what refused us.
+		var left, ahead int64
 		var who string
-		if err := tx.QueryRowContext(ctx, s.q.heldTTL, key, now).Scan(&left, &who); err != nil {
-			if errors.Is(err, sql.ErrNoRows) {
-				err = errors.New("the refusing holder vanished inside the transaction")
-			}
+		if err := tx.QueryRowContext(ctx, s.q.waiting, key, now).Scan(&ahead); err != nil {
 			return unavailable("acquire", key, err)
 		}
-		return &lease.HeldError{Key: key, TTL: time.Duration(left) * time.Microsecond, Holder: who}
+		err = tx.QueryRowContext(ctx, s.q.heldTTL, key, now).Scan(&left, &who)
+		switch {
+		case errors.Is(err, sql.ErrNoRows) && ahead > 0:
+			return &lease.HeldError{Key: key, Position: int(ahead)} // free, promised to a waiter
+		case errors.Is(err, sql.ErrNoRows):
+			return unavailable("acquire", key, errors.New("the refusing holder vanished inside the transaction"))
+		case err != nil:
+			return unavailable("acquire", key, err)
+		}
+		return &lease.HeldError{Key: key, TTL: time.Duration(left) * time.Microsecond, Holder: who, Position: int(ahead)}
 	})
 	if err != nil {
 		return lease.Grant{}, err
@@ -120,7 +127,11 @@ func (v leases) heldElsewhere(ctx context.Context, key, token string) (*lease.He
 	if !tok.Valid || tok.String == token || !exp.Valid || exp.Int64 <= now {
 		return nil, nil
 	}
-	return &lease.HeldError{Key: key, TTL: time.Duration(exp.Int64-now) * time.Microsecond, Holder: who}, nil
+	var ahead int64
+	if err := s.db.QueryRowContext(ctx, s.q.waiting, key, now).Scan(&ahead); err != nil {
+		return nil, unavailable("acquire", key, err)
+	}
+	return &lease.HeldError{Key: key, TTL: time.Duration(exp.Int64-now) * time.Microsecond, Holder: who, Position: int(ahead)}, nil
 }
 
 func (v leases) Renew(ctx context.Context, key, token string, ttl time.Duration) (lease.Grant, error) {
@@ -160,7 +171,8 @@ func (v leases) Release(ctx context.Context, key, token string) error {
 		return err
 	}
 	s := v.s
-	return s.write(ctx, "release", key, func(tx *sql.Tx, now int64) error {
+	var next sql.NullString // the first live waiter, to wake
+	err := s.write(ctx, "release", key, func(tx *sql.Tx, now int64) error {
 		res, err := tx.ExecContext(ctx, s.q.release, key, token, now)
 		if err != nil {
 			return unavailable("release", key, err)
@@ -172,8 +184,16 @@ func (v leases) Release(ctx context.Context, key, token string) error {
 		if n == 0 {
 			return fmt.Errorf("%w: sqlitestore: release %q", lease.ErrNotHeld, key)
 		}
+		next = sql.NullString{}
+		if err := tx.QueryRowContext(ctx, s.q.firstWaiter, key, now).Scan(&next); err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return unavailable("release", key, err)
+		}
 		return nil
 	})
+	if err == nil {
+		s.wakeWaiters(key, next.String)
+	}
+	return err
 }
 
 func (v leases) Inspect(ctx context.Context, key string) (lease.Info, error) {

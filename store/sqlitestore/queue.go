@@ -12,6 +12,8 @@ import (
 	"time"
 
 	sqlite "modernc.org/sqlite"
+
+	"github.com/tenurekit/tenure/internal/wakehub"
 )
 
 // SQLite has one write lock per database file. Writers that find it taken
@@ -92,6 +94,9 @@ type writeQueue struct {
 	// too (fileLock), so that the writers of other processes take turns
 	// with this one's.
 	lockPath string
+	// wakes are the watchers of the database's contended leases
+	// (leasedriver.Waker), shared by its stores in this process.
+	wakes wakehub.Hub
 }
 
 type waiter struct {

@@ -291,12 +291,15 @@ type queries struct {
 
 	acquire, heldTTL, holderOf, renew, release, inspect string
 	admit, admitAtLeast, fenceOf, holder                string
+	// the queue of waiters (leasedriver.Queuer)
+	acquireFirst, firstWaiter, waiting, queue, ahead, dequeue, expired string
 }
 
 func buildQueries(prefix string) queries {
 	l := `"` + prefix + `leases"`
 	f := `"` + prefix + `fences"`
-	r := strings.NewReplacer("$L", l, "$F", f)
+	w := `"` + prefix + `lease_waiters"`
+	r := strings.NewReplacer("$L", l, "$F", f, "$W", w)
 	return queries{
 		prefix: prefix,
 		lock:   r.Replace(`UPDATE $L SET fence = fence WHERE 0`),
@@ -312,9 +315,42 @@ func buildQueries(prefix string) queries {
 				token = excluded.token,
 				expires_us = excluded.expires_us,
 				holder = excluded.holder
+			WHERE $L.token = excluded.token AND $L.expires_us > ?3
+				OR ($L.token IS NULL OR $L.expires_us IS NULL OR $L.expires_us <= ?3)
+				AND NOT EXISTS (SELECT 1 FROM $W WHERE "key" = ?1 AND stay_until_us > ?3)
+			RETURNING fence`),
+		// The grant of acquire for the first live waiter (or anyone, when
+		// none waits): the waiters are not asked again.
+		acquireFirst: r.Replace(`INSERT INTO $L ("key", token, fence, expires_us, holder)
+			VALUES (?1, ?2, max(?3, 1), ?3 + ?4, nullif(?5, ''))
+			ON CONFLICT ("key") DO UPDATE SET
+				fence = CASE WHEN $L.token = excluded.token AND $L.expires_us > ?3
+					THEN $L.fence ELSE max($L.fence + 1, ?3) END,
+				token = excluded.token,
+				expires_us = excluded.expires_us,
+				holder = excluded.holder
 			WHERE $L.token IS NULL OR $L.expires_us IS NULL OR $L.expires_us <= ?3
 				OR $L.token = excluded.token
 			RETURNING fence`),
+		// ?1 key, ?2 now: the first live waiter.
+		firstWaiter: r.Replace(`SELECT waiter FROM $W WHERE "key" = ?1 AND stay_until_us > ?2 ORDER BY seq LIMIT 1`),
+		// ?1 key, ?2 now: how many live waiters are queued.
+		waiting: r.Replace(`SELECT count(*) FROM $W WHERE "key" = ?1 AND stay_until_us > ?2`),
+		// ?1 key, ?2 waiter, ?3 now, ?4 stay (µs): takes or keeps the
+		// waiter's place (a place whose stay ended is taken anew, at the
+		// back) and returns its order.
+		queue: r.Replace(`INSERT INTO $W ("key", waiter, seq, stay_until_us)
+			VALUES (?1, ?2, (SELECT coalesce(max(seq), 0) + 1 FROM $W WHERE "key" = ?1), ?3 + ?4)
+			ON CONFLICT ("key", waiter) DO UPDATE SET
+				seq = CASE WHEN $W.stay_until_us > ?3 THEN $W.seq ELSE excluded.seq END,
+				stay_until_us = excluded.stay_until_us
+			RETURNING seq`),
+		// ?1 key, ?2 waiter, ?3 now, ?4 seq: the live waiters ahead.
+		ahead: r.Replace(`SELECT count(*) FROM $W WHERE "key" = ?1 AND waiter <> ?2 AND stay_until_us > ?3 AND seq < ?4`),
+		// ?1 key, ?2 waiter: leaves the queue.
+		dequeue: r.Replace(`DELETE FROM $W WHERE "key" = ?1 AND waiter = ?2`),
+		// ?1 key, ?2 now: drops the key's places whose stay ended.
+		expired: r.Replace(`DELETE FROM $W WHERE "key" = ?1 AND stay_until_us <= ?2`),
 		heldTTL: r.Replace(`SELECT expires_us - ?2, coalesce(holder, '') FROM $L WHERE "key" = ?1 AND expires_us > ?2`),
 		// ?1 key.
 		holderOf: r.Replace(`SELECT token, expires_us, coalesce(holder, '') FROM $L WHERE "key" = ?1`),

@@ -13,12 +13,13 @@ import (
 type sweepQueries struct {
 	leasePage, leases                                  string
 	idempotency, sessions, limits, slots, ledger, hist string
+	waiters                                            string
 }
 
 func sweepSQL(prefix string) sweepQueries {
 	r := strings.NewReplacer("$L", `"`+prefix+`leases"`, "$T", `"`+prefix+`idempotency"`, "$S", `"`+prefix+`sessions"`,
 		"$R", `"`+prefix+`ratelimit"`, "$K", `"`+prefix+`schedule_slots"`, "$G", `"`+prefix+`schedule_ledger"`,
-		"$A", `"`+prefix+`schedule_attempts"`)
+		"$A", `"`+prefix+`schedule_attempts"`, "$W", `"`+prefix+`lease_waiters"`)
 	const final = `(state IN ('done', 'skipped', 'missed') OR (state = 'failed' AND retry_us IS NULL))`
 	return sweepQueries{
 		// ?1 after, ?2 page size.
@@ -28,7 +29,9 @@ func sweepSQL(prefix string) sweepQueries {
 		// fence below the clock, the floor of the next grant's fence.
 		leases: r.Replace(`DELETE FROM $L WHERE "key" IN (SELECT "key" FROM $L WHERE "key" > ?1 ORDER BY "key" LIMIT ?2)
 			AND (token IS NULL OR expires_us <= ?3) AND expires_us <= ?3 - ?4 AND fence < ?3`),
-		// ?1 now, ?2 limit.
+		// ?1 now, ?2 limit. Places in a lease's queue whose stay ended (a
+		// waiter that crashed, or gave up without leaving).
+		waiters: r.Replace(`DELETE FROM $W WHERE ("key", waiter) IN (SELECT "key", waiter FROM $W WHERE stay_until_us <= ?1 LIMIT ?2)`),
 		idempotency: r.Replace(`DELETE FROM $T WHERE (scope, "key") IN (SELECT scope, "key" FROM $T
 			WHERE expires_us <= ?1 AND (claim_us IS NULL OR claim_us <= ?1) LIMIT ?2)`),
 		sessions: r.Replace(`DELETE FROM $S WHERE id IN (SELECT id FROM $S WHERE NOT (idle_us > ?1 AND absolute_us > ?1) LIMIT ?2)`),
@@ -58,6 +61,7 @@ func sweepSQL(prefix string) sweepQueries {
 //     has passed the row's fence, so the next grant's fence (floored at the
 //     clock) is still greater. Rows are examined in key order, o.Limit per
 //     call, from where the last call stopped;
+//   - places in a lease's queue of waiters whose stay ended;
 //   - idempotency records whose retention ended (and whose claim expired);
 //   - sessions past their idle or absolute deadline;
 //   - rate limit state that expired;
@@ -124,6 +128,7 @@ func (s *Store) Sweep(ctx context.Context, o retention.Options) (retention.Resul
 		kind, sql string
 		sched     bool
 	}{
+		{retention.Leases, q.waiters, false},
 		{retention.Idempotency, q.idempotency, false},
 		{retention.Sessions, q.sessions, false},
 		{retention.RateLimits, q.limits, false},
