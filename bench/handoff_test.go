@@ -8,8 +8,10 @@ import (
 	"time"
 
 	"github.com/bsm/redislock"
+	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/tenurekit/tenure/lease"
+	"github.com/tenurekit/tenure/store/etcdstore"
 	"github.com/tenurekit/tenure/store/memstore"
 	"github.com/tenurekit/tenure/store/pgstore"
 	"github.com/tenurekit/tenure/store/redisstore"
@@ -86,6 +88,45 @@ func BenchmarkHandoffPostgres(b *testing.B) {
 					_, err := conn.Exec(ctx, `SELECT pg_advisory_unlock(hashtextextended('bench:handoff:advisory', 0))`)
 					return err
 				}, nil
+			}
+		})
+	})
+}
+
+// BenchmarkHandoffEtcd passes one key among 20 workers on one etcd:
+// tenure fair (a waiter key per waiter, first by create revision, woken by
+// a watch of the lock), tenure unfair, and etcd's concurrency.Mutex (each
+// worker on a session of its own: the Mutex queues by revision and waits
+// on a watch of the key ahead).
+//
+//	go test -run '^$' -bench HandoffEtcd
+func BenchmarkHandoffEtcd(b *testing.B) {
+	ec, err := env.Etcd()
+	if err != nil {
+		b.Fatal(err)
+	}
+	st, err := etcdstore.New(ec.client, &etcdstore.Options{Prefix: "bench/handoff/"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	lockerHandoff(b, st.Leases(), "bench:handoff")
+	b.Run("mutex", func(b *testing.B) {
+		sessions := make([]*concurrency.Session, HandoffWorkers)
+		for i := range sessions {
+			sess, err := concurrency.NewSession(ec.client, concurrency.WithTTL(10))
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { sess.Close() })
+			sessions[i] = sess
+		}
+		runHandoff(b, HandoffWorkers, HandoffHold, func(w int) lockFunc {
+			m := concurrency.NewMutex(sessions[w], "bench/handoff/mutex")
+			return func(ctx context.Context) (func() error, error) {
+				if err := m.Lock(ctx); err != nil {
+					return nil, err
+				}
+				return func() error { return m.Unlock(ctx) }, nil
 			}
 		})
 	})

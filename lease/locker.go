@@ -299,8 +299,13 @@ func (lk *Locker) acquireQueued(ctx context.Context, key string, ttl time.Durati
 			lk.log.DebugContext(ctx, "lease: acquire outcome unknown, retrying with the same token",
 				"key", key, "attempt", unknown, "err", err)
 			wait = lk.backoff(unknown)
-		case ctx.Err() != nil && last != nil:
+		case ctx.Err() != nil:
+			// Ended while waiting, maybe in the middle of an attempt
+			// (whose error is then the last).
 			lk.giveUp(ctx, key, token)
+			if last == nil {
+				last = err
+			}
 			return nil, fmt.Errorf("lease: gave up waiting for %q: %w (last: %w)", key, ctx.Err(), last)
 		default:
 			lk.giveUp(ctx, key, token)

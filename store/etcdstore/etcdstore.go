@@ -68,7 +68,9 @@ type Store struct {
 	rpc           rpc
 	prefix        string
 	revokeTimeout time.Duration
-	grants        grants // the current etcd lease of each TTL class
+	grants        grants  // the current etcd lease of each TTL class
+	watches       watches // the watched keys of waiters (Watch)
+	places        places  // the places of this store's waiters (AcquireQueued)
 }
 
 // New returns a Store on c. o may be nil for the defaults. A nil client or

@@ -239,20 +239,36 @@ func (v leases) AcquireHolder(ctx context.Context, key, token string, ttl time.D
 	if err := leasedriver.ValidateHolder(holder); err != nil {
 		return lease.Grant{}, err
 	}
+	return v.acquire(ctx, key, token, ttl, holder, nil)
+}
+
+// acquire runs the acquire txn. A plain acquire (p nil) takes a free lock
+// only when no waiter is queued for it; a queued one when its place is
+// still there and no live waiter arrived before it, and it deletes its
+// place with the grant, or keeps it (put again on p's lease) with a
+// refusal.
+func (v leases) acquire(ctx context.Context, key, token string, ttl time.Duration, holder string, p *place) (lease.Grant, error) {
 	s := v.s
 	start := time.Now()
-	lock, fk, hk := s.lockKey(key), s.fenceKey(key), s.holderKey(key)
+	lock, fk, hk, wp := s.lockKey(key), s.fenceKey(key), s.holderKey(key), s.waitersPrefix(key)
+	gate := cmps(cmpCreateRev(lock, cmpEqual, 0), cmpRangeCreateRev(wp, cmpEqual, 0)) // free, no waiter
+	var rev int64
+	if p != nil {
+		rev = p.rev
+		gate = cmps(cmpCreateRev(lock, cmpEqual, 0), cmpCreateRev(p.key, cmpEqual, rev),
+			cmpRangeCreateRev(wp, cmpGreater, rev-1)) // free, and none before this waiter
+	}
 	for attempt := 1; ; attempt++ {
 		resp, g, err := s.putOnLease(ctx, ttl, start, func(id int64) (*pb.TxnResponse, error) {
-			return s.rpc.txn(ctx,
-				cmps(cmpCreateRev(lock, cmpEqual, 0)),
-				ops(opPut(lock, token, id), opPut(fk, "", 0), opGet(lock), opPut(hk, holder, id)),
-				ops(opTxn(
-					cmps(cmpValue(lock, cmpEqual, token)),
-					ops(opGet(lock), opPut(lock, token, id), opPut(hk, holder, id)),
-					ops(opGet(lock), opGet(hk)),
-				)),
-			)
+			granted := ops(opPut(lock, token, id), opPut(fk, "", 0), opGet(lock), opPut(hk, holder, id))
+			again := ops(opGet(lock), opPut(lock, token, id), opPut(hk, holder, id))
+			busy := ops(opGet(lock), opGet(hk), opCountWaiters(wp, rev))
+			if p != nil {
+				granted = append(granted, opDelete(p.key))
+				again = append(again, opDelete(p.key))
+				busy = append(busy, opPut(p.key, "", p.lease), opGet(p.key))
+			}
+			return s.rpc.txn(ctx, gate, granted, ops(opTxn(cmps(cmpValue(lock, cmpEqual, token)), again, busy)))
 		})
 		if err != nil {
 			// The lock may be on the lease now: a retry with the same
@@ -273,11 +289,27 @@ func (v leases) AcquireHolder(ctx context.Context, key, token string, ttl time.D
 		} else {
 			inner := resp.Responses[0].GetResponseTxn()
 			kv := firstKV(inner.GetResponses()[0])
-			if kv == nil {
-				return lease.Grant{}, fmt.Errorf("etcdstore: acquire %q: lock missing in its own txn", key)
-			}
 			if !inner.GetSucceeded() {
-				// Busy.
+				// Busy: held by another token, or promised to the
+				// waiters ahead.
+				ahead := len(inner.GetResponses()[2].GetResponseRange().GetKvs())
+				if p != nil {
+					// The place is kept; one that had expired was taken
+					// anew, at the back.
+					if pk := firstKV(inner.GetResponses()[4]); pk != nil && pk.CreateRevision != p.rev {
+						s.places.set(p.key, pk.CreateRevision)
+						return lease.Grant{}, &lease.HeldError{Key: key, TTL: time.Millisecond, Position: ahead}
+					}
+				}
+				if kv == nil {
+					if ahead > 0 {
+						return lease.Grant{}, &lease.HeldError{Key: key, Position: ahead}
+					}
+					if attempt < attempts {
+						continue // the waiters ahead left meanwhile
+					}
+					return lease.Grant{}, &lease.HeldError{Key: key, TTL: time.Millisecond}
+				}
 				left, err := s.rpc.timeToLive(ctx, kv.Lease)
 				if err != nil {
 					return lease.Grant{}, wrapErr("acquire: holder's ttl", err)
@@ -289,9 +321,15 @@ func (v leases) AcquireHolder(ctx context.Context, key, token string, ttl time.D
 				if h := firstKV(inner.GetResponses()[1]); h != nil {
 					who = string(h.Value)
 				}
-				return lease.Grant{}, &lease.HeldError{Key: key, TTL: ttlOf(max(left, 0)), Holder: who}
+				return lease.Grant{}, &lease.HeldError{Key: key, TTL: ttlOf(max(left, 0)), Holder: who, Position: ahead}
+			}
+			if kv == nil {
+				return lease.Grant{}, fmt.Errorf("etcdstore: acquire %q: lock missing in its own txn", key)
 			}
 			fenceRev = kv.CreateRevision
+		}
+		if p != nil {
+			s.places.drop(p.key)
 		}
 		if err := s.checkGrant(ctx, g, lock, token, fmt.Sprintf("acquire %q", key)); err != nil {
 			return lease.Grant{}, err
