@@ -16,6 +16,16 @@
 //	                            etcd lease: it goes when the lock goes
 //	<prefix>res/<resource>      the value written by FencedPut
 //	<prefix>admitted/<resource> the greatest fence FencedPut admitted for resource, as 20 decimal digits
+//	<prefix>waiter/<key>\x00<id> a waiter's place in the key's queue (lease/driver.Queuer): id is
+//	                            lease/driver.WaiterID of its token, the create revision its arrival;
+//	                            on an etcd lease that lives at least the waiter's stay
+//
+// A free key goes to the waiter whose place has the lowest create revision
+// (the acquire's compare asks that no place is older), as etcd's
+// concurrency.Mutex orders its waiters; a plain acquire of a key with
+// places is refused. Waiters are woken by a watch of the lock and of the
+// queue (Watch): a release and an expiry both delete the lock key, so both
+// wake the first waiter.
 //
 // The leases view lists keys (lease.Lister) by ranging over the fence
 // records under a prefix, one page per call, with the locks and holder
