@@ -23,13 +23,14 @@
 //
 // # Contended keys
 //
-// On a store with a queue of waiters (driver.Queuer: memory, Redis) a
-// waiting Acquire keeps one place under one token and a free key goes to
-// the first live waiter, so waiters are served in arrival order; on a
-// store that wakes waiters (driver.Waker: memory, Redis) the release wakes
-// the waiter that is first, and polling at the holder's remaining TTL (at
-// most Options.RetryMax) is only the fallback. Options.Unfair turns the
-// queue off. Elsewhere Acquire backs off with jitter.
+// On a store with a queue of waiters (driver.Queuer: every store tenure
+// ships) a waiting Acquire keeps one place under one token and a free key
+// goes to the first live waiter, so waiters are served in arrival order;
+// on a store that wakes waiters (driver.Waker: every store tenure ships)
+// the release wakes the waiter that is first, and polling at the holder's
+// remaining TTL (at most Options.RetryMax) is only the fallback.
+// Options.Unfair turns the queue off. Elsewhere Acquire backs off with
+// jitter.
 //
 // # A tenure held elsewhere
 //

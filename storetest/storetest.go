@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenurekit/tenure/election/electiontest"
 	"github.com/tenurekit/tenure/idempotency/idempotencytest"
 	"github.com/tenurekit/tenure/internal/storekit"
 	"github.com/tenurekit/tenure/lease/leasetest"
@@ -102,7 +103,8 @@ var (
 )
 
 // Run runs, as subtests, every conformance suite that f's store supports:
-// Lease, Idempotency, TxMiddleware, RateLimit, Session and Schedule.
+// Lease, Election (on the lease target), Idempotency, TxMiddleware,
+// RateLimit, Session and Schedule.
 func Run(t *testing.T, f Factory) {
 	var none []string
 	suite := func(name string, supported bool, run func(t *testing.T)) {
@@ -113,6 +115,7 @@ func Run(t *testing.T, f Factory) {
 		t.Run(name, run)
 	}
 	suite("Lease", f.Lease != nil, func(t *testing.T) { leasetest.Run(t, f.Lease) })
+	suite("Election", f.Lease != nil, func(t *testing.T) { electiontest.Run(t, f.Lease) })
 	suite("Idempotency", f.Idempotency != nil, func(t *testing.T) { idempotencytest.Run(t, f.Idempotency) })
 	suite("TxMiddleware", f.TxMiddleware != nil, func(t *testing.T) { idempotencytest.RunTxMiddleware(t, f.TxMiddleware) })
 	suite("RateLimit", f.RateLimit != nil, func(t *testing.T) {
@@ -151,7 +154,7 @@ func Run(t *testing.T, f Factory) {
 			})
 		})
 	})
-	if len(none) == 6 {
+	if len(none) == 7 {
 		t.Fatal("storetest: the Factory supports no primitive")
 	}
 	if len(none) > 0 {

@@ -187,6 +187,14 @@ func (w faultyLeases) Acquire(ctx context.Context, key, token string, ttl time.D
 	return do(ctx, w.f, w.unav, func(ctx context.Context) (lease.Grant, error) { return w.inner.Acquire(ctx, key, token, ttl) })
 }
 
+// AcquireHolder keeps the holder description with the grant where the
+// store keeps one (leasedriver.HolderAcquirer).
+func (w faultyLeases) AcquireHolder(ctx context.Context, key, token string, ttl time.Duration, holder string) (lease.Grant, error) {
+	return do(ctx, w.f, w.unav, func(ctx context.Context) (lease.Grant, error) {
+		return leasedriver.AcquireAs(ctx, w.inner, key, token, ttl, holder)
+	})
+}
+
 func (w faultyLeases) Renew(ctx context.Context, key, token string, ttl time.Duration) (lease.Grant, error) {
 	return do(ctx, w.f, w.unav, func(ctx context.Context) (lease.Grant, error) { return w.inner.Renew(ctx, key, token, ttl) })
 }
