@@ -21,6 +21,7 @@ const (
 	sqliteLimits   = "store/sqlitestore/ratelimit.go"
 
 	pgQueries    = "store/pgstore/pgstore.go"
+	pgQueue      = "store/pgstore/queue.go"
 	pgIdem       = "store/pgstore/idempotency.go"
 	pgSessions   = "store/pgstore/session.go"
 	pgSched      = "store/pgstore/schedule.go"
@@ -203,9 +204,9 @@ var list = []Mutant{
 	{
 		Name: "postgres/release-any-token", Store: "postgres",
 		Breaks: "Release frees a lease whatever the token",
-		Edits: []Edit{{File: pgQueries,
-			Old: "WHERE l.key = $1 AND l.token = $2 AND l.expires_at > c.now`,",
-			New: "WHERE l.key = $1 AND $2::text IS NOT NULL AND l.expires_at > c.now`,"}},
+		Edits: []Edit{{File: pgQueue,
+			Old: "WHERE l.key = $1 AND l.token = $2 AND l.expires_at > c.now RETURNING 1),",
+			New: "WHERE l.key = $1 AND $2::text IS NOT NULL AND l.expires_at > c.now RETURNING 1),"}},
 		Workloads: []string{"lease-counter"}, Suite: "Lease",
 	},
 	{

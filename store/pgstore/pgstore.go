@@ -163,6 +163,26 @@ func validateSchema(name string) error {
 	return nil
 }
 
+// grantInsert is the acquire's insert of a lease row, $1 key, $2 token,
+// $3 ttl (µs), $4 holder, on c.now: the row carries the fence floor (the
+// clock in microseconds), which grantConflict compares with the last
+// fence. A WHERE may follow it (the queued acquire's).
+func grantInsert(leases string) string {
+	return `INSERT INTO ` + leases + ` AS l (key, token, fence, expires_at, holder)
+SELECT $1, $2, greatest((extract(epoch FROM c.now) * 1000000)::bigint, 1), c.now + $3::bigint * interval '1 microsecond', nullif($4::text, '') FROM c`
+}
+
+// grantConflict takes over a conflicting lease row: the same token within
+// its validity keeps its fence, every other takeover starts a new tenure
+// above both the last fence and the floor. The WHERE that says who may
+// take it over follows.
+const grantConflict = `ON CONFLICT (key) DO UPDATE SET
+	fence = CASE WHEN l.token = excluded.token AND l.expires_at > (SELECT now FROM c) THEN l.fence
+		ELSE greatest(l.fence + 1, excluded.fence) END,
+	token = excluded.token,
+	expires_at = excluded.expires_at,
+	holder = excluded.holder`
+
 func buildQueries(schema string) queries {
 	leases := schema + ".leases"
 	fences := schema + ".fences"
@@ -184,14 +204,8 @@ func buildQueries(schema string) queries {
 		// both the last fence and the floor (lease/driver.NextFence). A
 		// free key with live waiters queued goes to the first of them
 		// (AcquireQueued), not to a plain acquire.
-		acquire: clock + `INSERT INTO ` + leases + ` AS l (key, token, fence, expires_at, holder)
-SELECT $1, $2, greatest((extract(epoch FROM c.now) * 1000000)::bigint, 1), c.now + $3::bigint * interval '1 microsecond', nullif($4::text, '') FROM c
-ON CONFLICT (key) DO UPDATE SET
-	fence = CASE WHEN l.token = excluded.token AND l.expires_at > (SELECT now FROM c) THEN l.fence
-		ELSE greatest(l.fence + 1, excluded.fence) END,
-	token = excluded.token,
-	expires_at = excluded.expires_at,
-	holder = excluded.holder
+		acquire: clock + grantInsert(leases) + `
+` + grantConflict + `
 WHERE l.token = excluded.token AND l.expires_at > (SELECT now FROM c)
 	OR (l.token IS NULL OR l.expires_at <= (SELECT now FROM c))
 	AND NOT EXISTS (SELECT 1 FROM ` + waiters + ` AS w WHERE w.key = $1 AND w.stay_until > (SELECT now FROM c))

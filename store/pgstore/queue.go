@@ -47,16 +47,10 @@ func buildQueueQueries(schema string) queueQueries {
 		acquire: clock + `,
 cur AS (SELECT l.token, l.expires_at, l.holder FROM ` + leases + ` AS l WHERE l.key = $1),
 granted AS (
-	INSERT INTO ` + leases + ` AS l (key, token, fence, expires_at, holder)
-	SELECT $1, $2, greatest((extract(epoch FROM c.now) * 1000000)::bigint, 1), c.now + $3::bigint * interval '1 microsecond', nullif($4::text, '') FROM c
+` + grantInsert(leases) + `
 	WHERE coalesce(` + first + ` = $5, true)
 		OR EXISTS (SELECT 1 FROM cur WHERE cur.token = $2 AND cur.expires_at > c.now)
-	ON CONFLICT (key) DO UPDATE SET
-		fence = CASE WHEN l.token = excluded.token AND l.expires_at > (SELECT now FROM c) THEN l.fence
-			ELSE greatest(l.fence + 1, excluded.fence) END,
-		token = excluded.token,
-		expires_at = excluded.expires_at,
-		holder = excluded.holder
+` + grantConflict + `
 	WHERE l.token IS NULL OR l.expires_at <= (SELECT now FROM c) OR l.token = excluded.token
 	RETURNING l.fence),
 gone AS (DELETE FROM ` + waiters + ` AS w WHERE w.key = $1 AND w.waiter = $5 AND EXISTS (SELECT 1 FROM granted)),

@@ -295,6 +295,19 @@ type queries struct {
 	acquireFirst, firstWaiter, waiting, queue, ahead, dequeue, expired string
 }
 
+// grant is the acquire's upsert of a lease row (?1 key, ?2 token, ?3 now
+// in µs, ?4 ttl in µs, ?5 holder), up to the WHERE that says who may take
+// a conflicting row over: a new tenure gets max(last fence + 1, now), the
+// holding token keeps its fence.
+const grant = `INSERT INTO $L ("key", token, fence, expires_us, holder)
+			VALUES (?1, ?2, max(?3, 1), ?3 + ?4, nullif(?5, ''))
+			ON CONFLICT ("key") DO UPDATE SET
+				fence = CASE WHEN $L.token = excluded.token AND $L.expires_us > ?3
+					THEN $L.fence ELSE max($L.fence + 1, ?3) END,
+				token = excluded.token,
+				expires_us = excluded.expires_us,
+				holder = excluded.holder`
+
 func buildQueries(prefix string) queries {
 	l := `"` + prefix + `leases"`
 	f := `"` + prefix + `fences"`
@@ -307,28 +320,14 @@ func buildQueries(prefix string) queries {
 		// ?1 key, ?2 token, ?3 now (µs), ?4 ttl (µs). A free or expired
 		// key, or the holding token, gets the grant; a new tenure gets
 		// max(last fence + 1, now), the holding token keeps its fence.
-		acquire: r.Replace(`INSERT INTO $L ("key", token, fence, expires_us, holder)
-			VALUES (?1, ?2, max(?3, 1), ?3 + ?4, nullif(?5, ''))
-			ON CONFLICT ("key") DO UPDATE SET
-				fence = CASE WHEN $L.token = excluded.token AND $L.expires_us > ?3
-					THEN $L.fence ELSE max($L.fence + 1, ?3) END,
-				token = excluded.token,
-				expires_us = excluded.expires_us,
-				holder = excluded.holder
+		acquire: r.Replace(grant + `
 			WHERE $L.token = excluded.token AND $L.expires_us > ?3
 				OR ($L.token IS NULL OR $L.expires_us IS NULL OR $L.expires_us <= ?3)
 				AND NOT EXISTS (SELECT 1 FROM $W WHERE "key" = ?1 AND stay_until_us > ?3)
 			RETURNING fence`),
 		// The grant of acquire for the first live waiter (or anyone, when
 		// none waits): the waiters are not asked again.
-		acquireFirst: r.Replace(`INSERT INTO $L ("key", token, fence, expires_us, holder)
-			VALUES (?1, ?2, max(?3, 1), ?3 + ?4, nullif(?5, ''))
-			ON CONFLICT ("key") DO UPDATE SET
-				fence = CASE WHEN $L.token = excluded.token AND $L.expires_us > ?3
-					THEN $L.fence ELSE max($L.fence + 1, ?3) END,
-				token = excluded.token,
-				expires_us = excluded.expires_us,
-				holder = excluded.holder
+		acquireFirst: r.Replace(grant + `
 			WHERE $L.token IS NULL OR $L.expires_us IS NULL OR $L.expires_us <= ?3
 				OR $L.token = excluded.token
 			RETURNING fence`),
