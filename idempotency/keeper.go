@@ -563,12 +563,16 @@ func (k *Keeper) lostError(ctx context.Context, req Request, fence uint64, cause
 
 // complete records out, sending the request again (same token and fence:
 // the store accepts a repeat) while its outcome is unknown, for at most a
-// claim TTL and while ctx allows (after ctx ended, ReleaseTimeout).
+// claim TTL and while ctx allows (after ctx ended, ReleaseTimeout). Each
+// attempt may take a third of the claim TTL, and at least completeFloor:
+// a slow store is waited for (the store refuses a completion that comes
+// after another attempt took over, so waiting longer is safe), a short
+// claim TTL does not make every completion on a busy store unknown.
 func (k *Keeper) complete(ctx context.Context, id ID, token Token, fence uint64, out Outcome) error {
 	ctx, cancel := k.afterCtx(ctx)
 	defer cancel()
 	deadline := time.Now().Add(k.o.ClaimTTL)
-	per := max(k.o.ClaimTTL/3, 10*time.Millisecond)
+	per := max(k.o.ClaimTTL/3, completeFloor)
 	for attempt := 1; ; attempt++ {
 		actx, acancel := context.WithTimeout(ctx, per)
 		err := k.st.Complete(actx, id, token.Reveal(), fence, out, k.o.Retention)
@@ -583,6 +587,9 @@ func (k *Keeper) complete(ctx context.Context, id ID, token Token, fence uint64,
 		}
 	}
 }
+
+// completeFloor is the shortest time one completion attempt may take.
+const completeFloor = time.Second
 
 // afterCtx returns ctx, or a context bounded by ReleaseTimeout when ctx has
 // already ended.

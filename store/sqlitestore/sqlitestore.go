@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/tenurekit/tenure/lease"
@@ -77,8 +76,11 @@ type Store struct {
 	// closed is set by Close: a write that comes later (a caller's
 	// background clean-up, say) fails before it takes a turn, whose lock
 	// file it would otherwise create again next to the closed database.
-	closed atomic.Bool
-	now    func() time.Time
+	// A write holds closeMu for reading while it runs, so Close waits
+	// for the writes in flight before it closes the database.
+	closeMu sync.RWMutex
+	closed  bool
+	now     func() time.Time
 	// lockFirst: BeginTx may start a deferred transaction (a database from
 	// New), so a write statement takes the write lock before the clock is
 	// read.
@@ -217,7 +219,9 @@ func (s *Store) Close() error {
 	if !s.owned {
 		return nil
 	}
-	s.closed.Store(true)
+	s.closeMu.Lock()
+	s.closed = true
+	s.closeMu.Unlock()
 	err := s.db.Close()
 	if s.wqKey != nil {
 		putQueue(s.wqKey)
@@ -234,7 +238,9 @@ func (s *Store) Close() error {
 // write lock, so a request that waited is judged on the time it is
 // applied, not the time it was made.
 func (s *Store) writeTx(ctx context.Context, l lane, fail func(error) error, fn func(tx *sql.Tx, now int64) error) error {
-	if s.closed.Load() {
+	s.closeMu.RLock()
+	defer s.closeMu.RUnlock()
+	if s.closed {
 		return fail(sql.ErrConnDone)
 	}
 	if !s.queued {
