@@ -51,7 +51,7 @@ func newRoot() *cobra.Command {
 	root.AddCommand(newDoctor())
 	root.AddCommand(newServe())
 	root.AddCommand(newMigrate(), newSweep())
-	root.AddCommand(newLeaseCmd(), newSessionCmd(), newScheduleCmd(), newLimitCmd(), newIdempotencyCmd())
+	root.AddCommand(newLeaseCmd(), newElectionCmd(), newSessionCmd(), newScheduleCmd(), newLimitCmd(), newIdempotencyCmd())
 	return root
 }
 
