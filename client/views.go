@@ -43,7 +43,7 @@ var leaseErrs = mapping{unavailable: lease.ErrUnavailable, of: func(p serveapi.P
 func leaseMapping(key string) mapping {
 	return mapping{unavailable: lease.ErrUnavailable, of: func(p serveapi.Problem) error {
 		if p.Type == serveapi.TypeHeld {
-			return &lease.HeldError{Key: key, TTL: p.TTL.D(), Holder: p.Holder}
+			return &lease.HeldError{Key: key, TTL: p.TTL.D(), Holder: p.Holder, Position: p.Position}
 		}
 		return leaseErrs.of(p)
 	}}
@@ -54,8 +54,12 @@ func (c *Client) Leases() lease.Store { return leases{c} }
 
 type leases struct{ c *Client }
 
-// Lister is the list capability of the Leases view.
-var _ lease.Lister = leases{}
+// Lister is the list capability of the Leases view, Queuer its queue of
+// waiters.
+var (
+	_ lease.Lister       = leases{}
+	_ leasedriver.Queuer = leases{}
+)
 
 func (v leases) Acquire(ctx context.Context, key, token string, ttl time.Duration) (lease.Grant, error) {
 	return v.AcquireHolder(ctx, key, token, ttl, "")
@@ -77,6 +81,41 @@ func (v leases) AcquireHolder(ctx context.Context, key, token string, ttl time.D
 		return lease.Grant{}, err
 	}
 	return lease.Grant{Fence: g.Fence, TTL: g.TTL.D()}, nil
+}
+
+// AcquireQueued is AcquireHolder for a waiter that keeps its place in the
+// key's queue of waiters on the server's store for stay
+// (leasedriver.Queuer): one request, answered at once. A lease.Locker on
+// the client's Leases view so serves its waiters in arrival order across
+// every client of the server.
+func (v leases) AcquireQueued(ctx context.Context, key, token string, ttl time.Duration, holder string, stay time.Duration) (lease.Grant, error) {
+	if err := leasedriver.Validate(key, token, ttl); err != nil {
+		return lease.Grant{}, err
+	}
+	if err := leasedriver.ValidateHolder(holder); err != nil {
+		return lease.Grant{}, err
+	}
+	if err := leasedriver.ValidateStay(stay); err != nil {
+		return lease.Grant{}, err
+	}
+	var g serveapi.LeaseGrant
+	err := v.c.call(ctx, leaseMapping(key), http.MethodPost, "/v1/leases/acquire", nil,
+		serveapi.AcquireLease{Key: key, Token: token, TTL: d(ttl), Holder: holder, Stay: d(stay)}, &g)
+	if err != nil {
+		return lease.Grant{}, err
+	}
+	return lease.Grant{Fence: g.Fence, TTL: g.TTL.D()}, nil
+}
+
+// Leave gives token's place in key's queue up (leasedriver.Queuer).
+func (v leases) Leave(ctx context.Context, key, token string) error {
+	if err := leasedriver.ValidateKey(key); err != nil {
+		return err
+	}
+	if err := leasedriver.ValidateToken(token); err != nil {
+		return err
+	}
+	return v.c.call(ctx, leaseMapping(key), http.MethodPost, "/v1/leases/leave", nil, serveapi.LeaseToken{Key: key, Token: token}, nil)
 }
 
 // AcquireWait is Acquire that waits up to wait (at most the server's

@@ -28,6 +28,22 @@ var leaseOps = []operation{
 			g, err := r.s.st.Leases.Renew(ctx, in.Key, in.Token, in.TTL.D())
 			return serveapi.LeaseGrant{Key: in.Key, Fence: g.Fence, TTL: serveapi.Duration(g.TTL)}, err
 		}},
+	&op[serveapi.LeaseToken, noBody]{Method: "POST", Path: "/v1/leases/leave", ID: "leaveLeaseQueue",
+		Needs: leaseView, Scope: "key",
+		Doc:     "Give up the place a token keeps in a key's queue of waiters (an acquire with stay whose caller stopped waiting). Leaving a queue one is not in is not an error.",
+		Example: serveapi.LeaseToken{Key: "billing/close-month", Token: "R7FJKTDJ6NNMY7V2J5BMYEMBIO"},
+		Handle: func(ctx context.Context, r *request, in serveapi.LeaseToken) (noBody, error) {
+			if err := leasedriver.ValidateKey(in.Key); err != nil {
+				return noBody{}, err
+			}
+			if err := leasedriver.ValidateToken(in.Token); err != nil {
+				return noBody{}, err
+			}
+			if q, ok := r.s.st.Leases.(leasedriver.Queuer); ok {
+				return noBody{}, q.Leave(ctx, in.Key, in.Token)
+			}
+			return noBody{}, nil
+		}},
 	&op[serveapi.LeaseToken, noBody]{Method: "POST", Path: "/v1/leases/release", ID: "releaseLease",
 		Needs: leaseView, Scope: "key", Problems: []string{"not_held"},
 		Doc:     "End a lease held by token.",
@@ -76,6 +92,11 @@ func acquireLease(ctx context.Context, r *request, in serveapi.AcquireLease) (se
 	if err := leasedriver.ValidateHolder(in.Holder); err != nil {
 		return serveapi.LeaseGrant{}, err
 	}
+	if in.Stay != 0 {
+		if err := leasedriver.ValidateStay(in.Stay.D()); err != nil {
+			return serveapi.LeaseGrant{}, err
+		}
+	}
 	token := in.Token
 	if token == "" {
 		token = lease.NewToken()
@@ -92,12 +113,19 @@ func acquireLease(ctx context.Context, r *request, in serveapi.AcquireLease) (se
 	// A waiting acquire keeps a place in the store's queue of waiters, if
 	// it has one, and is woken by a release, if the store can tell: no
 	// polling but the fallback at the holder's TTL or waitPoll.
+	// A caller that asks for a place (stay) keeps it across its own
+	// attempts: the server leaves the queue only for the places it took
+	// itself.
 	var (
 		queue leasedriver.Queuer
 		wake  <-chan string
 	)
-	if in.Wait > 0 {
+	stay := in.Stay.D()
+	if in.Wait > 0 || stay > 0 {
 		queue, _ = s.st.Leases.(leasedriver.Queuer)
+		stay = max(stay, 3*waitPoll)
+	}
+	if in.Wait > 0 {
 		if w, ok := s.st.Leases.(leasedriver.Waker); ok {
 			if ch, stop, err := w.Watch(ctx, in.Key); err == nil {
 				wake = ch
@@ -107,7 +135,7 @@ func acquireLease(ctx context.Context, r *request, in serveapi.AcquireLease) (se
 	}
 	me := leasedriver.WaiterID(token)
 	giveUp := func(err error) (serveapi.LeaseGrant, error) {
-		if queue != nil {
+		if queue != nil && in.Stay == 0 {
 			go func() {
 				lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 				defer cancel()
@@ -130,7 +158,7 @@ func acquireLease(ctx context.Context, r *request, in serveapi.AcquireLease) (se
 			err error
 		)
 		if queue != nil {
-			g, err = queue.AcquireQueued(ctx, in.Key, token, in.TTL.D(), in.Holder, 3*waitPoll)
+			g, err = queue.AcquireQueued(ctx, in.Key, token, in.TTL.D(), in.Holder, stay)
 		} else {
 			g, err = leasedriver.AcquireAs(ctx, s.st.Leases, in.Key, token, in.TTL.D(), in.Holder)
 		}

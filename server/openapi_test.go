@@ -101,7 +101,7 @@ func TestOpenAPIDescribesEveryRoute(t *testing.T) {
 			}
 		}
 	}
-	for _, id := range []string{"acquireLease", "renewLease", "releaseLease", "inspectLease", "listLeases", "fencedHolderWrite", "fencedWrite", "fencedRead",
+	for _, id := range []string{"acquireLease", "renewLease", "releaseLease", "leaveLeaseQueue", "inspectLease", "listLeases", "fencedHolderWrite", "fencedWrite", "fencedRead",
 		"beginIdempotency", "completeIdempotency", "releaseIdempotency", "allowRate", "acquirePermit", "releasePermit",
 		"createSession", "loadSession", "saveSession", "revokeSession", "listSessions", "revokeUserSessions",
 		"writeSessionValue", "readSessionValue", "slotHistory"} {
@@ -382,6 +382,7 @@ func TestOpenAPIEveryOperationExercised(t *testing.T) {
 	if fv.Value != "w" || fv.Fence != g.Fence {
 		t.Fatalf("fenced value after the holder's write %+v", fv)
 	}
+	call("leaveLeaseQueue", "POST", "/v1/leases/leave", serveapi.LeaseToken{Key: "k", Token: "waiter-token"}, nil)
 	call("releaseLease", "POST", "/v1/leases/release", serveapi.LeaseToken{Key: "k", Token: g.Token}, nil)
 
 	var b serveapi.IdemBegun

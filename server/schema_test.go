@@ -178,8 +178,8 @@ func TestOperationsDeclared(t *testing.T) {
 			t.Errorf("%s: no handler", d.OperationID)
 		}
 	}
-	if len(ids) != 29 {
-		t.Errorf("%d operations, want 29", len(ids))
+	if len(ids) != 30 {
+		t.Errorf("%d operations, want 30", len(ids))
 	}
 	if _, pattern := srv.mux.Handler(httptest.NewRequest("GET", "/v1/leases/nothing", nil)); pattern != "/v1/" {
 		t.Errorf("an unknown route goes to %q", pattern)

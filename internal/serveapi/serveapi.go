@@ -84,6 +84,9 @@ type Problem struct {
 	TTL Duration `json:"ttl,omitempty" doc:"held: the holder's remaining time; in_progress: the claim's"`
 	// Holder is, for held, the holder's description when it gave one.
 	Holder string `json:"holder,omitempty" doc:"held: the holder's description, when it gave one"`
+	// Position is, for held, how many waiters are queued ahead of the
+	// caller (a free key promised to them has no ttl).
+	Position int `json:"position,omitempty" doc:"held: how many waiters are queued ahead of the caller (with no ttl: the key is free but promised to them)"`
 	// Fence and Current are, for stale, the refused fence and the greatest
 	// admitted one.
 	Fence   uint64 `json:"fence,omitempty" doc:"stale: the refused fence"`
@@ -150,6 +153,7 @@ func ProblemOf(err error) Problem {
 		p := NewProblem(TypeHeld, err.Error())
 		p.TTL = Duration(held.TTL)
 		p.Holder = held.Holder
+		p.Position = held.Position
 		return p
 	case errors.Is(err, lease.ErrHeld):
 		return NewProblem(TypeHeld, err.Error())

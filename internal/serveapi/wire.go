@@ -21,6 +21,11 @@ type AcquireLease struct {
 	// Holder describes the holder for operators (lease/driver.ValidateHolder);
 	// never a secret.
 	Holder string `json:"holder,omitempty" doc:"a description of the holder for operators (node, purpose; at most 128 bytes; never a secret)"`
+	// Stay keeps a place in the key's queue of waiters: a refused caller
+	// waits behind those queued before it, keeps its place with each
+	// attempt under the same token made within stay, and is served in
+	// arrival order (lease/driver.Queuer). 0: a plain acquire.
+	Stay Duration `json:"stay,omitempty" doc:"keep a place in the key's queue of waiters for this long when refused (attempts with the same token within it keep the place; served in arrival order); default 0: no place"`
 }
 
 // LeaseGrant is the answer to acquireLease and renewLease.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/tenurekit/tenure/client"
 	"github.com/tenurekit/tenure/cmd/tenure/internal/servestore"
+	"github.com/tenurekit/tenure/election/electiontest"
 	"github.com/tenurekit/tenure/idempotency"
 	"github.com/tenurekit/tenure/idempotency/idempotencytest"
 	"github.com/tenurekit/tenure/internal/fencedkv"
@@ -128,6 +129,24 @@ func TestLeaseConformanceTwoInstancesPostgres(t *testing.T) {
 			},
 			Resource: resource{c: newClient(t, b, nil), plain: kv.PlainWrite},
 			Unit:     unit,
+		}
+	})
+}
+
+// TestElectionConformanceTwoInstancesPostgres runs the election suite
+// against two tenure serve instances over one PostgreSQL database, every
+// client's requests alternating between them.
+func TestElectionConformanceTwoInstancesPostgres(t *testing.T) {
+	dsn := pgDatabase(t)
+	electiontest.Run(t, func(t *testing.T) leasetest.Target {
+		a, _, _ := pgServe(t, dsn)
+		b, _, _ := pgServe(t, dsn)
+		f := &faults{}
+		return leasetest.Target{
+			Store:  spreadClient(t, []string{a, b}, f).Leases(),
+			Direct: spreadClient(t, []string{b, a}, nil).Leases(),
+			Faults: f,
+			Unit:   unit,
 		}
 	})
 }

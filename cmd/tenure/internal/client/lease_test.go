@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenurekit/tenure/election/electiontest"
 	"github.com/tenurekit/tenure/lease"
 	"github.com/tenurekit/tenure/lease/leasetest"
 )
@@ -20,6 +21,22 @@ const unit = 750 * time.Millisecond
 // land in time (the idempotency keep-alive case holds a claim of at least
 // a second), so the unit only has to outlast a few HTTP round trips.
 const claimUnit = 400 * time.Millisecond
+
+// TestElectionConformanceSQLite runs the election suite against tenure
+// serve on a SQLite file through the client's Leases view: campaigners
+// keep their places in the server's queue of waiters.
+func TestElectionConformanceSQLite(t *testing.T) {
+	electiontest.Run(t, func(t *testing.T) leasetest.Target {
+		s := startSQLite(t, "", nil)
+		f := &faults{}
+		return leasetest.Target{
+			Store:  newClient(t, s.url, f).Leases(),
+			Direct: newClient(t, s.url, nil).Leases(),
+			Faults: f,
+			Unit:   unit,
+		}
+	})
+}
 
 // TestLeaseConformanceSQLite runs the lease suite against tenure serve on
 // a SQLite file through the client's Leases view; faults break the HTTP
