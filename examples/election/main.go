@@ -92,4 +92,3 @@ func work(ctx context.Context, st *sqlitestore.Store, t *election.Term, holder s
 	}
 	return tx.Commit()
 }
-
