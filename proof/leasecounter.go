@@ -151,7 +151,7 @@ func counterLoop(ctx context.Context, w *workerEnv, mode, key string) error {
 			}
 			nv := formatCount(n+1, l.Fence())
 			wp := w.rec.Invoke(mode, "write", res, nv, l.Fence())
-			err = counterWrite(octx, w, mode, l, res, nv)
+			err = counterWrite(octx, w, mode, l, res, nv, false)
 			wp.End(nv, l.Fence(), err)
 		}
 		relp := w.rec.Invoke(mode, "release", key, "", l.Fence())
@@ -201,10 +201,10 @@ func counterRead(ctx context.Context, w *workerEnv, res string) (string, error) 
 }
 
 // counterWrite writes v. Guarded: SQL stores check the holder and admit
-// the fence in the transaction of the write (CheckHolder, Admit); Redis
-// and memory use HolderSet; etcd a txn with Compare. Control: a plain
-// write.
-func counterWrite(ctx context.Context, w *workerEnv, mode string, l *lease.Lease, res, v string) error {
+// the fence in the transaction of the write (CheckHolder, and Admit, or
+// AdmitAtLeast when a tenure writes several times: atLeast); Redis and
+// memory use HolderSet; etcd a txn with Compare. Control: a plain write.
+func counterWrite(ctx context.Context, w *workerEnv, mode string, l *lease.Lease, res, v string, atLeast bool) error {
 	guarded := mode == Guarded
 	switch w.kind {
 	case storeurl.SQLite:
@@ -218,7 +218,11 @@ func counterWrite(ctx context.Context, w *workerEnv, mode string, l *lease.Lease
 			if err := s.Tx(tx).CheckHolder(ctx, l); err != nil {
 				return err
 			}
-			if err := s.Tx(tx).Admit(ctx, res, l.Fence()); err != nil {
+			admit := s.Tx(tx).Admit
+			if atLeast {
+				admit = s.Tx(tx).AdmitAtLeast
+			}
+			if err := admit(ctx, res, l.Fence()); err != nil {
 				return err
 			}
 		}
@@ -233,7 +237,7 @@ func counterWrite(ctx context.Context, w *workerEnv, mode string, l *lease.Lease
 				if err := w.pgCheckHolder(ctx, tx, l); err != nil {
 					return err
 				}
-				if err := w.pgAdmit(ctx, tx, res, l.Fence()); err != nil {
+				if err := w.pgAdmit(ctx, tx, res, l.Fence(), atLeast); err != nil {
 					return err
 				}
 			}
@@ -259,7 +263,7 @@ func counterCheck(ctx context.Context, w *workerEnv, ri *runInfo, h *History, mo
 	lin := true
 	for k := range counterKeys(w.spec) {
 		key := counterKey(w, mode, k)
-		if !counterCheckKey(ctx, w, ri, h, mode, key, k, &m) {
+		if !counterCheckKey(ctx, w, ri, h, mode, key, k, false, &m) {
 			lin = false
 		}
 	}
@@ -281,8 +285,9 @@ func byKey(h *History, mode, f, key string) []Op {
 
 // counterCheckKey checks counter number k (named key) of mode into m and
 // reports whether its histories (the counter's and the lease's) are
-// linearizable.
-func counterCheckKey(ctx context.Context, w *workerEnv, ri *runInfo, h *History, mode, key string, k int, m *ModeResult) bool {
+// linearizable. perTerm: a tenure writes several times, so consecutive
+// values may carry one fence.
+func counterCheckKey(ctx context.Context, w *workerEnv, ri *runInfo, h *History, mode, key string, k int, perTerm bool, m *ModeResult) bool {
 	res := key
 	writes, reads := byKey(h, mode, "write", res), byKey(h, mode, "read", res)
 	acks, unknown := 0, 0
@@ -330,7 +335,7 @@ func counterCheckKey(ctx context.Context, w *workerEnv, ri *runInfo, h *History,
 	var last uint64
 	for _, n := range values {
 		f := slices.Min(byValue[n])
-		if f <= last {
+		if f < last || f == last && !perTerm {
 			m.violate("fence went back in commit order: value %d has fence %d after fence %d", n, f, last)
 		}
 		last = max(last, slices.Max(byValue[n]))

@@ -15,7 +15,10 @@ func (w *workerEnv) pgCheckHolder(ctx context.Context, tx pgx.Tx, l *lease.Lease
 	return w.env.PG.PgxTx(tx).CheckHolder(ctx, l)
 }
 
-func (w *workerEnv) pgAdmit(ctx context.Context, tx pgx.Tx, res string, f uint64) error {
+func (w *workerEnv) pgAdmit(ctx context.Context, tx pgx.Tx, res string, f uint64, atLeast bool) error {
+	if atLeast {
+		return w.env.PG.PgxTx(tx).AdmitAtLeast(ctx, res, f)
+	}
 	return w.env.PG.PgxTx(tx).Admit(ctx, res, f)
 }
 

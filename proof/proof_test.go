@@ -110,7 +110,7 @@ func check(t *testing.T, r proof.Result) {
 }
 
 // aims are the workloads whose nemesis aims at the holders.
-var aims = map[string]bool{"lease-counter": true, "fenced-register": true}
+var aims = map[string]bool{"lease-counter": true, "election": true, "fenced-register": true}
 
 func TestProofSQLite(t *testing.T) {
 	rs := prove(t, options(t, "sqlite:"+filepath.Join(t.TempDir(), "tenure.db"), 3*time.Second))
@@ -163,7 +163,7 @@ func checkVisualized(t *testing.T, r proof.Result) {
 func TestProofMemory(t *testing.T) {
 	rs := prove(t, options(t, "memory", 3*time.Second))
 	for _, r := range rs {
-		if !strings.Contains(r.Detail, "goroutines") {
+		if !strings.Contains(r.Detail+r.Note, "goroutines") {
 			t.Errorf("%s on memory: the report does not say the workers are goroutines: %q", r.Workload, r.Detail)
 		}
 		if r.Workload == "lease-counter" {
@@ -190,7 +190,7 @@ func TestProofEtcd(t *testing.T) {
 	eps := testenv.SharedEtcd(t).Endpoints()
 	rs := prove(t, options(t, "etcd://"+strings.TrimPrefix(eps[0], "http://"), 8*time.Second))
 	for _, r := range rs {
-		leases := r.Workload == "lease-counter" || r.Workload == "fenced-register"
+		leases := r.Workload == "lease-counter" || r.Workload == "election" || r.Workload == "fenced-register"
 		if !leases && r.Verdict != proof.VerdictSkipped {
 			t.Errorf("%s on etcd: %s, want skipped", r.Workload, r.Verdict)
 		}

@@ -253,7 +253,7 @@ type runInfo struct {
 var workloads []*workload
 
 // order is the order in which workloads run and are listed.
-var order = []string{"lease-counter", "fenced-register", "idempotency", "schedule", "session", "session-saves", "session-commit", "ratelimit", "permits"}
+var order = []string{"lease-counter", "election", "fenced-register", "idempotency", "schedule", "session", "session-saves", "session-commit", "ratelimit", "permits"}
 
 func register(w *workload) {
 	workloads = append(workloads, w)

@@ -100,7 +100,7 @@ in the report.
   sqlite:PATH           a SQLite file
   redis://HOST:PORT     Redis or Redis Cluster
   postgres://…          PostgreSQL (uses the schema tenure_lab)
-  etcd://HOST:PORT[,…]  etcd (lease-counter only)
+  etcd://HOST:PORT[,…]  etcd (the lease workloads: lease-counter, election, fenced-register)
 
 --duration is per workload and store: ten workloads at 10s are at least 100s,
 plus the few seconds each takes to start, settle and check. The run prints
