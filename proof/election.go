@@ -13,20 +13,20 @@ import (
 
 func init() {
 	register(&workload{
-		name:     "election",
-		summary:  "workers campaign in one election and, while leading, increment a counter several times per term through the store's holder check; paused and killed leaders are replaced, and a leader that wakes after its term never writes (final counter = acknowledged increments, terms' fences increase in commit order, one leader at a time)",
+		name:    "election",
+		summary: "workers campaign in one election and, while leading, increment a counter several times per term through the store's holder check; paused and killed leaders are replaced, and a leader that wakes after its term never writes (final counter = acknowledged increments, terms' fences increase in commit order, one leader at a time)",
 		supports: func(k storeurl.Kind) string {
 			if k == storeurl.Memory {
 				return "the memory store's workers are goroutines of one process: a pause stops a leader's work but not its term's keep-alive, so no term ends under a pause"
 			}
 			return ""
 		},
-		setup:    counterSetup,
-		worker:   electionWorker,
-		check:    electionCheck,
-		kills:    true,
-		aim:      true,
-		aimAt:    []string{"grant", "write"},
+		setup:  counterSetup,
+		worker: electionWorker,
+		check:  electionCheck,
+		kills:  true,
+		aim:    true,
+		aimAt:  []string{"grant", "write"},
 		leaseKeys: func(w *workerEnv) []string {
 			return []string{electionKey(w, Guarded), electionKey(w, Control)}
 		},
