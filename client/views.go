@@ -89,13 +89,7 @@ func (v leases) AcquireHolder(ctx context.Context, key, token string, ttl time.D
 // the client's Leases view so serves its waiters in arrival order across
 // every client of the server.
 func (v leases) AcquireQueued(ctx context.Context, key, token string, ttl time.Duration, holder string, stay time.Duration) (lease.Grant, error) {
-	if err := leasedriver.Validate(key, token, ttl); err != nil {
-		return lease.Grant{}, err
-	}
-	if err := leasedriver.ValidateHolder(holder); err != nil {
-		return lease.Grant{}, err
-	}
-	if err := leasedriver.ValidateStay(stay); err != nil {
+	if err := leasedriver.ValidateQueued(key, token, ttl, holder, stay); err != nil {
 		return lease.Grant{}, err
 	}
 	var g serveapi.LeaseGrant
@@ -109,10 +103,7 @@ func (v leases) AcquireQueued(ctx context.Context, key, token string, ttl time.D
 
 // Leave gives token's place in key's queue up (leasedriver.Queuer).
 func (v leases) Leave(ctx context.Context, key, token string) error {
-	if err := leasedriver.ValidateKey(key); err != nil {
-		return err
-	}
-	if err := leasedriver.ValidateToken(token); err != nil {
+	if err := leasedriver.ValidateLeave(key, token); err != nil {
 		return err
 	}
 	return v.c.call(ctx, leaseMapping(key), http.MethodPost, "/v1/leases/leave", nil, serveapi.LeaseToken{Key: key, Token: token}, nil)

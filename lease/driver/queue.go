@@ -67,3 +67,24 @@ func ValidateStay(stay time.Duration) error {
 	}
 	return nil
 }
+
+// ValidateQueued checks the arguments of Queuer.AcquireQueued: Validate,
+// ValidateHolder and ValidateStay. Errors wrap ErrInvalid.
+func ValidateQueued(key, token string, ttl time.Duration, holder string, stay time.Duration) error {
+	if err := Validate(key, token, ttl); err != nil {
+		return err
+	}
+	if err := ValidateHolder(holder); err != nil {
+		return err
+	}
+	return ValidateStay(stay)
+}
+
+// ValidateLeave checks the arguments of Queuer.Leave: ValidateKey and
+// ValidateToken. Errors wrap ErrInvalid.
+func ValidateLeave(key, token string) error {
+	if err := ValidateKey(key); err != nil {
+		return err
+	}
+	return ValidateToken(token)
+}

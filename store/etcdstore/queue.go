@@ -53,13 +53,7 @@ func opCountWaiters(prefix string, before int64) *pb.RequestOp {
 // (put again on a lease that lives at least stay), then the acquire, which
 // succeeds only when no live waiter arrived before this one.
 func (v leases) AcquireQueued(ctx context.Context, key, token string, ttl time.Duration, holder string, stay time.Duration) (lease.Grant, error) {
-	if err := leasedriver.Validate(key, token, ttl); err != nil {
-		return lease.Grant{}, err
-	}
-	if err := leasedriver.ValidateHolder(holder); err != nil {
-		return lease.Grant{}, err
-	}
-	if err := leasedriver.ValidateStay(stay); err != nil {
+	if err := leasedriver.ValidateQueued(key, token, ttl, holder, stay); err != nil {
 		return lease.Grant{}, err
 	}
 	s := v.s
@@ -131,10 +125,7 @@ func (p *places) drop(wk string) {
 // Leave gives token's place in key's queue up (leasedriver.Queuer): its
 // key is deleted, which wakes the watchers of key.
 func (v leases) Leave(ctx context.Context, key, token string) error {
-	if err := leasedriver.ValidateKey(key); err != nil {
-		return err
-	}
-	if err := leasedriver.ValidateToken(token); err != nil {
+	if err := leasedriver.ValidateLeave(key, token); err != nil {
 		return err
 	}
 	s := v.s

@@ -57,13 +57,7 @@ func (s *Store) dequeue(key, token string, now time.Time) {
 // key's queue for stay (leasedriver.Queuer): a free key goes to the first
 // live waiter, never to a newcomer.
 func (v leases) AcquireQueued(ctx context.Context, key, token string, ttl time.Duration, holder string, stay time.Duration) (lease.Grant, error) {
-	if err := leasedriver.Validate(key, token, ttl); err != nil {
-		return lease.Grant{}, err
-	}
-	if err := leasedriver.ValidateHolder(holder); err != nil {
-		return lease.Grant{}, err
-	}
-	if err := leasedriver.ValidateStay(stay); err != nil {
+	if err := leasedriver.ValidateQueued(key, token, ttl, holder, stay); err != nil {
 		return lease.Grant{}, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -79,10 +73,7 @@ func (v leases) AcquireQueued(ctx context.Context, key, token string, ttl time.D
 // waiter that was first leaves the key free for the next: the watchers
 // are woken.
 func (v leases) Leave(ctx context.Context, key, token string) error {
-	if err := leasedriver.ValidateKey(key); err != nil {
-		return err
-	}
-	if err := leasedriver.ValidateToken(token); err != nil {
+	if err := leasedriver.ValidateLeave(key, token); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {

@@ -14,13 +14,7 @@ import (
 // key's queue for stay (leasedriver.Queuer): a free key goes to the first
 // live waiter, never to a newcomer. One write transaction.
 func (v leases) AcquireQueued(ctx context.Context, key, token string, ttl time.Duration, holder string, stay time.Duration) (lease.Grant, error) {
-	if err := leasedriver.Validate(key, token, ttl); err != nil {
-		return lease.Grant{}, err
-	}
-	if err := leasedriver.ValidateHolder(holder); err != nil {
-		return lease.Grant{}, err
-	}
-	if err := leasedriver.ValidateStay(stay); err != nil {
+	if err := leasedriver.ValidateQueued(key, token, ttl, holder, stay); err != nil {
 		return lease.Grant{}, err
 	}
 	s := v.s
@@ -110,10 +104,7 @@ func (v leases) heldBy(ctx context.Context, tx *sql.Tx, key, token string, now i
 // Leave gives token's place in key's queue up (leasedriver.Queuer). A
 // waiter that was first leaves a free key to the next one, which is woken.
 func (v leases) Leave(ctx context.Context, key, token string) error {
-	if err := leasedriver.ValidateKey(key); err != nil {
-		return err
-	}
-	if err := leasedriver.ValidateToken(token); err != nil {
+	if err := leasedriver.ValidateLeave(key, token); err != nil {
 		return err
 	}
 	s := v.s
