@@ -59,10 +59,9 @@ WHERE l.token = excluded.token AND l.expires_at > (SELECT now FROM c)
 RETURNING l.fence`
 	rawRelease = `WITH c AS (SELECT clock_timestamp() AS now),
 r AS (UPDATE "tenure".leases AS l SET token = NULL, holder = NULL, expires_at = c.now FROM c
-	WHERE l.key = $1 AND l.token = $2 AND l.expires_at > c.now RETURNING 1),
-nx AS (SELECT (SELECT w.waiter FROM "tenure".lease_waiters AS w, c WHERE w.key = $1 AND w.stay_until > c.now ORDER BY w.seq LIMIT 1) AS waiter FROM c)
-SELECT (SELECT count(*) FROM r),
-	(SELECT count(*) FROM (SELECT pg_notify($3, nx.waiter || ' ' || $1) FROM nx WHERE nx.waiter IS NOT NULL AND EXISTS (SELECT 1 FROM r)) AS n)`
+	WHERE l.key = $1 AND l.token = $2 AND l.expires_at > c.now RETURNING 1)
+SELECT count(*), count(CASE WHEN nx.waiter IS NOT NULL THEN pg_notify($3, nx.waiter || ' ' || $1) END)
+FROM r LEFT JOIN LATERAL (SELECT w.waiter FROM "tenure".lease_waiters AS w, c WHERE w.key = $1 AND w.stay_until > c.now ORDER BY w.seq LIMIT 1) AS nx (waiter) ON true`
 	// rawWakeChannel is the NOTIFY channel of the schema's wake-ups.
 	rawWakeChannel = "tenure_wake_c8c62b60c9e028c4"
 )

@@ -86,10 +86,9 @@ SELECT count(*) FROM (SELECT pg_notify($3, coalesce((SELECT w.waiter FROM ` + wa
 		// at commit); a key nobody waits for notifies nobody.
 		release: clock + `,
 r AS (UPDATE ` + leases + ` AS l SET token = NULL, holder = NULL, expires_at = c.now FROM c
-	WHERE l.key = $1 AND l.token = $2 AND l.expires_at > c.now RETURNING 1),
-nx AS (SELECT ` + first + ` AS waiter FROM c)
-SELECT (SELECT count(*) FROM r),
-	(SELECT count(*) FROM (SELECT pg_notify($3, nx.waiter || ' ' || $1) FROM nx WHERE nx.waiter IS NOT NULL AND EXISTS (SELECT 1 FROM r)) AS n)`,
+	WHERE l.key = $1 AND l.token = $2 AND l.expires_at > c.now RETURNING 1)
+SELECT count(*), count(CASE WHEN nx.waiter IS NOT NULL THEN pg_notify($3, nx.waiter || ' ' || $1) END)
+FROM r LEFT JOIN LATERAL ` + first + ` AS nx (waiter) ON true`,
 	}
 }
 
