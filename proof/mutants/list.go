@@ -205,8 +205,8 @@ var list = []Mutant{
 		Name: "postgres/release-any-token", Store: "postgres",
 		Breaks: "Release frees a lease whatever the token",
 		Edits: []Edit{{File: pgQueue,
-			Old: "WHERE l.key = $1 AND l.token = $2 AND l.expires_at > c.now RETURNING 1),",
-			New: "WHERE l.key = $1 AND $2::text IS NOT NULL AND l.expires_at > c.now RETURNING 1),"}},
+			Old: "WHERE l.key = $1 AND l.token = $2 AND l.expires_at > c.now RETURNING 1)\nSELECT",
+			New: "WHERE l.key = $1 AND $2::text IS NOT NULL AND l.expires_at > c.now RETURNING 1)\nSELECT"}},
 		Workloads: []string{"lease-counter"}, Suite: "Lease",
 	},
 	{
