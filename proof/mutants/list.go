@@ -21,7 +21,6 @@ const (
 	sqliteLimits   = "store/sqlitestore/ratelimit.go"
 
 	pgQueries    = "store/pgstore/pgstore.go"
-	pgQueue      = "store/pgstore/queue.go"
 	pgIdem       = "store/pgstore/idempotency.go"
 	pgSessions   = "store/pgstore/session.go"
 	pgSched      = "store/pgstore/schedule.go"
@@ -204,9 +203,9 @@ var list = []Mutant{
 	{
 		Name: "postgres/release-any-token", Store: "postgres",
 		Breaks: "Release frees a lease whatever the token",
-		Edits: []Edit{{File: pgQueue,
-			Old: "WHERE l.key = $1 AND l.token = $2 AND l.expires_at > c.now RETURNING 1)\nSELECT",
-			New: "WHERE l.key = $1 AND $2::text IS NOT NULL AND l.expires_at > c.now RETURNING 1)\nSELECT"}},
+		Edits: []Edit{{File: pgQueries,
+			Old: "WHERE l.key = $1 AND l.token = $2 AND l.expires_at > c.now RETURNING l.waiters`,",
+			New: "WHERE l.key = $1 AND $2::text IS NOT NULL AND l.expires_at > c.now RETURNING l.waiters`,"}},
 		Workloads: []string{"lease-counter"}, Suite: "Lease",
 	},
 	{

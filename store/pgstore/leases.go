@@ -69,9 +69,10 @@ func (v leases) AcquireHolder(ctx context.Context, key, token string, ttl time.D
 		return lease.Grant{}, err
 	}
 	ttl = grantTTL(ttl)
+	stmt := s.q.acquire
 	for attempt := 1; ; attempt++ {
 		var f int64
-		err := s.db.queryRow(ctx, s.q.acquire, []any{key, token, ttl, holder}, &f)
+		err := s.db.queryRow(ctx, stmt, []any{key, token, ttl, holder}, &f)
 		if err == nil {
 			return lease.Grant{Fence: uint64(f), TTL: ttl}, nil
 		}
@@ -87,12 +88,18 @@ func (v leases) AcquireHolder(ctx context.Context, key, token string, ttl time.D
 		if err != nil {
 			return lease.Grant{}, s.wrap(ctx, fmt.Sprintf("acquire %q: read holder", key), err)
 		}
+		if rem > 0 || ahead > 0 {
+			s.hot.mark(key)
+		}
 		if rem > 0 {
 			return lease.Grant{}, &lease.HeldError{Key: key, TTL: time.Duration(rem) * time.Microsecond, Holder: who, Position: int(ahead)}
 		}
 		if ahead > 0 {
 			return lease.Grant{}, &lease.HeldError{Key: key, Position: int(ahead)} // free, promised to a waiter
 		}
+		// Free, and nobody waits: the row's waiters hint is stale (or the
+		// key changed hands meanwhile). Ask the queue in the acquire.
+		stmt = s.q.acquireChecked
 		if attempt >= heldAttempts {
 			// Held at every acquire, free at every read: a busy key
 			// changing hands. Report it held, for the shortest time.
@@ -126,13 +133,30 @@ func (v leases) Release(ctx context.Context, key, token string) error {
 	if err := pgToken(token); err != nil {
 		return err
 	}
-	var n, woke int64
-	err := s.db.queryRow(ctx, s.qq.release, []any{key, token, s.wakeCh}, &n, &woke)
+	if s.hot.is(key) {
+		var n, woke int64
+		if err := s.db.queryRow(ctx, s.qq.release, []any{key, token, s.wakeCh}, &n, &woke); err != nil {
+			return s.wrap(ctx, fmt.Sprintf("release %q", key), err)
+		}
+		if n == 0 {
+			return fmt.Errorf("pgstore: release %q: %w", key, lease.ErrNotHeld)
+		}
+		return nil
+	}
+	var waiters bool
+	err := s.db.queryRow(ctx, s.q.release, []any{key, token}, &waiters)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("pgstore: release %q: %w", key, lease.ErrNotHeld)
+	}
 	if err != nil {
 		return s.wrap(ctx, fmt.Sprintf("release %q", key), err)
 	}
-	if n == 0 {
-		return fmt.Errorf("pgstore: release %q: %w", key, lease.ErrNotHeld)
+	if waiters {
+		// Released: a failed wake-up is made good by the waiters'
+		// polling.
+		s.hot.mark(key)
+		var n int64
+		_ = s.db.queryRow(ctx, s.qq.wake, []any{key, s.wakeCh}, &n)
 	}
 	return nil
 }

@@ -68,6 +68,7 @@ type Store struct {
 	qq     queueQueries
 	wakeCh string    // the NOTIFY channel of lease wake-ups
 	wakes  *listener // the watchers of keys and their connection
+	hot    contended // the keys seen contended lately
 
 	unlogged bool // Options.UnloggedLeases
 
@@ -81,7 +82,8 @@ type Store struct {
 // (also through its database/sql driver) prepares each one per connection
 // on first use and caches it.
 type queries struct {
-	acquire, refused, renew, inspect    string
+	acquire, acquireChecked, refused    string
+	renew, release, inspect             string
 	admitStrict, admitAtLeast, admitted string
 	checkHolder, list                   string
 }
@@ -203,9 +205,20 @@ func buildQueries(schema string) queries {
 		// every other takeover starts a new tenure whose fence is above
 		// both the last fence and the floor (lease/driver.NextFence). A
 		// free key with live waiters queued goes to the first of them
-		// (AcquireQueued), not to a plain acquire.
+		// (AcquireQueued), not to a plain acquire: a row whose waiters
+		// hint is on is refused here, and acquireChecked asks the queue.
+		// A key nobody waits for never reads the queue.
 		acquire: clock + grantInsert(leases) + `
 ` + grantConflict + `
+WHERE l.token = excluded.token AND l.expires_at > (SELECT now FROM c)
+	OR (l.token IS NULL OR l.expires_at <= (SELECT now FROM c)) AND NOT l.waiters
+RETURNING l.fence`,
+		// acquireChecked is acquire for a free row whose waiters hint is
+		// on: it asks the queue itself, and clears the hint with a grant
+		// (the same token's renewal keeps it).
+		acquireChecked: clock + grantInsert(leases) + `
+` + grantConflict + `,
+	waiters = l.waiters AND l.token = excluded.token AND l.expires_at > (SELECT now FROM c)
 WHERE l.token = excluded.token AND l.expires_at > (SELECT now FROM c)
 	OR (l.token IS NULL OR l.expires_at <= (SELECT now FROM c))
 	AND NOT EXISTS (SELECT 1 FROM ` + waiters + ` AS w WHERE w.key = $1 AND w.stay_until > (SELECT now FROM c))
@@ -216,6 +229,14 @@ RETURNING l.fence`,
 	coalesce((SELECT CASE WHEN l.token IS NOT NULL AND l.expires_at > c.now THEN l.holder END FROM ` + leases + ` AS l WHERE l.key = $1), ''),
 	(SELECT count(*) FROM ` + waiters + ` AS w WHERE w.key = $1 AND w.stay_until > c.now)
 FROM c`,
+		// $1 key, $2 token. Release keeps the row and its fence, so the
+		// next tenure's fence follows this one and Inspect reports the
+		// last fence, and the time the lease ended in expires_at, from
+		// which the row's retention counts (Sweep). It returns the
+		// waiters hint: when on, the store wakes the first waiter with a
+		// statement of its own (queueQueries.wake).
+		release: clock + `UPDATE ` + leases + ` AS l SET token = NULL, holder = NULL, expires_at = c.now FROM c
+WHERE l.key = $1 AND l.token = $2 AND l.expires_at > c.now RETURNING l.waiters`,
 		renew: clock + `UPDATE ` + leases + ` AS l SET expires_at = c.now + $3::bigint * interval '1 microsecond' FROM c
 WHERE l.key = $1 AND l.token = $2 AND l.expires_at > c.now
 RETURNING l.fence`,

@@ -24,7 +24,7 @@ import (
 // queueQueries are the statements of the waiters' queue
 // (leasedriver.Queuer) and of the release that wakes them.
 type queueQueries struct {
-	acquire, leave, release string
+	acquire, leave, wake, release string
 }
 
 func buildQueueQueries(schema string) queueQueries {
@@ -61,7 +61,9 @@ queued AS (
 	ON CONFLICT (key, waiter) DO UPDATE SET
 		seq = CASE WHEN w.stay_until > (SELECT now FROM c) THEN w.seq ELSE excluded.seq END,
 		stay_until = excluded.stay_until
-	RETURNING w.seq)
+	RETURNING w.seq),
+hint AS (UPDATE ` + leases + ` AS l SET waiters = true
+	WHERE l.key = $1 AND NOT l.waiters AND NOT EXISTS (SELECT 1 FROM granted))
 SELECT coalesce((SELECT fence FROM granted), 0),
 	coalesce((SELECT CASE WHEN cur.token IS NOT NULL AND cur.token <> $2 AND cur.expires_at > c.now
 		THEN ((extract(epoch FROM cur.expires_at) - extract(epoch FROM c.now)) * 1000000)::bigint END FROM cur), 0),
@@ -78,17 +80,25 @@ SELECT count(*) FROM (SELECT pg_notify($3, coalesce((SELECT w.waiter FROM ` + wa
 	WHERE EXISTS (SELECT 1 FROM me WHERE me.stay_until > c.now)
 	AND NOT EXISTS (SELECT 1 FROM ` + waiters + ` AS w WHERE w.key = $1 AND w.waiter <> $2 AND w.stay_until > c.now AND w.seq < (SELECT seq FROM me))
 	AND ` + free + `) AS n`,
-		// $1 key, $2 token, $3 channel. Release keeps the row and its
-		// fence, so the next tenure's fence follows this one and Inspect
-		// reports the last fence, and the time the lease ended in
-		// expires_at, from which the row's retention counts (Sweep). When
-		// a live waiter is queued, the first one is woken (NOTIFY, sent
-		// at commit); a key nobody waits for notifies nobody.
+		// $1 key, $2 token, $3 channel: the release of a key that has
+		// been contended lately (see contended), which wakes the first
+		// live waiter in the same statement (NOTIFY, sent at commit) and
+		// clears the waiters hint when none is left.
 		release: clock + `,
-r AS (UPDATE ` + leases + ` AS l SET token = NULL, holder = NULL, expires_at = c.now FROM c
-	WHERE l.key = $1 AND l.token = $2 AND l.expires_at > c.now RETURNING 1)
+r AS (UPDATE ` + leases + ` AS l SET token = NULL, holder = NULL, expires_at = c.now,
+		waiters = l.waiters AND EXISTS (SELECT 1 FROM ` + waiters + ` AS w WHERE w.key = $1 AND w.stay_until > c.now)
+	FROM c
+	WHERE l.key = $1 AND l.token = $2 AND l.expires_at > c.now RETURNING l.waiters)
 SELECT count(*), count(CASE WHEN nx.waiter IS NOT NULL THEN pg_notify($3, nx.waiter || ' ' || $1) END)
-FROM r LEFT JOIN LATERAL ` + first + ` AS nx (waiter) ON true`,
+FROM r LEFT JOIN LATERAL (SELECT w.waiter FROM ` + waiters + ` AS w, c
+	WHERE r.waiters AND w.key = $1 AND w.stay_until > c.now ORDER BY w.seq LIMIT 1) AS nx ON true`,
+		// $1 key, $2 channel: after a release that found the waiters
+		// hint on, wake the first live waiter (NOTIFY, sent at commit),
+		// or clear the hint when none is left.
+		wake: clock + `,
+nx AS (SELECT w.waiter FROM ` + waiters + ` AS w, c WHERE w.key = $1 AND w.stay_until > c.now ORDER BY w.seq LIMIT 1),
+clr AS (UPDATE ` + leases + ` AS l SET waiters = false WHERE l.key = $1 AND l.waiters AND NOT EXISTS (SELECT 1 FROM nx))
+SELECT count(pg_notify($2, nx.waiter || ' ' || $1)) FROM nx`,
 	}
 }
 
@@ -121,6 +131,9 @@ func (v leases) AcquireQueued(ctx context.Context, key, token string, ttl time.D
 	err := s.db.queryRow(ctx, s.qq.acquire, []any{key, token, ttl, holder, leasedriver.WaiterID(token), stay}, &f, &rem, &who, &ahead)
 	if err != nil {
 		return lease.Grant{}, s.wrap(ctx, fmt.Sprintf("acquire %q", key), err)
+	}
+	if f == 0 {
+		s.hot.mark(key)
 	}
 	switch {
 	case f > 0:
@@ -354,4 +367,46 @@ func (l *listener) loop(ctx context.Context, r *listenRun) {
 			backoff = min(2*backoff, 2*time.Second)
 		}
 	}
+}
+
+// contendedFor is how long a key counts as contended after the store last
+// saw it refused or released with waiters.
+const contendedFor = 10 * time.Second
+
+// contended remembers the keys this store saw contended lately: their
+// release wakes the first waiter in the release's own statement (one
+// round trip to the hand-off). Other keys are released by a statement that
+// never reads the queue, followed by a wake-up statement only when the
+// row's waiters hint is on.
+type contended struct {
+	mu    sync.Mutex
+	until map[string]time.Time
+}
+
+// mark counts key as contended from now on, for contendedFor.
+func (c *contended) mark(key string) {
+	now := time.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.until == nil {
+		c.until = map[string]time.Time{}
+	}
+	if len(c.until) >= 4096 {
+		for k, t := range c.until {
+			if now.After(t) {
+				delete(c.until, k)
+			}
+		}
+	}
+	if len(c.until) < 4096 {
+		c.until[key] = now.Add(contendedFor)
+	}
+}
+
+// is reports whether key counts as contended.
+func (c *contended) is(key string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t, ok := c.until[key]
+	return ok && time.Now().Before(t)
 }

@@ -4,7 +4,10 @@
 -- of its token, never the token), its arrival order (seq) and the end of
 -- its stay, which every attempt of the waiter extends. The table is
 -- UNLOGGED: a place lost in a crash or a failover is taken again by the
--- waiter's next attempt, and no guarantee rests on it.
+-- waiter's next attempt, and no guarantee rests on it. leases.waiters is a
+-- hint that the key may have a queue: set by the first waiter that queues,
+-- cleared when a release finds the queue empty, so that the
+-- acquire and the release of a key nobody waits for never read the queue.
 -- {{schema}} stands for the quoted schema name ("tenure" by default).
 
 -- +goose Up
@@ -19,6 +22,8 @@ CREATE UNLOGGED TABLE IF NOT EXISTS {{schema}}.lease_waiters (
 );
 
 CREATE INDEX IF NOT EXISTS lease_waiters_order ON {{schema}}.lease_waiters (key, seq);
+
+ALTER TABLE {{schema}}.leases ADD COLUMN IF NOT EXISTS waiters boolean NOT NULL DEFAULT false;
 
 INSERT INTO {{schema}}.tenure_migrations (version, name) VALUES (4, 'lease_waiters')
 ON CONFLICT (version) DO NOTHING;
