@@ -21,6 +21,7 @@ import (
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/tenurekit/tenure/election"
 	"github.com/tenurekit/tenure/internal/serveapi"
 	"github.com/tenurekit/tenure/ratelimit"
 	"github.com/tenurekit/tenure/session"
@@ -433,13 +434,16 @@ func parseView(q url.Values) (view, error) {
 
 // snapshot is one event of the stream.
 type snapshot struct {
-	Now      time.Time         `json:"now"`
-	Leases   *panel            `json:"leases,omitempty"`
-	Watched  map[string]*panel `json:"watched,omitempty"`
-	Sessions *panel            `json:"sessions,omitempty"`
-	Slots    *panel            `json:"slots,omitempty"`
-	Limits   *panel            `json:"limits,omitempty"`
-	Idem     *panel            `json:"idempotency,omitempty"`
+	Now    time.Time `json:"now"`
+	Leases *panel    `json:"leases,omitempty"`
+	// Elections lists the leases of package election (election/NAME):
+	// who leads each election, its term's fence and time left.
+	Elections *panel            `json:"elections,omitempty"`
+	Watched   map[string]*panel `json:"watched,omitempty"`
+	Sessions  *panel            `json:"sessions,omitempty"`
+	Slots     *panel            `json:"slots,omitempty"`
+	Limits    *panel            `json:"limits,omitempty"`
+	Idem      *panel            `json:"idempotency,omitempty"`
 }
 
 // snapshot reads what v watches, as p, through the API's own handlers
@@ -449,6 +453,10 @@ func (d *dashboard) snapshot(ctx context.Context, p principal, v view) snapshot 
 	if v.listLeases {
 		out.Leases = d.panel(ctx, p, "listLeases",
 			"/v1/leases?"+url.Values{"prefix": {v.prefix}, "limit": {strconv.Itoa(leasePage)}}.Encode())
+	}
+	if v.listLeases {
+		out.Elections = d.panel(ctx, p, "listLeases",
+			"/v1/leases?"+url.Values{"prefix": {election.KeyPrefix}, "limit": {strconv.Itoa(leasePage)}}.Encode())
 	}
 	if len(v.keys) > 0 {
 		out.Watched = map[string]*panel{}

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenurekit/tenure/election"
 	"github.com/tenurekit/tenure/idempotency"
 	"github.com/tenurekit/tenure/internal/secret"
 	"github.com/tenurekit/tenure/internal/serveapi"
@@ -274,6 +275,7 @@ type panelT struct {
 type snapT struct {
 	Now         time.Time         `json:"now"`
 	Leases      *panelT           `json:"leases"`
+	Elections   *panelT           `json:"elections"`
 	Watched     map[string]panelT `json:"watched"`
 	Sessions    *panelT           `json:"sessions"`
 	Slots       *panelT           `json:"slots"`
@@ -288,6 +290,15 @@ func TestDashboardEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	el, err := election.New(e.mem.Leases(), "settlement", &election.Options{Holder: "worker-7"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	term, err := el.Campaign(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer term.Resign(ctx)
 	m, _ := session.New(e.mem.Sessions(), nil)
 	for range 2 {
 		if _, _, err := m.Create(ctx, "alice", map[string]string{"cart": "private-cart-value"}); err != nil {
@@ -322,6 +333,15 @@ func TestDashboardEvents(t *testing.T) {
 		json.Unmarshal(s.Leases.Body, &ll)
 		if s.Leases.Status != 200 || len(ll.Leases) != 1 || ll.Leases[0].Key != "jobs/nightly" || ll.Leases[0].Fence != g.Fence || !ll.Leases[0].Held {
 			t.Fatalf("leases panel: %d %s", s.Leases.Status, s.Leases.Body)
+		}
+		var el serveapi.LeaseList
+		json.Unmarshal(s.Elections.Body, &el)
+		if s.Elections.Status != 200 || len(el.Leases) != 1 || el.Leases[0].Key != "election/settlement" ||
+			el.Leases[0].Holder != "worker-7" || el.Leases[0].Fence != term.Fence() || !el.Leases[0].Held {
+			t.Fatalf("elections panel: %d %s", s.Elections.Status, s.Elections.Body)
+		}
+		if strings.Contains(string(s.Elections.Body), term.Lease().Token().Reveal()) {
+			t.Fatalf("the elections panel shows the term's token: %s", s.Elections.Body)
 		}
 		if w := s.Watched["other/key"]; w.Status != 200 || !strings.Contains(string(w.Body), `"held":false`) {
 			t.Errorf("watched key: %d %s", w.Status, w.Body)

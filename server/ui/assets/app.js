@@ -395,11 +395,35 @@
     $('idem-empty').hidden = recs.length > 0 || !p.body.admin;
   };
 
+  // ---- elections ----
+  // Who leads each election (the leases election/NAME), as the store said.
+  const renderElections = (snap) => {
+    const p = snap.elections;
+    if (!p) return;
+    if (p.status !== 200) {
+      note('election-note', p.status === 501 ? 'This store does not list its leases.' : problemText(p), p.status !== 501);
+      return;
+    }
+    note('election-note', '');
+    const rows = [];
+    for (const i of p.body.leases || []) {
+      if (!i.held) continue;
+      rows.push(el('tr', { class: 'election-row', 'data-testid': 'election-row', 'data-name': i.key.slice('election/'.length) },
+        el('td', { class: 'key', text: i.key.slice('election/'.length) }),
+        el('td', { class: 'mono', 'data-testid': 'election-leader', text: holderText(i) }),
+        el('td', { class: 'num', 'data-testid': 'election-fence', text: String(i.fence) }),
+        el('td', { class: 'num', text: (durMs(i.ttl) / 1000).toFixed(1) + 's' })));
+    }
+    $('election-rows').replaceChildren(...rows);
+    $('election-empty').hidden = rows.length > 0;
+  };
+
   // ---- render ----
   const render = (snap) => {
     const skew = (Date.parse(snap.now) - Date.now()) / 1000;
     $('clock').textContent = 'server ' + new Date(snap.now).toLocaleTimeString() + ' (' + (skew >= 0 ? '+' : '') + skew.toFixed(2) + 's)';
     renderLeases(snap);
+    renderElections(snap);
     renderSlots(snap);
     renderSessions(snap);
     renderLimits(snap);

@@ -16,6 +16,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/tenurekit/tenure/election"
 	"github.com/tenurekit/tenure/idempotency"
 	"github.com/tenurekit/tenure/internal/secret"
 	"github.com/tenurekit/tenure/internal/serveapi"
@@ -214,6 +215,32 @@ func TestBrowserDashboard(t *testing.T) {
 		t.Fatalf("countdown did not fall: %d ms (%s), then %d ms (%s)", first, firstText, second, secondText)
 	}
 	t.Logf("countdown %s, then %s", firstText, secondText)
+
+	// An election's leader shows up in the elections panel, with its term's
+	// fence, and leaves it when it resigns.
+	el, err := election.New(e.mem.Leases(), "settlement", &election.Options{Holder: "worker-7", TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	term, err := el.Campaign(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	erow := `tr[data-testid=election-row][data-name="settlement"]`
+	if err := chromedp.Do(ctx, chromedp.WaitVisible(css(erow))); err != nil {
+		t.Fatal(err)
+	}
+	if leader, fence := text(t, ctx, erow+` [data-testid=election-leader]`), text(t, ctx, erow+` [data-testid=election-fence]`); leader != "worker-7" || fence != strconv.FormatUint(term.Fence(), 10) {
+		t.Fatalf("elections panel: leader %q, fence %q; want worker-7 and %d", leader, fence, term.Fence())
+	}
+	shot(t, ctx, dir, "elections.png")
+	if err := term.Resign(bg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.querySelector('tr[data-testid=election-row][data-name="settlement"]') === null`,
+		chromedp.WithPollingInterval(100*time.Millisecond))); err != nil {
+		t.Fatal(err)
+	}
 
 	// Sessions, with a rate limit and a job's slots watched next to them.
 	for range 3 {
