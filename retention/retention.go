@@ -5,11 +5,13 @@
 // Every store expires or sweeps what it keeps: a record that is past its
 // retention counts as absent on read, and Sweep deletes it, a bounded
 // number of rows per call, never touching a live one. A lease row (or key)
-// that is no longer held is kept for FenceRetention with its last fence and
-// dropped afterwards, once the store's clock has passed that fence: fences
-// are floored at the store's clock (lease/driver.NextFence), so the next grant
-// still gets a greater fence. See docs/operations.md for each store's
-// retention.
+// that is no longer held is dropped once its lease ended (after
+// FenceRetention, zero by default): the store first raises its fence floor
+// (one record per table, Redis Cluster hash slot or store, never one per
+// key) to the row's fence, and every later grant's fence is above the floor
+// as well as the store's clock (lease/driver.NextFence), so fences never go
+// back although nothing is kept per ended lease. See docs/operations.md for
+// each store's retention.
 package retention
 
 import (
@@ -32,8 +34,9 @@ const (
 	// MaxLimit is the largest Options.Limit.
 	MaxLimit = 100000
 	// DefaultFenceRetention is how long a free lease row is kept with its
-	// last fence: 7 days, as Redis keeps a lease's fence key.
-	DefaultFenceRetention = 7 * 24 * time.Hour
+	// last fence for Inspect and List: not at all (the fence floor, not the
+	// row, keeps later fences above it).
+	DefaultFenceRetention = time.Duration(0)
 	// DefaultScheduleRetention is how long finished slot records and ledger
 	// rows are kept after they finished: 30 days. A job's latest slot
 	// record is always kept.
@@ -50,9 +53,10 @@ type Options struct {
 	// DefaultLimit; at most MaxLimit.
 	Limit int
 	// FenceRetention is how long a lease row is kept after its lease ended
-	// (released or expired). Default DefaultFenceRetention. A row whose
-	// fence is still above the store's clock in microseconds is kept
-	// whatever its age.
+	// (released or expired), so Inspect and List still report its last
+	// fence. Default DefaultFenceRetention (zero: the first sweep after the
+	// lease ended drops it). Fences do not depend on it: a sweep raises the
+	// store's fence floor to the fence of every row it drops.
 	FenceRetention time.Duration
 	// ScheduleRetention is how long finished slot records and ledger rows
 	// are kept. Default DefaultScheduleRetention.

@@ -93,6 +93,30 @@ type Target struct {
 	// Unit is a short TTL that the store grants exactly (etcd grants whole
 	// seconds). Default 200ms.
 	Unit time.Duration
+	// Ended, if set, reaches what the store keeps of leases that ended,
+	// for the cases that check the store keeps no state per ended lease
+	// and that fences still never go back once that state is gone.
+	Ended *Ended
+}
+
+// Ended reaches what a store keeps of leases that ended.
+type Ended struct {
+	// Reclaim returns once the store has dropped what it keeps of the
+	// leases that ended before the call, the way it does that on its own
+	// (a sweep, or its keys' expiry, waited for on the server's own
+	// judgement).
+	Reclaim func(t *testing.T)
+	// Keys returns the lease keys beginning with prefix for which the
+	// store keeps any record (a lock, a fence, a holder description, a
+	// waiter), sorted. The store's records shared by many keys (a fence
+	// floor) are not counted.
+	Keys func(t *testing.T, prefix string) []string
+	// Raise sets the fence the store keeps for key, held, to f, as a grant
+	// made while the store's clock ran far ahead would have left it (or, as
+	// seen afterwards, a clock that stepped back). Nil where fences do not
+	// come from a clock (etcd's revisions); the cases then check the plain
+	// fences.
+	Raise func(t *testing.T, key string, f uint64)
 }
 
 // Run runs the conformance suite. newTarget is called once per subtest.
@@ -126,6 +150,8 @@ func Run(t *testing.T, newTarget func(t *testing.T) Target) {
 		{"QueueLeave", testQueueLeave},
 		{"LockerServesWaitersInOrder", testLockerFair},
 		{"WakeOnRelease", testWakeOnRelease},
+		{"EndedLeasesLeaveNoState", testEndedLeaveNoState},
+		{"FenceAboveReclaimed", testFenceAboveReclaimed},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
