@@ -341,8 +341,10 @@ func testFencesIncrease(t *testing.T, tg Target) {
 		if err := tg.Store.Release(ctx, k, tok); err != nil {
 			t.Fatalf("Release: %v", err)
 		}
-		if info := inspect(t, tg.Direct, k); info.Held || info.Fence != last {
-			t.Fatalf("after release stored %+v, want free with last fence %d", info, last)
+		// A store may report the last fence of a released key until it
+		// reclaims the key's record, or drop the record at once.
+		if info := inspect(t, tg.Direct, k); info.Held || info.Fence != last && info.Fence != 0 {
+			t.Fatalf("after release stored %+v, want free with last fence %d (or 0)", info, last)
 		}
 	}
 	for i := 0; i < 2; i++ {
@@ -443,8 +445,8 @@ func testHolder(t *testing.T, tg Target) {
 	if err := tg.Store.Release(ctx, k, tok); err != nil {
 		t.Fatal(err)
 	}
-	if info := inspect(t, tg.Direct, k); info.Held || info.Holder != "" || info.Fence != g.Fence {
-		t.Fatalf("after Release: %+v, want free, no holder, fence %d", info, g.Fence)
+	if info := inspect(t, tg.Direct, k); info.Held || info.Holder != "" || info.Fence != g.Fence && info.Fence != 0 {
+		t.Fatalf("after Release: %+v, want free, no holder, fence %d (or 0)", info, g.Fence)
 	}
 	// A Locker passes its Options.Holder.
 	lk := NewLocker(t, tg.Store, &lease.Options{Holder: "locker-a"})

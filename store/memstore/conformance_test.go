@@ -11,6 +11,7 @@ import (
 	"github.com/tenurekit/tenure/lease"
 	"github.com/tenurekit/tenure/lease/leasetest"
 	"github.com/tenurekit/tenure/ratelimit/ratelimittest"
+	"github.com/tenurekit/tenure/retention"
 	"github.com/tenurekit/tenure/schedule"
 	"github.com/tenurekit/tenure/schedule/scheduletest"
 	"github.com/tenurekit/tenure/session"
@@ -44,6 +45,11 @@ func TestConformance(t *testing.T) {
 				// A memstore loses everything with its process.
 				Forget:   func(t *testing.T) lease.Store { return newStore(t, nil).Leases() },
 				Resource: &resource{s: ms, plain: map[string]string{}},
+				Ended: &leasetest.Ended{
+					Reclaim: func(t *testing.T) { sweepAll(t, ms) },
+					Keys:    func(t *testing.T, prefix string) []string { return ms.LeaseKeys(prefix) },
+					Raise:   func(t *testing.T, key string, f uint64) { ms.RaiseFence(key, f) },
+				},
 			}
 		},
 		Idempotency: func(t *testing.T) idempotencytest.Target {
@@ -167,4 +173,18 @@ func (c *memCommitter) Read(_ context.Context, userID, name string) (string, boo
 	defer c.mu.Unlock()
 	v, ok := c.v[[2]string{userID, name}]
 	return v, ok, nil
+}
+
+// sweepAll sweeps s until nothing is left to sweep.
+func sweepAll(t *testing.T, s *memstore.Store) {
+	t.Helper()
+	for {
+		r, err := s.Sweep(t.Context(), retention.Options{})
+		if err != nil {
+			t.Fatalf("Sweep: %v", err)
+		}
+		if !r.More {
+			return
+		}
+	}
 }

@@ -9,11 +9,13 @@
 // it granted before (as long as the clock did not go back).
 //
 // Lease records keep the holder's description (leasedriver.HolderAcquirer) and,
-// once free, the time their lease ended: [Store.Sweep] (or
-// [Store.StartSweeper]) drops the records free for the fence retention
-// (default 7 days) whose fence the clock has passed, and gives their memory
-// back. Idempotency records, sessions and rate limit state are dropped as
-// the store is written.
+// once free, the time their lease ended. [Store.Sweep] (or
+// [Store.StartSweeper]) drops the records whose lease ended; the store keeps
+// one fence floor, the greatest fence of every record it dropped, and every
+// new fence is above it, so a key whose record is gone still gets a fence
+// above every earlier one, even after the clock went back. Idempotency
+// records, sessions and rate limit state are dropped as the store is
+// written.
 //
 // Everything is lost when the process exits; state shared by several
 // processes belongs in one of the other stores.
@@ -60,7 +62,10 @@ type Store struct {
 	// rebuilt: a Go map keeps its memory after deletes, so Sweep rebuilds
 	// it once it holds a quarter of that.
 	leasesPeak int
-	fenced     map[string]fencedRec
+	// floor is the greatest fence of every lease record dropped: every
+	// new fence is above it.
+	floor  uint64
+	fenced map[string]fencedRec
 	// queues are the waiters of contended keys (leasedriver.Queuer), in
 	// arrival order; watchers the channels Watch hands out, by key.
 	queues   map[string]waitQueue
@@ -166,11 +171,33 @@ func (s *Store) acquire(key, token string, ttl time.Duration, holder string, sta
 	}
 	if r.token != token || !r.held(now) {
 		r.token = token
-		r.fence = leasedriver.NextFence(r.fence, now)
+		r.fence = leasedriver.NextFence(max(r.fence, s.floor), now)
 	}
 	r.holder = holder
 	r.expires = now.Add(ttl)
 	return lease.Grant{Fence: r.fence, TTL: ttl}, nil
+}
+
+// reclaim drops at most n lease records whose lease ended at least
+// retention ago and that no waiter is queued for, raising the fence floor
+// to their fences first, and reports how many it dropped and whether it
+// stopped early; it examines at most sweepScanFactor×n records. s.mu is
+// held.
+func (s *Store) reclaim(now time.Time, n int, retention time.Duration) (dropped int, more bool) {
+	examined := 0
+	for k, r := range s.leases {
+		if examined >= sweepScanFactor*n || dropped >= n {
+			return dropped, true
+		}
+		examined++
+		if r.held(now) || r.expires.After(now.Add(-retention)) || len(s.queue(k, now)) > 0 {
+			continue
+		}
+		s.floor = max(s.floor, r.fence)
+		delete(s.leases, k)
+		dropped++
+	}
+	return dropped, false
 }
 
 func (v leases) Renew(ctx context.Context, key, token string, ttl time.Duration) (lease.Grant, error) {

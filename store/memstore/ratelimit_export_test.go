@@ -1,6 +1,10 @@
 package memstore
 
-import "time"
+import (
+	"slices"
+	"strings"
+	"time"
+)
 
 // RateLimitKeys lists the rate limit state held by the store (for the
 // conformance suite): each key and its time left on the store's clock,
@@ -16,4 +20,31 @@ func (s *Store) QueuedKeys() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.queues)
+}
+
+// LeaseKeys returns the keys beginning with prefix that have a lease record
+// or a queue of waiters, sorted.
+func (s *Store) LeaseKeys(prefix string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var keys []string
+	for k := range s.leases {
+		if strings.HasPrefix(k, prefix) {
+			keys = append(keys, k)
+		}
+	}
+	for k := range s.queues {
+		if _, ok := s.leases[k]; !ok && strings.HasPrefix(k, prefix) {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// RaiseFence sets the fence of key's record to f.
+func (s *Store) RaiseFence(key string, f uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.leases[key].fence = f
 }

@@ -11,14 +11,14 @@ import (
 // times Options.Limit.
 const sweepScanFactor = 10
 
-// Sweep deletes lease records that have not been held for
-// o.FenceRetention (default 7 days) and whose last fence the store's clock
-// has passed (lease/driver.NextFence floors every later fence at the clock, so the
-// next grant is still above it). It examines at most 10×o.Limit records
-// and deletes at most o.Limit; Result.More says to call again. Held leases
-// are never touched. The other primitives' expired records are dropped as
-// the store is written (idempotency records, sessions, rate limit state),
-// so Sweep reports leases only.
+// Sweep deletes lease records whose lease ended at least o.FenceRetention
+// ago (default 0) and that no waiter is queued for, raising the store's
+// fence floor to their fences first, so a later grant of their key is still
+// above every fence it had. It examines at most 10×o.Limit records and
+// deletes at most o.Limit; Result.More says to call again. Held leases are
+// never touched. The other primitives' expired records are dropped as the
+// store is written (idempotency records, sessions, rate limit state), so
+// Sweep reports leases only.
 func (s *Store) Sweep(ctx context.Context, o retention.Options) (retention.Result, error) {
 	o, err := o.Resolve()
 	if err != nil {
@@ -31,23 +31,12 @@ func (s *Store) Sweep(ctx context.Context, o retention.Options) (retention.Resul
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
-	floor := uint64(max(now.UnixMicro(), 0))
-	examined, deleted := 0, 0
-	for k, r := range s.leases {
-		if examined >= sweepScanFactor*o.Limit || deleted >= o.Limit {
-			res.More = true
-			break
-		}
-		examined++
-		if sweepable(r, now, floor, o.FenceRetention) {
-			delete(s.leases, k)
-			deleted++
-		}
-	}
 	// Queues of waiters that all left or crashed.
 	for k := range s.queues {
 		s.queue(k, now)
 	}
+	deleted, more := s.reclaim(now, o.Limit, o.FenceRetention)
+	res.More = more
 	res.Add(retention.Leases, deleted)
 	if s.leasesPeak >= 1024 && len(s.leases) < s.leasesPeak/4 {
 		m := make(map[string]*leaseRec, len(s.leases))
@@ -57,12 +46,6 @@ func (s *Store) Sweep(ctx context.Context, o retention.Options) (retention.Resul
 		s.leases, s.leasesPeak = m, len(m)
 	}
 	return res, nil
-}
-
-// sweepable reports whether a lease record may go: not held, ended at
-// least retention ago, and its fence below the clock floor.
-func sweepable(r *leaseRec, now time.Time, floor uint64, retention time.Duration) bool {
-	return !r.held(now) && !r.expires.After(now.Add(-retention)) && r.fence < floor
 }
 
 // StartSweeper runs Sweep every interval until ctx ends or stop is called
