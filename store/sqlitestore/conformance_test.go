@@ -14,6 +14,7 @@ import (
 	"github.com/tenurekit/tenure/lease"
 	"github.com/tenurekit/tenure/lease/leasetest"
 	"github.com/tenurekit/tenure/ratelimit/ratelimittest"
+	"github.com/tenurekit/tenure/retention"
 	"github.com/tenurekit/tenure/schedule"
 	"github.com/tenurekit/tenure/schedule/scheduletest"
 	"github.com/tenurekit/tenure/session"
@@ -83,6 +84,7 @@ func TestConformance(t *testing.T) {
 				Forget:   func(t *testing.T) lease.Store { return open(t, tempPath(t), nil).Leases() },
 				Resource: resource{s},
 				Unit:     unit,
+				Ended:    ended(s, sqlitestore.DefaultTablePrefix),
 			}
 		},
 		// The transactional cases run on the store's database.
@@ -180,10 +182,55 @@ func TestConformance(t *testing.T) {
 					Forget:   func(t *testing.T) lease.Store { return newDeferred(t, deferredDSN(tempPath(t)), o).Leases() },
 					Resource: resource{s},
 					Unit:     unit,
+					Ended:    ended(s, o.TablePrefix),
 				}
 			},
 		})
 	})
+}
+
+// ended reaches the lease rows of s (tables prefixed tp): Reclaim sweeps
+// until nothing is left, Keys reads the leases and lease_waiters tables.
+func ended(s *sqlitestore.Store, tp string) *leasetest.Ended {
+	return &leasetest.Ended{
+		Reclaim: func(t *testing.T) {
+			for {
+				r, err := s.Sweep(t.Context(), retention.Options{})
+				if err != nil {
+					t.Fatalf("Sweep: %v", err)
+				}
+				if !r.More {
+					return
+				}
+			}
+		},
+		Keys: func(t *testing.T, prefix string) []string {
+			rows, err := s.DB().QueryContext(t.Context(), `SELECT "key" FROM "`+tp+`leases" WHERE substr("key", 1, length(?1)) = ?1
+				UNION SELECT "key" FROM "`+tp+`lease_waiters" WHERE substr("key", 1, length(?1)) = ?1 ORDER BY 1`, prefix)
+			if err != nil {
+				t.Fatalf("lease keys: %v", err)
+			}
+			defer rows.Close()
+			var keys []string
+			for rows.Next() {
+				var k string
+				if err := rows.Scan(&k); err != nil {
+					t.Fatal(err)
+				}
+				keys = append(keys, k)
+			}
+			if err := rows.Err(); err != nil {
+				t.Fatal(err)
+			}
+			return keys
+		},
+		Raise: func(t *testing.T, key string, f uint64) {
+			r, err := s.DB().ExecContext(t.Context(), `UPDATE "`+tp+`leases" SET fence = ?1 WHERE "key" = ?2`, int64(f), key)
+			if n, _ := r.RowsAffected(); err != nil || n != 1 {
+				t.Fatalf("raise the fence of %q: %d rows, %v", key, n, err)
+			}
+		},
+	}
 }
 
 // resource is the suite's fenced value: a business row written in the same

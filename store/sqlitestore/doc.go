@@ -35,15 +35,19 @@
 // migration tools. The lease tables:
 //
 //	<prefix>leases(key TEXT PRIMARY KEY, token TEXT, fence INTEGER NOT NULL, expires_us INTEGER, holder TEXT)
+//	<prefix>lease_floor(id INTEGER PRIMARY KEY CHECK (id = 1), fence INTEGER NOT NULL)
 //	<prefix>fences(resource TEXT PRIMARY KEY, fence INTEGER NOT NULL)
 //
 // # Retention
 //
-// [Store.Sweep] deletes, a bounded number of rows per call, lease rows
-// free for the fence retention (default 7 days) whose fence the store's
-// clock has passed, expired idempotency records, sessions and rate limit
-// state, and old final schedule records; [Store.StartSweeper] runs it in
-// the background. See docs/operations.md.
+// [Store.Sweep] deletes, a bounded number of rows per call, the rows of
+// leases that ended (and that no waiter is queued for), expired
+// idempotency records, sessions and rate limit state, and old final
+// schedule records; [Store.StartSweeper] runs it in the background. Before
+// it deletes lease rows it raises the fence floor (lease_floor, one row) to
+// their fences in the same transaction, so what the file keeps for leases
+// is one row per held lease plus one, however many keys were ever locked.
+// See docs/operations.md.
 //
 // # Expiry and the store's clock
 //
@@ -65,10 +69,13 @@
 //
 // # Fences, also after data loss
 //
-// A new tenure gets fence max(last fence + 1, now in microseconds) (see
-// lease/driver.NextFence); re-acquiring with the holding token keeps the fence and
-// renews the expiry. The fence counter lives in the file, so it survives
-// restarts of the process. If the file is lost or replaced by an older
+// A new tenure gets fence max(last fence + 1, floor + 1, now in
+// microseconds) (see lease/driver.NextFence), where the floor is the
+// greatest fence of every lease row Sweep deleted; re-acquiring with the
+// holding token keeps the fence and renews the expiry. Fences and the floor
+// live in the file, so they survive restarts of the process, and a key whose
+// row was swept still gets a fence above every one it had, however far the
+// clock went back since. If the file is lost or replaced by an older
 // backup, fences still start above every fence granted before, because they
 // are never below the clock in microseconds, as long as the clock did not go
 // back by more than the counter had run ahead of it (which it only does

@@ -99,9 +99,15 @@ INSERT INTO tenure_schedule_ledger (job, slot_id, fence, completed_us) VALUES ('
 	if err != nil || !info.Held || info.Fence != 41 {
 		t.Fatalf("Inspect(held) = %+v, %v", info, err)
 	}
+	// Migration 5 dropped the ended lease's row and raised the fence floor
+	// to its fence.
 	info, err = s.Leases().Inspect(ctx, "released")
-	if err != nil || info.Held || info.Fence != 77 {
-		t.Fatalf("Inspect(released) = %+v, %v", info, err)
+	if err != nil || info.Held || info.Fence != 0 {
+		t.Fatalf("Inspect(released) = %+v, %v; want the row dropped", info, err)
+	}
+	var floor int64
+	if err := raw.QueryRowContext(ctx, `SELECT fence FROM tenure_lease_floor`).Scan(&floor); err != nil || floor != 77 {
+		t.Fatalf("fence floor %d, %v; want 77", floor, err)
 	}
 	var n int
 	if err := raw.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM tenure_fences WHERE fence = 41) + (SELECT count(*) FROM tenure_sessions WHERE version = 3)

@@ -303,22 +303,27 @@ type queries struct {
 
 // grant is the acquire's upsert of a lease row (?1 key, ?2 token, ?3 now
 // in µs, ?4 ttl in µs, ?5 holder), up to the WHERE that says who may take
-// a conflicting row over: a new tenure gets max(last fence + 1, now), the
-// holding token keeps its fence.
+// a conflicting row over: a new tenure gets max(last fence + 1, floor + 1,
+// now), the holding token keeps its fence. The floor ($P) is the greatest
+// fence of every row Sweep dropped, so a key whose row went still gets a
+// fence above every one it had.
 const grant = `INSERT INTO $L ("key", token, fence, expires_us, holder)
-			VALUES (?1, ?2, max(?3, 1), ?3 + ?4, nullif(?5, ''))
+			VALUES (?1, ?2, max(?3, 1, ` + floorNext + `), ?3 + ?4, nullif(?5, ''))
 			ON CONFLICT ("key") DO UPDATE SET
 				fence = CASE WHEN $L.token = excluded.token AND $L.expires_us > ?3
-					THEN $L.fence ELSE max($L.fence + 1, ?3) END,
+					THEN $L.fence ELSE max($L.fence + 1, excluded.fence) END,
 				token = excluded.token,
 				expires_us = excluded.expires_us,
 				holder = excluded.holder`
+
+// floorNext is one more than the fence floor (lease_floor, $P).
+const floorNext = `coalesce((SELECT fence + 1 FROM $P WHERE id = 1), 1)`
 
 func buildQueries(prefix string) queries {
 	l := `"` + prefix + `leases"`
 	f := `"` + prefix + `fences"`
 	w := `"` + prefix + `lease_waiters"`
-	r := strings.NewReplacer("$L", l, "$F", f, "$W", w)
+	r := strings.NewReplacer("$L", l, "$F", f, "$W", w, "$P", `"`+prefix+`lease_floor"`)
 	return queries{
 		prefix: prefix,
 		lock:   r.Replace(`UPDATE $L SET fence = fence WHERE 0`),

@@ -11,13 +11,20 @@ import (
 
 // sweepQueries are the statements of Sweep.
 type sweepQueries struct {
-	leasePage, leases                                  string
+	leasePage, floor, leases                           string
 	idempotency, sessions, limits, slots, ledger, hist string
 	waiters                                            string
 }
 
+// endedPage selects the lease rows of Sweep's page (?1 after, ?2 page
+// size) whose lease ended at least the retention ago (?3 now, ?4
+// retention in µs) and that no live waiter is queued for.
+const endedPage = `"key" IN (SELECT "key" FROM $L WHERE "key" > ?1 ORDER BY "key" LIMIT ?2)
+			AND (token IS NULL OR expires_us <= ?3) AND expires_us <= ?3 - ?4
+			AND NOT EXISTS (SELECT 1 FROM $W AS w WHERE w."key" = $L."key" AND w.stay_until_us > ?3)`
+
 func sweepSQL(prefix string) sweepQueries {
-	r := strings.NewReplacer("$L", `"`+prefix+`leases"`, "$T", `"`+prefix+`idempotency"`, "$S", `"`+prefix+`sessions"`,
+	r := strings.NewReplacer("$P", `"`+prefix+`lease_floor"`, "$L", `"`+prefix+`leases"`, "$T", `"`+prefix+`idempotency"`, "$S", `"`+prefix+`sessions"`,
 		"$R", `"`+prefix+`ratelimit"`, "$K", `"`+prefix+`schedule_slots"`, "$G", `"`+prefix+`schedule_ledger"`,
 		"$A", `"`+prefix+`schedule_attempts"`, "$W", `"`+prefix+`lease_waiters"`)
 	const final = `(state IN ('done', 'skipped', 'missed') OR (state = 'failed' AND retry_us IS NULL))`
@@ -25,10 +32,12 @@ func sweepSQL(prefix string) sweepQueries {
 		// ?1 after, ?2 page size.
 		leasePage: r.Replace(`SELECT count(*), coalesce(max("key"), '') FROM (SELECT "key" FROM $L WHERE "key" > ?1 ORDER BY "key" LIMIT ?2)`),
 		// ?1 after, ?2 page size, ?3 now, ?4 retention (µs). Free (no
-		// token, or expired), ended at least the retention ago, and its
-		// fence below the clock, the floor of the next grant's fence.
-		leases: r.Replace(`DELETE FROM $L WHERE "key" IN (SELECT "key" FROM $L WHERE "key" > ?1 ORDER BY "key" LIMIT ?2)
-			AND (token IS NULL OR expires_us <= ?3) AND expires_us <= ?3 - ?4 AND fence < ?3`),
+		// token, or expired), ended at least the retention ago, and no
+		// live waiter queued (a fresh row would not ask the queue). The
+		// floor is raised to their fences first, in the same write
+		// transaction: the next grant of their keys is above it.
+		floor:  r.Replace(`UPDATE $P SET fence = max(fence, coalesce((SELECT max(fence) FROM $L WHERE ` + endedPage + `), 0)) WHERE id = 1`),
+		leases: r.Replace(`DELETE FROM $L WHERE ` + endedPage),
 		// ?1 now, ?2 limit. Places in a lease's queue whose stay ended (a
 		// waiter that crashed, or gave up without leaving).
 		waiters: r.Replace(`DELETE FROM $W WHERE ("key", waiter) IN (SELECT "key", waiter FROM $W WHERE stay_until_us <= ?1 LIMIT ?2)`),
@@ -56,11 +65,13 @@ func sweepSQL(prefix string) sweepQueries {
 // Sweep deletes what is past its retention, at most o.Limit rows of each
 // kind, judged on the store's clock (Options.Clock):
 //
-//   - lease rows not held for o.FenceRetention (default 7 days; a released
-//     row keeps the time its lease ended), once the clock in microseconds
-//     has passed the row's fence, so the next grant's fence (floored at the
-//     clock) is still greater. Rows are examined in key order, o.Limit per
-//     call, from where the last call stopped;
+//   - lease rows not held for o.FenceRetention (default 0: as soon as the
+//     lease ended; a released row keeps the time its lease ended) that no
+//     live waiter is queued for. The fence floor (lease_floor) is raised to
+//     their fences in the same transaction, so a later grant of their keys
+//     is still above every fence they had, whatever the clock says. Rows
+//     are examined in key order, o.Limit per call, from where the last call
+//     stopped;
 //   - places in a lease's queue of waiters whose stay ended;
 //   - idempotency records whose retention ended (and whose claim expired);
 //   - sessions past their idle or absolute deadline;
@@ -99,7 +110,11 @@ func (s *Store) Sweep(ctx context.Context, o retention.Options) (retention.Resul
 		if err := tx.QueryRowContext(ctx, q.leasePage, after, o.Limit).Scan(&examined, &last); err != nil {
 			return unavailable("sweep", "leases", err)
 		}
-		r, err := tx.ExecContext(ctx, q.leases, after, o.Limit, now, o.FenceRetention.Microseconds())
+		args := []any{after, o.Limit, now, o.FenceRetention.Microseconds()}
+		if _, err := tx.ExecContext(ctx, q.floor, args...); err != nil {
+			return unavailable("sweep", "leases", err)
+		}
+		r, err := tx.ExecContext(ctx, q.leases, args...)
 		if err != nil {
 			return unavailable("sweep", "leases", err)
 		}
