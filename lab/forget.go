@@ -8,7 +8,6 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/tenurekit/tenure/retention"
 	"github.com/tenurekit/tenure/store/sqlitestore"
 )
 
@@ -23,13 +22,12 @@ import (
 // returns how many leases' records it deleted.
 //
 // On the memory store, which belongs to the Env alone, it deletes every
-// ended lease, whatever keys says. On etcd it deletes nothing: a fence
+// ended lease, whatever keys says, and the store's fence floor. On etcd it deletes nothing: a fence
 // there is the revision of the lock key, which a deletion does not reset.
 func (e *Env) ForgetEnded(ctx context.Context, keys []string) (int, error) {
 	switch {
 	case e.Mem != nil:
-		res, err := e.Mem.Sweep(ctx, retention.Options{FenceRetention: time.Nanosecond})
-		return int(res.Deleted[retention.Leases]), err
+		return e.Mem.ForgetEnded(), nil
 	case e.SQLite != nil:
 		if len(keys) == 0 {
 			return 0, nil

@@ -32,6 +32,7 @@ import (
 	"github.com/tenurekit/tenure/cmd/tenure/internal/storeopen"
 	"github.com/tenurekit/tenure/internal/storeurl"
 	"github.com/tenurekit/tenure/ratelimit"
+	"github.com/tenurekit/tenure/retention"
 	"github.com/tenurekit/tenure/server"
 	"github.com/tenurekit/tenure/server/rls"
 	"github.com/tenurekit/tenure/store/memstore"
@@ -43,7 +44,7 @@ type serveFlags struct {
 	rlsAddr, rlsConfig                                            string
 	rlsTLSCert, rlsTLSKey, rlsClientCA, rlsTokenFile              string
 	rlsInsecure                                                   bool
-	drain                                                         time.Duration
+	drain, sweep                                                  time.Duration
 	// listening, when set, is called with the address once the server
 	// listens (tests use it).
 	listening func(addr string)
@@ -73,6 +74,11 @@ stored in --data-dir/serve-token (mode 0600) and printed once. --config FILE
 (JSON) sets the tokens, their namespaces and operations, the request limits
 and timeouts; see docs/serve.md.
 
+On SQLite, PostgreSQL and memory it deletes what is past its retention
+(the rows of ended leases, expired idempotency records, sessions and rate
+limit state) every --sweep-interval; Redis and etcd expire their keys on
+their own.
+
 SIGTERM or SIGINT drains: no new connections, waiting acquires answer at
 once, requests in flight finish (up to --drain).`,
 		Args: cobra.NoArgs,
@@ -99,6 +105,7 @@ once, requests in flight finish (up to --drain).`,
 	p.StringVar(&f.rlsTokenFile, "rls-token-file", "", "bearer tokens of the rate limit service, one per line: TOKEN [DOMAIN,...] (no domains: every domain)")
 	p.BoolVar(&f.rlsInsecure, "rls-insecure", false, "let the rate limit service listen on a non-loopback address without client credentials (a token file or --rls-client-ca)")
 	p.DurationVar(&f.drain, "drain", 30*time.Second, "how long requests in flight may take to finish on shutdown")
+	p.DurationVar(&f.sweep, "sweep-interval", time.Minute, "how often to delete what is past its retention (ended leases, expired records) on SQLite, PostgreSQL and memory; 0: never (run tenure sweep instead)")
 	return cmd
 }
 
@@ -107,6 +114,9 @@ func runServe(ctx context.Context, f *serveFlags, stdout, stderr io.Writer) erro
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	if (f.tlsCert == "") != (f.tlsKey == "") {
 		return exitErr{code: 2, err: errors.New("--tls-cert and --tls-key go together")}
+	}
+	if f.sweep < 0 {
+		return exitErr{code: 2, err: fmt.Errorf("--sweep-interval must not be negative, got %v", f.sweep)}
 	}
 	spec, err := storeurl.Parse(f.store)
 	if err != nil {
@@ -132,6 +142,13 @@ func runServe(ctx context.Context, f *serveFlags, stdout, stderr io.Writer) erro
 		return exitErr{code: 2, err: err}
 	}
 	defer st.Close()
+	if sw := st.Sweeper(); sw != nil && f.sweep > 0 {
+		stopSweep, err := retention.Start(ctx, sw, f.sweep, retention.Options{}, log)
+		if err != nil {
+			return exitErr{code: 2, err: err}
+		}
+		defer stopSweep()
+	}
 	views, release, err := servestore.Stores(openCtx, st)
 	if err != nil {
 		return exitErr{code: 2, err: err}

@@ -18,6 +18,9 @@ import (
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/tenurekit/tenure/internal/testenv"
+	"github.com/tenurekit/tenure/lease"
+	"github.com/tenurekit/tenure/retention"
+	"github.com/tenurekit/tenure/store/sqlitestore"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )
@@ -46,11 +49,17 @@ func startServe(t *testing.T, dir string) (addr string, stdout, stderr *lockedBu
 // default in dir).
 func startServeStore(t *testing.T, dir, store string) (addr string, stdout, stderr *lockedBuf, stop func() error) {
 	t.Helper()
+	return startServeFlags(t, &serveFlags{addr: "127.0.0.1:0", store: store, dataDir: dir, schema: "tenure", drain: 5 * time.Second})
+}
+
+// startServeFlags is startServe with the flags f (its listening and
+// terminal are set here).
+func startServeFlags(t *testing.T, f *serveFlags) (addr string, stdout, stderr *lockedBuf, stop func() error) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	stdout, stderr = &lockedBuf{}, &lockedBuf{}
 	addrc := make(chan string, 1)
-	f := &serveFlags{addr: "127.0.0.1:0", store: store, dataDir: dir, schema: "tenure", drain: 5 * time.Second,
-		listening: func(a string) { addrc <- a }, terminal: func(io.Writer) bool { return true }}
+	f.listening, f.terminal = func(a string) { addrc <- a }, func(io.Writer) bool { return true }
 	errc := make(chan error, 1)
 	go func() { errc <- runServe(ctx, f, stdout, stderr) }()
 	select {
@@ -220,6 +229,7 @@ func TestServeBadFlags(t *testing.T) {
 		{addr: "127.0.0.1:0", dataDir: dir, tlsCert: "c.pem"},
 		{addr: "127.0.0.1:0", dataDir: dir, store: "bogus://x"},
 		{addr: "127.0.0.1:0", dataDir: dir, config: filepath.Join(dir, "missing.json")},
+		{addr: "127.0.0.1:0", dataDir: dir, sweep: -time.Second},
 	} {
 		err := runServe(t.Context(), f, io.Discard, io.Discard)
 		var e exitErr
@@ -334,5 +344,54 @@ func TestServeFailsBeforeMintingPostgres(t *testing.T) {
 	serveOnce(t, &serveFlags{addr: "127.0.0.1:0", dataDir: dir, store: dsn, schema: "billing"}, io.Discard, io.Discard)
 	if _, err := os.Stat(filepath.Join(dir, tokenFile)); err != nil {
 		t.Errorf("no token after a start that succeeded: %v", err)
+	}
+}
+
+// TestServeSweeps: serve deletes the rows of ended leases on its own
+// (--sweep-interval), so the embedded file does not keep one per key ever
+// locked; with --sweep-interval 0 it keeps them.
+func TestServeSweeps(t *testing.T) {
+	for _, every := range []time.Duration{20 * time.Millisecond, 0} {
+		dir := filepath.Join(t.TempDir(), "data")
+		startServeFlags(t, &serveFlags{addr: "127.0.0.1:0", dataDir: dir, schema: "tenure", drain: 5 * time.Second, sweep: every})
+		db, err := sqlitestore.Open(t.Context(), filepath.Join(dir, "tenure.db"), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		ls := db.Leases()
+		for i := range 20 {
+			k, tok := fmt.Sprintf("order/%d", i), lease.NewToken()
+			if _, err := ls.Acquire(t.Context(), k, tok, time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			if err := ls.Release(t.Context(), k, tok); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := ls.Acquire(t.Context(), "held", lease.NewToken(), time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		rows := func() int {
+			var n int
+			if err := db.DB().QueryRowContext(t.Context(), `SELECT count(*) FROM tenure_leases`).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+		if every == 0 {
+			// Nothing sweeps: a sweep of its own shows what serve kept.
+			r, err := db.Sweep(t.Context(), retention.Options{})
+			if err != nil || r.Deleted[retention.Leases] != 20 {
+				t.Fatalf("--sweep-interval 0: the rows of 20 ended leases should be left to sweep, Sweep = %+v, %v", r, err)
+			}
+			continue
+		}
+		for deadline := time.Now().Add(30 * time.Second); rows() != 1; {
+			if time.Now().After(deadline) {
+				t.Fatalf("after 30s serve still keeps %d lease rows, want 1 (the held one)", rows())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
 	}
 }

@@ -41,15 +41,8 @@ expire with their etcd lease.
 				return exitErr{code: 2, err: err}
 			}
 			return f.with(cmd, func(ctx context.Context, s *storeopen.Stores) error {
-				var sw retention.Sweeper
-				switch {
-				case s.Mem != nil:
-					sw = s.Mem
-				case s.SQLite != nil:
-					sw = s.SQLite
-				case s.PG != nil:
-					sw = s.PG
-				default:
+				sw := s.Sweeper()
+				if sw == nil {
 					fmt.Fprintf(cmd.OutOrStdout(), "%s: nothing to sweep (its keys expire on their own)\n", s.Kind)
 					return nil
 				}

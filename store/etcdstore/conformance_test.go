@@ -1,7 +1,10 @@
 package etcdstore_test
 
 import (
+	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -59,6 +62,7 @@ func TestConformance(t *testing.T) {
 						},
 						Resource: &resource{s: ds, c: d, prefix: etcdstore.DefaultPrefix},
 						Unit:     unit,
+						Ended:    ended(d, etcdstore.DefaultPrefix),
 					}
 				},
 			})
@@ -76,4 +80,56 @@ func connected(t *testing.T, ep string) *clientv3.Client {
 		t.Fatalf("warm-up read through %s: %v", ep, err)
 	}
 	return c
+}
+
+// ended reaches the keys of the store under sp on c: Reclaim waits until
+// etcd has revoked every expired lease the store's keys were on (etcd does
+// that on its own; nothing in tenure sweeps), Keys reads the lock, holder
+// and waiter spaces. Fences are revisions, so there is nothing to Raise.
+func ended(c *clientv3.Client, sp string) *leasetest.Ended {
+	return &leasetest.Ended{
+		Reclaim: func(t *testing.T) {
+			ctx := ctxT(t)
+			for deadline := time.Now().Add(30 * time.Second); ; {
+				resp, err := c.Get(ctx, sp, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+				if err != nil {
+					t.Fatalf("read the store's keys: %v", err)
+				}
+				waiting := 0
+				seen := map[clientv3.LeaseID]bool{}
+				for _, kv := range resp.Kvs {
+					id := clientv3.LeaseID(kv.Lease)
+					if id == 0 || seen[id] {
+						continue
+					}
+					seen[id] = true
+					if ttl, err := c.TimeToLive(ctx, id); err != nil || ttl.TTL <= 0 {
+						waiting++ // expired, not yet revoked
+					}
+				}
+				if waiting == 0 {
+					return
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("etcd has not revoked %d expired leases after 30s", waiting)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		},
+		Keys: func(t *testing.T, prefix string) []string {
+			var keys []string
+			for _, space := range []string{"lock/", "holder/", "waiter/"} {
+				resp, err := c.Get(ctxT(t), sp+space+prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+				if err != nil {
+					t.Fatalf("read the store's keys: %v", err)
+				}
+				for _, kv := range resp.Kvs {
+					k, _, _ := strings.Cut(strings.TrimPrefix(string(kv.Key), sp+space), "\x00")
+					keys = append(keys, k)
+				}
+			}
+			slices.Sort(keys)
+			return slices.Compact(keys)
+		},
+	}
 }

@@ -9,9 +9,8 @@
 //
 // Every key lives under Options.Prefix (default "tenure/"):
 //
-//	<prefix>lock/<key>          the lock: value = the holder's token, attached to an etcd lease
-//	<prefix>fence/<key>         empty; written in the same txn that creates the lock, so its
-//	                            ModRevision is the key's last fence (kept after release and expiry)
+//	<prefix>lock/<key>          the lock: value = the holder's token, attached to an etcd lease;
+//	                            its create revision is the fence
 //	<prefix>holder/<key>        the holder's description (lease/driver.HolderAcquirer), on the lock's
 //	                            etcd lease: it goes when the lock goes
 //	<prefix>res/<resource>      the value written by FencedPut
@@ -27,15 +26,18 @@
 // queue (Watch): a release and an expiry both delete the lock key, so both
 // wake the first waiter.
 //
-// The leases view lists keys (lease.Lister) by ranging over the fence
-// records under a prefix, one page per call, with the locks and holder
-// descriptions of the same range read in the same txn.
+// The leases view lists keys (lease.Lister) by ranging over the locks
+// under a prefix, one page per call, with the holder descriptions of the
+// same range read in the same txn.
 //
 // Retention: a lock and its holder description expire with their etcd
-// lease, natively; nothing needs sweeping. The fence record of a key stays
-// (a few bytes per distinct key); fences are etcd revisions, which never go
-// back, so deleting it (outside tenure) loses only the last fence Inspect
-// reports for a free key.
+// lease, natively, and a release deletes both; a waiter's place expires
+// with its own etcd lease. Nothing of an ended lease is kept and nothing
+// needs sweeping: fences are etcd revisions, which never go back, so a key
+// needs no record to get a greater fence next time. (Earlier releases
+// kept an empty <prefix>fence/<key> record per key ever locked; once no
+// instance of such a version runs, `etcdctl del --prefix <prefix>fence/`
+// removes them.)
 //
 // # Fences
 //

@@ -28,7 +28,6 @@ const MaxPrefixLen = 256
 // Sub-spaces of the prefix; see the package documentation.
 const (
 	lockSpace     = "lock/"
-	fenceSpace    = "fence/"
 	resSpace      = "res/"
 	admittedSpace = "admitted/"
 )
@@ -115,7 +114,6 @@ func validatePrefix(p string) error {
 }
 
 func (s *Store) lockKey(key string) string   { return s.prefix + lockSpace + key }
-func (s *Store) fenceKey(key string) string  { return s.prefix + fenceSpace + key }
 func (s *Store) resKey(r string) string      { return s.prefix + resSpace + r }
 func (s *Store) admittedKey(r string) string { return s.prefix + admittedSpace + r }
 func encodeFence(f uint64) string            { return fmt.Sprintf("%020d", f) }

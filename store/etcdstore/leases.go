@@ -8,7 +8,6 @@ import (
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
 	"github.com/tenurekit/tenure/lease"
@@ -214,7 +213,7 @@ func grantTTL(g *sharedGrant, start time.Time) time.Duration {
 // nothing keeps alive) in one txn:
 //
 //	If(CreateRevision(lock) == 0)
-//	Then(Put(lock, token, lease), Put(fence key, ""), Get(lock))
+//	Then(Put(lock, token, lease), Get(lock))
 //	Else(Txn(If(Value(lock) == token)
 //	         Then(Get(lock), Put(lock, token, lease))   // re-acquire: move onto the new lease
 //	         Else(Get(lock))))                          // busy
@@ -250,7 +249,7 @@ func (v leases) AcquireHolder(ctx context.Context, key, token string, ttl time.D
 func (v leases) acquire(ctx context.Context, key, token string, ttl time.Duration, holder string, p *place) (lease.Grant, error) {
 	s := v.s
 	start := time.Now()
-	lock, fk, hk, wp := s.lockKey(key), s.fenceKey(key), s.holderKey(key), s.waitersPrefix(key)
+	lock, hk, wp := s.lockKey(key), s.holderKey(key), s.waitersPrefix(key)
 	gate := cmps(cmpCreateRev(lock, cmpEqual, 0), cmpRangeCreateRev(wp, cmpEqual, 0)) // free, no waiter
 	var rev int64
 	if p != nil {
@@ -260,7 +259,7 @@ func (v leases) acquire(ctx context.Context, key, token string, ttl time.Duratio
 	}
 	for attempt := 1; ; attempt++ {
 		resp, g, err := s.putOnLease(ctx, ttl, start, func(id int64) (*pb.TxnResponse, error) {
-			granted := ops(opPut(lock, token, id), opPut(fk, "", 0), opGet(lock), opPut(hk, holder, id))
+			granted := ops(opPut(lock, token, id), opGet(lock), opPut(hk, holder, id))
 			again := ops(opGet(lock), opPut(lock, token, id), opPut(hk, holder, id))
 			busy := ops(opGet(lock), opGet(hk), opCountWaiters(wp, rev))
 			if p != nil {
@@ -281,7 +280,7 @@ func (v leases) acquire(ctx context.Context, key, token string, ttl time.Duratio
 
 		var fenceRev int64
 		if resp.Succeeded {
-			kv := firstKV(resp.Responses[2])
+			kv := firstKV(resp.Responses[1])
 			if kv == nil {
 				return lease.Grant{}, fmt.Errorf("etcdstore: acquire %q: lock missing in its own txn", key)
 			}
@@ -393,9 +392,10 @@ func (v leases) Renew(ctx context.Context, key, token string, ttl time.Duration)
 	return lease.Grant{Fence: uint64(kv.CreateRevision), TTL: grantTTL(g, start)}, nil
 }
 
-// Release deletes the lock if its value is token, in one txn. Its etcd
-// lease is left to expire (other locks may be on it). The fence key stays,
-// so Inspect still reports the last fence.
+// Release deletes the lock and its holder description if the lock's value
+// is token, in one txn. Its etcd lease is left to expire (other locks may
+// be on it). Nothing of the key is left: the next grant's fence is a later
+// revision whatever was deleted.
 func (v leases) Release(ctx context.Context, key, token string) error {
 	if err := leasedriver.ValidateKey(key); err != nil {
 		return err
@@ -419,22 +419,20 @@ func (v leases) Release(ctx context.Context, key, token string) error {
 	return nil
 }
 
-// Inspect reads the lock and fence keys in one txn and asks etcd for the
+// Inspect reads the lock and holder keys in one txn and asks etcd for the
 // lock's remaining TTL. The key is held while its lock key exists, that is
-// until etcd revokes the expired lease.
+// until etcd revokes the expired lease; a free key reads fence 0 (nothing
+// of an ended lease is kept).
 func (v leases) Inspect(ctx context.Context, key string) (lease.Info, error) {
 	if err := leasedriver.ValidateKey(key); err != nil {
 		return lease.Info{}, err
 	}
 	s := v.s
-	resp, err := s.rpc.txn(ctx, nil, ops(opGet(s.lockKey(key)), opGet(s.fenceKey(key)), opGet(s.holderKey(key))), nil)
+	resp, err := s.rpc.txn(ctx, nil, ops(opGet(s.lockKey(key)), opGet(s.holderKey(key))), nil)
 	if err != nil {
 		return lease.Info{}, wrapErr("inspect", err)
 	}
 	info := lease.Info{Key: key}
-	if kv := firstKV(resp.Responses[1]); kv != nil {
-		info.Fence = uint64(kv.ModRevision)
-	}
 	kv := firstKV(resp.Responses[0])
 	if kv == nil {
 		return info, nil
@@ -446,19 +444,19 @@ func (v leases) Inspect(ctx context.Context, key string) (lease.Info, error) {
 	}
 	if left >= 0 {
 		info.Held, info.TTL = true, ttlOf(left)
-		if h := firstKV(resp.Responses[2]); h != nil {
+		if h := firstKV(resp.Responses[1]); h != nil {
 			info.Holder = string(h.Value)
 		}
 	}
 	return info, nil
 }
 
-// List returns the keys the store remembers (every key with a fence
-// record) that start with prefix and sort after after, in key order, at
+// List returns the keys with a lock (held, or expired and not yet revoked
+// by etcd) that start with prefix and sort after after, in key order, at
 // most limit of them, with the current holder's description
-// (lease.Lister). It reads one page of fence records, the locks and
-// descriptions in the same key range (one txn), and each distinct etcd
-// lease's remaining TTL once.
+// (lease.Lister). It reads one page of locks and the descriptions in the
+// same key range (one txn), and each distinct etcd lease's remaining TTL
+// once: its cost follows the keys held, not every key ever locked.
 func (v leases) List(ctx context.Context, prefix, after string, limit int) ([]lease.Info, error) {
 	if err := leasedriver.ValidateList(prefix, after, limit); err != nil {
 		return nil, err
@@ -478,37 +476,30 @@ func (v leases) List(ctx context.Context, prefix, after string, limit int) ([]le
 		}
 		return &pb.RequestOp{Request: &pb.RequestOp_RequestRange{RequestRange: r}}
 	}
-	// Locks and descriptions exist only for keys with a fence record, so
-	// the first limit of each cover the page of fence records.
-	resp, err := s.rpc.txn(ctx, nil, ops(rng(fenceSpace), rng(lockSpace), rng(holderSpace)), nil)
+	// Descriptions exist only for keys with a lock, so the first limit of
+	// them cover the page of locks.
+	resp, err := s.rpc.txn(ctx, nil, ops(rng(lockSpace), rng(holderSpace)), nil)
 	if err != nil {
 		return nil, wrapErr("list", err)
 	}
-	locks := map[string]*mvccpb.KeyValue{}
-	for _, kv := range resp.Responses[1].GetResponseRange().GetKvs() {
-		locks[strings.TrimPrefix(string(kv.Key), s.prefix+lockSpace)] = kv
-	}
 	holders := map[string]string{}
-	for _, kv := range resp.Responses[2].GetResponseRange().GetKvs() {
+	for _, kv := range resp.Responses[1].GetResponseRange().GetKvs() {
 		holders[strings.TrimPrefix(string(kv.Key), s.prefix+holderSpace)] = string(kv.Value)
 	}
 	ttls := map[int64]int64{}
 	var out []lease.Info
-	for _, kv := range resp.Responses[0].GetResponseRange().GetKvs() {
-		k := strings.TrimPrefix(string(kv.Key), s.prefix+fenceSpace)
-		info := lease.Info{Key: k, Fence: uint64(kv.ModRevision)}
-		if l := locks[k]; l != nil {
-			info.Fence = uint64(l.CreateRevision)
-			left, ok := ttls[l.Lease]
-			if !ok {
-				if left, err = s.rpc.timeToLive(ctx, l.Lease); err != nil {
-					return nil, wrapErr("list", err)
-				}
-				ttls[l.Lease] = left
+	for _, l := range resp.Responses[0].GetResponseRange().GetKvs() {
+		k := strings.TrimPrefix(string(l.Key), s.prefix+lockSpace)
+		info := lease.Info{Key: k, Fence: uint64(l.CreateRevision)}
+		left, ok := ttls[l.Lease]
+		if !ok {
+			if left, err = s.rpc.timeToLive(ctx, l.Lease); err != nil {
+				return nil, wrapErr("list", err)
 			}
-			if left >= 0 {
-				info.Held, info.TTL, info.Holder = true, ttlOf(left), holders[k]
-			}
+			ttls[l.Lease] = left
+		}
+		if left >= 0 {
+			info.Held, info.TTL, info.Holder = true, ttlOf(left), holders[k]
 		}
 		out = append(out, info)
 	}

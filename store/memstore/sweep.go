@@ -53,3 +53,25 @@ func (s *Store) Sweep(ctx context.Context, o retention.Options) (retention.Resul
 func (s *Store) StartSweeper(ctx context.Context, interval time.Duration, o retention.Options) (stop func(), err error) {
 	return retention.Start(ctx, s, interval, o, nil)
 }
+
+// ForgetEnded drops the record of every lease that is not held and whose
+// fence the store's clock has passed, and the fence floor, as a process
+// that restarted would have lost them, and reports how many records it
+// dropped. It is for experiments and tests of what fences do after data
+// loss (tenure lab, tenure proof); a service reclaims ended leases with
+// Sweep, which keeps the floor.
+func (s *Store) ForgetEnded() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	clock := uint64(max(now.UnixMicro(), 0))
+	n := 0
+	for k, r := range s.leases {
+		if !r.held(now) && r.fence < clock {
+			delete(s.leases, k)
+			n++
+		}
+	}
+	s.floor = 0
+	return n
+}

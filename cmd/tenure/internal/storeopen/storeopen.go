@@ -22,6 +22,7 @@ import (
 	"github.com/tenurekit/tenure/internal/storeurl"
 	"github.com/tenurekit/tenure/lease"
 	"github.com/tenurekit/tenure/ratelimit"
+	"github.com/tenurekit/tenure/retention"
 	"github.com/tenurekit/tenure/schedule"
 	"github.com/tenurekit/tenure/session"
 	"github.com/tenurekit/tenure/store/etcdstore"
@@ -92,6 +93,20 @@ type Stores struct {
 	PGPool *pgxpool.Pool
 
 	closers []func()
+}
+
+// Sweeper returns the store's sweep (retention.Sweeper), or nil for a
+// store whose records all expire on their own (Redis, etcd).
+func (s *Stores) Sweeper() retention.Sweeper {
+	switch {
+	case s.Mem != nil:
+		return s.Mem
+	case s.SQLite != nil:
+		return s.SQLite
+	case s.PG != nil:
+		return s.PG
+	}
+	return nil
 }
 
 // Close releases the connections.
