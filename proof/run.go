@@ -658,7 +658,7 @@ func countAck(b *builder, mode string) int {
 }
 
 // mutating names the operations that count as attempts.
-var mutating = map[string]bool{"write": true, "do": true, "effect": true, "save": true, "allow": true, "run": true}
+var mutating = map[string]bool{"write": true, "do": true, "effect": true, "save": true, "allow": true, "run": true, "reclaim": true}
 
 func sleepCtx(ctx context.Context, d time.Duration) {
 	t := time.NewTimer(d)

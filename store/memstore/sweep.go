@@ -75,3 +75,33 @@ func (s *Store) ForgetEnded() int {
 	s.floor = 0
 	return n
 }
+
+// RaiseFence sets the fence of key's lease held by token to f, as a grant
+// made while the store's clock ran far ahead would have left it. It reports
+// whether token held key with a fence below f (nothing changes otherwise).
+// Like DropLease, it is for experiments on what fences do after a clock
+// jump or a lost floor (tenure proof); a service never calls it.
+func (s *Store) RaiseFence(key, token string, f uint64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.leases[key]
+	if r == nil || !r.held(s.now()) || r.token != token || r.fence >= f {
+		return false
+	}
+	r.fence = f
+	return true
+}
+
+// DropLease drops key's record if its lease ended, without raising the
+// fence floor, as a store that kept no floor would, and reports whether it
+// did. It is for experiments (see RaiseFence).
+func (s *Store) DropLease(key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.leases[key]
+	if r == nil || r.held(s.now()) {
+		return false
+	}
+	delete(s.leases, key)
+	return true
+}
