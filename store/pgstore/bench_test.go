@@ -47,11 +47,25 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	b.Run("raw", func(b *testing.B) {
 		for b.Loop() {
 			var f int64
-			if err := pool.QueryRow(ctx, s.q.acquire, "bench", tok, int64(ttl/time.Microsecond)).Scan(&f); err != nil {
+			if err := pool.QueryRow(ctx, s.q.acquire, "bench", tok, int64(ttl/time.Microsecond), "").Scan(&f); err != nil {
 				b.Fatal(err)
 			}
 			var waiters bool
 			if err := pool.QueryRow(ctx, s.q.release, "bench", tok).Scan(&waiters); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	// A new key each time: the grant inserts the row.
+	b.Run("tenure-newkeys", func(b *testing.B) {
+		run, i := time.Now().UnixNano(), 0
+		for b.Loop() {
+			i++
+			key := fmt.Sprintf("bench-k-%d-%d", run, i)
+			if _, err := ls.Acquire(ctx, key, tok, ttl); err != nil {
+				b.Fatal(err)
+			}
+			if err := ls.Release(ctx, key, tok); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/tenurekit/tenure/ratelimit/driver"
+	"slices"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/tenurekit/tenure/lease"
 	"github.com/tenurekit/tenure/lease/leasetest"
 	"github.com/tenurekit/tenure/ratelimit/ratelimittest"
+	"github.com/tenurekit/tenure/retention"
 	"github.com/tenurekit/tenure/schedule"
 	"github.com/tenurekit/tenure/schedule/scheduletest"
 	"github.com/tenurekit/tenure/session"
@@ -178,7 +180,63 @@ func pgLeases(priv *testenv.PostgresServer, o *pgstore.Options) func(t *testing.
 				return fresh.Leases()
 			},
 			Resource: newSQLResource(t, openSQL(t, driverPgx, dsn, nil), db),
+			Ended:    pgEnded(db, openSQL(t, driverPgx, dsn, nil)),
 		}
+	}
+}
+
+// pgEnded reaches the lease rows and waiters' places db keeps, through
+// direct (a connection to the same database): Reclaim sweeps until the
+// sweep has come round, Keys lists the keys of both tables, Raise sets a
+// held row's fence.
+func pgEnded(db *pgstore.Store, direct *sql.DB) *leasetest.Ended {
+	schema := pgx.Identifier{db.Schema()}.Sanitize()
+	return &leasetest.Ended{
+		Reclaim: func(t *testing.T) {
+			for calls := 0; ; calls++ {
+				r, err := db.Sweep(ctxT(t), retention.Options{})
+				if err != nil {
+					t.Fatalf("Sweep: %v", err)
+				}
+				if !r.More {
+					return
+				}
+				if calls > 100 {
+					t.Fatal("Sweep does not come round")
+				}
+			}
+		},
+		Keys: func(t *testing.T, prefix string) []string {
+			rows, err := direct.QueryContext(ctxT(t), `SELECT key FROM `+schema+`.leases WHERE left(key, length($1)) = $1
+				UNION SELECT key FROM `+schema+`.lease_waiters WHERE left(key, length($1)) = $1`, prefix)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rows.Close()
+			var keys []string
+			for rows.Next() {
+				var k string
+				if err := rows.Scan(&k); err != nil {
+					t.Fatal(err)
+				}
+				keys = append(keys, k)
+			}
+			if err := rows.Err(); err != nil {
+				t.Fatal(err)
+			}
+			slices.Sort(keys)
+			return keys
+		},
+		Raise: func(t *testing.T, key string, f uint64) {
+			res, err := direct.ExecContext(ctxT(t), `UPDATE `+schema+`.leases SET fence = $2
+				WHERE key = $1 AND token IS NOT NULL AND expires_at > clock_timestamp()`, key, int64(f))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n, err := res.RowsAffected(); err != nil || n != 1 {
+				t.Fatalf("Raise(%q): %d rows, %v; want the held row", key, n, err)
+			}
+		},
 	}
 }
 
@@ -277,6 +335,7 @@ func TestConformanceSQLDB(t *testing.T) {
 					return fresh.Leases()
 				},
 				Resource: newSQLResource(t, direct, db),
+				Ended:    pgEnded(db, direct),
 			}
 		},
 		// Runs the idempotency suite on a Store made by NewDB on pgx's

@@ -40,7 +40,9 @@
 // resolved for a schema, for goose, golang-migrate, atlas or psql (`tenure
 // migrate sql --schema NAME` prints them). The lease tables:
 //
-//	leases(key text PRIMARY KEY, token text, fence bigint NOT NULL, expires_at timestamptz, holder text)
+//	leases(key text PRIMARY KEY, token text, fence bigint NOT NULL, expires_at timestamptz, holder text, waiters boolean)
+//	lease_waiters(key text, waiter text, seq bigint, stay_until timestamptz, PRIMARY KEY (key, waiter))
+//	lease_fence_floor(id boolean PRIMARY KEY, fence bigint NOT NULL) -- one row
 //	fences(resource text PRIMARY KEY, fence bigint NOT NULL)
 //
 // [Open] and [OpenDB] check that the schema is at [SchemaVersion] and fail
@@ -51,10 +53,14 @@
 // # Retention
 //
 // [Store.Sweep] deletes, a bounded number of rows per call, lease rows
-// free for the fence retention (default 7 days) whose fence the server's
-// clock has passed, expired idempotency records, sessions, rate limit
-// state and permits, and old final schedule records; [Store.StartSweeper]
-// runs it in the background.
+// whose lease ended (released or expired) at least the fence retention
+// ago (default 0: at once) and whose key no live waiter is queued for,
+// waiters' places whose stay ended, expired idempotency records, sessions,
+// rate limit state and permits, and old final schedule records;
+// [Store.StartSweeper] runs it in the background. So the lease tables hold
+// a row per key that is held or waited for, or ended since the last sweep,
+// not one per key ever locked; Inspect and List report a swept key free
+// with fence 0, and List lists only keys that have a row.
 //
 // # Expiry is judged on the database's clock
 //
@@ -72,21 +78,42 @@
 //     an expired lease is never brought back.
 //   - Release sets token and holder to NULL and expires_at to the clock
 //     WHERE the token matches and has not expired. The row and its fence
-//     stay; expires_at records when the lease ended.
+//     stay until Sweep drops them; expires_at records when the lease
+//     ended.
 //
 // TTLs are stored with PostgreSQL's microsecond resolution; a TTL is
 // rounded up to a whole microsecond.
 //
 // # Fences, also after data loss
 //
-// A new tenure's fence is greatest(last fence + 1, clock_timestamp() in
-// microseconds since the Unix epoch) ([github.com/tenurekit/tenure/lease/driver.NextFence]); the same token
-// re-acquiring within its validity keeps its fence. Fences therefore
-// increase strictly per key across holders, releases, expiries and server
-// restarts (the table is durable), and even if the leases table is lost,
-// truncated or restored from an old backup, the next fence is above every
-// fence granted before, provided the database server's clock did not go
-// back by more than the counter ran ahead of it.
+// A new tenure's fence is greatest(last fence + 1, fence floor + 1,
+// clock_timestamp() in microseconds since the Unix epoch)
+// ([github.com/tenurekit/tenure/lease/driver.NextFence], with the floor),
+// where the last fence is the key's row's (if it has one) and the fence
+// floor is the one row of lease_fence_floor, read in the grant's own
+// statement; the same token re-acquiring within its validity keeps its
+// fence. Fences therefore increase strictly per key across holders,
+// releases, expiries, sweeps and server restarts (the tables are durable),
+// and even if the leases table is lost, truncated or restored from an old
+// backup, the next fence is above every fence granted before, provided the
+// database server's clock did not go back by more than the counter ran
+// ahead of it.
+//
+// The fence floor is what lets Sweep drop the row of an ended lease: a
+// row is deleted only once the committed floor is at least its fence.
+// Sweep raises the floor to the greatest fence of the rows it is about to
+// drop (GREATEST(floor, fence), in a transaction of its own that commits
+// first; concurrent sweepers leave the greater value), then deletes them
+// in a second statement that re-checks each is still ended with a fence
+// at most the floor and skips rows locked by another transaction (a
+// CheckHolder or schedule completion in a caller's transaction is never
+// blocked). Grants and releases never write the floor, so grants of
+// different keys never wait for each other; the floor is one row whatever
+// the number of keys. The one window: a grant statement that read the
+// floor before a sweep raised it and reaches the key only after the
+// sweep's delete committed (it stalled across the sweep's round trip
+// between its two statements) sees neither the row nor the raised floor,
+// and only the clock keeps its fence above the dropped one.
 //
 // # An UNLOGGED leases table
 //
@@ -99,8 +126,8 @@
 // does not replicate it: after a crash or a failover every lease is free,
 // and a holder from before learns it on its next Renew (lease.ErrNotHeld).
 // Fences still never go back (see above: the next fence is above the
-// clock), and the guards refuse the old holder: the fences table (Admit)
-// stays logged, and CheckHolder and schedule completions look for
+// clock, and the fence floor stays logged), and the guards refuse the old
+// holder: the fences table (Admit) stays logged, and CheckHolder and schedule completions look for
 // the holder's row, which is gone. [Store.Check] and [Open] refuse a
 // leases table whose persistence differs from the Options (an error
 // wrapping [ErrLeasesPersistence]); [Store.LeasesUnlogged] reports it.

@@ -18,6 +18,7 @@ import (
 
 	"github.com/tenurekit/tenure/internal/testenv"
 	"github.com/tenurekit/tenure/lease"
+	"github.com/tenurekit/tenure/retention"
 	"github.com/tenurekit/tenure/store/pgstore"
 )
 
@@ -261,5 +262,71 @@ func TestMigrateChildProcess(t *testing.T) {
 	defer pool.Close()
 	if err := newPG(t, pool, nil).Migrate(ctxT(t)); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A schema at version 4 migrates to version 5 with its lease rows kept
+// and a fence floor of 0, a single row; applying the file again (as
+// another tool might) leaves a floor a sweep raised where it is.
+func TestMigrateFenceFloor(t *testing.T) {
+	srv := testenv.SharedPostgres(t)
+	pool := pgxPool(t, srv.NewDatabase(t))
+	ctx := ctxT(t)
+	fsys, err := pgstore.Migrations("tenure")
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, err := fs.Glob(fsys, "*.up.sql")
+	slices.Sort(names)
+	if err != nil || len(names) < 5 || names[4] != "0005_lease_fence_floor.up.sql" {
+		t.Fatalf("files %v, %v; want 0005_lease_fence_floor.up.sql fifth", names, err)
+	}
+	for _, name := range names[:4] {
+		b, err := fs.ReadFile(fsys, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pool.Exec(ctx, string(b)); err != nil {
+			t.Fatalf("apply %s: %v", name, err)
+		}
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO tenure.leases (key, token, fence, expires_at) VALUES ('released', NULL, 77, clock_timestamp())`); err != nil {
+		t.Fatal(err)
+	}
+	db := newPG(t, pool, nil)
+	if err := db.Check(ctx); !errors.Is(err, pgstore.ErrSchemaVersion) {
+		t.Fatalf("Check at version 4 = %v, want ErrSchemaVersion", err)
+	}
+	if err := db.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := versions(t, pool, "tenure"); !slices.Equal(got, allVersions()) {
+		t.Fatalf("versions %v, want %v", got, allVersions())
+	}
+	var rows, floor int64
+	if err := pool.QueryRow(ctx, `SELECT count(*), max(fence) FROM tenure.lease_fence_floor`).Scan(&rows, &floor); err != nil || rows != 1 || floor != 0 {
+		t.Fatalf("fence floor after Migrate: %d rows, fence %d, %v; want one row at 0", rows, floor, err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO tenure.lease_fence_floor (id, fence) VALUES (false, 1)`); err == nil {
+		t.Fatal("a second fence floor row was accepted")
+	}
+	if info, err := db.Leases().Inspect(ctx, "released"); err != nil || info.Held || info.Fence != 77 {
+		t.Fatalf("Inspect(released) after Migrate = %+v, %v; want free at 77", info, err)
+	}
+	if r, err := db.Sweep(ctx, retention.Options{}); err != nil || r.Deleted[retention.Leases] != 1 {
+		t.Fatalf("Sweep = %+v, %v; want the released row deleted", r, err)
+	}
+	b, err := fs.ReadFile(fsys, names[4])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, string(b)); err != nil {
+		t.Fatalf("apply %s again: %v", names[4], err)
+	}
+	if err := pool.QueryRow(ctx, `SELECT count(*), max(fence) FROM tenure.lease_fence_floor`).Scan(&rows, &floor); err != nil || rows != 1 || floor != 77 {
+		t.Fatalf("fence floor after the file was applied again: %d rows, fence %d, %v; want one row at 77", rows, floor, err)
+	}
+	if g, err := db.Leases().Acquire(ctx, "released", lease.NewToken(), time.Minute); err != nil || g.Fence <= 77 {
+		t.Fatalf("Acquire(released) after the sweep = %+v, %v; want a fence above 77", g, err)
 	}
 }

@@ -44,7 +44,8 @@ type Options struct {
 	// standbys. After such a crash every lease is free, and the fence of
 	// the next grant of a key is still above every fence granted before,
 	// because fences are floored at the server's clock in microseconds
-	// (as long as the clock does not step back across the crash). The
+	// (as long as the clock does not step back across the crash) and at
+	// the fence floor of the rows Sweep dropped. The fence floor, the
 	// fence guards' table (Admit) and every other table stay logged.
 	//
 	// It is part of the schema, not of the requests: [Store.Migrate]
@@ -166,17 +167,24 @@ func validateSchema(name string) error {
 }
 
 // grantInsert is the acquire's insert of a lease row, $1 key, $2 token,
-// $3 ttl (µs), $4 holder, on c.now: the row carries the fence floor (the
-// clock in microseconds), which grantConflict compares with the last
-// fence. A WHERE may follow it (the queued acquire's).
-func grantInsert(leases string) string {
-	return `INSERT INTO ` + leases + ` AS l (key, token, fence, expires_at, holder)
-SELECT $1, $2, greatest((extract(epoch FROM c.now) * 1000000)::bigint, 1), c.now + $3::bigint * interval '1 microsecond', nullif($4::text, '') FROM c`
+// $3 ttl (µs), $4 holder, on c.now, in schema: the row carries the least
+// fence of a new tenure, above both the clock in microseconds and the
+// fence floor (lease_fence_floor, the greatest fence of a row Sweep
+// dropped), which grantConflict compares with the key's last fence. The
+// floor is read in the grant's own statement and never written by it, so
+// grants of different keys do not wait for each other. A WHERE may follow
+// it (the queued acquire's).
+func grantInsert(schema string) string {
+	return `INSERT INTO ` + schema + `.leases AS l (key, token, fence, expires_at, holder)
+SELECT $1, $2, greatest((extract(epoch FROM c.now) * 1000000)::bigint,
+	(SELECT ff.fence FROM ` + schema + `.lease_fence_floor AS ff) + 1, 1),
+	c.now + $3::bigint * interval '1 microsecond', nullif($4::text, '') FROM c`
 }
 
 // grantConflict takes over a conflicting lease row: the same token within
 // its validity keeps its fence, every other takeover starts a new tenure
-// above both the last fence and the floor. The WHERE that says who may
+// above the last fence, the fence floor and the clock
+// (lease/driver.NextFence, with the floor). The WHERE that says who may
 // take it over follows.
 const grantConflict = `ON CONFLICT (key) DO UPDATE SET
 	fence = CASE WHEN l.token = excluded.token AND l.expires_at > (SELECT now FROM c) THEN l.fence
@@ -190,7 +198,8 @@ func buildQueries(schema string) queries {
 	fences := schema + ".fences"
 	waiters := schema + ".lease_waiters"
 	// Every lease statement reads the clock once (c.now): expiry and the
-	// fence floor are judged on that single reading of the server's clock.
+	// clock's part of a new fence are judged on that single reading of the
+	// server's clock.
 	// clock_timestamp(), not now(): now() is the start of the transaction.
 	const clock = `WITH c AS (SELECT clock_timestamp() AS now) `
 	// remaining is the holder's time left in microseconds (0 when free).
@@ -198,17 +207,18 @@ func buildQueries(schema string) queries {
 		THEN ((extract(epoch FROM l.expires_at) - extract(epoch FROM c.now)) * 1000000)::bigint
 		ELSE 0 END`
 	return queries{
-		// The inserted row carries the fence floor (the clock in
-		// microseconds) in excluded.fence. A conflicting row is taken over
-		// when it is free, expired, or held by the same token; the same
-		// token within its validity keeps its fence and is renewed to ttl,
-		// every other takeover starts a new tenure whose fence is above
-		// both the last fence and the floor (lease/driver.NextFence). A
+		// The inserted row carries the least fence of a new tenure (above
+		// the clock in microseconds and the fence floor) in
+		// excluded.fence. A conflicting row is taken over when it is
+		// free, expired, or held by the same token; the same token within
+		// its validity keeps its fence and is renewed to ttl, every other
+		// takeover starts a new tenure whose fence is above the last
+		// fence too (lease/driver.NextFence, with the floor). A
 		// free key with live waiters queued goes to the first of them
 		// (AcquireQueued), not to a plain acquire: a row whose waiters
 		// hint is on is refused here, and acquireChecked asks the queue.
 		// A key nobody waits for never reads the queue.
-		acquire: clock + grantInsert(leases) + `
+		acquire: clock + grantInsert(schema) + `
 ` + grantConflict + `
 WHERE l.token = excluded.token AND l.expires_at > (SELECT now FROM c)
 	OR (l.token IS NULL OR l.expires_at <= (SELECT now FROM c)) AND NOT l.waiters
@@ -216,7 +226,7 @@ RETURNING l.fence`,
 		// acquireChecked is acquire for a free row whose waiters hint is
 		// on: it asks the queue itself, and clears the hint with a grant
 		// (the same token's renewal keeps it).
-		acquireChecked: clock + grantInsert(leases) + `
+		acquireChecked: clock + grantInsert(schema) + `
 ` + grantConflict + `,
 	waiters = l.waiters AND l.token = excluded.token AND l.expires_at > (SELECT now FROM c)
 WHERE l.token = excluded.token AND l.expires_at > (SELECT now FROM c)
@@ -231,8 +241,9 @@ RETURNING l.fence`,
 FROM c`,
 		// $1 key, $2 token. Release keeps the row and its fence, so the
 		// next tenure's fence follows this one and Inspect reports the
-		// last fence, and the time the lease ended in expires_at, from
-		// which the row's retention counts (Sweep). It returns the
+		// last fence until Sweep drops the row, and the time the lease
+		// ended in expires_at, from which the row's retention counts. It
+		// never writes the fence floor (Sweep raises it). It returns the
 		// waiters hint: when on, the store wakes the first waiter with a
 		// statement of its own (queueQueries.wake).
 		release: clock + `UPDATE ` + leases + ` AS l SET token = NULL, holder = NULL, expires_at = c.now FROM c

@@ -47,7 +47,7 @@ func buildQueueQueries(schema string) queueQueries {
 		acquire: clock + `,
 cur AS (SELECT l.token, l.expires_at, l.holder FROM ` + leases + ` AS l WHERE l.key = $1),
 granted AS (
-` + grantInsert(leases) + `
+` + grantInsert(schema) + `
 	WHERE coalesce(` + first + ` = $5, true)
 		OR EXISTS (SELECT 1 FROM cur WHERE cur.token = $2 AND cur.expires_at > c.now)
 ` + grantConflict + `

@@ -9,12 +9,24 @@ import (
 	"github.com/tenurekit/tenure/retention"
 )
 
-// sweepQueries are the statements of Sweep; each deletes at most $1 rows
-// (leases: examines $2 rows after $1) and re-checks, on the row it
-// deletes, that it is past its retention, so a row taken or renewed
-// meanwhile is kept.
+// sweepQueries are the statements of Sweep; each deletes at most its
+// limit of rows and re-checks, on the row it deletes, that it is past its
+// retention, so a row taken or renewed meanwhile is kept. The lease rows
+// go in two statements (leasesRaise, then leasesDrop; see Sweep).
 type sweepQueries struct {
-	leases, waiters, idempotency, sessions, limits, permits, slots, ledger, hist string
+	leasesRaise, leasesDrop                                              string
+	waiters, idempotency, sessions, limits, permits, slots, ledger, hist string
+}
+
+// endedLease is the condition, on a lease row aliased a and c.now, that
+// the row's lease ended (it has no token, or its lease expired; expires_at
+// is when it ended) at least $3 µs ago, and that no live waiter is queued
+// for its key (a key with waiters keeps its row, whose waiters hint keeps
+// a plain acquire from jumping the queue).
+func endedLease(a, waiters string) string {
+	return `(` + a + `.token IS NULL OR ` + a + `.expires_at <= c.now)
+	AND ` + a + `.expires_at <= c.now - $3::bigint * interval '1 microsecond'
+	AND (NOT ` + a + `.waiters OR NOT EXISTS (SELECT 1 FROM ` + waiters + ` AS w WHERE w.key = ` + a + `.key AND w.stay_until > c.now))`
 }
 
 func sweepSQL(schema string) sweepQueries {
@@ -24,19 +36,34 @@ func sweepSQL(schema string) sweepQueries {
 	// pending (schedule/driver.Final).
 	const final = `(s.state IN ('done', 'skipped', 'missed') OR (s.state = 'failed' AND s.retry_at IS NULL))`
 	return sweepQueries{
-		// $1 after (key), $2 page size, $3 retention (µs). A row is free
-		// when it has no token or its lease expired; expires_at is when it
-		// ended. The fence must be below the clock in µs, the floor of the
-		// next grant's fence.
-		leases: `WITH c AS (SELECT clock_timestamp() AS now),
-page AS (SELECT key FROM ` + q("leases") + ` WHERE key > $1 ORDER BY key LIMIT $2),
-del AS (DELETE FROM ` + q("leases") + ` AS l USING c
-	WHERE l.key IN (SELECT key FROM page)
-	AND (l.token IS NULL OR l.expires_at <= c.now)
-	AND l.expires_at <= c.now - $3::bigint * interval '1 microsecond'
-	AND l.fence < (extract(epoch FROM c.now) * 1000000)::bigint
-	RETURNING 1)
-SELECT (SELECT count(*) FROM page), coalesce((SELECT max(key) FROM page), ''), (SELECT count(*) FROM del)`,
+		// $1 after (key), $2 page size, $3 retention (µs): examines the
+		// page of rows after $1 and raises the fence floor to the
+		// greatest fence of the page's ended rows (never lowers it: two
+		// sweepers in different processes raise it in turn, each to the
+		// greater value). It returns the page's size and last key, how
+		// many rows ended, and the floor after the raise (0 when none
+		// ended and the floor was not touched).
+		leasesRaise: `WITH c AS (SELECT clock_timestamp() AS now),
+page AS (SELECT key, token, fence, expires_at, waiters FROM ` + q("leases") + ` WHERE key > $1 ORDER BY key LIMIT $2),
+ended AS (SELECT p.fence FROM page AS p, c WHERE ` + endedLease("p", q("lease_waiters")) + `),
+raised AS (INSERT INTO ` + q("lease_fence_floor") + ` AS f (id, fence)
+	SELECT true, max(fence) FROM ended HAVING count(*) > 0
+	ON CONFLICT (id) DO UPDATE SET fence = greatest(f.fence, excluded.fence) RETURNING f.fence)
+SELECT (SELECT count(*) FROM page), coalesce((SELECT max(key) FROM page), ''),
+	(SELECT count(*) FROM ended), coalesce((SELECT fence FROM raised), 0)`,
+		// $1 after, $2 the page's last key, $3 retention (µs), $4 the
+		// floor leasesRaise committed, $5 limit: deletes the page's rows
+		// that are still ended and whose fence is at most the floor (a
+		// row granted and ended again since has a greater fence and
+		// stays for the next sweep). Rows locked by another transaction
+		// (a grant under way, or CheckHolder or a schedule completion in
+		// a caller's transaction) are skipped, never waited for.
+		leasesDrop: `WITH c AS (SELECT clock_timestamp() AS now)
+DELETE FROM ` + q("leases") + ` AS l USING c
+WHERE l.key IN (SELECT d.key FROM ` + q("leases") + ` AS d, c
+	WHERE d.key > $1 AND d.key <= $2 AND d.fence <= $4 AND ` + endedLease("d", q("lease_waiters")) + `
+	ORDER BY d.key LIMIT $5 FOR UPDATE OF d SKIP LOCKED)
+AND l.fence <= $4 AND ` + endedLease("l", q("lease_waiters")),
 		// Places in a lease's queue whose stay ended (a waiter that
 		// crashed, or gave up without leaving).
 		waiters: `DELETE FROM ` + q("lease_waiters") + ` WHERE (key, waiter) IN (SELECT key, waiter FROM ` + q("lease_waiters") + `
@@ -82,11 +109,11 @@ AND NOT EXISTS (SELECT 1 FROM ` + q("schedule_slots") + ` AS s WHERE s.job = h.j
 // Sweep deletes what is past its retention, at most o.Limit rows of each
 // kind, judged on the server's clock:
 //
-//   - lease rows not held for o.FenceRetention (default 7 days; the time a
-//     lease ended is kept in expires_at), once the clock in microseconds
-//     has passed the row's fence, so the next grant's fence (floored at
-//     the clock) is still greater. Rows are examined in key order, o.Limit
-//     per call, from where the last call stopped;
+//   - lease rows whose lease ended (released, or expired) at least
+//     o.FenceRetention ago (default 0: as soon as it ended; expires_at
+//     keeps the time a lease ended), unless a live waiter is queued for
+//     the key. Rows are examined in key order, o.Limit per call, from
+//     where the last call stopped. See "The fence floor" below;
 //   - places in a lease's queue of waiters whose stay ended;
 //   - idempotency records whose retention ended (and whose claim, if any,
 //     expired);
@@ -100,6 +127,36 @@ AND NOT EXISTS (SELECT 1 FROM ` + q("schedule_slots") + ` AS s WHERE s.job = h.j
 // deletes. Result.More says that a bound was reached or the lease scan has
 // not come round. Sweep never changes the schema; run it from a periodic
 // job, [Store.StartSweeper] or `tenure sweep`.
+//
+// # The fence floor
+//
+// A dropped lease row takes its key's last fence with it; the fence floor
+// (the one row of lease_fence_floor) keeps it instead, for all keys at
+// once. The rule: a lease row is deleted only once the committed floor is
+// at least its fence, and every grant's fence is greater than the floor it
+// reads in its own statement, the key's last fence (if the key has a row)
+// and the clock in microseconds. Sweep therefore drops the rows of a page
+// in two steps. First, in a transaction of its own that commits, it raises
+// the floor to the greatest fence of the page's ended rows (GREATEST(floor,
+// that fence): concurrent sweepers, in other processes too, each leave the
+// greater value). Then a second statement deletes those rows, re-checking
+// on each that it is still ended and that its fence is at most the floor
+// just raised; rows locked by another transaction (CheckHolder or a
+// schedule completion in a caller's transaction, a grant under way) are
+// skipped, so a caller's transaction never waits for a sweep. Grants and
+// releases never write the floor, so grants of different keys never wait
+// for each other.
+//
+// A grant that reaches a key's row before it is deleted takes the row over
+// (its fence follows the row's); one that starts after the floor was raised
+// reads the raised floor. The one window: a grant statement whose snapshot
+// was taken before the raise committed and that reaches the key only after
+// the delete committed, so that it sees neither the row nor the raised
+// floor; it must have stalled across the sweep's round trip between the
+// two statements. Such a grant is still above the clock in microseconds,
+// as every grant is, so only a clock that stepped back by more than the
+// dropped fence was ahead of it, within that stall, could give it a fence
+// not above the dropped one.
 func (s *Store) Sweep(ctx context.Context, o retention.Options) (retention.Result, error) {
 	o, err := o.Resolve()
 	if err != nil {
@@ -122,10 +179,17 @@ func (s *Store) Sweep(ctx context.Context, o retention.Options) (retention.Resul
 		s.sweepWhole = true // this round starts at the first key
 	}
 	s.sweepMu.Unlock()
-	var examined, deleted int64
+	var examined, ended, floor, deleted int64
 	var last string
-	if err := s.db.queryRow(ctx, q.leases, []any{after, o.Limit, o.FenceRetention}, &examined, &last, &deleted); err != nil {
-		return res, s.wrap(ctx, "sweep leases", err)
+	if err := s.db.queryRow(ctx, q.leasesRaise, []any{after, o.Limit, o.FenceRetention}, &examined, &last, &ended, &floor); err != nil {
+		return res, s.wrap(ctx, "sweep leases: raise the fence floor", err)
+	}
+	if ended > 0 {
+		// The raise has committed: only now may the rows go.
+		deleted, err = s.db.exec(ctx, q.leasesDrop, after, last, o.FenceRetention, floor, o.Limit)
+		if err != nil {
+			return res, s.wrap(ctx, "sweep leases", err)
+		}
 	}
 	res.Add(retention.Leases, int(deleted))
 	s.sweepMu.Lock()
