@@ -19,6 +19,7 @@ const (
 	sqliteSessions = "store/sqlitestore/session.go"
 	sqliteSched    = "store/sqlitestore/schedule.go"
 	sqliteLimits   = "store/sqlitestore/ratelimit.go"
+	sqliteSweep    = "store/sqlitestore/sweep.go"
 
 	pgQueries    = "store/pgstore/pgstore.go"
 	pgIdem       = "store/pgstore/idempotency.go"
@@ -263,8 +264,8 @@ var list = []Mutant{
 		Name: "postgres/fence-not-floored", Store: "postgres",
 		Breaks: "a new tenure's fence is the last one plus one, not floored at the clock: a database restored from an older copy grants fences it granted before",
 		Edits: []Edit{{File: pgQueries,
-			Old: "SELECT $1, $2, greatest((extract(epoch FROM c.now) * 1000000)::bigint, 1), c.now",
-			New: "SELECT $1, $2, 1, c.now"}},
+			Old: "SELECT $1, $2, greatest((extract(epoch FROM c.now) * 1000000)::bigint,\n",
+			New: "SELECT $1, $2, greatest(\n"}},
 		Workloads: []string{"lease-counter"}, Suite: "Lease",
 	},
 	{
@@ -274,6 +275,48 @@ var list = []Mutant{
 			Old: "  local f = clock()\n  local fs = string.format('%d', f)\n  local last",
 			New: "  local f = 1\n  local fs = string.format('%d', f)\n  local last"}},
 		Workloads: []string{"lease-counter"}, Suite: "Lease",
+	},
+
+	// ---- Fences above reclaimed keys: the fence floor ----
+	{
+		Name: "memory/fence-floor-ignored", Store: "memory",
+		Breaks: "a new tenure's fence ignores the fence floor: a key whose record was swept is granted a fence below one it had, once the clock is behind it",
+		Edits: []Edit{{File: memLeases,
+			Old: "r.fence = leasedriver.NextFence(max(r.fence, s.floor), now)",
+			New: "r.fence = leasedriver.NextFence(r.fence, now)"}},
+		Workloads: []string{"fence-floor"}, Suite: "Lease",
+	},
+	{
+		Name: "memory/sweep-floor-not-raised", Store: "memory",
+		Breaks: "Sweep drops ended lease records without raising the fence floor to their fences",
+		Edits: []Edit{{File: memLeases,
+			Old: "\t\ts.floor = max(s.floor, r.fence)\n",
+			New: ""}},
+		Workloads: []string{"fence-floor"}, Suite: "Lease",
+	},
+	{
+		Name: "sqlite/fence-floor-ignored", Store: "sqlite",
+		Breaks: "a new key's fence ignores the fence floor: a key whose row was swept is granted a fence below one it had, once the clock is behind it",
+		Edits: []Edit{{File: sqliteQueries,
+			Old: "VALUES (?1, ?2, max(?3, 1, ` + floorNext + `), ?3 + ?4, nullif(?5, ''))",
+			New: "VALUES (?1, ?2, max(?3, 1), ?3 + ?4, nullif(?5, ''))"}},
+		Workloads: []string{"fence-floor"}, Suite: "Lease", CI: true,
+	},
+	{
+		Name: "sqlite/sweep-floor-not-raised", Store: "sqlite",
+		Breaks: "Sweep deletes the rows of ended leases without raising the fence floor to their fences",
+		Edits: []Edit{{File: sqliteSweep,
+			Old: "r.Replace(`UPDATE $P SET fence = max(fence, coalesce(",
+			New: "r.Replace(`UPDATE $P SET fence = min(fence, coalesce("}},
+		Workloads: []string{"fence-floor"}, Suite: "Lease",
+	},
+	{
+		Name: "postgres/fence-floor-ignored", Store: "postgres",
+		Breaks: "a new tenure's fence ignores the fence floor: a key whose row was swept is granted a fence below one it had, once the clock is behind it",
+		Edits: []Edit{{File: pgQueries,
+			Old: "\t(SELECT ff.fence FROM ` + schema + `.lease_fence_floor AS ff) + 1, 1),",
+			New: "\t1),"}},
+		Workloads: []string{"fence-floor"}, Suite: "Lease",
 	},
 
 	// ---- Idempotency: begin, complete and renew check the claim ----

@@ -35,7 +35,7 @@
 // migration tools. The lease tables:
 //
 //	<prefix>leases(key TEXT PRIMARY KEY, token TEXT, fence INTEGER NOT NULL, expires_us INTEGER, holder TEXT)
-//	<prefix>lease_floor(id INTEGER PRIMARY KEY CHECK (id = 1), fence INTEGER NOT NULL)
+//	<prefix>lease_fence_floor(id INTEGER PRIMARY KEY CHECK (id = 1), fence INTEGER NOT NULL)
 //	<prefix>fences(resource TEXT PRIMARY KEY, fence INTEGER NOT NULL)
 //
 // # Retention
@@ -44,7 +44,7 @@
 // leases that ended (and that no waiter is queued for), expired
 // idempotency records, sessions and rate limit state, and old final
 // schedule records; [Store.StartSweeper] runs it in the background. Before
-// it deletes lease rows it raises the fence floor (lease_floor, one row) to
+// it deletes lease rows it raises the fence floor (lease_fence_floor, one row) to
 // their fences in the same transaction, so what the file keeps for leases
 // is one row per held lease plus one, however many keys were ever locked.
 // See docs/operations.md.

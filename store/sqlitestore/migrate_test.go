@@ -106,7 +106,7 @@ INSERT INTO tenure_schedule_ledger (job, slot_id, fence, completed_us) VALUES ('
 		t.Fatalf("Inspect(released) = %+v, %v; want the row dropped", info, err)
 	}
 	var floor int64
-	if err := raw.QueryRowContext(ctx, `SELECT fence FROM tenure_lease_floor`).Scan(&floor); err != nil || floor != 77 {
+	if err := raw.QueryRowContext(ctx, `SELECT fence FROM tenure_lease_fence_floor`).Scan(&floor); err != nil || floor != 77 {
 		t.Fatalf("fence floor %d, %v; want 77", floor, err)
 	}
 	var n int

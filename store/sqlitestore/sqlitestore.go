@@ -316,14 +316,14 @@ const grant = `INSERT INTO $L ("key", token, fence, expires_us, holder)
 				expires_us = excluded.expires_us,
 				holder = excluded.holder`
 
-// floorNext is one more than the fence floor (lease_floor, $P).
+// floorNext is one more than the fence floor (lease_fence_floor, $P).
 const floorNext = `coalesce((SELECT fence + 1 FROM $P WHERE id = 1), 1)`
 
 func buildQueries(prefix string) queries {
 	l := `"` + prefix + `leases"`
 	f := `"` + prefix + `fences"`
 	w := `"` + prefix + `lease_waiters"`
-	r := strings.NewReplacer("$L", l, "$F", f, "$W", w, "$P", `"`+prefix+`lease_floor"`)
+	r := strings.NewReplacer("$L", l, "$F", f, "$W", w, "$P", `"`+prefix+`lease_fence_floor"`)
 	return queries{
 		prefix: prefix,
 		lock:   r.Replace(`UPDATE $L SET fence = fence WHERE 0`),

@@ -406,7 +406,7 @@ func TestBadTablePrefix(t *testing.T) {
 			names = append(names, n)
 		}
 		rows.Close()
-		want := []string{"App_1_fences", "App_1_idempotency", "App_1_lease_floor", "App_1_lease_waiters", "App_1_leases", "App_1_migrations", "App_1_ratelimit",
+		want := []string{"App_1_fences", "App_1_idempotency", "App_1_lease_fence_floor", "App_1_lease_waiters", "App_1_leases", "App_1_migrations", "App_1_ratelimit",
 			"App_1_schedule_attempts", "App_1_schedule_jobs", "App_1_schedule_ledger", "App_1_schedule_slots", "App_1_sessions"}
 		if !slices.Equal(names, want) {
 			t.Fatalf("tables %v, want %v", names, want)

@@ -24,7 +24,7 @@ const endedPage = `"key" IN (SELECT "key" FROM $L WHERE "key" > ?1 ORDER BY "key
 			AND NOT EXISTS (SELECT 1 FROM $W AS w WHERE w."key" = $L."key" AND w.stay_until_us > ?3)`
 
 func sweepSQL(prefix string) sweepQueries {
-	r := strings.NewReplacer("$P", `"`+prefix+`lease_floor"`, "$L", `"`+prefix+`leases"`, "$T", `"`+prefix+`idempotency"`, "$S", `"`+prefix+`sessions"`,
+	r := strings.NewReplacer("$P", `"`+prefix+`lease_fence_floor"`, "$L", `"`+prefix+`leases"`, "$T", `"`+prefix+`idempotency"`, "$S", `"`+prefix+`sessions"`,
 		"$R", `"`+prefix+`ratelimit"`, "$K", `"`+prefix+`schedule_slots"`, "$G", `"`+prefix+`schedule_ledger"`,
 		"$A", `"`+prefix+`schedule_attempts"`, "$W", `"`+prefix+`lease_waiters"`)
 	const final = `(state IN ('done', 'skipped', 'missed') OR (state = 'failed' AND retry_us IS NULL))`
@@ -67,7 +67,7 @@ func sweepSQL(prefix string) sweepQueries {
 //
 //   - lease rows not held for o.FenceRetention (default 0: as soon as the
 //     lease ended; a released row keeps the time its lease ended) that no
-//     live waiter is queued for. The fence floor (lease_floor) is raised to
+//     live waiter is queued for. The fence floor (lease_fence_floor) is raised to
 //     their fences in the same transaction, so a later grant of their keys
 //     is still above every fence they had, whatever the clock says. Rows
 //     are examined in key order, o.Limit per call, from where the last call

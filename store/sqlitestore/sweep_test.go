@@ -76,7 +76,7 @@ func TestSweepLeases(t *testing.T) {
 		t.Fatalf("left %+v, %v", list, err)
 	}
 	var floor int64
-	if err := s.DB().QueryRowContext(ctx, `SELECT fence FROM tenure_lease_floor`).Scan(&floor); err != nil || floor != ahead {
+	if err := s.DB().QueryRowContext(ctx, `SELECT fence FROM tenure_lease_fence_floor`).Scan(&floor); err != nil || floor != ahead {
 		t.Fatalf("fence floor %d, %v; want %d (the greatest fence swept)", floor, err, ahead)
 	}
 	g, err := ls.Acquire(ctx, fmt.Sprintf("order/%04d", n-1), lease.NewToken(), time.Minute)
