@@ -48,7 +48,7 @@ func TestConformance(t *testing.T) {
 				Ended: &leasetest.Ended{
 					Reclaim: func(t *testing.T) { sweepAll(t, ms) },
 					Keys:    func(t *testing.T, prefix string) []string { return ms.LeaseKeys(prefix) },
-					Raise:   func(t *testing.T, key string, f uint64) { ms.RaiseFence(key, f) },
+					Raise:   func(t *testing.T, key string, f uint64) { ms.SetFence(key, f) },
 				},
 			}
 		},

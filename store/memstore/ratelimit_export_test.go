@@ -42,8 +42,8 @@ func (s *Store) LeaseKeys(prefix string) []string {
 	return keys
 }
 
-// RaiseFence sets the fence of key's record to f.
-func (s *Store) RaiseFence(key string, f uint64) {
+// SetFence sets the fence of key's record to f.
+func (s *Store) SetFence(key string, f uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.leases[key].fence = f
