@@ -118,7 +118,9 @@ func TestOpsCommands(t *testing.T) {
 			}
 			info.Holder = ""
 			l.Release(ctx)
-			if code := runJSON(t, &info, cmd("lease", "inspect", "report:daily")...); code != 0 || info.Held || info.Fence != l.Fence() || info.Holder != "" {
+			// The last fence, or 0 from a store that keeps nothing of an
+			// ended lease (etcd).
+			if code := runJSON(t, &info, cmd("lease", "inspect", "report:daily")...); code != 0 || info.Held || info.Fence != l.Fence() && info.Fence != 0 || info.Holder != "" {
 				t.Fatalf("lease inspect after release: exit %d %+v", code, info)
 			}
 			out, err := run(cmd("lease", "inspect", "report:daily")...)
