@@ -113,13 +113,7 @@ func electionLoop(ctx context.Context, w *workerEnv, mode string) error {
 }
 
 func electionCheck(ctx context.Context, w *workerEnv, ri *runInfo, h *History, mode string) ModeResult {
-	var m ModeResult
-	m.countOps(h.Select(mode, "write"))
-	for _, op := range h.Select(mode, "acquire") {
-		if op.Status != OK && op.Invoke < ri.faultsEnd.UnixNano() {
-			m.Errors["acquire:"+op.Err]++
-		}
-	}
+	m := writesAndGrants(ri, h, mode)
 	lin := counterCheckKey(ctx, w, ri, h, mode, electionKey(w, mode), 0, true, &m)
 	m.Linearizable = &lin
 	return m

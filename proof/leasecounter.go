@@ -253,13 +253,7 @@ func counterWrite(ctx context.Context, w *workerEnv, mode string, l *lease.Lease
 }
 
 func counterCheck(ctx context.Context, w *workerEnv, ri *runInfo, h *History, mode string) ModeResult {
-	var m ModeResult
-	m.countOps(h.Select(mode, "write"))
-	for _, op := range h.Select(mode, "acquire") {
-		if op.Status != OK && op.Invoke < ri.faultsEnd.UnixNano() {
-			m.Errors["acquire:"+op.Err]++
-		}
-	}
+	m := writesAndGrants(ri, h, mode)
 	lin := true
 	for k := range counterKeys(w.spec) {
 		key := counterKey(w, mode, k)
@@ -269,6 +263,20 @@ func counterCheck(ctx context.Context, w *workerEnv, ri *runInfo, h *History, mo
 	}
 	grantOrder(byKey(h, mode, "take", endedKey(w, mode)), &m)
 	m.Linearizable = &lin
+	return m
+}
+
+// writesAndGrants starts the judgement of a counter under leases: the
+// writes counted, and the acquires that failed while faults ran counted
+// as errors.
+func writesAndGrants(ri *runInfo, h *History, mode string) ModeResult {
+	var m ModeResult
+	m.countOps(h.Select(mode, "write"))
+	for _, op := range h.Select(mode, "acquire") {
+		if op.Status != OK && op.Invoke < ri.faultsEnd.UnixNano() {
+			m.Errors["acquire:"+op.Err]++
+		}
+	}
 	return m
 }
 
