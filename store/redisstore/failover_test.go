@@ -516,8 +516,17 @@ func TestFailoverAfterShortConfirm(t *testing.T) {
 			}
 			ls := s.Leases()
 			ctx := ctxT(t)
-			if _, err := ls.Acquire(ctx, "warm", "token-warm", time.Minute); err != nil {
-				t.Fatalf("a confirmed grant before the failover: %v", err)
+			// A confirmed grant before the failover: the replica may still be
+			// syncing, or slow to answer on a loaded machine, so the same
+			// token asks again until it is confirmed.
+			for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+				_, err := ls.Acquire(ctx, "warm", "token-warm", time.Minute)
+				if err == nil {
+					break
+				}
+				if !errors.Is(err, redisstore.ErrUnconfirmed) || time.Now().After(deadline) {
+					t.Fatalf("a confirmed grant before the failover: %v", err)
+				}
 			}
 			var fired atomic.Int32
 			s.SetShortConfirmHook(func() {
