@@ -382,3 +382,22 @@ func TestFloorTags(t *testing.T) {
 		t.Fatalf("floor key %q: not in the key's slot, or not <prefix>{<n>}:floor", k)
 	}
 }
+
+// allKeys builds the same keys as the functions that build each kind.
+func TestAllKeys(t *testing.T) {
+	for _, prefix := range []string{"", "p{x}%:", strings.Repeat("p", 80)} {
+		s, err := New(stubClient{}, &Options{Prefix: prefix})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, key := range []string{"k", "}a{b%", "report:tenant-42", strings.Repeat("k", lease.MaxKeyLen)} {
+			k := s.allKeys(key)
+			lock, fence, holder := s.leaseKeys3(key)
+			queue, stays, wake := s.queueKeys(key)
+			want := leaseKeySet{lock, fence, holder, queue, stays, wake, s.floorKey(escape(key))}
+			if k != want {
+				t.Fatalf("allKeys(%q) = %+v, want %+v", key, k, want)
+			}
+		}
+	}
+}

@@ -75,15 +75,13 @@ func (v leases) acquire(ctx context.Context, key, token string, ttl time.Duratio
 	if err := s.ready(ctx); err != nil {
 		return lease.Grant{}, err
 	}
-	lock, fence, hk := s.leaseKeys3(key)
-	queue, stays, _ := s.queueKeys(key)
+	k := s.allKeys(key)
 	_, ms := s.ttlArg(ttl)
 	stayMS := strconv.FormatInt(max(stay.Milliseconds(), 0), 10)
 	if stay > 0 && stay < time.Millisecond {
 		stayMS = "1"
 	}
-	floor := s.floorKey(escape(key))
-	res, p := s.write(ctx, acquireScript, []string{lock, fence, hk, queue, stays, floor}, []string{token, ms, s.keep, holder, stayMS}, false)
+	res, p := s.write(ctx, acquireScript, []string{k.lock, k.fence, k.holder, k.queue, k.stays, k.floor}, []string{token, ms, s.keep, holder, stayMS}, false)
 	arr, err := res.ToArray()
 	if err != nil {
 		return lease.Grant{}, s.fail(err)
@@ -125,7 +123,7 @@ func (v leases) acquire(ctx context.Context, key, token string, ttl time.Duratio
 		return lease.Grant{}, malformed("acquire")
 	}
 	if err := s.confirm(ctx, p); err != nil {
-		s.releaseUnconfirmed(ctx, lock, hk, token)
+		s.releaseUnconfirmed(ctx, k.lock, k.holder, token)
 		return lease.Grant{}, err
 	}
 	return lease.Grant{Fence: uint64(n), TTL: time.Duration(granted) * time.Millisecond}, nil
@@ -198,9 +196,9 @@ func (v leases) Release(ctx context.Context, key, token string) error {
 	if err := s.ready(ctx); err != nil {
 		return err
 	}
-	lock, _, hk := s.leaseKeys3(key)
-	queue, stays, wake := s.queueKeys(key)
-	relKeys, relArgs := []string{lock, queue, stays, hk}, []string{token, wake, s.shardedFlag()}
+	k := s.allKeys(key)
+	lock, wake := k.lock, k.wake
+	relKeys, relArgs := []string{lock, k.queue, k.stays, k.holder}, []string{token, wake, s.shardedFlag()}
 	var (
 		n   int64
 		err error

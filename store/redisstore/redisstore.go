@@ -271,6 +271,52 @@ func (s *Store) leaseKeys3(key string) (lock, fence, holder string) {
 	return all[:a], all[a:b], all[b:]
 }
 
+// leaseKeySet is every key of a lease, the channel that wakes its waiters
+// and the fence floor of its hash slot.
+type leaseKeySet struct{ lock, fence, holder, queue, stays, wake, floor string }
+
+// leaseSuffixes are the names of a lease's keys after its hash tag, in the
+// order of leaseKeySet.
+var leaseSuffixes = [...]string{"lock", "fence", "holder", "queue", "stays", "wake"}
+
+// allKeys returns every key of a lease (see leaseKeySet), built in one
+// allocation: the acquire and release scripts take most of them.
+func (s *Store) allKeys(key string) leaseKeySet {
+	tag := escape(key)
+	var nb [8]byte
+	n := strconv.AppendUint(nb[:0], uint64(floorTags()[slot(tag)]), 10)
+	base := len(s.prefix) + len(tag) + len("{}:")
+	size := len(s.prefix) + len("{") + len(n) + len(floorSuffix)
+	for _, suf := range leaseSuffixes {
+		size += base + len(suf)
+	}
+	var b strings.Builder
+	b.Grow(size)
+	var ends [len(leaseSuffixes)]int
+	for i, suf := range leaseSuffixes {
+		b.WriteString(s.prefix)
+		b.WriteByte('{')
+		b.WriteString(tag)
+		b.WriteString("}:")
+		b.WriteString(suf)
+		ends[i] = b.Len()
+	}
+	b.WriteString(s.prefix)
+	b.WriteByte('{')
+	b.Write(n)
+	b.WriteString(floorSuffix)
+	all := b.String()
+	return leaseKeySet{
+		lock:   all[:ends[0]],
+		fence:  all[ends[0]:ends[1]],
+		holder: all[ends[1]:ends[2]],
+		queue:  all[ends[2]:ends[3]],
+		stays:  all[ends[3]:ends[4]],
+		wake:   all[ends[4]:ends[5]],
+		floor:  all[ends[5]:],
+	}
+}
+
 // queueKeys returns the keys of a lease's queue of waiters (by arrival,
 // by the end of their stay) and the channel that wakes them, all under
 // the lease's hash tag.
