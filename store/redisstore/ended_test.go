@@ -414,3 +414,47 @@ func TestFenceFloor(t *testing.T) {
 		})
 	}
 }
+
+// A waiter that leaves takes its stay with it: the queue's keys then
+// expire with the longest stay left, not the leaver's.
+func TestLeaveShortensQueue(t *testing.T) {
+	ctx := ctxT(t)
+	c := newClient(t, testenv.SharedRedis(t).Addr())
+	s := checked(t, c, nil)
+	q := s.Leases().(leasedriver.Queuer)
+	k := uniq(t, "k")
+	if _, err := s.Leases().Acquire(ctx, k, lease.NewToken(), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	long, short := lease.NewToken(), lease.NewToken()
+	var held *lease.HeldError
+	if _, err := q.AcquireQueued(ctx, k, long, time.Minute, "", time.Minute); !errors.As(err, &held) {
+		t.Fatalf("first waiter: %v", err)
+	}
+	if _, err := q.AcquireQueued(ctx, k, short, time.Minute, "", 2*time.Second); !errors.As(err, &held) || held.Position != 1 {
+		t.Fatalf("second waiter: %v", err)
+	}
+	lock, _ := s.LeaseKeys(k)
+	base := strings.TrimSuffix(lock, "lock")
+	for _, key := range []string{base + "queue", base + "stays"} {
+		if d := pttl(t, c, key); d <= 50*time.Second {
+			t.Fatalf("%s PTTL %v with a waiter staying 1m", key, d)
+		}
+	}
+	if err := q.Leave(ctx, k, long); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{base + "queue", base + "stays"} {
+		// The stays are kept in microseconds; the expiry is rounded up to
+		// the millisecond.
+		if d := pttl(t, c, key); d <= 0 || d > 2*time.Second+5*time.Millisecond {
+			t.Fatalf("%s PTTL %v after the 1m waiter left, want the 2s stay left", key, d)
+		}
+	}
+	if err := q.Leave(ctx, k, short); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := c.Do(ctx, c.B().Exists().Key(base+"queue", base+"stays").Build()).AsInt64(); err != nil || n != 0 {
+		t.Fatalf("%d of the queue's keys kept after every waiter left (%v)", n, err)
+	}
+}
