@@ -179,8 +179,10 @@
 // guard refuses their late writes once a newer fence has written.
 //
 // Fence keys written before the floors existed (when FenceRetention kept
-// them 7 days by default) still count while they last: a grant is above
-// them and raises its slot's floor past them.
+// them 7 days by default) still count while they last: a new grant on such
+// a key is above its old fence and raises the slot's floor past it. A key
+// whose old fence key expired before it was granted again is left to the
+// clock floor, as it was before the floors.
 //
 // Fences are below 2^53 until the year 2255, so the scripts' Lua numbers
 // (doubles) hold them exactly; the fenced-write scripts compare fences as
