@@ -134,6 +134,7 @@ func TestConformance(t *testing.T) {
 						return direct.Leases()
 					},
 					Resource: &resource{s: s, direct: direct, c: dc},
+					Ended:    endedHooks(direct, dc),
 				}
 			},
 			Idempotency: func(t *testing.T) idempotencytest.Target {
@@ -179,6 +180,7 @@ func TestConformance(t *testing.T) {
 				ps, via := clusterProxies(t, own)
 				s := checkedGo(t, newGoClusterClient(t, own.Addrs(), via), nil)
 				direct := newGoStore(newGoClusterClient(t, own.Addrs(), nil), nil)
+				dc := newClusterClient(t, own.Addrs(), nil)
 				return leasetest.Target{
 					Store:  s.Leases(),
 					Direct: direct.Leases(),
@@ -191,7 +193,8 @@ func TestConformance(t *testing.T) {
 						flushAll(t, own.Nodes()...)
 						return direct.Leases()
 					},
-					Resource: &resource{s: s, direct: direct, c: newClusterClient(t, own.Addrs(), nil)},
+					Resource: &resource{s: s, direct: direct, c: dc},
+					Ended:    endedHooks(direct, dc),
 				}
 			},
 			Session: func(t *testing.T, _ *storetest.Clock) sessiontest.Target {
@@ -249,6 +252,7 @@ func singleFactory(t *testing.T, c client) storetest.Factory {
 			p := testenv.NewProxy(t, srv.Addr())
 			s := c.proxied(t, p.Addr(), nil)
 			direct := c.plain(t, srv.Addr(), nil)
+			dc := newClient(t, srv.Addr())
 			return leasetest.Target{
 				Store:  s.Leases(),
 				Direct: direct.Leases(),
@@ -261,7 +265,8 @@ func singleFactory(t *testing.T, c client) storetest.Factory {
 					flushAll(t, srv)
 					return direct.Leases()
 				},
-				Resource: &resource{s: s, direct: direct, c: newClient(t, srv.Addr())},
+				Resource: &resource{s: s, direct: direct, c: dc},
+				Ended:    endedHooks(direct, dc),
 			}
 		},
 		Idempotency: func(t *testing.T) idempotencytest.Target {

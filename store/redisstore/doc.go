@@ -75,9 +75,26 @@
 // a cluster and its scripts never cross slots:
 //
 //	<prefix>{<key>}:lock    the holder's token, with PX = the lease's TTL
-//	<prefix>{<key>}:fence   the last fence granted, kept TTL + FenceRetention (default 7 days)
+//	<prefix>{<key>}:fence   the last fence granted, with PX = the lease's TTL +
+//	                        FenceRetention (default 0: it expires with the lock)
 //	<prefix>{<key>}:holder  "<fence> <description>", with PX = the lease's TTL (only for
 //	                        a grant with a holder description)
+//	<prefix>{<key>}:queue   the key's waiters (lease/driver.Queuer), by arrival, and
+//	<prefix>{<key>}:stays   by the end of their stay; both expire with the longest stay
+//	<prefix>{<n>}:floor     the fence floor of one hash slot, without expiry
+//
+// A key's own records go with its lock: nothing is kept per key once its
+// lease ended and its TTL (plus FenceRetention) passed, so locking ever new
+// keys does not fill the server. What stays is the fence floor of each hash
+// slot used: the greatest fence granted in the slot. n is the smallest
+// number whose decimal form hashes (CRC16 modulo 16384, the cluster's
+// HASH_SLOT) to the slot of the lease's hash tag, so the acquire script
+// reads and raises the floor in the lease's own slot, on one node of a
+// cluster; there are at most 16384 floors per prefix, about 100 bytes
+// each. A slot claim of a schedule uses the floor of its job's slot. No
+// other key of the store has such a name: a lease's and a fenced
+// resource's keys end in the suffixes above, and the other primitives'
+// keys carry a tag or a marker of their own ({s:, {sched:, idem{, rl{).
 //
 // A fenced resource has the same shape: <prefix>{<resource>}:value holds
 // the value and <prefix>{<resource>}:admitted the greatest fence admitted,
@@ -88,19 +105,23 @@
 // # Operations
 //
 // Acquire is one Lua script (one round trip): if the lock is free it sets
-// it to the token with PX ttl and grants the fence max(last+1, TIME in
-// microseconds); if the same token holds it, it renews it to ttl and returns
-// the same fence (so an acquire whose reply was lost can be retried); if
-// another token holds it, it returns the holder's PTTL as a
-// *lease.HeldError. Renew extends only a lock that still carries the token:
-// an expired lock is never brought back. Release is DELEX key IFEQ token
-// where every node has it (Redis 8.4+) and a compare-and-delete script
-// otherwise, never a plain DEL; it keeps the fence key, so Inspect reports
-// the last fence. Inspect is one read-only script. Arguments are validated in
-// Go before anything is sent, and again by each script before its first
-// write, since a Lua error does not roll back earlier writes. Scripts run
-// with EVALSHA and fall back to EVAL on NOSCRIPT (script caches are per node
-// and are lost on restart).
+// it to the token with PX ttl and grants the fence max(last+1, floor+1,
+// TIME in microseconds), where last is the key's fence key while it lasts
+// and floor its slot's fence floor, and raises the floor to the new fence;
+// if the same token holds it, it renews it to ttl and returns the same
+// fence (so an acquire whose reply was lost can be retried); if another
+// token holds it, it returns the holder's PTTL as a *lease.HeldError.
+// Renew extends only a lock that still carries the token (and its fence
+// key to ttl + FenceRetention): an expired lock is never brought back.
+// Release is DELEX key IFEQ token where every node has it (Redis 8.4+) and
+// a compare-and-delete script otherwise (which deletes the holder key too),
+// never a plain DEL; both leave the fence key to its expiry, so Inspect
+// reports the last fence until then. Inspect is one read-only script; a
+// key whose records expired reads free with fence 0. Arguments are
+// validated in Go before anything is sent, and again by each script before
+// its first write, since a Lua error does not roll back earlier writes.
+// Scripts run with EVALSHA and fall back to EVAL on NOSCRIPT (script caches
+// are per node and are lost on restart).
 //
 // # Holder descriptions and listing
 //
@@ -110,10 +131,11 @@
 // and with the lock's TTL; Renew extends it with the lock. Inspect, List
 // and *lease.HeldError report a description only while the lock is held
 // and the holder key names the current fence, so a description never
-// outlives its grant: a release (DELEX, which touches one key) leaves the
-// holder key to expire with the lease's TTL, and it no longer counts. A
-// grant without a description writes nothing more than before, and a
-// re-acquire without one deletes the old one.
+// outlives its grant: the release script deletes the holder key, and a
+// DELEX release (which touches one key) leaves it to expire with the
+// lease's TTL, when it no longer counts. A grant without a description
+// writes nothing more than before, and a re-acquire without one deletes
+// the old one.
 //
 // List (lease.Lister) walks the fence keys with SCAN on every master of a
 // cluster (MATCH on the store's prefix and the listed key prefix, COUNT
@@ -121,8 +143,9 @@
 // by the limit), and reads each with the inspect script. Its cost grows
 // with the number of lease keys the store keeps, so it is meant for
 // operators (tenure lease list), not for request paths. A key is listed
-// while its fence key exists: held, or free for FenceRetention after its
-// last lease ended.
+// while its fence key exists: held, or just ended (until the ended lock's
+// TTL would have run out, plus FenceRetention). The fence floors are never
+// listed: the pattern matches only keys ending in "}:fence".
 //
 // # How expiry is judged
 //
@@ -133,17 +156,33 @@
 //
 // # Fences after data loss
 //
-// A fence is never below the granting server's clock (TIME) in microseconds
-// (the lease/driver.NextFence rule). A server that restarts without persistence
-// forgets its fence keys, and so does a replica promoted before it received
-// the last grants; the next fence is then the current TIME in microseconds,
-// which is above every fence granted before as long as the clock of the
-// server granting now is not behind the clock of the one that granted
-// before (fences run ahead of the clock only by one per grant made within
-// one microsecond). The same holds once a fence key expires after
-// FenceRetention without use. Lock keys lost that way end their leases
+// Fences strictly increase per key, across the end of a lease and the
+// expiry of every record the key had: each grant raises its slot's fence
+// floor to the fence it grants, the floor never goes down, and every new
+// fence is above it. This holds however far the server's clock (TIME)
+// steps back, and when a server whose clock is behind takes over, as long
+// as the slot's floor survives: it is written by the acquire script with
+// the grant, so a grant confirmed on the replicas (see "Replication") has
+// its floor there too and a failover keeps both, and a restart keeps it
+// only with persistence (RDB or AOF), as it keeps the locks.
+//
+// A fence is also never below the granting server's clock (TIME) in
+// microseconds (the lease/driver.NextFence rule). That is what remains when
+// the floor is lost: a server that restarts without persistence forgets
+// its fence keys and floors, and so does a replica promoted before it
+// received the last grants; the next fence is then the current TIME in
+// microseconds, which is above every fence granted before as long as the
+// clock of the server granting now is not behind the clock of the one that
+// granted before (fences run ahead of the clock only by one per grant made
+// within one microsecond). Lock keys lost that way end their leases
 // early: holders find out at their next renewal (lease.ErrNotHeld), and the
 // guard refuses their late writes once a newer fence has written.
+//
+// Fence keys written before the floors existed (when FenceRetention kept
+// them 7 days by default) still count while they last: a new grant on such
+// a key is above its old fence and raises the slot's floor past it. A key
+// whose old fence key expired before it was granted again is left to the
+// clock floor, as it was before the floors.
 //
 // Fences are below 2^53 until the year 2255, so the scripts' Lua numbers
 // (doubles) hold them exactly; the fenced-write scripts compare fences as

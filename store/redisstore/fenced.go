@@ -160,12 +160,32 @@ func (s *Store) HolderSet(ctx context.Context, l *lease.Lease, resource string, 
 	return malformed("holder set")
 }
 
+// slots is the number of hash slots of a Redis Cluster.
+const slots = 16384
+
 // slot returns the Redis Cluster hash slot of the hash tag {tag}: CRC16
 // (XMODEM) modulo 16384.
 func slot(tag string) uint16 {
 	var crc uint16
 	for i := 0; i < len(tag); i++ {
-		crc ^= uint16(tag[i]) << 8
+		crc = crc<<8 ^ crc16Table[byte(crc>>8)^tag[i]]
+	}
+	return crc & (slots - 1)
+}
+
+// slotOf is slot for a byte slice.
+func slotOf(tag []byte) uint16 {
+	var crc uint16
+	for _, c := range tag {
+		crc = crc<<8 ^ crc16Table[byte(crc>>8)^c]
+	}
+	return crc & (slots - 1)
+}
+
+// crc16Table is the CRC16 (XMODEM, polynomial 0x1021) of each byte.
+var crc16Table = func() (t [256]uint16) {
+	for i := range t {
+		crc := uint16(i) << 8
 		for range 8 {
 			if crc&0x8000 != 0 {
 				crc = crc<<1 ^ 0x1021
@@ -173,6 +193,7 @@ func slot(tag string) uint16 {
 				crc <<= 1
 			}
 		}
+		t[i] = crc
 	}
-	return crc & 16383
-}
+	return t
+}()

@@ -115,6 +115,7 @@ func testScriptsValidateBeforeWriting(t *testing.T, open func(t *testing.T, addr
 	s := open(t, srv.Addr(), nil)
 	lock, fk, hk := s.leaseKeys3("k")
 	qk, sk, _ := s.queueKeys("k")
+	fl := s.floorKey("k")
 	vk, ak := s.valueKeys("r")
 	cases := []struct {
 		name string
@@ -122,24 +123,27 @@ func testScriptsValidateBeforeWriting(t *testing.T, open func(t *testing.T, addr
 		keys []string
 		args []string
 	}{
-		{"acquire empty token", acquireScript, []string{lock, fk, hk, qk, sk}, []string{"", "1000", "1000", "", "0"}},
-		{"acquire long token", acquireScript, []string{lock, fk, hk, qk, sk}, []string{strings.Repeat("t", 129), "1000", "1000", "", "0"}},
-		{"acquire zero ttl", acquireScript, []string{lock, fk, hk, qk, sk}, []string{"t", "0", "1000", "", "0"}},
-		{"acquire fractional ttl", acquireScript, []string{lock, fk, hk, qk, sk}, []string{"t", "1.5", "1000", "", "0"}},
-		{"acquire ttl over a day", acquireScript, []string{lock, fk, hk, qk, sk}, []string{"t", "86400001", "1000", "", "0"}},
-		{"acquire ttl not a number", acquireScript, []string{lock, fk, hk, qk, sk}, []string{"t", "x", "1000", "", "0"}},
-		{"acquire bad retention", acquireScript, []string{lock, fk, hk, qk, sk}, []string{"t", "1000", "-1", "", "0"}},
-		{"acquire long holder", acquireScript, []string{lock, fk, hk, qk, sk}, []string{"t", "1000", "1000", strings.Repeat("h", 129), "0"}},
-		{"acquire holder with a line break", acquireScript, []string{lock, fk, hk, qk, sk}, []string{"t", "1000", "1000", "a\nb", "0"}},
-		{"acquire holder with NUL", acquireScript, []string{lock, fk, hk, qk, sk}, []string{"t", "1000", "1000", "a\x00b", "0"}},
-		{"acquire without stay argument", acquireScript, []string{lock, fk, hk, qk, sk}, []string{"t", "1000", "1000", ""}},
+		{"acquire empty token", acquireScript, []string{lock, fk, hk, qk, sk, fl}, []string{"", "1000", "1000", "", "0"}},
+		{"acquire long token", acquireScript, []string{lock, fk, hk, qk, sk, fl}, []string{strings.Repeat("t", 129), "1000", "1000", "", "0"}},
+		{"acquire zero ttl", acquireScript, []string{lock, fk, hk, qk, sk, fl}, []string{"t", "0", "1000", "", "0"}},
+		{"acquire fractional ttl", acquireScript, []string{lock, fk, hk, qk, sk, fl}, []string{"t", "1.5", "1000", "", "0"}},
+		{"acquire ttl over a day", acquireScript, []string{lock, fk, hk, qk, sk, fl}, []string{"t", "86400001", "1000", "", "0"}},
+		{"acquire ttl not a number", acquireScript, []string{lock, fk, hk, qk, sk, fl}, []string{"t", "x", "1000", "", "0"}},
+		{"acquire bad retention", acquireScript, []string{lock, fk, hk, qk, sk, fl}, []string{"t", "1000", "-1", "", "0"}},
+		{"acquire long holder", acquireScript, []string{lock, fk, hk, qk, sk, fl}, []string{"t", "1000", "1000", strings.Repeat("h", 129), "0"}},
+		{"acquire holder with a line break", acquireScript, []string{lock, fk, hk, qk, sk, fl}, []string{"t", "1000", "1000", "a\nb", "0"}},
+		{"acquire holder with NUL", acquireScript, []string{lock, fk, hk, qk, sk, fl}, []string{"t", "1000", "1000", "a\x00b", "0"}},
+		{"acquire without stay argument", acquireScript, []string{lock, fk, hk, qk, sk, fl}, []string{"t", "1000", "1000", ""}},
 		{"acquire three keys", acquireScript, []string{lock, fk, hk}, []string{"t", "1000", "1000", "", "0"}},
-		{"acquire negative stay", acquireScript, []string{lock, fk, hk, qk, sk}, []string{"t", "1000", "1000", "", "-1"}},
-		{"acquire fractional stay", acquireScript, []string{lock, fk, hk, qk, sk}, []string{"t", "1000", "1000", "", "0.5"}},
+		{"acquire without the floor", acquireScript, []string{lock, fk, hk, qk, sk}, []string{"t", "1000", "1000", "", "0"}},
+		{"acquire negative stay", acquireScript, []string{lock, fk, hk, qk, sk, fl}, []string{"t", "1000", "1000", "", "-1"}},
+		{"acquire fractional stay", acquireScript, []string{lock, fk, hk, qk, sk, fl}, []string{"t", "1000", "1000", "", "0.5"}},
 		{"renew zero ttl", renewScript, []string{lock, fk, hk}, []string{"t", "0", "1000"}},
 		{"renew two keys", renewScript, []string{lock, fk}, []string{"t", "1000", "1000"}},
-		{"release empty token", releaseScript, []string{lock, qk, sk}, []string{"", "", "0"}},
-		{"release without channel", releaseScript, []string{lock, qk, sk}, []string{"t"}},
+		{"renew bad retention", renewScript, []string{lock, fk, hk}, []string{"t", "1000", "-1"}},
+		{"release empty token", releaseScript, []string{lock, qk, sk, hk}, []string{"", "", "0"}},
+		{"release without channel", releaseScript, []string{lock, qk, sk, hk}, []string{"t"}},
+		{"release three keys", releaseScript, []string{lock, qk, sk}, []string{"t", "", "0"}},
 		{"release one key", releaseScript, []string{lock}, []string{"t", "", "0"}},
 		{"leave empty token", leaveScript, []string{qk, sk}, []string{"", "w", "0"}},
 		{"leave one key", leaveScript, []string{qk}, []string{"t", "w", "0"}},
@@ -290,8 +294,8 @@ func TestFenceRetentionBounds(t *testing.T) {
 		if err != nil {
 			t.Fatalf("New(%+v): %v", o, err)
 		}
-		if s.keep != "604800000" {
-			t.Errorf("default retention sends %q, want 7 days", s.keep)
+		if s.keep != "0" {
+			t.Errorf("default retention sends %q, want 0", s.keep)
 		}
 	}
 }
@@ -341,4 +345,59 @@ func newClient(t testing.TB, addr string) rueidis.Client {
 	}
 	t.Cleanup(c.Close)
 	return c
+}
+
+// Every slot's fence floor tag hashes to that slot and is the smallest
+// number that does, and the table-driven CRC16 is the cluster's HASH_SLOT.
+func TestFloorTags(t *testing.T) {
+	tags := floorTags()
+	first := map[int]uint32{}
+	for n := uint32(0); len(first) < slots; n++ {
+		sl := testenv.KeySlot(strconv.FormatUint(uint64(n), 10))
+		if _, ok := first[sl]; !ok {
+			first[sl] = n
+		}
+	}
+	for sl := range slots {
+		if tags[sl] != first[sl] {
+			t.Fatalf("slot %d: floor tag %d, want %d", sl, tags[sl], first[sl])
+		}
+	}
+	for _, k := range []string{"", "a", "123456789", "report:tenant-42", "%7Da%7Bb%25", "ünïcode", strings.Repeat("k", 300)} {
+		if got, want := int(slot(k)), testenv.KeySlot("{"+k+"}"); k != "" && got != want {
+			t.Fatalf("slot(%q) = %d, want %d", k, got, want)
+		}
+		if slot(k) != slotOf([]byte(k)) {
+			t.Fatalf("slot and slotOf differ on %q", k)
+		}
+	}
+	if slot("123456789") != 0x31C3&(slots-1) {
+		t.Fatalf("slot(123456789) = %#x: not CRC16/XMODEM", slot("123456789"))
+	}
+	s, err := New(stubClient{}, &Options{Prefix: "p{x}:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k := s.floorKey("report:tenant-42"); testenv.KeySlot(k) != testenv.KeySlot("{report:tenant-42}") || !strings.HasPrefix(k, "p%7Bx%7D:{") || !strings.HasSuffix(k, "}:floor") {
+		t.Fatalf("floor key %q: not in the key's slot, or not <prefix>{<n>}:floor", k)
+	}
+}
+
+// allKeys builds the same keys as the functions that build each kind.
+func TestAllKeys(t *testing.T) {
+	for _, prefix := range []string{"", "p{x}%:", strings.Repeat("p", 80)} {
+		s, err := New(stubClient{}, &Options{Prefix: prefix})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, key := range []string{"k", "}a{b%", "report:tenant-42", strings.Repeat("k", lease.MaxKeyLen)} {
+			k := s.allKeys(key)
+			lock, fence, holder := s.leaseKeys3(key)
+			queue, stays, wake := s.queueKeys(key)
+			want := leaseKeySet{lock, fence, holder, queue, stays, wake, s.floorKey(escape(key))}
+			if k != want {
+				t.Fatalf("allKeys(%q) = %+v, want %+v", key, k, want)
+			}
+		}
+	}
 }

@@ -75,14 +75,13 @@ func (v leases) acquire(ctx context.Context, key, token string, ttl time.Duratio
 	if err := s.ready(ctx); err != nil {
 		return lease.Grant{}, err
 	}
-	lock, fence, hk := s.leaseKeys3(key)
-	queue, stays, _ := s.queueKeys(key)
+	k := s.allKeys(key)
 	_, ms := s.ttlArg(ttl)
 	stayMS := strconv.FormatInt(max(stay.Milliseconds(), 0), 10)
 	if stay > 0 && stay < time.Millisecond {
 		stayMS = "1"
 	}
-	res, p := s.write(ctx, acquireScript, []string{lock, fence, hk, queue, stays}, []string{token, ms, s.keep, holder, stayMS}, false)
+	res, p := s.write(ctx, acquireScript, []string{k.lock, k.fence, k.holder, k.queue, k.stays, k.floor}, []string{token, ms, s.keep, holder, stayMS}, false)
 	arr, err := res.ToArray()
 	if err != nil {
 		return lease.Grant{}, s.fail(err)
@@ -124,7 +123,7 @@ func (v leases) acquire(ctx context.Context, key, token string, ttl time.Duratio
 		return lease.Grant{}, malformed("acquire")
 	}
 	if err := s.confirm(ctx, p); err != nil {
-		s.releaseUnconfirmed(ctx, lock, token)
+		s.releaseUnconfirmed(ctx, k.lock, k.holder, token)
 		return lease.Grant{}, err
 	}
 	return lease.Grant{Fence: uint64(n), TTL: time.Duration(granted) * time.Millisecond}, nil
@@ -132,12 +131,14 @@ func (v leases) acquire(ctx context.Context, key, token string, ttl time.Duratio
 
 // releaseUnconfirmed releases a grant whose replicas did not confirm it,
 // so that the primary does not keep a lock its caller was told it did not
-// get. It is not confirmed itself: if it is lost in a failover, the lock
-// expires with its TTL there, and nobody holds it meanwhile.
-func (s *Store) releaseUnconfirmed(ctx context.Context, lock, token string) {
+// get (with its holder key, as a release does). It is not confirmed
+// itself: if it is lost in a failover, the lock expires with its TTL
+// there, and nobody holds it meanwhile. It wakes no waiter: the lock was
+// never reported granted.
+func (s *Store) releaseUnconfirmed(ctx context.Context, lock, holder, token string) {
 	ctx, cancel := s.afterUnconfirmed(ctx)
 	defer cancel()
-	_ = releaseScript.Exec(ctx, s.c, []string{lock, lock + ":queue", lock + ":stays"}, []string{token, "", "0"}).Error()
+	_ = releaseScript.Exec(ctx, s.c, []string{lock, lock + ":queue", lock + ":stays", holder}, []string{token, "", "0"}).Error()
 }
 
 // remaining converts a PTTL reply of an existing lock to a duration: at
@@ -195,9 +196,9 @@ func (v leases) Release(ctx context.Context, key, token string) error {
 	if err := s.ready(ctx); err != nil {
 		return err
 	}
-	lock := s.lockKey(key)
-	queue, stays, wake := s.queueKeys(key)
-	relKeys, relArgs := []string{lock, queue, stays}, []string{token, wake, s.shardedFlag()}
+	k := s.allKeys(key)
+	lock, wake := k.lock, k.wake
+	relKeys, relArgs := []string{lock, k.queue, k.stays, k.holder}, []string{token, wake, s.shardedFlag()}
 	var (
 		n   int64
 		err error

@@ -17,9 +17,10 @@ import (
 )
 
 // listTargets are the stores List runs on: one server and a cluster, each
-// through rueidis and go-redis. Each target has its own key prefix; c is a
-// direct client on the same server or cluster.
-func listTargets(t *testing.T) []struct {
+// through rueidis and go-redis, with the given fence retention. Each
+// target has its own key prefix; c is a direct client on the same server
+// or cluster.
+func listTargets(t *testing.T, retention time.Duration) []struct {
 	name string
 	s    *redisstore.Store
 	c    rueidis.Client
@@ -27,7 +28,9 @@ func listTargets(t *testing.T) []struct {
 } {
 	srv := testenv.SharedRedis(t)
 	cl := testenv.SharedRedisCluster(t)
-	opts := func() *redisstore.Options { return &redisstore.Options{Prefix: "listtest:" + rand.Text()[:8] + ":"} }
+	opts := func() *redisstore.Options {
+		return &redisstore.Options{Prefix: "listtest:" + rand.Text()[:8] + ":", FenceRetention: retention}
+	}
 	type tg = struct {
 		name string
 		s    *redisstore.Store
@@ -48,11 +51,12 @@ func listTargets(t *testing.T) []struct {
 
 // List pages through every key with a fence key, in byte order (not the
 // order of the percent-encoded Redis keys), with the current holder's
-// description; a released key stays with its fence and no holder; keys of
-// other prefixes, fenced resources and keys the store would not write are
-// left out; glob characters in keys and prefixes are taken literally.
+// description; a released key stays with its fence and no holder until
+// its fence key expires; keys of other prefixes, fenced resources, the
+// fence floors and keys the store would not write are left out; glob
+// characters in keys and prefixes are taken literally.
 func TestListLeases(t *testing.T) {
-	for _, tg := range listTargets(t) {
+	for _, tg := range listTargets(t, 0) {
 		t.Run(tg.name, func(t *testing.T) {
 			ctx := ctxT(t)
 			s := tg.s
@@ -141,6 +145,11 @@ func TestListLeases(t *testing.T) {
 			if err != nil || len(all) != len(keys) {
 				t.Fatalf("all keys: %+v, %v; want %d", all, err, len(keys))
 			}
+			// The grants raised their slots' fence floors, which are
+			// not leases.
+			if floors := scanAll(t, tg.c, globEscape(tg.o.Prefix+"{")+"*"+globEscape("}:floor")); len(floors) == 0 {
+				t.Fatal("no fence floor under the prefix")
+			}
 			if page, err := l.List(ctx, "", "jobt", 100); err != nil || len(page) != 1 || page[0].Key != "other/x" {
 				t.Fatalf("after jobt: %+v, %v", page, err)
 			}
@@ -151,6 +160,66 @@ func TestListLeases(t *testing.T) {
 				if _, err := l.List(ctx, bad.prefix, bad.after, bad.limit); !errors.Is(err, lease.ErrInvalid) {
 					t.Fatalf("List(%q, %q, %d): %v, want ErrInvalid", bad.prefix, bad.after, bad.limit, err)
 				}
+			}
+		})
+	}
+}
+
+// With the default retention (none), List reports the held keys, and a
+// key that ended while its fence key lasts: until the released lock's TTL
+// would have run out, and not past an expired lock's TTL.
+func TestListEndedKeys(t *testing.T) {
+	for _, tg := range listTargets(t, 0) {
+		t.Run(tg.name, func(t *testing.T) {
+			ctx := ctxT(t)
+			s := tg.s
+			ls := s.Leases()
+			held, released, expired := "jobs/held", "jobs/released", "jobs/expired"
+			for _, k := range []string{held, released} {
+				if _, err := ls.Acquire(ctx, k, "tok-"+k, 30*time.Second); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := ls.Acquire(ctx, expired, "tok", 100*time.Millisecond); err != nil {
+				t.Fatal(err)
+			}
+			if err := ls.Release(ctx, released, "tok-"+released); err != nil {
+				t.Fatal(err)
+			}
+			// The fence key expires with the lock (within a millisecond).
+			var gone time.Time
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+				info, err := ls.Inspect(ctx, expired)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !info.Held && gone.IsZero() {
+					gone = time.Now()
+				}
+				if !info.Held && info.Fence == 0 {
+					break
+				}
+				if !gone.IsZero() && time.Since(gone) > 500*time.Millisecond {
+					t.Fatalf("an expired key still reads %+v 500ms after its lock expired: its fence key outlived it", info)
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("a 100ms lease still held after 10s: %+v", info)
+				}
+			}
+			want := []string{held, released}
+			page, err := ls.(lease.Lister).List(ctx, "jobs/", "", 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, info := range page {
+				got = append(got, info.Key)
+				if info.Key == released && (info.Held || info.Fence == 0) {
+					t.Fatalf("the released key lists as %+v, want free with its last fence", info)
+				}
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("listed %q, want %q", got, want)
 			}
 		})
 	}

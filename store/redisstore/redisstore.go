@@ -23,8 +23,10 @@ import (
 const DefaultPrefix = "tenure:"
 
 // DefaultFenceRetention is how long a lease's fence key outlives the lease
-// when Options.FenceRetention is zero.
-const DefaultFenceRetention = 7 * 24 * time.Hour
+// when Options.FenceRetention is zero: not at all. Fences stay above every
+// earlier fence without it, through the fence floor of the key's hash slot
+// (see the package documentation, "Keys").
+const DefaultFenceRetention time.Duration = 0
 
 // MaxFenceRetention is the longest Options.FenceRetention (ten years).
 const MaxFenceRetention = 3650 * 24 * time.Hour
@@ -68,11 +70,15 @@ type Options struct {
 	// would evict locks, fences and guarded values as if they were cache
 	// entries. Set it only for a server that can never reach maxmemory.
 	AllowEviction bool
-	// FenceRetention is how long a lease's fence key is kept after the
-	// lease's own expiry. Default 7 days. Each acquisition and renewal
-	// extends it. Once the fence key of an idle lease expires, the next
-	// fence falls back to the store clock floor (Redis TIME in
-	// microseconds), which is still above every fence granted before.
+	// FenceRetention is how long a lease's fence key outlives the lock's
+	// TTL (counted from the last grant or renewal; a release does not
+	// shorten it), so that Inspect and List still report an ended key's
+	// last fence. Default 0: the fence key expires with the lock's TTL,
+	// and a key whose records expired reads free with fence 0. It does
+	// not bear on the fences granted: a new grant's fence is above every
+	// fence granted before in the key's hash slot, kept or not (the slot's
+	// fence floor), and not below the server's clock. Every fence key kept
+	// costs memory, so keep it short where many distinct keys are locked.
 	// It must not be negative nor above MaxFenceRetention (ten years).
 	FenceRetention time.Duration
 	// Replication configures how writes are confirmed by the replicas of
@@ -179,7 +185,7 @@ func validate(o *Options) error {
 		return nil
 	}
 	if o.FenceRetention < 0 || o.FenceRetention > MaxFenceRetention {
-		return fmt.Errorf("%w: redisstore: Options.FenceRetention is %v, want 0 (the default %v) up to %v", tenure.ErrInvalid, o.FenceRetention, DefaultFenceRetention, MaxFenceRetention)
+		return fmt.Errorf("%w: redisstore: Options.FenceRetention is %v, want 0 (none, the default) up to %v", tenure.ErrInvalid, o.FenceRetention, MaxFenceRetention)
 	}
 	return validateReplication(o.Replication)
 }
@@ -265,6 +271,52 @@ func (s *Store) leaseKeys3(key string) (lock, fence, holder string) {
 	return all[:a], all[a:b], all[b:]
 }
 
+// leaseKeySet is every key of a lease, the channel that wakes its waiters
+// and the fence floor of its hash slot.
+type leaseKeySet struct{ lock, fence, holder, queue, stays, wake, floor string }
+
+// leaseSuffixes are the names of a lease's keys after its hash tag, in the
+// order of leaseKeySet.
+var leaseSuffixes = [...]string{"lock", "fence", "holder", "queue", "stays", "wake"}
+
+// allKeys returns every key of a lease (see leaseKeySet), built in one
+// allocation: the acquire and release scripts take most of them.
+func (s *Store) allKeys(key string) leaseKeySet {
+	tag := escape(key)
+	var nb [8]byte
+	n := strconv.AppendUint(nb[:0], uint64(floorTags()[slot(tag)]), 10)
+	base := len(s.prefix) + len(tag) + len("{}:")
+	size := len(s.prefix) + len("{") + len(n) + len(floorSuffix)
+	for _, suf := range leaseSuffixes {
+		size += base + len(suf)
+	}
+	var b strings.Builder
+	b.Grow(size)
+	var ends [len(leaseSuffixes)]int
+	for i, suf := range leaseSuffixes {
+		b.WriteString(s.prefix)
+		b.WriteByte('{')
+		b.WriteString(tag)
+		b.WriteString("}:")
+		b.WriteString(suf)
+		ends[i] = b.Len()
+	}
+	b.WriteString(s.prefix)
+	b.WriteByte('{')
+	b.Write(n)
+	b.WriteString(floorSuffix)
+	all := b.String()
+	return leaseKeySet{
+		lock:   all[:ends[0]],
+		fence:  all[ends[0]:ends[1]],
+		holder: all[ends[1]:ends[2]],
+		queue:  all[ends[2]:ends[3]],
+		stays:  all[ends[3]:ends[4]],
+		wake:   all[ends[4]:ends[5]],
+		floor:  all[ends[5]:],
+	}
+}
+
 // queueKeys returns the keys of a lease's queue of waiters (by arrival,
 // by the end of their stay) and the channel that wakes them, all under
 // the lease's hash tag.
@@ -273,10 +325,43 @@ func (s *Store) queueKeys(key string) (queue, stays, wake string) {
 	return base + "queue", base + "stays", base + "wake"
 }
 
-// lockKey returns the lock key of a lease.
-func (s *Store) lockKey(key string) string {
-	return s.prefix + "{" + escape(key) + "}:lock"
+// floorKey returns the fence floor of the hash slot of the hash tag {tag}
+// (tag as it appears in the key, escaped): <prefix>{<n>}:floor, where n is
+// the smallest number whose decimal form hashes to that slot. Every grant
+// in the slot raises it to its fence. It never collides with another key
+// of the store (a lease's keys end in lock, fence, holder, queue or
+// stays, a fenced resource's in value or admitted, and the other
+// primitives' keys carry a tag or a marker of their own: {s:, {sched:,
+// idem{, rl{, sync{), and List, which reads only keys ending in
+// "}:fence", never takes it for a lease.
+func (s *Store) floorKey(tag string) string {
+	var buf [64]byte
+	b := append(buf[:0], s.prefix...)
+	b = append(b, '{')
+	b = strconv.AppendUint(b, uint64(floorTags()[slot(tag)]), 10)
+	b = append(b, floorSuffix...)
+	return string(b)
 }
+
+// floorSuffix ends every fence floor key.
+const floorSuffix = "}:floor"
+
+// floorTags maps each hash slot to the smallest number whose decimal form
+// hashes to it (all below 110,000): the tags of the fence floors. Built
+// once, on the first grant.
+var floorTags = sync.OnceValue(func() *[slots]uint32 {
+	var tags [slots]uint32
+	var found [slots]bool
+	var buf [8]byte
+	for n, left := uint32(0), slots; left > 0; n++ {
+		sl := slotOf(strconv.AppendUint(buf[:0], uint64(n), 10))
+		if !found[sl] {
+			found[sl], tags[sl] = true, n
+			left--
+		}
+	}
+	return &tags
+})
 
 // valueKeys returns the value key and the admitted-fence key of a fenced
 // resource.

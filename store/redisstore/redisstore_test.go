@@ -81,11 +81,21 @@ func TestReleasePath(t *testing.T) {
 	if _, ok := get(t, c, lock); ok {
 		t.Fatal("lock still stored after the owner's release")
 	}
-	if v, ok := get(t, c, fk); !ok || v != strconv.FormatUint(g.Fence, 10) {
-		t.Fatalf("fence key after release = %q (%v), want %d", v, ok, g.Fence)
+	// Either path leaves the fence key to expire at the lock's time (the
+	// default retention is none), and Inspect reports the last fence
+	// meanwhile.
+	if d := pttl(t, c, fk); d <= 0 || d > 30*time.Second {
+		t.Fatalf("fence key PTTL %v after release, want at most the lock's remaining TTL", d)
 	}
 	if info, err := s.Leases().Inspect(ctx, k); err != nil || info.Held || info.Fence != g.Fence {
-		t.Fatalf("Inspect after release = %+v, %v", info, err)
+		t.Fatalf("Inspect after release = %+v, %v; want free with fence %d", info, err, g.Fence)
+	}
+	// The next grant's fence is above the released one's all the same.
+	if g2, err := s.Leases().Acquire(ctx, k, owner, 30*time.Second); err != nil || g2.Fence <= g.Fence {
+		t.Fatalf("acquire after release: %+v, %v; want a fence above %d", g2, err, g.Fence)
+	}
+	if err := s.Leases().Release(ctx, k, owner); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -199,8 +209,9 @@ func TestEvictionPolicyRefused(t *testing.T) {
 	if err := allow.FencedSet(ctx, "r", g.Fence, []byte("v")); err != nil {
 		t.Fatalf("FencedSet with AllowEviction: %v", err)
 	}
-	if n := dbsize(t, c); n != 4 {
-		t.Fatalf("%d keys after an acquire and a fenced set with AllowEviction, want 4", n)
+	// Lock, fence, the slot's fence floor, value and admitted fence.
+	if n := dbsize(t, c); n != 5 {
+		t.Fatalf("%d keys after an acquire and a fenced set with AllowEviction, want 5", n)
 	}
 }
 
@@ -483,9 +494,20 @@ func TestLayout(t *testing.T) {
 	if d := pttl(t, c, "tenure:{report:tenant-42}:lock"); d <= 9*time.Second || d > g.TTL {
 		t.Fatalf("lock PTTL %v", d)
 	}
-	week := 7 * 24 * time.Hour
-	if d := pttl(t, c, "tenure:{report:tenant-42}:fence"); d <= week || d > week+g.TTL {
-		t.Fatalf("fence PTTL %v, want 7 days after the lease", d)
+	// The fence key lives as long as the lock (no retention): written
+	// after it in the same script, it expires at most a few milliseconds
+	// later, never earlier.
+	if l, f := pttl2(t, c, "tenure:{report:tenant-42}:lock", "tenure:{report:tenant-42}:fence"); f < l || f > l+5*time.Millisecond {
+		t.Fatalf("fence PTTL %v, lock PTTL %v: want the lock's", f, l)
+	}
+	// The fence floor of the key's hash slot: {n} for the smallest n that
+	// hashes to that slot, the grant's fence, no expiry.
+	floor := "tenure:{" + strconv.Itoa(firstTagOfSlot(testenv.KeySlot("{report:tenant-42}"))) + "}:floor"
+	if v, ok := get(t, c, floor); !ok || v != strconv.FormatUint(g.Fence, 10) {
+		t.Fatalf("fence floor %s = %q (%v), want %d", floor, v, ok, g.Fence)
+	}
+	if d := pttl(t, c, floor); d != -time.Millisecond {
+		t.Fatalf("fence floor PTTL %v, want none", d)
 	}
 	// The fence is not below the server's clock in microseconds.
 	tm, err := c.Do(ctx, c.B().Time().Build()).AsStrSlice()
@@ -497,17 +519,14 @@ func TestLayout(t *testing.T) {
 		t.Fatalf("fence %d is not the server clock in µs (%d)", g.Fence, now)
 	}
 	// Renewing moves both expiries forward.
-	if err := c.Do(ctx, c.B().Pexpire().Key("tenure:{report:tenant-42}:fence").Milliseconds(60000).Build()).Error(); err != nil {
+	if err := c.Do(ctx, c.B().Pexpire().Key("tenure:{report:tenant-42}:fence").Milliseconds(1000).Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Leases().Renew(ctx, "report:tenant-42", tok, 20*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if d := pttl(t, c, "tenure:{report:tenant-42}:fence"); d <= week {
-		t.Fatalf("fence PTTL %v after renew, want the retention again", d)
-	}
-	if d := pttl(t, c, "tenure:{report:tenant-42}:lock"); d <= 19*time.Second {
-		t.Fatalf("lock PTTL %v after renew to 20s", d)
+	if l, f := pttl2(t, c, "tenure:{report:tenant-42}:lock", "tenure:{report:tenant-42}:fence"); l <= 19*time.Second || f < l || f > l+5*time.Millisecond {
+		t.Fatalf("after renew to 20s: lock PTTL %v, fence PTTL %v; want both the TTL", l, f)
 	}
 	if err := s.FencedSet(ctx, "report:tenant-42", g.Fence, []byte("done")); err != nil {
 		t.Fatal(err)
@@ -533,12 +552,37 @@ func TestLayout(t *testing.T) {
 	if d := pttl(t, c, "app%7B1%7D:{%7Da%7Bb%25}:fence"); d <= time.Hour || d > time.Hour+10*time.Second {
 		t.Fatalf("fence PTTL %v with a 1h retention", d)
 	}
+	floor2 := "app%7B1%7D:{" + strconv.Itoa(firstTagOfSlot(testenv.KeySlot("{%7Da%7Bb%25}"))) + "}:floor"
+	if v, ok := get(t, c, floor2); !ok || v != strconv.FormatUint(g2.Fence, 10) {
+		t.Fatalf("fence floor %s = %q (%v), want %d", floor2, v, ok, g2.Fence)
+	}
 	// The encoding is injective: "%7Da{b%25" is another lease.
 	if _, err := s2.Leases().Acquire(ctx, "%7Da{b%25", lease.NewToken(), 10*time.Second); err != nil {
 		t.Fatalf("a key that looks encoded collided: %v", err)
 	}
 	if info, err := s2.Leases().Inspect(ctx, "}a{b%"); err != nil || !info.Held || info.Fence != g2.Fence {
 		t.Fatalf("Inspect = %+v, %v", info, err)
+	}
+	// A release leaves the fence key to the lock's TTL and the retention,
+	// and Inspect reports the last fence.
+	if err := s2.Leases().Release(ctx, "}a{b%", tok); err != nil {
+		t.Fatal(err)
+	}
+	if d := pttl(t, c, "app%7B1%7D:{%7Da%7Bb%25}:fence"); d <= time.Hour || d > time.Hour+10*time.Second {
+		t.Fatalf("fence PTTL %v after a release with a 1h retention", d)
+	}
+	if info, err := s2.Leases().Inspect(ctx, "}a{b%"); err != nil || info.Held || info.Fence != g2.Fence {
+		t.Fatalf("Inspect after release = %+v, %v; want free with fence %d", info, err, g2.Fence)
+	}
+}
+
+// firstTagOfSlot returns the smallest number whose decimal form hashes to
+// slot.
+func firstTagOfSlot(slot int) int {
+	for n := 0; ; n++ {
+		if testenv.KeySlot(strconv.Itoa(n)) == slot {
+			return n
+		}
 	}
 }
 
@@ -666,10 +710,14 @@ func testKeysShareSlot(t *testing.T, c rueidis.Client) {
 		}
 		lock, fk := s.LeaseKeys(k)
 		hk := strings.TrimSuffix(lock, "lock") + "holder"
-		if a, b, h := keyslot(lock), keyslot(fk), keyslot(hk); a != b || a != h {
-			t.Fatalf("%q: lock in slot %d, fence in slot %d, holder in slot %d", k, a, b, h)
+		floor := s.FloorKey(k)
+		if a, b, h, f := keyslot(lock), keyslot(fk), keyslot(hk), keyslot(floor); a != b || a != h || a != f {
+			t.Fatalf("%q: lock in slot %d, fence in slot %d, holder in slot %d, fence floor in slot %d", k, a, b, h, f)
 		} else {
 			slots[a] = true
+		}
+		if v, ok := get(t, c, floor); !ok || v != strconv.FormatUint(g.Fence, 10) {
+			t.Fatalf("%q: fence floor %s = %q, want %d", k, floor, v, g.Fence)
 		}
 		if v, ok := get(t, c, lock); !ok || v != tok {
 			t.Fatalf("%q: lock key does not hold the token", k)

@@ -40,8 +40,10 @@ var (
 	schedRegisterScript = rclient.NewScript(schedRegisterSrc)
 )
 
-// schedKeep is how long (ms) a claim's fence key outlives its claim. A
-// fence key that expired is harmless: the next fence is floored at TIME.
+// schedKeep is how long (ms) a claim's fence key outlives its claim (and
+// Inspect reports a claim's last fence). A fence key that expired is
+// harmless: the next fence is above the fence floor of the job's hash slot
+// and TIME.
 const schedKeep = "3600000"
 
 // schedTag is the key prefix of everything a job keeps: one hash tag per
@@ -66,6 +68,13 @@ func (s *Store) schedClaimKeys(key string) (lock, fenceKey string, err error) {
 	}
 	tag := s.schedTag(job) + "lease:" + rest
 	return tag + ":lock", tag + ":fence", nil
+}
+
+// schedFloorKey returns the fence floor of the hash slot of a valid claims
+// key's job (see floorKey).
+func (s *Store) schedFloorKey(key string) string {
+	job, _, _ := scheddriver.JobOfKey(key)
+	return s.floorKey("sched:" + escape(job))
 }
 
 // schedHolderKey returns the holder key next to a claim's lock key, which
@@ -575,7 +584,7 @@ func (v schedClaims) Acquire(ctx context.Context, key, token string, ttl time.Du
 	_, ms := s.ttlArg(ttl)
 	// Slot claims have no queue of waiters: its keys (in the claim's hash
 	// slot) stay empty.
-	res, p := s.write(ctx, acquireScript, []string{lock, fk, schedHolderKey(lock), lock + ":queue", lock + ":stays"}, []string{token, ms, schedKeep, "", "0"}, false)
+	res, p := s.write(ctx, acquireScript, []string{lock, fk, schedHolderKey(lock), lock + ":queue", lock + ":stays", s.schedFloorKey(key)}, []string{token, ms, schedKeep, "", "0"}, false)
 	arr, err := res.ToArray()
 	if err != nil {
 		return lease.Grant{}, s.fail(err)
@@ -599,7 +608,7 @@ func (v schedClaims) Acquire(ctx context.Context, key, token string, ttl time.Du
 		return lease.Grant{}, malformed("acquire")
 	}
 	if err := s.confirm(ctx, p); err != nil {
-		s.releaseUnconfirmed(ctx, lock, token)
+		s.releaseUnconfirmed(ctx, lock, schedHolderKey(lock), token)
 		return lease.Grant{}, err
 	}
 	return lease.Grant{Fence: uint64(n), TTL: time.Duration(granted) * time.Millisecond}, nil
@@ -635,7 +644,7 @@ func (v schedClaims) Release(ctx context.Context, key, token string) error {
 	if err := s.ready(ctx); err != nil {
 		return err
 	}
-	res, p := s.write(ctx, releaseScript, []string{lock, lock + ":queue", lock + ":stays"}, []string{token, "", "0"}, false)
+	res, p := s.write(ctx, releaseScript, []string{lock, lock + ":queue", lock + ":stays", schedHolderKey(lock)}, []string{token, "", "0"}, false)
 	n, err := res.AsInt64()
 	if err != nil {
 		return s.fail(err)

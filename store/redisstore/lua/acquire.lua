@@ -6,6 +6,9 @@
 --         lock only while its fence is the fence key's)
 -- KEYS[4] queue key (zset: the waiters' tokens by arrival, server µs)
 -- KEYS[5] stays key (zset: the waiters' tokens by the end of their stay)
+-- KEYS[6] fence floor of the hash slot (no expiry): every grant in the
+--         slot raises it to its fence, and every new fence is above it,
+--         so fences stay above those of keys whose records expired
 -- ARGV[1] token, ARGV[2] ttl in ms, ARGV[3] fence retention in ms,
 -- ARGV[4] holder description ('' for none), ARGV[5] the caller's stay in
 -- the queue in ms when it is refused (0: a plain acquire, which does not
@@ -18,9 +21,9 @@
 -- roll back what was already written. (On a full server the script is
 -- refused before it starts: it declares no allow-oom.)
 local token, ttl, keep, holder, stay = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5])
-if #KEYS ~= 5 or #ARGV ~= 5 or #token < 1 or #token > 128
+if #KEYS ~= 6 or #ARGV ~= 5 or #token < 1 or #token > 128
   or not ttl or ttl < 1 or ttl > 86400000 or ttl % 1 ~= 0
-  or not keep or keep < 1 or keep > 315360000000 or keep % 1 ~= 0
+  or not keep or keep < 0 or keep > 315360000000 or keep % 1 ~= 0
   or not stay or stay < 0 or stay > 86400000 or stay % 1 ~= 0
   or #holder > 128 or holder:find('[%z\n\r]') then
   return redis.error_reply('ERR redisstore: invalid acquire arguments')
@@ -80,16 +83,23 @@ if ahead > 0 and redis.call('GET', KEYS[1]) ~= token then
 end
 if redis.call('SET', KEYS[1], token, 'NX', 'PX', ttl) then
   leave()
-  -- A new grant: fence = max(last + 1, server clock in microseconds).
-  -- The common case (the clock is ahead of the last fence) writes the
-  -- clock and reads the old value in one command.
+  -- A new grant: fence = max(last + 1, floor + 1, server clock in
+  -- microseconds), where last is the key's fence key (while it lasts) and
+  -- floor the slot's fence floor, which is then raised to the new fence.
+  -- The common case (the clock is ahead of both) writes the clock to both
+  -- and reads the old values in the same commands.
   local f = clock()
   local fs = string.format('%d', f)
-  local last = tonumber(redis.call('SET', KEYS[2], fs, 'PX', ttl + keep, 'GET'))
-  if last and last >= f then
+  local last = tonumber(redis.call('SET', KEYS[2], fs, 'PX', ttl + keep, 'GET')) or 0
+  local floor = tonumber(redis.call('SET', KEYS[6], fs, 'GET')) or 0
+  if floor > last then
+    last = floor
+  end
+  if last >= f then
     f = last + 1
     fs = string.format('%d', f)
     redis.call('SET', KEYS[2], fs, 'PX', ttl + keep)
+    redis.call('SET', KEYS[6], fs)
   end
   -- Without a description nothing is written: a holder key left by an
   -- earlier grant names an older fence and no longer counts.
@@ -111,10 +121,11 @@ if f then
   redis.call('PEXPIRE', KEYS[2], ttl + keep)
 else
   -- Its fence key is gone (deleted by hand): grant a new fence, which the
-  -- clock floor keeps above the lost one.
-  f = clock()
+  -- slot's fence floor keeps above the lost one.
+  f = math.max(clock(), (tonumber(redis.call('GET', KEYS[6])) or 0) + 1)
   last = string.format('%d', f)
   redis.call('SET', KEYS[2], last, 'PX', ttl + keep)
+  redis.call('SET', KEYS[6], last)
 end
 if holder ~= '' then
   redis.call('SET', KEYS[3], last .. ' ' .. holder, 'PX', ttl)

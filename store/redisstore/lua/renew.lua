@@ -8,7 +8,7 @@
 local token, ttl, keep = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 if #KEYS ~= 3 or #ARGV ~= 3 or #token < 1 or #token > 128
   or not ttl or ttl < 1 or ttl > 86400000 or ttl % 1 ~= 0
-  or not keep or keep < 1 or keep > 315360000000 or keep % 1 ~= 0 then
+  or not keep or keep < 0 or keep > 315360000000 or keep % 1 ~= 0 then
   return redis.error_reply('ERR redisstore: invalid renew arguments')
 end
 if redis.call('GET', KEYS[1]) ~= token then
