@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
+
+	"github.com/redis/rueidis"
 
 	"github.com/tenurekit/tenure/retention"
 	"github.com/tenurekit/tenure/store/sqlitestore"
@@ -42,8 +45,57 @@ func (e *Env) RaiseFence(ctx context.Context, key, token string, f uint64, noFlo
 			return false, fmt.Errorf("lab: raise a fence: %w", err)
 		}
 		return t.RowsAffected() == 1, nil
+	case e.Redis != nil:
+		lock, fence, _ := e.redisLeaseKeys(key)
+		floor := e.Redis.FenceFloorKey(key)
+		keep := "0"
+		if noFloor {
+			keep = "1"
+		}
+		n, err := raiseScript.Exec(ctx, e.redis, []string{lock, fence, floor}, []string{token, strconv.FormatUint(f, 10), keep}).AsInt64()
+		if err != nil {
+			return false, fmt.Errorf("lab: raise a fence: %w", err)
+		}
+		return n == 1, nil
 	}
 	return false, ErrNoFloor
+}
+
+// raiseScript sets a held lease's fence key to ARGV[2] (keeping its
+// expiry) if its lock still carries token ARGV[1] and its fence is below,
+// and, unless ARGV[3] is '1', raises the slot's fence floor to it too, as
+// the grant would have.
+var raiseScript = rueidis.NewLuaScript(`
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+local f, cur = tonumber(ARGV[2]), tonumber(redis.call('GET', KEYS[2]))
+if not cur or cur >= f then return 0 end
+redis.call('SET', KEYS[2], ARGV[2], 'KEEPTTL')
+if ARGV[3] ~= '1' and (tonumber(redis.call('GET', KEYS[3])) or 0) < f then
+  redis.call('SET', KEYS[3], ARGV[2])
+end
+return 1
+`)
+
+// expireScript deletes a lease's fence and holder keys once its lock key
+// is gone (the lease ended), as their expiry would; the floor stays.
+var expireScript = rueidis.NewLuaScript(`
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+return redis.call('DEL', KEYS[2], KEYS[3]) > 0 and 1 or 0
+`)
+
+// redisExpire runs expireScript on keys' leases and returns how many had
+// something to delete.
+func (e *Env) redisExpire(ctx context.Context, keys []string) (int, error) {
+	n := 0
+	for _, k := range keys {
+		lock, fence, holder := e.redisLeaseKeys(k)
+		d, err := expireScript.Exec(ctx, e.redis, []string{lock, fence, holder}, nil).AsInt64()
+		if err != nil {
+			return n, fmt.Errorf("lab: expire an ended lease's keys: %w", err)
+		}
+		n += int(d)
+	}
+	return n, nil
 }
 
 // Reclaim makes the store drop what it keeps of ended leases as it does
@@ -61,6 +113,9 @@ func (e *Env) Reclaim(ctx context.Context, keys []string) error {
 		sw = e.SQLite
 	case e.PG != nil:
 		sw = e.PG
+	case e.Redis != nil:
+		_, err := e.redisExpire(ctx, keys)
+		return err
 	default:
 		return ErrNoFloor
 	}
@@ -109,6 +164,10 @@ func (e *Env) DropLease(ctx context.Context, keys []string) (int, error) {
 			return 0, fmt.Errorf("lab: drop a lease: %w", err)
 		}
 		return int(t.RowsAffected()), nil
+	case e.Redis != nil:
+		// The same deletion as an expiry: what keeps the floor out of the
+		// control is its raise (RaiseFence with noFloor).
+		return e.redisExpire(ctx, keys)
 	}
 	return 0, ErrNoFloor
 }

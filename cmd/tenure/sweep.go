@@ -21,8 +21,9 @@ func newSweep() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "sweep",
 		Short: "Delete what is past its retention (ended leases, expired records), in bounded passes",
-		Long: `Runs the store's sweep: lease rows not held for --fence-retention (7 days by
-default, once the store's clock has passed their fence), expired idempotency
+		Long: `Runs the store's sweep: the rows of leases that ended (at least
+--fence-retention ago, 0 by default; the store's fence floor is raised to their
+fences first, so later fences stay above them), expired idempotency
 records, sessions, rate limit state and permits, and final schedule records
 older than --schedule-retention (each job's latest kept) with their ledger
 rows. Each pass deletes at most --limit rows of each kind and never a live

@@ -319,6 +319,15 @@ var list = []Mutant{
 		Workloads: []string{"fence-floor"}, Suite: "Lease",
 	},
 
+	{
+		Name: "redis/fence-floor-ignored", Store: "redis",
+		Breaks: "the acquire script neither reads nor raises its slot's fence floor: a key whose fence key expired is granted a fence below one it had, once the clock is behind it",
+		Edits: []Edit{{File: redisLua + "acquire.lua",
+			Old: "  local floor = tonumber(redis.call('SET', KEYS[6], fs, 'GET')) or 0",
+			New: "  local floor = 0"}},
+		Workloads: []string{"fence-floor"}, Suite: "Lease",
+	},
+
 	// ---- Idempotency: begin, complete and renew check the claim ----
 	{
 		Name: "memory/idem-complete-stale-claim", Store: "memory",

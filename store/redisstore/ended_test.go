@@ -164,8 +164,8 @@ func raiseFence(t *testing.T, s *redisstore.Store, c rueidis.Client, key string,
 	if err := c.Do(ctx, c.B().Set().Key(fk).Value(v).Xx().Keepttl().Build()).Error(); err != nil {
 		t.Fatalf("SET %s %s XX KEEPTTL: %v", fk, v, err)
 	}
-	if err := c.Do(ctx, c.B().Set().Key(s.FloorKey(key)).Value(v).Build()).Error(); err != nil {
-		t.Fatalf("SET %s %s: %v", s.FloorKey(key), v, err)
+	if err := c.Do(ctx, c.B().Set().Key(s.FenceFloorKey(key)).Value(v).Build()).Error(); err != nil {
+		t.Fatalf("SET %s %s: %v", s.FenceFloorKey(key), v, err)
 	}
 }
 
@@ -317,7 +317,7 @@ func TestFenceFloor(t *testing.T) {
 			ls := s.Leases()
 			floor := func(k string) uint64 {
 				t.Helper()
-				v, ok := get(t, c, s.FloorKey(k))
+				v, ok := get(t, c, s.FenceFloorKey(k))
 				if !ok {
 					t.Fatalf("no fence floor for %q", k)
 				}
@@ -329,7 +329,7 @@ func TestFenceFloor(t *testing.T) {
 			}
 			setFloor := func(k string, f uint64) {
 				t.Helper()
-				if err := c.Do(ctx, c.B().Set().Key(s.FloorKey(k)).Value(strconv.FormatUint(f, 10)).Build()).Error(); err != nil {
+				if err := c.Do(ctx, c.B().Set().Key(s.FenceFloorKey(k)).Value(strconv.FormatUint(f, 10)).Build()).Error(); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -354,8 +354,8 @@ func TestFenceFloor(t *testing.T) {
 					other = k
 				}
 			}
-			if s.FloorKey(a) != s.FloorKey(b) || s.FloorKey(a) == s.FloorKey(other) {
-				t.Fatalf("floors %s, %s, %s: want one per slot", s.FloorKey(a), s.FloorKey(b), s.FloorKey(other))
+			if s.FenceFloorKey(a) != s.FenceFloorKey(b) || s.FenceFloorKey(a) == s.FenceFloorKey(other) {
+				t.Fatalf("floors %s, %s, %s: want one per slot", s.FenceFloorKey(a), s.FenceFloorKey(b), s.FenceFloorKey(other))
 			}
 			fa := acquire(a, "tok-a")
 			ahead := fa + uint64(time.Hour/time.Microsecond)

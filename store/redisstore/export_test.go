@@ -21,8 +21,5 @@ func (s *Store) RevokeBegin(ctx context.Context, userID string) error {
 // replicas. Set it before the store writes.
 func (s *Store) SetShortConfirmHook(fn func()) { s.testHookShortConfirm = fn }
 
-// FloorKey exposes the fence floor key of the hash slot of a lease key.
-func (s *Store) FloorKey(key string) string { return s.floorKey(escape(key)) }
-
 // KeyPrefix exposes the store's key prefix, escaped as in its keys.
 func (s *Store) KeyPrefix() string { return s.prefix }

@@ -325,6 +325,13 @@ func (s *Store) queueKeys(key string) (queue, stays, wake string) {
 	return base + "queue", base + "stays", base + "wake"
 }
 
+// FenceFloorKey returns the name of the key that holds the fence floor of
+// lease key's hash slot: the greatest fence granted in the slot, which
+// every later grant there exceeds (see the package documentation). It is
+// for operators and experiments that look at the store's keys; nothing
+// needs it to use the store.
+func (s *Store) FenceFloorKey(key string) string { return s.floorKey(escape(key)) }
+
 // floorKey returns the fence floor of the hash slot of the hash tag {tag}
 // (tag as it appears in the key, escaped): <prefix>{<n>}:floor, where n is
 // the smallest number whose decimal form hashes to that slot. Every grant

@@ -710,7 +710,7 @@ func testKeysShareSlot(t *testing.T, c rueidis.Client) {
 		}
 		lock, fk := s.LeaseKeys(k)
 		hk := strings.TrimSuffix(lock, "lock") + "holder"
-		floor := s.FloorKey(k)
+		floor := s.FenceFloorKey(k)
 		if a, b, h, f := keyslot(lock), keyslot(fk), keyslot(hk), keyslot(floor); a != b || a != h || a != f {
 			t.Fatalf("%q: lock in slot %d, fence in slot %d, holder in slot %d, fence floor in slot %d", k, a, b, h, f)
 		} else {
