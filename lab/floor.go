@@ -119,16 +119,14 @@ func (e *Env) Reclaim(ctx context.Context, keys []string) error {
 	default:
 		return ErrNoFloor
 	}
-	for range 1000 {
-		r, err := sw.Sweep(ctx, retention.Options{})
-		if err != nil {
-			return fmt.Errorf("lab: reclaim: %w", err)
-		}
-		if !r.More {
-			return nil
-		}
+	r, err := retention.SweepAll(ctx, sw, retention.Options{}, 1000)
+	if err != nil {
+		return fmt.Errorf("lab: reclaim: %w", err)
 	}
-	return errors.New("lab: reclaim: the sweep did not come round in 1000 passes")
+	if r.More {
+		return errors.New("lab: reclaim: the sweep did not come round in 1000 passes")
+	}
+	return nil
 }
 
 // DropLease deletes what the store keeps of keys' ended leases without

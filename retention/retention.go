@@ -114,6 +114,31 @@ func (r *Result) Add(kind string, n int) {
 	r.Deleted[kind] += n
 }
 
+// SweepAll runs s's Sweep with o until it reports nothing more to delete,
+// at most maxPasses times (0: 10,000), and returns the rows deleted over
+// all passes; Result.More says that it stopped at maxPasses. Each pass is
+// as bounded as one Sweep call; the first error stops it, with the counts
+// so far.
+func SweepAll(ctx context.Context, s Sweeper, o Options, maxPasses int) (Result, error) {
+	if maxPasses <= 0 {
+		maxPasses = 10000
+	}
+	total := Result{Deleted: map[string]int{}}
+	for range maxPasses {
+		r, err := s.Sweep(ctx, o)
+		for k, n := range r.Deleted {
+			total.Add(k, n)
+		}
+		if err != nil {
+			return total, err
+		}
+		if total.More = r.More; !r.More {
+			break
+		}
+	}
+	return total, nil
+}
+
 // Total is the number of rows deleted.
 func (r Result) Total() int {
 	n := 0
