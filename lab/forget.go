@@ -14,16 +14,18 @@ import (
 // ForgetEnded makes the store lose what it keeps of keys' ended leases
 // (released or expired): their records, fences included, are deleted, as a
 // restore from an older copy, a replica that was behind, or a Redis
-// restart without persistence would lose them. Held leases are not
-// touched, nor is a record whose fence is still above the store's clock in
-// microseconds (the floor a new grant's fence starts from), so the rule
-// that keeps fences increasing across such a loss is put to the test: a
-// new grant's fence must still exceed every fence granted before. It
-// returns how many leases' records it deleted.
+// restart without persistence would lose them; on Redis the fence floors
+// of their hash slots go too. Held leases are not touched, nor is a record
+// whose fence is still above the store's clock in microseconds (the floor
+// a new grant's fence starts from), so the rule that keeps fences
+// increasing across such a loss is put to the test: a new grant's fence
+// must still exceed every fence granted before. It returns how many
+// leases' records it deleted.
 //
 // On the memory store, which belongs to the Env alone, it deletes every
-// ended lease, whatever keys says, and the store's fence floor. On etcd it deletes nothing: a fence
-// there is the revision of the lock key, which a deletion does not reset.
+// ended lease, whatever keys says, and the store's fence floor. On etcd it
+// deletes nothing: a fence there is the revision of the lock key, which a
+// deletion does not reset.
 func (e *Env) ForgetEnded(ctx context.Context, keys []string) (int, error) {
 	switch {
 	case e.Mem != nil:
@@ -57,7 +59,7 @@ func (e *Env) ForgetEnded(ctx context.Context, keys []string) (int, error) {
 		n := 0
 		for _, k := range keys {
 			lock, fence, holder := e.redisLeaseKeys(k)
-			d, err := forgetScript.Exec(ctx, e.redis, []string{lock, fence, holder}, nil).AsInt64()
+			d, err := forgetScript.Exec(ctx, e.redis, []string{lock, fence, holder, e.Redis.FenceFloorKey(k)}, nil).AsInt64()
 			if err != nil {
 				return n, fmt.Errorf("lab: forget ended leases: %w", err)
 			}
@@ -77,15 +79,16 @@ func (e *Env) redisLeaseKeys(key string) (lock, fence, holder string) {
 	return base + "lock", base + "fence", base + "holder"
 }
 
-// forgetScript deletes a lease's fence and holder keys when its lock key
-// is gone (the lease ended) and the fence is below the server's clock in
-// microseconds.
+// forgetScript deletes a lease's fence and holder keys, and the fence
+// floor of its hash slot (a server that lost its data lost the floors
+// too), when its lock key is gone (the lease ended) and the fence is below
+// the server's clock in microseconds.
 var forgetScript = rueidis.NewLuaScript(`
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 local f = tonumber(redis.call('GET', KEYS[2]))
 if not f then return 0 end
 local t = redis.call('TIME')
 if f >= tonumber(t[1]) * 1000000 + tonumber(t[2]) then return 0 end
-redis.call('DEL', KEYS[2], KEYS[3])
+redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])
 return 1
 `)
