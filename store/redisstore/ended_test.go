@@ -407,9 +407,12 @@ func TestFenceFloor(t *testing.T) {
 			if f := floor(jobFloor); f != g.Fence {
 				t.Fatalf("claim fence %d, job slot floor %d", g.Fence, f)
 			}
-			setFloor(jobFloor, g.Fence+5000)
-			if g2, err := claims.Acquire(ctx, scheddriver.ClaimKey(job, "2"), "tok-c", time.Minute); err != nil || g2.Fence != g.Fence+5001 {
-				t.Fatalf("claim under a raised floor: %+v, %v; want fence %d", g2, err, g.Fence+5001)
+			// An hour ahead: the server's clock cannot pass it meanwhile,
+			// however slow the machine.
+			raised := g.Fence + uint64(time.Hour/time.Microsecond)
+			setFloor(jobFloor, raised)
+			if g2, err := claims.Acquire(ctx, scheddriver.ClaimKey(job, "2"), "tok-c", time.Minute); err != nil || g2.Fence != raised+1 {
+				t.Fatalf("claim under a raised floor: %+v, %v; want fence %d", g2, err, raised+1)
 			}
 		})
 	}
