@@ -6,7 +6,10 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/tenurekit/tenure/idempotency"
+	idempotencydriver "github.com/tenurekit/tenure/idempotency/driver"
 	"github.com/tenurekit/tenure/idempotency/idempotencytest"
 	"github.com/tenurekit/tenure/lease"
 	"github.com/tenurekit/tenure/lease/leasetest"
@@ -55,7 +58,12 @@ func TestConformance(t *testing.T) {
 		Idempotency: func(t *testing.T) idempotencytest.Target {
 			ms := newStore(t, nil)
 			faults := storetest.NewFaults()
-			return idempotencytest.Target{Store: faults.Idempotency(ms.Idempotency()), Direct: ms.Idempotency(), Faults: faults}
+			return idempotencytest.Target{Store: faults.Idempotency(ms.Idempotency()), Direct: ms.Idempotency(), Faults: faults,
+				Retained: &idempotencytest.Retained{
+					Reclaim: func(t *testing.T) { idemWrites(t, ms) },
+					Records: func(t *testing.T, scope string) []string { return ms.IdempotencyRecords(scope) },
+				},
+			}
 		},
 		RateLimit: func(t *testing.T, clock *storetest.Clock) ratelimittest.Target {
 			ms := newStore(t, clock)
@@ -173,6 +181,20 @@ func (c *memCommitter) Read(_ context.Context, userID, name string) (string, boo
 	defer c.mu.Unlock()
 	v, ok := c.v[[2]string{userID, name}]
 	return v, ok, nil
+}
+
+// idemWrites writes the idempotency view as often as it takes for the
+// store's own cleanup (a sweep of the records past their retention every
+// 1024 claims) to run once: claims of one key, outside the suite's scopes.
+func idemWrites(t *testing.T, s *memstore.Store) {
+	t.Helper()
+	v, tok := s.Idempotency(), idempotency.NewToken()
+	b := idempotencydriver.Begin{ID: idempotency.ID{Scope: "memstore/reclaim", Key: "writes"}, Token: tok, ClaimTTL: time.Second, Retention: time.Second}
+	for range 1024 {
+		if _, err := v.Begin(t.Context(), b); err != nil {
+			t.Fatalf("Begin: %v", err)
+		}
+	}
 }
 
 // sweepAll sweeps s until nothing is left to sweep.

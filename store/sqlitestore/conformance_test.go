@@ -99,6 +99,12 @@ func TestConformance(t *testing.T) {
 				Faults:    faults,
 				Tx:        idemTxTarget(t, s),
 				Unit:      unit,
+				Retained: &idempotencytest.Retained{
+					Reclaim: func(t *testing.T) { sweepAll(t, s) },
+					Records: func(t *testing.T, scope string) []string {
+						return column(t, s.DB(), `SELECT "key" FROM "`+sqlitestore.DefaultTablePrefix+`idempotency" WHERE scope = ? ORDER BY "key"`, scope)
+					},
+				},
 			}
 		},
 		// The business rows and the record commit in one transaction.
@@ -189,40 +195,55 @@ func TestConformance(t *testing.T) {
 	})
 }
 
+// sweepAll sweeps s (on its clock) with o until nothing is left to sweep.
+func sweepAll(t *testing.T, s *sqlitestore.Store, o ...retention.Options) {
+	t.Helper()
+	var opts retention.Options
+	if len(o) > 0 {
+		opts = o[0]
+	}
+	for {
+		r, err := s.Sweep(t.Context(), opts)
+		if err != nil {
+			t.Fatalf("Sweep: %v", err)
+		}
+		if !r.More {
+			return
+		}
+	}
+}
+
+// column returns the first column of every row query returns on db, as
+// text.
+func column(t *testing.T, db *sql.DB, query string, args ...any) []string {
+	t.Helper()
+	rows, err := db.QueryContext(t.Context(), query, args...)
+	if err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var v string
+		if err := rows.Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, v)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
 // ended reaches the lease rows of s (tables prefixed tp): Reclaim sweeps
 // until nothing is left, Keys reads the leases and lease_waiters tables.
 func ended(s *sqlitestore.Store, tp string) *leasetest.Ended {
 	return &leasetest.Ended{
-		Reclaim: func(t *testing.T) {
-			for {
-				r, err := s.Sweep(t.Context(), retention.Options{})
-				if err != nil {
-					t.Fatalf("Sweep: %v", err)
-				}
-				if !r.More {
-					return
-				}
-			}
-		},
+		Reclaim: func(t *testing.T) { sweepAll(t, s) },
 		Keys: func(t *testing.T, prefix string) []string {
-			rows, err := s.DB().QueryContext(t.Context(), `SELECT "key" FROM "`+tp+`leases" WHERE substr("key", 1, length(?1)) = ?1
+			return column(t, s.DB(), `SELECT "key" FROM "`+tp+`leases" WHERE substr("key", 1, length(?1)) = ?1
 				UNION SELECT "key" FROM "`+tp+`lease_waiters" WHERE substr("key", 1, length(?1)) = ?1 ORDER BY 1`, prefix)
-			if err != nil {
-				t.Fatalf("lease keys: %v", err)
-			}
-			defer rows.Close()
-			var keys []string
-			for rows.Next() {
-				var k string
-				if err := rows.Scan(&k); err != nil {
-					t.Fatal(err)
-				}
-				keys = append(keys, k)
-			}
-			if err := rows.Err(); err != nil {
-				t.Fatal(err)
-			}
-			return keys
 		},
 		Raise: func(t *testing.T, key string, f uint64) {
 			r, err := s.DB().ExecContext(t.Context(), `UPDATE "`+tp+`leases" SET fence = ?1 WHERE "key" = ?2`, int64(f), key)
