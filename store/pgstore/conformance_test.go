@@ -143,7 +143,8 @@ func TestConformance(t *testing.T) {
 					}
 					return n > 0
 				},
-				Dump: func(t *testing.T) string { return dumpSessions(t, sessDirect) },
+				Dump:     func(t *testing.T) string { return dumpSessions(t, sessDirect) },
+				Retained: &sessiontest.Retained{Reclaim: func(t *testing.T) { sweepAll(t, sessDB, retention.Options{}) }},
 			}
 		},
 		// Runs the schedule suite on the shared server, a fresh database
@@ -408,6 +409,7 @@ func TestConformanceSQLDB(t *testing.T) {
 					}
 					return n > 0
 				},
+				Retained: &sessiontest.Retained{Reclaim: func(t *testing.T) { sweepAll(t, sessDB, retention.Options{}) }},
 			}
 		},
 		// Runs the TxMiddleware cases on a Store made by NewDB on

@@ -380,7 +380,8 @@ func sessionTarget(t *testing.T, s *sqlitestore.Store) sessiontest.Target {
 			}
 			return n > 0
 		},
-		Dump: func(t *testing.T) string { return dumpSessions(t, s) },
+		Dump:     func(t *testing.T) string { return dumpSessions(t, s) },
+		Retained: &sessiontest.Retained{Reclaim: func(t *testing.T) { sweepAll(t, s) }},
 	}
 }
 
