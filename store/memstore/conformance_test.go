@@ -15,6 +15,7 @@ import (
 	"github.com/tenurekit/tenure/idempotency/idempotencytest"
 	"github.com/tenurekit/tenure/lease"
 	"github.com/tenurekit/tenure/lease/leasetest"
+	"github.com/tenurekit/tenure/ratelimit"
 	"github.com/tenurekit/tenure/ratelimit/ratelimittest"
 	"github.com/tenurekit/tenure/retention"
 	"github.com/tenurekit/tenure/schedule"
@@ -79,6 +80,10 @@ func TestConformance(t *testing.T) {
 						ks = append(ks, ratelimittest.KeyTTL{Key: k, TTL: ttl})
 					}
 					return ks, nil
+				},
+				Retained: &ratelimittest.Retained{
+					Reclaim: func(t *testing.T) { limitWrites(t, ms) },
+					Stored:  func(t *testing.T) []string { return limitEntries(t, ms) },
 				},
 			}
 		},
@@ -214,6 +219,45 @@ func sessionWrites(t *testing.T, s *memstore.Store) {
 			t.Fatalf("Load of a session that does not exist: %v", err)
 		}
 	}
+}
+
+// limitWrites writes the rate limit view as often as it takes for the
+// store's own cleanup (each write looks at the entries that expire soonest
+// in its part of the map and in another, taken in turn) to go round every
+// part a few times: decisions on one key of a limit of its own, whose state
+// it then resets.
+func limitWrites(t *testing.T, s *memstore.Store) {
+	t.Helper()
+	l, err := ratelimit.New(s.Limits(), ratelimit.FixedWindow, ratelimit.Limit{Name: "memstore-reclaim", Rate: 1 << 20, Period: time.Hour}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 1024 {
+		if _, err := l.Allow(t.Context(), "writes"); err != nil {
+			t.Fatalf("Allow: %v", err)
+		}
+	}
+	if err := l.Reset(t.Context(), "writes"); err != nil {
+		t.Fatalf("Reset: %v", err)
+	}
+}
+
+// limitEntries lists the rate limit entries the store holds: the live ones
+// by key, the expired ones (which it does not name) as "expired entry".
+func limitEntries(t *testing.T, s *memstore.Store) []string {
+	t.Helper()
+	var out []string
+	for k := range s.RateLimitKeys() {
+		out = append(out, k)
+	}
+	n, err := s.RateLimitEntries()
+	if err != nil {
+		t.Fatalf("RateLimitEntries: %v", err)
+	}
+	for range n - len(out) {
+		out = append(out, "expired entry")
+	}
+	return out
 }
 
 // sweepAll sweeps s until nothing is left to sweep.

@@ -117,10 +117,11 @@ func TestConformance(t *testing.T) {
 			s := newPool(pool, o)
 			warmRate(t, pool, s)
 			return ratelimittest.Target{
-				Store:  s.Limits(),
-				Faults: proxy,
-				Keys:   rateKeys(rateSQL, schema),
-				Poison: ratePoison(rateSQL, schema),
+				Store:    s.Limits(),
+				Faults:   proxy,
+				Keys:     rateKeys(rateSQL, schema),
+				Poison:   ratePoison(rateSQL, schema),
+				Retained: rateRetained(db, rateSQL),
 			}
 		},
 		// Runs the session suite on the shared server, one database for
@@ -384,10 +385,11 @@ func TestConformanceSQLDB(t *testing.T) {
 			proxy := testenv.NewProxy(t, srv.Addr())
 			s := newDB(openSQL(t, driverPgx, via(rateDSN, srv.Addr(), proxy.Addr()), db), o)
 			return ratelimittest.Target{
-				Store:  s.Limits(),
-				Faults: proxy,
-				Keys:   rateKeys(rateSQL, schema),
-				Poison: ratePoison(rateSQL, schema),
+				Store:    s.Limits(),
+				Faults:   proxy,
+				Keys:     rateKeys(rateSQL, schema),
+				Poison:   ratePoison(rateSQL, schema),
+				Retained: rateRetained(db, rateSQL),
 			}
 		},
 		// Runs the session suite on a Store made by NewDB on pgx's stdlib
@@ -503,6 +505,19 @@ func rateKeys(direct *sql.DB, schema string) func(ctx context.Context) ([]rateli
 			ks = append(ks, ratelimittest.KeyTTL{Key: k, TTL: time.Duration(left) * time.Microsecond})
 		}
 		return ks, rows.Err()
+	}
+}
+
+// rateRetained reaches the rate limit rows and permits db keeps (in its
+// schema), through direct: Reclaim sweeps, Stored lists every row,
+// expired or not.
+func rateRetained(db *pgstore.Store, direct *sql.DB) *ratelimittest.Retained {
+	schema := pgx.Identifier{db.Schema()}.Sanitize()
+	return &ratelimittest.Retained{
+		Reclaim: func(t *testing.T) { sweepAll(t, db, retention.Options{}) },
+		Stored: func(t *testing.T) []string {
+			return column(t, direct, `SELECT key FROM `+schema+`.ratelimits UNION ALL SELECT key FROM `+schema+`.ratelimit_permits`)
+		},
 	}
 }
 

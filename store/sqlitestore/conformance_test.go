@@ -362,6 +362,10 @@ func rateTarget(t *testing.T, s *sqlitestore.Store, clock *storetest.Clock) rate
 				key.String(), []byte("not a state"), now().Add(time.Minute).UnixMicro())
 			return err
 		},
+		Retained: &ratelimittest.Retained{
+			Reclaim: func(t *testing.T) { sweepAll(t, s) },
+			Stored:  func(t *testing.T) []string { return column(t, s.DB(), `SELECT "key" FROM `+s.RateLimitTable()) },
+		},
 	}
 }
 
