@@ -96,6 +96,10 @@ func TestConformance(t *testing.T) {
 				Retained: &sessiontest.Retained{Reclaim: func(t *testing.T) { sessionWrites(t, ms) }},
 			}
 		},
+		// Retained is not set: a memstore keeps its schedule records,
+		// ledger and histories for the life of the process
+		// (docs/operations.md: no retention for memory), and its Sweep
+		// reclaims leases only.
 		Schedule: func(t *testing.T, clock *storetest.Clock) scheduletest.Target {
 			ms := newStore(t, clock)
 			return scheduletest.Target{

@@ -280,7 +280,24 @@ func pgSchedules(o *pgstore.Options) func(t *testing.T, clock *storetest.Clock) 
 				}
 				return n, err
 			},
+			Retained: schedRetained(db, openSQL(t, driverPgx, dsn, nil)),
 		}
+	}
+}
+
+// schedRetained reaches the slot records, ledger rows and attempt
+// histories db keeps, through direct: Reclaim sweeps with the schedule
+// retention asked for, Stored lists each table's slot IDs of a job.
+func schedRetained(db *pgstore.Store, direct *sql.DB) *scheduletest.Retained {
+	schema := pgx.Identifier{db.Schema()}.Sanitize()
+	return &scheduletest.Retained{
+		Reclaim: func(t *testing.T, r time.Duration) { sweepAll(t, db, retention.Options{ScheduleRetention: r}) },
+		Stored: func(t *testing.T, job string) scheduletest.Stored {
+			ids := func(table string) []string {
+				return column(t, direct, `SELECT slot_id FROM `+schema+`.`+table+` WHERE job = $1`, job)
+			}
+			return scheduletest.Stored{Slots: ids("schedule_slots"), Ledger: ids("schedule_ledger"), Attempts: ids("schedule_attempts")}
+		},
 	}
 }
 
@@ -478,6 +495,7 @@ func TestConformanceSQLDB(t *testing.T) {
 					}
 					return n, err
 				},
+				Retained: schedRetained(db, sqlDB),
 			}
 		},
 		Clocks: storetest.Clocks{Schedule: storetest.BothClocks},

@@ -159,6 +159,12 @@ func TestConformance(t *testing.T) {
 				Node:     func(t *testing.T) schedule.Store { return open(t, path, o).Schedules() },
 				Complete: func(ctx context.Context, slot *schedule.Slot) error { return schedCompleteCounted(ctx, s, slot) },
 				Count:    func(ctx context.Context, job string) (int64, error) { return schedCounted(ctx, s.DB(), job) },
+				Retained: &scheduletest.Retained{
+					Reclaim: func(t *testing.T, r time.Duration) { sweepAll(t, s, retention.Options{ScheduleRetention: r}) },
+					Stored: func(t *testing.T, job string) scheduletest.Stored {
+						return schedStored(t, s.DB(), sqlitestore.DefaultTablePrefix, job)
+					},
+				},
 			}
 		},
 		Clocks: storetest.Clocks{
@@ -443,6 +449,15 @@ func schedCompleteCounted(ctx context.Context, s *sqlitestore.Store, slot *sched
 		return err
 	}
 	return tx.Commit()
+}
+
+// schedStored lists the slot IDs of job in the slot, ledger and attempt
+// tables (prefixed tp) of db.
+func schedStored(t *testing.T, db *sql.DB, tp, job string) scheduletest.Stored {
+	ids := func(table string) []string {
+		return column(t, db, `SELECT slot_id FROM "`+tp+table+`" WHERE job = ? ORDER BY slot_id`, job)
+	}
+	return scheduletest.Stored{Slots: ids("schedule_slots"), Ledger: ids("schedule_ledger"), Attempts: ids("schedule_attempts")}
 }
 
 func schedCounted(ctx context.Context, db *sql.DB, job string) (int64, error) {
