@@ -71,6 +71,10 @@ type Target struct {
 	// Unit is a short claim TTL and retention the store honours. Default
 	// 300ms.
 	Unit time.Duration
+	// Retained, if set, reaches what the store keeps of its records, for
+	// the case that checks a record is kept for its retention and no
+	// longer (RecordsGoAfterRetention; skipped when nil).
+	Retained *Retained
 }
 
 // Run runs the conformance suite. newTarget is called once per subtest.
@@ -99,6 +103,7 @@ func Run(t *testing.T, newTarget func(t *testing.T) Target) {
 		{"AbandonedClaimIsUnknown", false, testAbandoned},
 		{"StalledExecutorRefused", false, testStalled},
 		{"StaleClaimRefusedDuringTakeover", false, testStaleClaimDuringTakeover},
+		{"RecordsGoAfterRetention", false, testRecordsGoAfterRetention},
 		{"TxCommitsWithBusinessRows", true, testTxCommit},
 		{"TxFailedTransactionLeavesNoRecord", true, testTxFailed},
 		{"TxErrorUndoesAndReleases", true, testTxError},

@@ -49,6 +49,7 @@ func Run(t *testing.T, newTarget func(t *testing.T) Target) {
 		{"ModelCheckGroup", testModelCheckGroup},
 		{"GroupAllOrNothing", testGroup},
 		{"EveryKeyExpires", testEveryKeyExpires},
+		{"ExpiredStateLeavesNoKeys", testExpiredStateLeavesNoKeys},
 		{"UnavailableIsAnError", testUnavailable},
 		{"PermitsLimit", testPermitsLimit},
 		{"PermitsUnderConcurrency", testPermitsConcurrent},

@@ -61,6 +61,10 @@ type Target struct {
 	// a testing/synctest bubble; the skewed-caller case does not apply and
 	// Run leaves it out (and logs why).
 	NoBubble string
+	// Retained, if set, reaches what the store keeps of state, expired or
+	// not, for the case that checks expired state leaves nothing once the
+	// store has reclaimed it (ExpiredStateLeavesNoKeys; skipped when nil).
+	Retained *Retained
 }
 
 // Clock is a store clock that the suite moves by hand (storetest.Clock).

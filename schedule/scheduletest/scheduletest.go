@@ -54,6 +54,11 @@ type Target struct {
 	// Unit is the interval of the real-clock cases' Every schedules.
 	// Default 25ms.
 	Unit time.Duration
+	// Retained, if set, reaches what the store keeps of slots, for the
+	// case that checks final slot records go after the schedule retention
+	// with their ledger rows and attempt histories
+	// (SlotRecordsGoAfterRetention; skipped when nil).
+	Retained *Retained
 }
 
 type env struct {
@@ -91,6 +96,7 @@ func Run(t *testing.T, newTarget func(t *testing.T) Target) {
 		{"DefinitionContract", testDefinitionContract, false},
 		{"AttemptHistory", testAttemptHistory, false},
 		{"DisagreeingNodes", testDisagreeingNodes, false},
+		{"SlotRecordsGoAfterRetention", testRecordsGoAfterRetention, false},
 	}
 	// The cases that move the store's clock apply only to targets whose
 	// clock the suite controls; Run leaves them out elsewhere (and logs it).

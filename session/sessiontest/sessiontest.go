@@ -69,6 +69,11 @@ type Target struct {
 	// has none: the Commit cases fail, so a store that keeps sessions
 	// must provide it. Faults act on it as on Store.
 	Commit Committer
+	// Retained, if set (with Present), reaches what the store keeps of
+	// sessions that ended, for the case that checks they leave nothing
+	// once the store has reclaimed them (EndedSessionsLeaveNoState;
+	// skipped when nil).
+	Retained *Retained
 }
 
 // Committer writes a business value only while a session is live, checked
@@ -119,6 +124,7 @@ func Run(t *testing.T, newTarget func(t *testing.T) Target) {
 		{"CommitRacingRevoke", testCommitRacingRevoke},
 		{"CommitRacingRevokeUser", testCommitRacingRevokeUser},
 		{"CommitUnreachable", testCommitUnreachable},
+		{"EndedSessionsLeaveNoState", testEndedSessionsLeaveNoState},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

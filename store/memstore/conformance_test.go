@@ -2,14 +2,20 @@ package memstore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/tenurekit/tenure/idempotency"
+	idempotencydriver "github.com/tenurekit/tenure/idempotency/driver"
 	"github.com/tenurekit/tenure/idempotency/idempotencytest"
 	"github.com/tenurekit/tenure/lease"
 	"github.com/tenurekit/tenure/lease/leasetest"
+	"github.com/tenurekit/tenure/ratelimit"
 	"github.com/tenurekit/tenure/ratelimit/ratelimittest"
 	"github.com/tenurekit/tenure/retention"
 	"github.com/tenurekit/tenure/schedule"
@@ -55,7 +61,12 @@ func TestConformance(t *testing.T) {
 		Idempotency: func(t *testing.T) idempotencytest.Target {
 			ms := newStore(t, nil)
 			faults := storetest.NewFaults()
-			return idempotencytest.Target{Store: faults.Idempotency(ms.Idempotency()), Direct: ms.Idempotency(), Faults: faults}
+			return idempotencytest.Target{Store: faults.Idempotency(ms.Idempotency()), Direct: ms.Idempotency(), Faults: faults,
+				Retained: &idempotencytest.Retained{
+					Reclaim: func(t *testing.T) { idemWrites(t, ms) },
+					Records: func(t *testing.T, scope string) []string { return ms.IdempotencyRecords(scope) },
+				},
+			}
 		},
 		RateLimit: func(t *testing.T, clock *storetest.Clock) ratelimittest.Target {
 			ms := newStore(t, clock)
@@ -70,14 +81,25 @@ func TestConformance(t *testing.T) {
 					}
 					return ks, nil
 				},
+				Retained: &ratelimittest.Retained{
+					Reclaim: func(t *testing.T) { limitWrites(t, ms) },
+					Stored:  func(t *testing.T) []string { return limitEntries(t, ms) },
+				},
 			}
 		},
 		Session: func(t *testing.T, clock *storetest.Clock) sessiontest.Target {
 			ms := newStore(t, clock)
 			faults := storetest.NewFaults()
 			return sessiontest.Target{Store: faults.Sessions(ms.Sessions()), Direct: ms.Sessions(), Faults: faults,
-				Commit: &memCommitter{s: ms, cut: faults.IsCut}}
+				Commit:   &memCommitter{s: ms, cut: faults.IsCut},
+				Present:  func(t *testing.T, id session.ID) bool { return ms.SessionPresent(id) },
+				Retained: &sessiontest.Retained{Reclaim: func(t *testing.T) { sessionWrites(t, ms) }},
+			}
 		},
+		// Retained is not set: a memstore keeps its schedule records,
+		// ledger and histories for the life of the process
+		// (docs/operations.md: no retention for memory), and its Sweep
+		// reclaims leases only.
 		Schedule: func(t *testing.T, clock *storetest.Clock) scheduletest.Target {
 			ms := newStore(t, clock)
 			return scheduletest.Target{
@@ -173,6 +195,73 @@ func (c *memCommitter) Read(_ context.Context, userID, name string) (string, boo
 	defer c.mu.Unlock()
 	v, ok := c.v[[2]string{userID, name}]
 	return v, ok, nil
+}
+
+// idemWrites writes the idempotency view as often as it takes for the
+// store's own cleanup (a sweep of the records past their retention every
+// 1024 claims) to run once: claims of one key, outside the suite's scopes.
+func idemWrites(t *testing.T, s *memstore.Store) {
+	t.Helper()
+	v, tok := s.Idempotency(), idempotency.NewToken()
+	b := idempotencydriver.Begin{ID: idempotency.ID{Scope: "memstore/reclaim", Key: "writes"}, Token: tok, ClaimTTL: time.Second, Retention: time.Second}
+	for range 1024 {
+		if _, err := v.Begin(t.Context(), b); err != nil {
+			t.Fatalf("Begin: %v", err)
+		}
+	}
+}
+
+// sessionWrites writes the session view as often as it takes for the
+// store's own cleanup (each writing call checks the next two records of a
+// round-robin sweep) to go round a few hundred records: loads of a session
+// that does not exist.
+func sessionWrites(t *testing.T, s *memstore.Store) {
+	t.Helper()
+	v, id := s.Sessions(), session.ID("0000"+strings.Repeat("0", 64))
+	for range 1024 {
+		if _, err := v.Load(t.Context(), id, 0); !errors.Is(err, session.ErrNotFound) {
+			t.Fatalf("Load of a session that does not exist: %v", err)
+		}
+	}
+}
+
+// limitWrites writes the rate limit view as often as it takes for the
+// store's own cleanup (each write looks at the entries that expire soonest
+// in its part of the map and in another, taken in turn) to go round every
+// part a few times: decisions on one key of a limit of its own, whose state
+// it then resets.
+func limitWrites(t *testing.T, s *memstore.Store) {
+	t.Helper()
+	l, err := ratelimit.New(s.Limits(), ratelimit.FixedWindow, ratelimit.Limit{Name: "memstore-reclaim", Rate: 1 << 20, Period: time.Hour}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 1024 {
+		if _, err := l.Allow(t.Context(), "writes"); err != nil {
+			t.Fatalf("Allow: %v", err)
+		}
+	}
+	if err := l.Reset(t.Context(), "writes"); err != nil {
+		t.Fatalf("Reset: %v", err)
+	}
+}
+
+// limitEntries lists the rate limit entries the store holds: the live ones
+// by key, the expired ones (which it does not name) as "expired entry".
+func limitEntries(t *testing.T, s *memstore.Store) []string {
+	t.Helper()
+	var out []string
+	for k := range s.RateLimitKeys() {
+		out = append(out, k)
+	}
+	n, err := s.RateLimitEntries()
+	if err != nil {
+		t.Fatalf("RateLimitEntries: %v", err)
+	}
+	for range n - len(out) {
+		out = append(out, "expired entry")
+	}
+	return out
 }
 
 // sweepAll sweeps s until nothing is left to sweep.

@@ -97,8 +97,9 @@ func TestConformance(t *testing.T) {
 					t.Cleanup(pool.Close)
 					return newPool(pool, nil).Idempotency()
 				},
-				Faults: proxy,
-				Tx:     idemTxTarget(t, direct, db),
+				Faults:   proxy,
+				Tx:       idemTxTarget(t, direct, db),
+				Retained: pgIdemRetained(db, openSQL(t, driverPgx, dsn, nil)),
 			}
 		},
 		// Runs the rate limit suite on the shared server: one database, a
@@ -116,10 +117,11 @@ func TestConformance(t *testing.T) {
 			s := newPool(pool, o)
 			warmRate(t, pool, s)
 			return ratelimittest.Target{
-				Store:  s.Limits(),
-				Faults: proxy,
-				Keys:   rateKeys(rateSQL, schema),
-				Poison: ratePoison(rateSQL, schema),
+				Store:    s.Limits(),
+				Faults:   proxy,
+				Keys:     rateKeys(rateSQL, schema),
+				Poison:   ratePoison(rateSQL, schema),
+				Retained: rateRetained(db, rateSQL),
 			}
 		},
 		// Runs the session suite on the shared server, one database for
@@ -142,7 +144,8 @@ func TestConformance(t *testing.T) {
 					}
 					return n > 0
 				},
-				Dump: func(t *testing.T) string { return dumpSessions(t, sessDirect) },
+				Dump:     func(t *testing.T) string { return dumpSessions(t, sessDirect) },
+				Retained: &sessiontest.Retained{Reclaim: func(t *testing.T) { sweepAll(t, sessDB, retention.Options{}) }},
 			}
 		},
 		// Runs the schedule suite on the shared server, a fresh database
@@ -192,40 +195,10 @@ func pgLeases(priv *testenv.PostgresServer, o *pgstore.Options) func(t *testing.
 func pgEnded(db *pgstore.Store, direct *sql.DB) *leasetest.Ended {
 	schema := pgx.Identifier{db.Schema()}.Sanitize()
 	return &leasetest.Ended{
-		Reclaim: func(t *testing.T) {
-			for calls := 0; ; calls++ {
-				r, err := db.Sweep(ctxT(t), retention.Options{})
-				if err != nil {
-					t.Fatalf("Sweep: %v", err)
-				}
-				if !r.More {
-					return
-				}
-				if calls > 100 {
-					t.Fatal("Sweep does not come round")
-				}
-			}
-		},
+		Reclaim: func(t *testing.T) { sweepAll(t, db, retention.Options{}) },
 		Keys: func(t *testing.T, prefix string) []string {
-			rows, err := direct.QueryContext(ctxT(t), `SELECT key FROM `+schema+`.leases WHERE left(key, length($1)) = $1
+			return column(t, direct, `SELECT key FROM `+schema+`.leases WHERE left(key, length($1)) = $1
 				UNION SELECT key FROM `+schema+`.lease_waiters WHERE left(key, length($1)) = $1`, prefix)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer rows.Close()
-			var keys []string
-			for rows.Next() {
-				var k string
-				if err := rows.Scan(&k); err != nil {
-					t.Fatal(err)
-				}
-				keys = append(keys, k)
-			}
-			if err := rows.Err(); err != nil {
-				t.Fatal(err)
-			}
-			slices.Sort(keys)
-			return keys
 		},
 		Raise: func(t *testing.T, key string, f uint64) {
 			res, err := direct.ExecContext(ctxT(t), `UPDATE `+schema+`.leases SET fence = $2
@@ -236,6 +209,43 @@ func pgEnded(db *pgstore.Store, direct *sql.DB) *leasetest.Ended {
 			if n, err := res.RowsAffected(); err != nil || n != 1 {
 				t.Fatalf("Raise(%q): %d rows, %v; want the held row", key, n, err)
 			}
+		},
+	}
+}
+
+// column returns the first column of every row query returns on direct,
+// as text, sorted.
+func column(t *testing.T, direct *sql.DB, query string, args ...any) []string {
+	t.Helper()
+	rows, err := direct.QueryContext(ctxT(t), query, args...)
+	if err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var v string
+		if err := rows.Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, v)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// pgIdemRetained reaches the idempotency rows db keeps, through direct (a
+// connection to the same database): Reclaim sweeps, Records reads the
+// table.
+func pgIdemRetained(db *pgstore.Store, direct *sql.DB) *idempotencytest.Retained {
+	schema := pgx.Identifier{db.Schema()}.Sanitize()
+	return &idempotencytest.Retained{
+		Reclaim: func(t *testing.T) { sweepAll(t, db, retention.Options{}) },
+		Records: func(t *testing.T, scope string) []string {
+			return column(t, direct, `SELECT key FROM `+schema+`.idempotency WHERE scope = $1`, scope)
 		},
 	}
 }
@@ -270,7 +280,24 @@ func pgSchedules(o *pgstore.Options) func(t *testing.T, clock *storetest.Clock) 
 				}
 				return n, err
 			},
+			Retained: schedRetained(db, openSQL(t, driverPgx, dsn, nil)),
 		}
+	}
+}
+
+// schedRetained reaches the slot records, ledger rows and attempt
+// histories db keeps, through direct: Reclaim sweeps with the schedule
+// retention asked for, Stored lists each table's slot IDs of a job.
+func schedRetained(db *pgstore.Store, direct *sql.DB) *scheduletest.Retained {
+	schema := pgx.Identifier{db.Schema()}.Sanitize()
+	return &scheduletest.Retained{
+		Reclaim: func(t *testing.T, r time.Duration) { sweepAll(t, db, retention.Options{ScheduleRetention: r}) },
+		Stored: func(t *testing.T, job string) scheduletest.Stored {
+			ids := func(table string) []string {
+				return column(t, direct, `SELECT slot_id FROM `+schema+`.`+table+` WHERE job = $1`, job)
+			}
+			return scheduletest.Stored{Slots: ids("schedule_slots"), Ledger: ids("schedule_ledger"), Attempts: ids("schedule_attempts")}
+		},
 	}
 }
 
@@ -357,8 +384,9 @@ func TestConformanceSQLDB(t *testing.T) {
 					c.SetMaxOpenConns(1)
 					return newDB(c, nil).Idempotency()
 				},
-				Faults: proxy,
-				Tx:     idemSQLTxTarget(t, openSQL(t, driverPgx, dsn, nil), db),
+				Faults:   proxy,
+				Tx:       idemSQLTxTarget(t, openSQL(t, driverPgx, dsn, nil), db),
+				Retained: pgIdemRetained(db, direct),
 			}
 		},
 		// Runs the rate limit suite on a Store made by NewDB on pgx's
@@ -374,10 +402,11 @@ func TestConformanceSQLDB(t *testing.T) {
 			proxy := testenv.NewProxy(t, srv.Addr())
 			s := newDB(openSQL(t, driverPgx, via(rateDSN, srv.Addr(), proxy.Addr()), db), o)
 			return ratelimittest.Target{
-				Store:  s.Limits(),
-				Faults: proxy,
-				Keys:   rateKeys(rateSQL, schema),
-				Poison: ratePoison(rateSQL, schema),
+				Store:    s.Limits(),
+				Faults:   proxy,
+				Keys:     rateKeys(rateSQL, schema),
+				Poison:   ratePoison(rateSQL, schema),
+				Retained: rateRetained(db, rateSQL),
 			}
 		},
 		// Runs the session suite on a Store made by NewDB on pgx's stdlib
@@ -399,6 +428,7 @@ func TestConformanceSQLDB(t *testing.T) {
 					}
 					return n > 0
 				},
+				Retained: &sessiontest.Retained{Reclaim: func(t *testing.T) { sweepAll(t, sessDB, retention.Options{}) }},
 			}
 		},
 		// Runs the TxMiddleware cases on a Store made by NewDB on
@@ -465,6 +495,7 @@ func TestConformanceSQLDB(t *testing.T) {
 					}
 					return n, err
 				},
+				Retained: schedRetained(db, sqlDB),
 			}
 		},
 		Clocks: storetest.Clocks{Schedule: storetest.BothClocks},
@@ -492,6 +523,19 @@ func rateKeys(direct *sql.DB, schema string) func(ctx context.Context) ([]rateli
 			ks = append(ks, ratelimittest.KeyTTL{Key: k, TTL: time.Duration(left) * time.Microsecond})
 		}
 		return ks, rows.Err()
+	}
+}
+
+// rateRetained reaches the rate limit rows and permits db keeps (in its
+// schema), through direct: Reclaim sweeps, Stored lists every row,
+// expired or not.
+func rateRetained(db *pgstore.Store, direct *sql.DB) *ratelimittest.Retained {
+	schema := pgx.Identifier{db.Schema()}.Sanitize()
+	return &ratelimittest.Retained{
+		Reclaim: func(t *testing.T) { sweepAll(t, db, retention.Options{}) },
+		Stored: func(t *testing.T) []string {
+			return column(t, direct, `SELECT key FROM `+schema+`.ratelimits UNION ALL SELECT key FROM `+schema+`.ratelimit_permits`)
+		},
 	}
 }
 

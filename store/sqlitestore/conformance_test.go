@@ -99,6 +99,12 @@ func TestConformance(t *testing.T) {
 				Faults:    faults,
 				Tx:        idemTxTarget(t, s),
 				Unit:      unit,
+				Retained: &idempotencytest.Retained{
+					Reclaim: func(t *testing.T) { sweepAll(t, s) },
+					Records: func(t *testing.T, scope string) []string {
+						return column(t, s.DB(), `SELECT "key" FROM "`+sqlitestore.DefaultTablePrefix+`idempotency" WHERE scope = ? ORDER BY "key"`, scope)
+					},
+				},
 			}
 		},
 		// The business rows and the record commit in one transaction.
@@ -153,6 +159,12 @@ func TestConformance(t *testing.T) {
 				Node:     func(t *testing.T) schedule.Store { return open(t, path, o).Schedules() },
 				Complete: func(ctx context.Context, slot *schedule.Slot) error { return schedCompleteCounted(ctx, s, slot) },
 				Count:    func(ctx context.Context, job string) (int64, error) { return schedCounted(ctx, s.DB(), job) },
+				Retained: &scheduletest.Retained{
+					Reclaim: func(t *testing.T, r time.Duration) { sweepAll(t, s, retention.Options{ScheduleRetention: r}) },
+					Stored: func(t *testing.T, job string) scheduletest.Stored {
+						return schedStored(t, s.DB(), sqlitestore.DefaultTablePrefix, job)
+					},
+				},
 			}
 		},
 		Clocks: storetest.Clocks{
@@ -189,40 +201,55 @@ func TestConformance(t *testing.T) {
 	})
 }
 
+// sweepAll sweeps s (on its clock) with o until nothing is left to sweep.
+func sweepAll(t *testing.T, s *sqlitestore.Store, o ...retention.Options) {
+	t.Helper()
+	var opts retention.Options
+	if len(o) > 0 {
+		opts = o[0]
+	}
+	for {
+		r, err := s.Sweep(t.Context(), opts)
+		if err != nil {
+			t.Fatalf("Sweep: %v", err)
+		}
+		if !r.More {
+			return
+		}
+	}
+}
+
+// column returns the first column of every row query returns on db, as
+// text.
+func column(t *testing.T, db *sql.DB, query string, args ...any) []string {
+	t.Helper()
+	rows, err := db.QueryContext(t.Context(), query, args...)
+	if err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var v string
+		if err := rows.Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, v)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
 // ended reaches the lease rows of s (tables prefixed tp): Reclaim sweeps
 // until nothing is left, Keys reads the leases and lease_waiters tables.
 func ended(s *sqlitestore.Store, tp string) *leasetest.Ended {
 	return &leasetest.Ended{
-		Reclaim: func(t *testing.T) {
-			for {
-				r, err := s.Sweep(t.Context(), retention.Options{})
-				if err != nil {
-					t.Fatalf("Sweep: %v", err)
-				}
-				if !r.More {
-					return
-				}
-			}
-		},
+		Reclaim: func(t *testing.T) { sweepAll(t, s) },
 		Keys: func(t *testing.T, prefix string) []string {
-			rows, err := s.DB().QueryContext(t.Context(), `SELECT "key" FROM "`+tp+`leases" WHERE substr("key", 1, length(?1)) = ?1
+			return column(t, s.DB(), `SELECT "key" FROM "`+tp+`leases" WHERE substr("key", 1, length(?1)) = ?1
 				UNION SELECT "key" FROM "`+tp+`lease_waiters" WHERE substr("key", 1, length(?1)) = ?1 ORDER BY 1`, prefix)
-			if err != nil {
-				t.Fatalf("lease keys: %v", err)
-			}
-			defer rows.Close()
-			var keys []string
-			for rows.Next() {
-				var k string
-				if err := rows.Scan(&k); err != nil {
-					t.Fatal(err)
-				}
-				keys = append(keys, k)
-			}
-			if err := rows.Err(); err != nil {
-				t.Fatal(err)
-			}
-			return keys
 		},
 		Raise: func(t *testing.T, key string, f uint64) {
 			r, err := s.DB().ExecContext(t.Context(), `UPDATE "`+tp+`leases" SET fence = ?1 WHERE "key" = ?2`, int64(f), key)
@@ -341,6 +368,10 @@ func rateTarget(t *testing.T, s *sqlitestore.Store, clock *storetest.Clock) rate
 				key.String(), []byte("not a state"), now().Add(time.Minute).UnixMicro())
 			return err
 		},
+		Retained: &ratelimittest.Retained{
+			Reclaim: func(t *testing.T) { sweepAll(t, s) },
+			Stored:  func(t *testing.T) []string { return column(t, s.DB(), `SELECT "key" FROM `+s.RateLimitTable()) },
+		},
 	}
 }
 
@@ -359,7 +390,8 @@ func sessionTarget(t *testing.T, s *sqlitestore.Store) sessiontest.Target {
 			}
 			return n > 0
 		},
-		Dump: func(t *testing.T) string { return dumpSessions(t, s) },
+		Dump:     func(t *testing.T) string { return dumpSessions(t, s) },
+		Retained: &sessiontest.Retained{Reclaim: func(t *testing.T) { sweepAll(t, s) }},
 	}
 }
 
@@ -417,6 +449,15 @@ func schedCompleteCounted(ctx context.Context, s *sqlitestore.Store, slot *sched
 		return err
 	}
 	return tx.Commit()
+}
+
+// schedStored lists the slot IDs of job in the slot, ledger and attempt
+// tables (prefixed tp) of db.
+func schedStored(t *testing.T, db *sql.DB, tp, job string) scheduletest.Stored {
+	ids := func(table string) []string {
+		return column(t, db, `SELECT slot_id FROM "`+tp+table+`" WHERE job = ? ORDER BY slot_id`, job)
+	}
+	return scheduletest.Stored{Slots: ids("schedule_slots"), Ledger: ids("schedule_ledger"), Attempts: ids("schedule_attempts")}
 }
 
 func schedCounted(ctx context.Context, db *sql.DB, job string) (int64, error) {
