@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -139,13 +141,15 @@ func TestConformance(t *testing.T) {
 			},
 			Idempotency: func(t *testing.T) idempotencytest.Target {
 				ps, via := clusterProxies(t, cl)
+				dc := newClusterClient(t, cl.Addrs(), nil)
 				return idempotencytest.Target{
 					Store:  checked(t, newClusterClient(t, cl.Addrs(), via), nil).Idempotency(),
-					Direct: newStore(newClusterClient(t, cl.Addrs(), nil), nil).Idempotency(),
+					Direct: newStore(dc, nil).Idempotency(),
 					NewClient: func(t *testing.T) idempotency.Store {
 						return newStore(newClusterClient(t, cl.Addrs(), nil), nil).Idempotency()
 					},
-					Faults: ps,
+					Faults:   ps,
+					Retained: idemRetained(newStore(dc, nil), dc),
 				}
 			},
 			RateLimit: func(t *testing.T, _ *storetest.Clock) ratelimittest.Target {
@@ -277,7 +281,8 @@ func singleFactory(t *testing.T, c client) storetest.Factory {
 				NewClient: func(t *testing.T) idempotency.Store {
 					return c.plain(t, srv.Addr(), nil).Idempotency()
 				},
-				Faults: p,
+				Faults:   p,
+				Retained: idemRetained(newStore(direct, nil), direct),
 			}
 		},
 		RateLimit: func(t *testing.T, _ *storetest.Clock) ratelimittest.Target {
@@ -302,6 +307,31 @@ func singleFactory(t *testing.T, c client) storetest.Factory {
 			return schedTargetOn(t, func(t *testing.T, o *redisstore.Options) *redisstore.Store {
 				return c.plain(t, srv.Addr(), o)
 			})
+		},
+	}
+}
+
+// idemRetained reaches the idempotency records of s on c: Redis expires
+// them natively (Reclaim has nothing to do; the suite polls), and Records
+// scans every node for the record keys of a scope.
+func idemRetained(s *redisstore.Store, c rueidis.Client) *idempotencytest.Retained {
+	return &idempotencytest.Retained{
+		Reclaim: func(*testing.T) {},
+		Records: func(t *testing.T, scope string) []string {
+			// The key of the scope's record with an empty key, up to its
+			// closing brace: the start of every record key of the scope.
+			k := redisstore.IdempotencyKey(s, idempotency.ID{Scope: scope})
+			start := strings.TrimSuffix(k, "}")
+			ks, err := scanKeys(ctxT(t), c, globEscape(start))
+			if err != nil {
+				t.Fatalf("scan the records of %q: %v", scope, err)
+			}
+			var out []string
+			for _, kt := range ks {
+				out = append(out, strings.TrimSuffix(strings.TrimPrefix(kt.Key, start), "}"))
+			}
+			slices.Sort(out)
+			return out
 		},
 	}
 }

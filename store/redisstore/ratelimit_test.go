@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -54,6 +55,25 @@ func rateTarget(s *redisstore.Store, direct rueidis.Client, prefix string, fault
 		Faults: faults,
 		Keys: func(ctx context.Context) ([]ratelimittest.KeyTTL, error) {
 			return scanKeys(ctx, direct, prefix)
+		},
+		// Every key carries its TTL: Redis expires the state natively,
+		// and SCAN lists no expired key.
+		Retained: &ratelimittest.Retained{
+			Reclaim: func(*testing.T) {},
+			Stored: func(t *testing.T) []string {
+				ks, err := scanKeys(ctxT(t), direct, prefix)
+				if err != nil {
+					t.Fatalf("scan the limits' keys: %v", err)
+				}
+				// A permit key's state is two keys, its set and its fence
+				// hash (the set's name + ":f"): listed as one entry.
+				var out []string
+				for _, k := range ks {
+					out = append(out, strings.TrimSuffix(k.Key, ":f"))
+				}
+				slices.Sort(out)
+				return slices.Compact(out)
+			},
 		},
 		Poison: func(ctx context.Context, key driver.StateKey) error {
 			ks, err := redisstore.New(direct, &redisstore.Options{Prefix: prefix})

@@ -63,6 +63,8 @@ func sessionHooks(tg *sessiontest.Target, s, direct *redisstore.Store, dc rueidi
 		return n > 0
 	}
 	tg.Commit = committer{s: s, direct: direct}
+	// Sessions expire natively with their keys.
+	tg.Retained = &sessiontest.Retained{Reclaim: func(*testing.T) {}}
 }
 
 // committer is the suite's Committer on SessionSet: the commit through the
