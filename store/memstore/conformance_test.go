@@ -96,10 +96,6 @@ func TestConformance(t *testing.T) {
 				Retained: &sessiontest.Retained{Reclaim: func(t *testing.T) { sessionWrites(t, ms) }},
 			}
 		},
-		// Retained is not set: a memstore keeps its schedule records,
-		// ledger and histories for the life of the process
-		// (docs/operations.md: no retention for memory), and its Sweep
-		// reclaims leases only.
 		Schedule: func(t *testing.T, clock *storetest.Clock) scheduletest.Target {
 			ms := newStore(t, clock)
 			return scheduletest.Target{
@@ -115,6 +111,17 @@ func TestConformance(t *testing.T) {
 						return 0, err
 					}
 					return strconv.ParseInt(string(b), 10, 64)
+				},
+				Retained: &scheduletest.Retained{
+					Reclaim: func(t *testing.T, ret time.Duration) {
+						if _, err := retention.SweepAll(t.Context(), ms, retention.Options{ScheduleRetention: ret}, 0); err != nil {
+							t.Fatalf("Sweep: %v", err)
+						}
+					},
+					Stored: func(t *testing.T, job string) scheduletest.Stored {
+						slots, ledger, attempts := ms.ScheduleStored(job)
+						return scheduletest.Stored{Slots: slots, Ledger: ledger, Attempts: attempts}
+					},
 				},
 			}
 		},

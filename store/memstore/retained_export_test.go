@@ -40,3 +40,26 @@ func (s *Store) SessionPresent(id session.ID) bool {
 	}
 	return false
 }
+
+// ScheduleStored returns the slot IDs of job's records, ledger entries and
+// records with an attempt history, each sorted (for the conformance
+// suite).
+func (s *Store) ScheduleStored(job string) (slots, ledger, attempts []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.sched()
+	slots, ledger, attempts = []string{}, []string{}, []string{}
+	for id, r := range st.recs[job] {
+		slots = append(slots, id)
+		if len(r.History) > 0 {
+			attempts = append(attempts, id)
+		}
+	}
+	for id := range st.ledger[job] {
+		ledger = append(ledger, id)
+	}
+	slices.Sort(slots)
+	slices.Sort(ledger)
+	slices.Sort(attempts)
+	return slots, ledger, attempts
+}

@@ -14,11 +14,13 @@ const sweepScanFactor = 10
 // Sweep deletes lease records whose lease ended at least o.FenceRetention
 // ago (default 0) and that no waiter is queued for, raising the store's
 // fence floor to their fences first, so a later grant of their key is still
-// above every fence it had. It examines at most 10×o.Limit records and
-// deletes at most o.Limit; Result.More says to call again. Held leases are
-// never touched. The other primitives' expired records are dropped as the
-// store is written (idempotency records, sessions, rate limit state), so
-// Sweep reports leases only.
+// above every fence it had; it examines at most 10×o.Limit records and
+// deletes at most o.Limit. It also deletes schedule slot records final for
+// o.ScheduleRetention (default 30 days), each job's latest excepted, with
+// their ledger entries, at most o.Limit. Result.More says to call again.
+// Held leases and live records are never touched. The other primitives'
+// expired records are dropped as the store is written (idempotency
+// records, sessions, rate limit state).
 func (s *Store) Sweep(ctx context.Context, o retention.Options) (retention.Result, error) {
 	o, err := o.Resolve()
 	if err != nil {
@@ -38,6 +40,12 @@ func (s *Store) Sweep(ctx context.Context, o retention.Options) (retention.Resul
 	deleted, more := s.reclaim(now, o.Limit, o.FenceRetention)
 	res.More = more
 	res.Add(retention.Leases, deleted)
+	slots, ledger := s.sched().sweep(now.Add(-o.ScheduleRetention), o.Limit)
+	res.Add(retention.ScheduleSlots, slots)
+	res.Add(retention.ScheduleLedger, ledger)
+	if slots >= o.Limit {
+		res.More = true
+	}
 	if s.leasesPeak >= 1024 && len(s.leases) < s.leasesPeak/4 {
 		m := make(map[string]*leaseRec, len(s.leases))
 		for k, r := range s.leases {
@@ -104,4 +112,38 @@ func (s *Store) DropLease(key string) bool {
 	}
 	delete(s.leases, key)
 	return true
+}
+
+// sweep deletes at most limit slot records final since before (or, never
+// started, due before it), except each job's latest slot, with their
+// ledger entries, and reports how many of each it deleted. Store.mu is
+// held.
+func (st *schedState) sweep(before time.Time, limit int) (slots, ledger int) {
+	for job, recs := range st.recs {
+		var latest time.Time
+		for _, r := range recs {
+			if r.SlotTime.After(latest) {
+				latest = r.SlotTime
+			}
+		}
+		for id, r := range recs {
+			if slots >= limit {
+				return slots, ledger
+			}
+			end := r.Finished
+			if end.IsZero() {
+				end = r.SlotTime
+			}
+			if !r.Final() || !r.SlotTime.Before(latest) || end.After(before) {
+				continue
+			}
+			delete(recs, id)
+			slots++
+			if _, ok := st.ledger[job][id]; ok {
+				delete(st.ledger[job], id)
+				ledger++
+			}
+		}
+	}
+	return slots, ledger
 }
