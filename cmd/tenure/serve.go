@@ -74,10 +74,11 @@ stored in --data-dir/serve-token (mode 0600) and printed once. --config FILE
 (JSON) sets the tokens, their namespaces and operations, the request limits
 and timeouts; see docs/serve.md.
 
-On SQLite, PostgreSQL and memory it deletes what is past its retention
-(the rows of ended leases, expired idempotency records, sessions and rate
-limit state) every --sweep-interval; Redis and etcd expire their keys on
-their own.
+Every --sweep-interval it deletes what is past its retention: on SQLite,
+PostgreSQL and memory the rows of ended leases, expired idempotency
+records, sessions, rate limit state and old schedule records; on Redis, whose
+other keys expire on their own, old schedule records; on etcd nothing is
+left to delete.
 
 SIGTERM or SIGINT drains: no new connections, waiting acquires answer at
 once, requests in flight finish (up to --drain).`,
@@ -105,7 +106,7 @@ once, requests in flight finish (up to --drain).`,
 	p.StringVar(&f.rlsTokenFile, "rls-token-file", "", "bearer tokens of the rate limit service, one per line: TOKEN [DOMAIN,...] (no domains: every domain)")
 	p.BoolVar(&f.rlsInsecure, "rls-insecure", false, "let the rate limit service listen on a non-loopback address without client credentials (a token file or --rls-client-ca)")
 	p.DurationVar(&f.drain, "drain", 30*time.Second, "how long requests in flight may take to finish on shutdown")
-	p.DurationVar(&f.sweep, "sweep-interval", time.Minute, "how often to delete what is past its retention (ended leases, expired records) on SQLite, PostgreSQL and memory; 0: never (run tenure sweep instead)")
+	p.DurationVar(&f.sweep, "sweep-interval", time.Minute, "how often to delete what is past its retention (ended leases, expired records; on Redis, old schedule records); 0: never (run tenure sweep instead)")
 	return cmd
 }
 

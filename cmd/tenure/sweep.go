@@ -29,8 +29,9 @@ older than --schedule-retention (each job's latest kept) with their ledger
 rows. Each pass deletes at most --limit rows of each kind and never a live
 one; passes repeat until nothing is left or --max passes ran.
 
-Redis keeps nothing to sweep (every key carries a TTL), and on etcd locks
-expire with their etcd lease.
+On Redis every other key carries a TTL, so a sweep deletes old schedule
+records only; on etcd locks expire with their etcd lease and there is nothing
+to sweep.
 
 ` + storeHelp,
 		Args: cobra.NoArgs,

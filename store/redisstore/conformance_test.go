@@ -306,7 +306,7 @@ func singleFactory(t *testing.T, c client) storetest.Factory {
 		Schedule: func(t *testing.T, _ *storetest.Clock) scheduletest.Target {
 			return schedTargetOn(t, func(t *testing.T, o *redisstore.Options) *redisstore.Store {
 				return c.plain(t, srv.Addr(), o)
-			})
+			}, func(t *testing.T) rueidis.Client { return newClient(t, srv.Addr()) })
 		},
 	}
 }

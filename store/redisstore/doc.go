@@ -147,6 +147,17 @@
 // TTL would have run out, plus FenceRetention). The fence floors are never
 // listed: the pattern matches only keys ending in "}:fence".
 //
+// # Retention
+//
+// Every key but a schedule's carries a TTL and expires on its own: locks,
+// fence and holder keys with their lease, idempotency records with their
+// retention, sessions with their deadlines, rate-limit state with its
+// window. Schedule slot records (one per slot run) and their ledger
+// entries stay until [Store.Sweep] deletes those final for the schedule
+// retention (default 30 days; each job's latest is kept), one script per
+// job on the job's hash slot; `tenure serve` runs it every
+// --sweep-interval, and `tenure sweep` on demand.
+//
 // # How expiry is judged
 //
 // Only by the server's clock: the lock key's PX expiry and PTTL, and TIME

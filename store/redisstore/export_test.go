@@ -23,3 +23,6 @@ func (s *Store) SetShortConfirmHook(fn func()) { s.testHookShortConfirm = fn }
 
 // KeyPrefix exposes the store's key prefix, escaped as in its keys.
 func (s *Store) KeyPrefix() string { return s.prefix }
+
+// SchedTag exposes the key prefix of everything a job keeps.
+func (s *Store) SchedTag(job string) string { return s.schedTag(job) }

@@ -96,7 +96,8 @@ type Stores struct {
 }
 
 // Sweeper returns the store's sweep (retention.Sweeper), or nil for a
-// store whose records all expire on their own (Redis, etcd).
+// store whose records all expire on their own (etcd). On Redis, only
+// schedule records need it.
 func (s *Stores) Sweeper() retention.Sweeper {
 	switch {
 	case s.Mem != nil:
@@ -105,6 +106,8 @@ func (s *Stores) Sweeper() retention.Sweeper {
 		return s.SQLite
 	case s.PG != nil:
 		return s.PG
+	case s.Redis != nil:
+		return s.Redis
 	}
 	return nil
 }
