@@ -46,7 +46,9 @@ const UnloggedSchema = "tenure_unlogged"
 // for the default schema "tenure" (see buildQueries in store/pgstore).
 const (
 	rawAcquire = `WITH c AS (SELECT clock_timestamp() AS now) INSERT INTO "tenure".leases AS l (key, token, fence, expires_at, holder)
-SELECT $1, $2, greatest((extract(epoch FROM c.now) * 1000000)::bigint, 1), c.now + $3::bigint * interval '1 microsecond', nullif($4::text, '') FROM c
+SELECT $1, $2, greatest((extract(epoch FROM c.now) * 1000000)::bigint,
+	(SELECT ff.fence FROM "tenure".lease_fence_floor AS ff) + 1, 1),
+	c.now + $3::bigint * interval '1 microsecond', nullif($4::text, '') FROM c
 ON CONFLICT (key) DO UPDATE SET
 	fence = CASE WHEN l.token = excluded.token AND l.expires_at > (SELECT now FROM c) THEN l.fence
 		ELSE greatest(l.fence + 1, excluded.fence) END,
