@@ -274,13 +274,7 @@ func limitEntries(t *testing.T, s *memstore.Store) []string {
 // sweepAll sweeps s until nothing is left to sweep.
 func sweepAll(t *testing.T, s *memstore.Store) {
 	t.Helper()
-	for {
-		r, err := s.Sweep(t.Context(), retention.Options{})
-		if err != nil {
-			t.Fatalf("Sweep: %v", err)
-		}
-		if !r.More {
-			return
-		}
+	if r, err := retention.SweepAll(t.Context(), s, retention.Options{}, 0); err != nil || r.More {
+		t.Fatalf("Sweep: %+v, %v", r, err)
 	}
 }

@@ -208,14 +208,8 @@ func sweepAll(t *testing.T, s *sqlitestore.Store, o ...retention.Options) {
 	if len(o) > 0 {
 		opts = o[0]
 	}
-	for {
-		r, err := s.Sweep(t.Context(), opts)
-		if err != nil {
-			t.Fatalf("Sweep: %v", err)
-		}
-		if !r.More {
-			return
-		}
+	if r, err := retention.SweepAll(t.Context(), s, opts, 0); err != nil || r.More {
+		t.Fatalf("Sweep: %+v, %v", r, err)
 	}
 }
 
