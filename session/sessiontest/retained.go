@@ -22,6 +22,11 @@ type Retained struct {
 	// expire natively (Redis). The case calls it again until the sessions
 	// are gone or its deadline passes.
 	Reclaim func(t *testing.T)
+	// UserState, when set, reports whether the store still keeps a
+	// record of its own for user (a per-user row or index) beyond the
+	// user's sessions. Once every session of a user ended and the store
+	// reclaimed them, it must report false.
+	UserState func(t *testing.T, user string) bool
 }
 
 func needRetained(t *testing.T, tg Target) *Retained {
@@ -130,6 +135,9 @@ func testEndedSessionsLeaveNoState(t *testing.T, tg Target) {
 		}
 	}
 	for u, want := range users {
+		if r.UserState != nil && len(want) == 0 && r.UserState(t, u) {
+			t.Fatalf("every session of user %q ended and was reclaimed, but the store still keeps a record of the user", u)
+		}
 		slices.Sort(want)
 		if got := ids(list(t, tg.Direct, u)); !slices.Equal(got, want) {
 			t.Fatalf("List(%q) after reclaiming = %v, want %v", u, got, want)

@@ -144,8 +144,17 @@ func TestConformance(t *testing.T) {
 					}
 					return n > 0
 				},
-				Dump:     func(t *testing.T) string { return dumpSessions(t, sessDirect) },
-				Retained: &sessiontest.Retained{Reclaim: func(t *testing.T) { sweepAll(t, sessDB, retention.Options{}) }},
+				Dump: func(t *testing.T) string { return dumpSessions(t, sessDirect) },
+				Retained: &sessiontest.Retained{
+					Reclaim: func(t *testing.T) { sweepAll(t, sessDB, retention.Options{}) },
+					UserState: func(t *testing.T, user string) bool {
+						var n int
+						if err := sessDirect.QueryRow(ctxT(t), `SELECT count(*) FROM tenure.session_users WHERE user_id = $1`, user).Scan(&n); err != nil {
+							t.Fatal(err)
+						}
+						return n > 0
+					},
+				},
 			}
 		},
 		// Runs the schedule suite on the shared server, a fresh database
@@ -428,7 +437,16 @@ func TestConformanceSQLDB(t *testing.T) {
 					}
 					return n > 0
 				},
-				Retained: &sessiontest.Retained{Reclaim: func(t *testing.T) { sweepAll(t, sessDB, retention.Options{}) }},
+				Retained: &sessiontest.Retained{
+					Reclaim: func(t *testing.T) { sweepAll(t, sessDB, retention.Options{}) },
+					UserState: func(t *testing.T, user string) bool {
+						var n int
+						if err := sessDirect.QueryRowContext(ctxT(t), `SELECT count(*) FROM tenure.session_users WHERE user_id = $1`, user).Scan(&n); err != nil {
+							t.Fatal(err)
+						}
+						return n > 0
+					},
+				},
 			}
 		},
 		// Runs the TxMiddleware cases on a Store made by NewDB on

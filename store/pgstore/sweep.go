@@ -16,6 +16,8 @@ import (
 type sweepQueries struct {
 	leasesRaise, leasesDrop                                              string
 	waiters, idempotency, sessions, limits, permits, slots, ledger, hist string
+	// usersLock and usersDrop reclaim session_users rows (see sweepUsers).
+	usersLock, usersDrop string
 }
 
 // endedLease is the condition, on a lease row aliased a and c.now, that
@@ -76,6 +78,16 @@ AND r.expires_at <= c.now AND (r.claim_until IS NULL OR r.claim_until <= c.now)`
 		sessions: clock + `DELETE FROM ` + q("sessions") + ` AS s USING c
 WHERE s.id IN (SELECT id FROM ` + q("sessions") + `, c WHERE NOT (idle_until > c.now AND absolute_until > c.now) LIMIT $1)
 AND NOT (s.idle_until > c.now AND s.absolute_until > c.now)`,
+		// $1 limit: locks rows of session_users whose user has no session
+		// row, skipping rows a Create, Rotate or DeleteUser holds.
+		usersLock: `SELECT su.user_id FROM ` + q("session_users") + ` AS su
+WHERE NOT EXISTS (SELECT 1 FROM ` + q("sessions") + ` AS s WHERE s.user_id = su.user_id)
+LIMIT $1 FOR UPDATE OF su SKIP LOCKED`,
+		// $1 the users locked: in a statement of its own, so with a
+		// snapshot taken after the locks were held, it re-checks that each
+		// user still has no session row.
+		usersDrop: `DELETE FROM ` + q("session_users") + ` AS su WHERE su.user_id = ANY($1::text::text[])
+AND NOT EXISTS (SELECT 1 FROM ` + q("sessions") + ` AS s WHERE s.user_id = su.user_id)`,
 		limits: `DELETE FROM ` + q("ratelimits") + ` WHERE key IN (SELECT key FROM ` + q("ratelimits") + `
 	WHERE expires_us <= (extract(epoch FROM clock_timestamp()) * 1000000)::bigint LIMIT $1)
 AND expires_us <= (extract(epoch FROM clock_timestamp()) * 1000000)::bigint`,
@@ -117,7 +129,8 @@ AND NOT EXISTS (SELECT 1 FROM ` + q("schedule_slots") + ` AS s WHERE s.job = h.j
 //   - places in a lease's queue of waiters whose stay ended;
 //   - idempotency records whose retention ended (and whose claim, if any,
 //     expired);
-//   - sessions past their idle or absolute deadline;
+//   - sessions past their idle or absolute deadline, and the per-user
+//     row (session_users) of a user left with no session;
 //   - rate limit state and concurrency permits that expired;
 //   - schedule slot records final for o.ScheduleRetention (default 30
 //     days), except each job's latest, and the ledger rows and attempt
@@ -228,8 +241,47 @@ func (s *Store) Sweep(ctx context.Context, o retention.Options) (retention.Resul
 		if n >= int64(o.Limit) {
 			res.More = true
 		}
+		if k.sql == q.sessions {
+			n, more, err := s.sweepUsers(ctx, q, o.Limit)
+			if err != nil {
+				return res, s.wrap(ctx, "sweep session users", err)
+			}
+			res.Add(retention.Sessions, n)
+			res.More = res.More || more
+		}
 	}
 	return res, nil
+}
+
+// sweepUsers deletes up to limit rows of session_users whose user has no
+// session left. A user's row is the lock that Create, Rotate and DeleteUser
+// serialize on; every statement that adds a session row of a user holds it
+// first. So the sweep locks the rows (skipping those held) and only then,
+// in a second statement with a fresh snapshot, re-checks that no session
+// row exists: a Create that committed before the lock was taken is seen,
+// and one after it waits and then inserts the row anew.
+func (s *Store) sweepUsers(ctx context.Context, q *sweepQueries, limit int) (n int, more bool, err error) {
+	err = s.db.inTx(ctx, func(tx querier) error {
+		var users []string
+		if err := tx.query(ctx, q.usersLock, []any{limit}, func(scan func(dest ...any) error) error {
+			var u string
+			if err := scan(&u); err != nil {
+				return err
+			}
+			users = append(users, u)
+			return nil
+		}); err != nil {
+			return err
+		}
+		more = len(users) >= limit
+		if len(users) == 0 {
+			return nil
+		}
+		d, err := tx.exec(ctx, q.usersDrop, pgArray(users))
+		n = int(d)
+		return err
+	})
+	return n, more, err
 }
 
 // StartSweeper runs Sweep every interval in the background until ctx ends
