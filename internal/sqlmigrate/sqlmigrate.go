@@ -1,9 +1,26 @@
 // Package sqlmigrate reads the numbered migration files of tenure's SQL
-// stores: files named NNNN_name.up.sql in the root of an fs.FS, applied in
-// the order of their numbers, each with a placeholder for the name the
-// store's tables live under (a PostgreSQL schema, an SQLite table prefix).
-// It holds what pgstore and sqlitestore share; each store applies the files
-// itself, under its own lock.
+// stores: pairs of files named NNNN_name.up.sql and NNNN_name.down.sql in
+// the root of an fs.FS, applied in the order of their numbers (down files
+// in the reverse order), each with a placeholder for the name the store's
+// tables live under (a PostgreSQL schema, an SQLite table prefix). It holds
+// what pgstore and sqlitestore share; each store applies the files itself,
+// under its own lock.
+//
+// Migrations are expand-first: an up file adds tables, columns and
+// indexes that the code of the version before ignores, and drops or
+// renames nothing ([Contracting] finds the statements that would), so the
+// code of version N runs on a schema at N or N+1 ([Window]) and a rolling
+// upgrade runs old and new instances side by side.
+//
+// A down file undoes its up file. Where undoing would drop what a
+// guarantee rests on (fences, ledger rows, revocations), it says so in
+// guard comments:
+//
+//	-- tenure:guard fences of released leases
+//	-- tenure:guard-sql SELECT count(*) FROM {{schema}}.fences
+//
+// The query counts the rows that would be lost; a store refuses to run the
+// down file while any guard counts rows, unless forced ([Refusal]).
 package sqlmigrate
 
 import (
@@ -11,11 +28,20 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
 	"testing/fstest"
 )
+
+// Window is how many schema versions above its own the code of a version
+// runs on: code of version N accepts a schema at N or N+1.
+const Window = 1
+
+// ErrDownRefused reports a down migration that would drop rows a guarantee
+// rests on. The error is a *[Refusal] that lists them.
+var ErrDownRefused = errors.New("down migration would lose data a guarantee rests on")
 
 // ErrVersion reports a schema whose recorded version is not the one the
 // store's code knows. The error names both versions.
@@ -31,7 +57,58 @@ type Migration struct {
 	File string
 	// SQL is the file's text with the placeholder still in it.
 	SQL string
+	// DownFile is the name of the down file (NNNN_name.down.sql).
+	DownFile string
+	// Down is the down file's text with the placeholder still in it.
+	Down string
+	// Guards are the down file's guards, in order.
+	Guards []Guard
 }
+
+// Guard is one guard of a down file: what the down migration would lose,
+// and the query that counts it.
+type Guard struct {
+	// What names what would be lost ("fences of released leases").
+	What string `json:"what"`
+	// SQL is a query returning one count, placeholder still in it.
+	SQL string `json:"-"`
+}
+
+// Loss is what a down migration would lose: a guard whose query counted
+// rows.
+type Loss struct {
+	// Version is the migration whose down file has the guard.
+	Version int `json:"version"`
+	// What is the guard's description.
+	What string `json:"what"`
+	// Rows is the count the guard's query returned.
+	Rows int64 `json:"rows"`
+}
+
+// Refusal is the error of a down migration refused for what it would lose.
+// It wraps [ErrDownRefused].
+type Refusal struct {
+	// Store names the store ("pgstore").
+	Store string
+	// Lost lists what would be lost, by version from the newest.
+	Lost []Loss
+}
+
+func (r *Refusal) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: %s:", r.Store, ErrDownRefused)
+	for i, l := range r.Lost {
+		if i > 0 {
+			b.WriteString(";")
+		}
+		fmt.Fprintf(&b, " version %d would drop %d %s", l.Version, l.Rows, l.What)
+	}
+	b.WriteString(" (force it only once nothing depends on them)")
+	return b.String()
+}
+
+// Unwrap returns ErrDownRefused.
+func (r *Refusal) Unwrap() error { return ErrDownRefused }
 
 // Status is what a schema holds compared with the migrations a store's
 // code knows.
@@ -48,19 +125,32 @@ type Status struct {
 	// version table, but the store's tables are there). Migration 1 adopts
 	// them: it creates only what is missing and records version 1.
 	Legacy bool
+	// Compatible reports whether the code runs on the schema as it is:
+	// Current is Latest, or at most [Window] above it.
+	Compatible bool
 }
 
 // Load returns the migrations in the root of fsys, sorted by version. Names
-// must be NNNN_name.up.sql with versions 1, 2, 3, ... and no gaps.
+// must be NNNN_name.up.sql with versions 1, 2, 3, ... and no gaps, each
+// with its NNNN_name.down.sql; a guard comment without its query is an
+// error.
 func Load(fsys fs.FS) ([]Migration, error) {
 	ents, err := fs.ReadDir(fsys, ".")
 	if err != nil {
 		return nil, err
 	}
 	var out []Migration
+	downs := map[string]bool{}
 	for _, e := range ents {
 		name := e.Name()
-		if e.IsDir() || !strings.HasSuffix(name, ".up.sql") {
+		if e.IsDir() {
+			continue
+		}
+		if strings.HasSuffix(name, ".down.sql") {
+			downs[name] = true
+			continue
+		}
+		if !strings.HasSuffix(name, ".up.sql") {
 			continue
 		}
 		num, rest, ok := strings.Cut(strings.TrimSuffix(name, ".up.sql"), "_")
@@ -72,13 +162,57 @@ func Load(fsys fs.FS) ([]Migration, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, Migration{Version: v, Name: rest, File: name, SQL: string(b)})
+		downName := strings.TrimSuffix(name, ".up.sql") + ".down.sql"
+		d, err := fs.ReadFile(fsys, downName)
+		if err != nil {
+			return nil, fmt.Errorf("migration file %q has no down file %q: %w", name, downName, err)
+		}
+		delete(downs, downName)
+		guards, err := parseGuards(string(d))
+		if err != nil {
+			return nil, fmt.Errorf("migration file %q: %w", downName, err)
+		}
+		out = append(out, Migration{Version: v, Name: rest, File: name, SQL: string(b),
+			DownFile: downName, Down: string(d), Guards: guards})
+	}
+	for name := range downs {
+		return nil, fmt.Errorf("migration file %q has no up file", name)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
 	for i, m := range out {
 		if m.Version != i+1 {
 			return nil, fmt.Errorf("migration files: version %d is missing (found %s)", i+1, m.File)
 		}
+	}
+	return out, nil
+}
+
+// parseGuards reads the guard comments of a down file: each
+// "-- tenure:guard WHAT" line followed by its "-- tenure:guard-sql QUERY"
+// line.
+func parseGuards(down string) ([]Guard, error) {
+	var out []Guard
+	var open *Guard
+	for _, line := range strings.Split(down, "\n") {
+		line = strings.TrimSpace(line)
+		if q, ok := strings.CutPrefix(line, "-- tenure:guard-sql "); ok {
+			if open == nil {
+				return nil, fmt.Errorf("guard query %q without a guard before it", q)
+			}
+			open.SQL = strings.TrimSpace(q)
+			out = append(out, *open)
+			open = nil
+			continue
+		}
+		if w, ok := strings.CutPrefix(line, "-- tenure:guard "); ok {
+			if open != nil {
+				return nil, fmt.Errorf("guard %q has no query", open.What)
+			}
+			open = &Guard{What: strings.TrimSpace(w)}
+		}
+	}
+	if open != nil {
+		return nil, fmt.Errorf("guard %q has no query", open.What)
 	}
 	return out, nil
 }
@@ -101,27 +235,30 @@ func Resolve(sql, placeholder, value string) string {
 	return strings.ReplaceAll(sql, placeholder, value)
 }
 
-// FS returns the migrations as an fs.FS of NNNN_name.up.sql files with the
-// placeholder replaced by value, as goose, golang-migrate or atlas apply
-// them.
+// FS returns the migrations as an fs.FS of NNNN_name.up.sql and
+// NNNN_name.down.sql files with the placeholder replaced by value, as
+// golang-migrate or atlas apply them (goose reads the pair joined: the up
+// file's "-- +goose Up" section, then the down file's "-- +goose Down").
 func FS(ms []Migration, placeholder, value string) fs.FS {
 	m := fstest.MapFS{}
 	for _, mg := range ms {
 		m[path.Base(mg.File)] = &fstest.MapFile{Data: []byte(Resolve(mg.SQL, placeholder, value)), Mode: 0o444}
+		m[path.Base(mg.DownFile)] = &fstest.MapFile{Data: []byte(Resolve(mg.Down, placeholder, value)), Mode: 0o444}
 	}
 	return m
 }
 
-// Check returns nil if current is latest, and otherwise an error wrapping
-// ErrVersion that names both versions and what to do. what names the
-// schema (`schema "tenure"`, `tables with prefix "tenure_"`).
+// Check returns nil if current is latest or at most [Window] above it, and
+// otherwise an error wrapping ErrVersion that names both versions and what
+// to do. what names the schema (`schema "tenure"`, `tables with prefix
+// "tenure_"`).
 func Check(store, what string, current, latest int) error {
 	switch {
-	case current == latest:
+	case current >= latest && current <= latest+Window:
 		return nil
 	case current > latest:
-		return fmt.Errorf("%s: %s is at version %d, newer than version %d this tenure knows: %w (upgrade tenure before using this schema)",
-			store, what, current, latest, ErrVersion)
+		return fmt.Errorf("%s: %s is at version %d; this tenure is at version %d and runs on versions %d to %d: %w (upgrade tenure, or migrate down with the newer tenure)",
+			store, what, current, latest, latest, latest+Window, ErrVersion)
 	case current == 0:
 		return fmt.Errorf("%s: %s has no recorded version (version 0), this tenure needs version %d: %w (run Migrate or `tenure migrate up`)",
 			store, what, latest, ErrVersion)
@@ -140,4 +277,50 @@ func Pending(ms []Migration, current int) []Migration {
 		}
 	}
 	return out
+}
+
+// Compatible reports whether code at version latest runs on a schema at
+// current (see [Check]).
+func Compatible(current, latest int) bool {
+	return current >= latest && current <= latest+Window
+}
+
+// DownPlan returns the migrations whose down files take a schema at
+// current to version to, newest first. to must be at least 0 and at most
+// current; a current above the newest migration ms knows is an error (the
+// down files of those versions are not known).
+func DownPlan(ms []Migration, current, to int) ([]Migration, error) {
+	if to < 0 || to > current {
+		return nil, fmt.Errorf("cannot migrate down from version %d to version %d", current, to)
+	}
+	if current > len(ms) {
+		return nil, fmt.Errorf("schema is at version %d, this tenure has the down files up to version %d: %w (migrate down with the tenure that applied it)",
+			current, len(ms), ErrVersion)
+	}
+	var out []Migration
+	for v := current; v > to; v-- {
+		out = append(out, ms[v-1])
+	}
+	return out, nil
+}
+
+// contracting are the statements that take away what the code of the
+// version before reads.
+var contracting = regexp.MustCompile(`(?is)\b(DROP\s+(TABLE|COLUMN|INDEX|FUNCTION|SEQUENCE|SCHEMA|VIEW|TRIGGER)|RENAME\b|ALTER\s+COLUMN\s+\S+\s+(TYPE|SET\s+NOT\s+NULL|SET\s+DATA)|ALTER\s+TABLE\s+\S+\s+DROP\b|TRUNCATE\b|DELETE\s+FROM)`)
+
+// Contracting returns the statements of an up file that are not
+// expand-only (drops, renames, type changes, new NOT NULL constraints on
+// existing columns, deletes), comments left out. An up file for which it
+// returns none keeps the schema readable by the code of the version
+// before.
+func Contracting(sql string) []string {
+	var b strings.Builder
+	for _, line := range strings.Split(sql, "\n") {
+		if i := strings.Index(line, "--"); i >= 0 {
+			line = line[:i]
+		}
+		b.WriteString(line)
+		b.WriteString("\n")
+	}
+	return contracting.FindAllString(b.String(), -1)
 }

@@ -45,10 +45,15 @@
 //	lease_fence_floor(id boolean PRIMARY KEY, fence bigint NOT NULL) -- one row
 //	fences(resource text PRIMARY KEY, fence bigint NOT NULL)
 //
-// [Open] and [OpenDB] check that the schema is at [SchemaVersion] and fail
-// with an error wrapping [ErrSchemaVersion] that names both versions;
-// [New] and [NewDB] do not touch the database ([Store.Check] checks
-// later). No request path migrates. See docs/operations.md.
+// [Open] and [OpenDB] check that the schema is at [SchemaVersion] or up to
+// [SchemaWindow] versions above it (migrations are expand-first, so the
+// instances of the version before keep running while a rolling upgrade
+// migrates) and fail otherwise with an error wrapping [ErrSchemaVersion]
+// that names both versions; [New] and [NewDB] do not touch the database
+// ([Store.Check] checks later). No request path migrates. Every version
+// has a down file (NNNN_name.down.sql): [Store.MigrateDown] runs them for
+// a rollback and refuses, unless forced, to drop what a guarantee rests
+// on (fences, ledger rows, revocations). See docs/operations.md.
 //
 // # Retention
 //

@@ -13,10 +13,11 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/tenurekit/tenure"
 	"github.com/tenurekit/tenure/internal/sqlmigrate"
 )
 
-//go:embed migrations/*.up.sql
+//go:embed migrations/*.sql
 var migrationFiles embed.FS
 
 // migrations are the embedded migration files, in order.
@@ -31,6 +32,26 @@ const SchemaPlaceholder = "{{schema}}"
 // number of the last migration file. A Store refuses (see [Store.Check])
 // a schema at another version.
 var SchemaVersion = len(migrations)
+
+// SchemaWindow is how many versions above [SchemaVersion] a schema may be
+// for this code to run on it: migrations are expand-first (a version adds
+// what the version before ignores and drops nothing), so during a rolling
+// upgrade the instances of the version before run on the schema the new
+// version migrated to.
+const SchemaWindow = sqlmigrate.Window
+
+// ErrDownRefused reports a down migration refused because it would drop
+// data a guarantee rests on (fences, ledger rows, revocations). The error
+// is a *[Refusal] listing what, and nothing changed.
+var ErrDownRefused = sqlmigrate.ErrDownRefused
+
+// Loss is what a down migration would drop: a guard of its down file that
+// counted rows.
+type Loss = sqlmigrate.Loss
+
+// Refusal is the error of [Store.MigrateDown] when it would lose data;
+// it wraps [ErrDownRefused].
+type Refusal = sqlmigrate.Refusal
 
 // ErrSchemaVersion reports a schema whose recorded version is not
 // [SchemaVersion]. The error names both versions.
@@ -73,7 +94,8 @@ func MigrationFiles() fs.FS {
 }
 
 // Open returns a Store on pool (see [New]) after checking that the schema
-// in o is at [SchemaVersion]: a schema older or newer than this code knows,
+// in o is at [SchemaVersion] or up to [SchemaWindow] above it: a schema
+// older than that or newer,
 // or one without tenure's tables, is an error wrapping [ErrSchemaVersion]
 // that names both versions. A nil pool or a bad option is an error
 // wrapping tenure.ErrInvalid, as from New. It does not change the database;
@@ -123,9 +145,11 @@ func migrateLockKey(schema string) int64 {
 // migration files ([Migrations]) create a logged table; a team that
 // applies them with its own tool and wants an unlogged one runs
 // ALTER TABLE <schema>.leases SET UNLOGGED itself. Tables created by tenure before
-// versions were recorded are adopted as version 1. A schema at a version
-// newer than this code knows is refused with an error wrapping
-// [ErrSchemaVersion] that names both versions, and nothing changes.
+// versions were recorded are adopted as version 1. A schema up to
+// [SchemaWindow] versions newer (migrated by a newer tenure during a
+// rolling upgrade) is left as it is; one newer than that is refused with
+// an error wrapping [ErrSchemaVersion] that names both versions, and
+// nothing changes.
 //
 // No other call of the Store migrates: the request paths never change the
 // schema.
@@ -138,7 +162,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if st.Current > st.Latest {
+		if st.Current > st.Latest+SchemaWindow {
 			return s.versionErr(st.Current)
 		}
 		quoted := pgx.Identifier{s.schema}.Sanitize()
@@ -182,7 +206,8 @@ func (s *Store) MigrationStatus(ctx context.Context) (MigrationStatus, error) {
 	return st, nil
 }
 
-// Check returns nil if the schema is at [SchemaVersion] and its leases
+// Check returns nil if the schema is at [SchemaVersion] (or up to
+// [SchemaWindow] versions above it) and its leases
 // table is UNLOGGED exactly when Options.UnloggedLeases says so. A schema
 // at another version is an error wrapping [ErrSchemaVersion] that names the
 // schema's version and the one this code needs (a schema without tenure's
@@ -266,5 +291,99 @@ func (s *Store) status(ctx context.Context, q querier) (MigrationStatus, error) 
 		st.Legacy = true
 	}
 	st.Pending = sqlmigrate.Pending(migrations, st.Current)
+	st.Compatible = sqlmigrate.Compatible(st.Current, st.Latest)
 	return st, nil
+}
+
+// MigrateDownPlan returns the migrations [Store.MigrateDown] would undo to
+// take the schema to version to, newest first, and what their down files'
+// guards count that would be lost. It only reads.
+func (s *Store) MigrateDownPlan(ctx context.Context, to int) ([]Migration, []Loss, error) {
+	var plan []Migration
+	var lost []Loss
+	err := s.db.inTx(ctx, func(tx querier) error {
+		var err error
+		plan, lost, err = s.downPlan(ctx, tx, to)
+		return err
+	})
+	if err != nil {
+		return nil, nil, s.downErr(ctx, err)
+	}
+	return plan, lost, nil
+}
+
+// MigrateDown takes the schema down to version to (0: no tenure tables
+// left), running the down files of the versions above it, newest first, in
+// one transaction under the same advisory lock as [Store.Migrate]. Before
+// it changes anything it runs the guards of those down files; if any
+// counts rows a guarantee rests on (fences, ledger rows, revocations), it
+// returns a *[Refusal] wrapping [ErrDownRefused] that lists them and
+// changes nothing, unless force is set. It returns what the guards
+// counted (what a forced run dropped). A to below 0 or above the schema's
+// version is an error wrapping tenure.ErrInvalid.
+//
+// Run it with the newer tenure before starting the older one: the down
+// files of a version are in the code that applied it.
+func (s *Store) MigrateDown(ctx context.Context, to int, force bool) ([]Loss, error) {
+	var lost []Loss
+	err := s.db.inTx(ctx, func(tx querier) error {
+		if _, err := tx.exec(ctx, `SELECT pg_advisory_xact_lock($1)`, migrateLockKey(s.schema)); err != nil {
+			return err
+		}
+		plan, l, err := s.downPlan(ctx, tx, to)
+		if err != nil {
+			return err
+		}
+		lost = l
+		if len(lost) > 0 && !force {
+			return &Refusal{Store: "pgstore", Lost: lost}
+		}
+		quoted := pgx.Identifier{s.schema}.Sanitize()
+		for _, m := range plan {
+			if _, err := tx.exec(ctx, sqlmigrate.Resolve(m.Down, SchemaPlaceholder, quoted)); err != nil {
+				return fmt.Errorf("migration %s: %w", m.DownFile, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return lost, s.downErr(ctx, err)
+	}
+	return lost, nil
+}
+
+func (s *Store) downErr(ctx context.Context, err error) error {
+	if errors.Is(err, ErrDownRefused) || errors.Is(err, ErrSchemaVersion) || errors.Is(err, tenure.ErrInvalid) {
+		return err
+	}
+	return s.wrap(ctx, "migrate down schema "+s.schema, err)
+}
+
+// downPlan is the plan of MigrateDown and what its guards count.
+func (s *Store) downPlan(ctx context.Context, q querier, to int) ([]Migration, []Loss, error) {
+	st, err := s.status(ctx, q)
+	if err != nil {
+		return nil, nil, err
+	}
+	if to < 0 || to > st.Current {
+		return nil, nil, fmt.Errorf("pgstore: migrate down to version %d: schema %q is at version %d: %w", to, s.schema, st.Current, tenure.ErrInvalid)
+	}
+	plan, err := sqlmigrate.DownPlan(migrations, st.Current, to)
+	if err != nil {
+		return nil, nil, fmt.Errorf("pgstore: schema %q: %w", s.schema, err)
+	}
+	quoted := pgx.Identifier{s.schema}.Sanitize()
+	var lost []Loss
+	for _, m := range plan {
+		for _, g := range m.Guards {
+			var n int64
+			if err := q.queryRow(ctx, sqlmigrate.Resolve(g.SQL, SchemaPlaceholder, quoted), nil, &n); err != nil {
+				return nil, nil, fmt.Errorf("guard %q of %s: %w", g.What, m.DownFile, err)
+			}
+			if n > 0 {
+				lost = append(lost, Loss{Version: m.Version, What: g.What, Rows: n})
+			}
+		}
+	}
+	return plan, lost, nil
 }

@@ -28,9 +28,15 @@
 // default (the file's tenure tables are tenure's own), in one immediate
 // transaction, so several processes opening a file at once apply each once;
 // [New] only checks the version unless Options.Migrate is MigrateApply.
-// Tables at another version than [SchemaVersion] are refused with an error
-// wrapping [ErrSchemaVersion] that names both versions; tables created
-// before versions were recorded are adopted as version 1, their rows kept.
+// Tables at [SchemaVersion] or up to [SchemaWindow] versions above it are
+// accepted (migrations are expand-first, so the instances of the version
+// before keep running while a rolling upgrade migrates); tables at another
+// version are refused with an error wrapping [ErrSchemaVersion] that names
+// both versions; tables created before versions were recorded are adopted
+// as version 1, their rows kept. Every version has a down file
+// (NNNN_name.down.sql): [Store.MigrateDown] runs them for a rollback and
+// refuses, unless forced, to drop what a guarantee rests on (fences,
+// ledger rows, idempotency records).
 // [Migrations] returns the files resolved for a prefix, for other
 // migration tools. The lease tables:
 //

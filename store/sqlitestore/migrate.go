@@ -4,13 +4,15 @@ import (
 	"context"
 	"database/sql"
 	"embed"
+	"errors"
 	"fmt"
 	"io/fs"
 
+	"github.com/tenurekit/tenure"
 	"github.com/tenurekit/tenure/internal/sqlmigrate"
 )
 
-//go:embed migrations/*.up.sql
+//go:embed migrations/*.sql
 var migrationFiles embed.FS
 
 // migrations are the embedded migration files, in order.
@@ -24,6 +26,26 @@ const PrefixPlaceholder = "{{prefix}}"
 // SchemaVersion is the version of the tables this Store's code uses: the
 // number of the last migration file.
 var SchemaVersion = len(migrations)
+
+// SchemaWindow is how many versions above [SchemaVersion] a schema may be
+// for this code to run on it: migrations are expand-first (a version adds
+// what the version before ignores and drops nothing), so during a rolling
+// upgrade the instances of the version before run on the schema the new
+// version migrated to.
+const SchemaWindow = sqlmigrate.Window
+
+// ErrDownRefused reports a down migration refused because it would drop
+// data a guarantee rests on (fences, ledger rows, revocations). The error
+// is a *[Refusal] listing what, and nothing changed.
+var ErrDownRefused = sqlmigrate.ErrDownRefused
+
+// Loss is what a down migration would drop: a guard of its down file that
+// counted rows.
+type Loss = sqlmigrate.Loss
+
+// Refusal is the error of [Store.MigrateDown] when it would lose data;
+// it wraps [ErrDownRefused].
+type Refusal = sqlmigrate.Refusal
 
 // ErrSchemaVersion reports tables whose recorded version is not
 // [SchemaVersion]. The error names both versions.
@@ -105,18 +127,44 @@ func (s *Store) openMigrate(ctx context.Context, mode MigrateMode, owned bool) e
 // order, in one immediate transaction (it takes SQLite's write lock at
 // BEGIN, so several processes migrating one file at once apply each
 // migration once), and keeps the rows of existing tables. Tables created by
-// tenure before versions were recorded are adopted as version 1. Tables at
-// a version newer than this code knows are refused with an error wrapping
-// [ErrSchemaVersion] that names both versions, and nothing changes. No
+// tenure before versions were recorded are adopted as version 1. Tables up
+// to [SchemaWindow] versions newer (migrated by a newer tenure during a
+// rolling upgrade) are left as they are; newer than that is refused with
+// an error wrapping [ErrSchemaVersion] that names both versions, and
+// nothing changes. No
 // request path migrates.
 func (s *Store) Migrate(ctx context.Context) error {
+	err := s.immediate(ctx, func(conn *sql.Conn) error {
+		st, err := s.status(ctx, conn)
+		if err != nil {
+			return err
+		}
+		if st.Current > st.Latest+SchemaWindow {
+			return s.versionErr(st.Current)
+		}
+		for _, m := range st.Pending {
+			if _, err := conn.ExecContext(ctx, sqlmigrate.Resolve(m.SQL, PrefixPlaceholder, s.q.prefix)); err != nil {
+				return fmt.Errorf("migration %s: %w", m.File, err)
+			}
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, ErrSchemaVersion) {
+		return fmt.Errorf("sqlitestore: migrate: %w", err)
+	}
+	return err
+}
+
+// immediate runs fn in one immediate transaction (SQLite's write lock
+// taken at BEGIN) on one connection, and commits if fn returns nil.
+func (s *Store) immediate(ctx context.Context, fn func(conn *sql.Conn) error) error {
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
-		return fmt.Errorf("sqlitestore: migrate: %w", err)
+		return err
 	}
 	defer conn.Close()
 	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
-		return fmt.Errorf("sqlitestore: migrate: %w", err)
+		return err
 	}
 	committed := false
 	defer func() {
@@ -124,23 +172,87 @@ func (s *Store) Migrate(ctx context.Context) error {
 			conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
 		}
 	}()
-	st, err := s.status(ctx, conn)
-	if err != nil {
-		return fmt.Errorf("sqlitestore: migrate: %w", err)
-	}
-	if st.Current > st.Latest {
-		return s.versionErr(st.Current)
-	}
-	for _, m := range st.Pending {
-		if _, err := conn.ExecContext(ctx, sqlmigrate.Resolve(m.SQL, PrefixPlaceholder, s.q.prefix)); err != nil {
-			return fmt.Errorf("sqlitestore: migration %s: %w", m.File, err)
-		}
+	if err := fn(conn); err != nil {
+		return err
 	}
 	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
-		return fmt.Errorf("sqlitestore: migrate: %w", err)
+		return err
 	}
 	committed = true
 	return nil
+}
+
+// MigrateDownPlan returns the migrations [Store.MigrateDown] would undo to
+// take the tables to version to, newest first, and what their down files'
+// guards count that would be lost. It only reads.
+func (s *Store) MigrateDownPlan(ctx context.Context, to int) ([]Migration, []Loss, error) {
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("sqlitestore: migrate down: %w", err)
+	}
+	defer conn.Close()
+	return s.downPlan(ctx, conn, to)
+}
+
+// MigrateDown takes the tables down to version to (0: no tenure tables
+// left), running the down files of the versions above it, newest first, in
+// one immediate transaction. Before it changes anything it runs the guards
+// of those down files; if any counts rows a guarantee rests on (fences,
+// ledger rows, idempotency records), it returns a *[Refusal] wrapping
+// [ErrDownRefused] that lists them and changes nothing, unless force is
+// set. It returns what the guards counted (what a forced run dropped). A
+// to below 0 or above the tables' version is an error wrapping
+// tenure.ErrInvalid.
+//
+// Run it with the newer tenure before starting the older one: the down
+// files of a version are in the code that applied it.
+func (s *Store) MigrateDown(ctx context.Context, to int, force bool) ([]Loss, error) {
+	var lost []Loss
+	err := s.immediate(ctx, func(conn *sql.Conn) error {
+		plan, l, err := s.downPlan(ctx, conn, to)
+		if err != nil {
+			return err
+		}
+		lost = l
+		if len(lost) > 0 && !force {
+			return &Refusal{Store: "sqlitestore", Lost: lost}
+		}
+		for _, m := range plan {
+			if _, err := conn.ExecContext(ctx, sqlmigrate.Resolve(m.Down, PrefixPlaceholder, s.q.prefix)); err != nil {
+				return fmt.Errorf("sqlitestore: migration %s: %w", m.DownFile, err)
+			}
+		}
+		return nil
+	})
+	return lost, err
+}
+
+// downPlan is the plan of MigrateDown and what its guards count.
+func (s *Store) downPlan(ctx context.Context, conn *sql.Conn, to int) ([]Migration, []Loss, error) {
+	st, err := s.status(ctx, conn)
+	if err != nil {
+		return nil, nil, fmt.Errorf("sqlitestore: migrate down: %w", err)
+	}
+	if to < 0 || to > st.Current {
+		return nil, nil, fmt.Errorf("sqlitestore: migrate down to version %d: tables with prefix %q are at version %d: %w", to, s.q.prefix, st.Current, tenure.ErrInvalid)
+	}
+	plan, err := sqlmigrate.DownPlan(migrations, st.Current, to)
+	if err != nil {
+		return nil, nil, fmt.Errorf("sqlitestore: tables with prefix %q: %w", s.q.prefix, err)
+	}
+	var lost []Loss
+	for _, m := range plan {
+		for _, g := range m.Guards {
+			var n int64
+			if err := conn.QueryRowContext(ctx, sqlmigrate.Resolve(g.SQL, PrefixPlaceholder, s.q.prefix)).Scan(&n); err != nil {
+				return nil, nil, fmt.Errorf("sqlitestore: guard %q of %s: %w", g.What, m.DownFile, err)
+			}
+			if n > 0 {
+				lost = append(lost, Loss{Version: m.Version, What: g.What, Rows: n})
+			}
+		}
+	}
+	return plan, lost, nil
 }
 
 func (s *Store) versionErr(current int) error {
@@ -157,7 +269,8 @@ func (s *Store) MigrationStatus(ctx context.Context) (MigrationStatus, error) {
 	return st, nil
 }
 
-// Check returns nil if the tables are at [SchemaVersion], and otherwise an
+// Check returns nil if the tables are at [SchemaVersion] or up to
+// [SchemaWindow] versions above it, and otherwise an
 // error wrapping [ErrSchemaVersion] that names the recorded version and
 // the one this code needs (no tenure tables: version 0). It only reads.
 func (s *Store) Check(ctx context.Context) error {
@@ -204,5 +317,6 @@ func (s *Store) status(ctx context.Context, q statusQueryer) (MigrationStatus, e
 		st.Legacy = true
 	}
 	st.Pending = sqlmigrate.Pending(migrations, st.Current)
+	st.Compatible = sqlmigrate.Compatible(st.Current, st.Latest)
 	return st, nil
 }
