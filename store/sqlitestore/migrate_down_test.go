@@ -148,7 +148,7 @@ func TestMigrateDownGuards(t *testing.T) {
 
 	// The fence floor may go while it is below the clock, not when it is
 	// ahead of it.
-	ahead := time.Now().Add(24*time.Hour).UnixMicro()
+	ahead := time.Now().Add(24 * time.Hour).UnixMicro()
 	if _, err := db.ExecContext(ctx, `UPDATE tenure_lease_fence_floor SET fence = ?1`, ahead); err != nil {
 		t.Fatal(err)
 	}
@@ -254,4 +254,3 @@ func TestMigrationsAreExpandOnly(t *testing.T) {
 		}
 	}
 }
-
