@@ -26,6 +26,8 @@ import (
 type migrator interface {
 	MigrationStatus(ctx context.Context) (pgstore.MigrationStatus, error)
 	Migrate(ctx context.Context) error
+	MigrateDown(ctx context.Context, to int, force bool) ([]pgstore.Loss, error)
+	MigrateDownPlan(ctx context.Context, to int) ([]pgstore.Migration, []pgstore.Loss, error)
 }
 
 // migrateFlags are the flags of tenure migrate.
@@ -43,8 +45,17 @@ knows, naming both; these commands report and apply the versions.
   tenure migrate status   the recorded version and the pending migrations
   tenure migrate up       apply the pending migrations, in order, once, under
                           a lock (safe from several processes at once)
+  tenure migrate down     undo migrations for a rollback (--to N, --dry-run);
+                          refused when it would drop fences, ledger rows or
+                          revocations, unless --force
   tenure migrate sql      print the migration files resolved for --schema or
                           --prefix, for goose, golang-migrate, atlas or psql
+
+Migrations are expand-first: a tenure runs on the schema of its own version
+and of the next one, so a rolling upgrade migrates up first and then
+replaces the instances, old and new serving side by side meanwhile. A
+rollback runs the newer tenure's migrate down first, then starts the older
+tenure.
 
 --store selects the store:
   (none)                the embedded default: tenure.db in --data-dir
@@ -52,9 +63,9 @@ knows, naming both; these commands report and apply the versions.
   postgres://…          PostgreSQL (--schema, default "tenure")
 Redis, etcd and memory keep no versioned schema: there is nothing to migrate.
 
-Exit status: 0 on success (status: also when migrations are pending), 2 on
-bad input, a store that cannot be reached, or a version this tenure does not
-know.`
+Exit status: 0 on success (status: also when migrations are pending), 1
+when migrate down is refused for what it would drop, 2 on bad input, a store
+that cannot be reached, or a version this tenure does not know.`
 
 func newMigrate() *cobra.Command {
 	var f migrateFlags
@@ -110,7 +121,39 @@ func newMigrate() *cobra.Command {
 			})
 		},
 	})
+	var down downFlags
+	downCmd := &cobra.Command{
+		Use:   "down",
+		Short: "Undo migrations for a rollback (refused when it would drop what a guarantee rests on)",
+		Long: `Runs the down files of the versions above --to (default: one version below
+the schema's), newest first, in one transaction under the migration lock.
+Run it with the tenure that applied those versions (its down files are in
+it), before starting the older tenure.
+
+Before it changes anything it counts what each down file would drop that a
+guarantee rests on: lease rows and their fences, fence guard rows, the
+fence floor when it is ahead of the clock, idempotency records, ledger rows
+of completed schedule slots, revocations of users' sessions. If any is
+there it is refused (exit status 1), naming them, and nothing changes;
+--force runs it anyway. --dry-run prints the plan and the counts and
+changes nothing.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cmd.Flags().Changed("to") && down.to < 0 {
+				return exitErr{code: 2, err: fmt.Errorf("--to must be 0 or more, got %d", down.to)}
+			}
+			return f.with(cmd, false, func(ctx context.Context, kind storeurl.Kind, m migrator) error {
+				return runDown(ctx, cmd, kind, f.json, &down, m)
+			})
+		},
+	}
+	downCmd.Flags().IntVar(&down.to, "to", 0, "the version to go down to (default: one below the schema's; 0: no tenure tables)")
+	downCmd.Flags().BoolVar(&down.dryRun, "dry-run", false, "print what would be undone and dropped, change nothing")
+	downCmd.Flags().BoolVar(&down.force, "force", false, "run even when it drops what a guarantee rests on")
+	cmd.AddCommand(downCmd)
+
 	var out string
+	var downFiles bool
 	sqlCmd := &cobra.Command{
 		Use:   "sql",
 		Short: "Print the migration files resolved for --schema (PostgreSQL) or --prefix (SQLite)",
@@ -118,7 +161,10 @@ func newMigrate() *cobra.Command {
 table prefix (SQLite) filled in, for teams that apply schema changes with
 their own tool or a role with DDL rights. Each file ends with the statement
 that records its version, so a service started afterwards accepts the
-schema. --out DIR writes the files (NNNN_name.up.sql) into DIR instead.
+schema. --down prints the down files instead, newest first (each ends with
+the statement that removes its version). --out DIR writes both, as
+NNNN_name.up.sql and NNNN_name.down.sql, into DIR instead (golang-migrate's
+layout; goose reads each pair joined, up then down).
 The engine follows --store (postgres://… or sqlite:…; the default is the
 embedded SQLite store); nothing is read from the store.`,
 		Args: cobra.NoArgs,
@@ -139,22 +185,36 @@ embedded SQLite store); nothing is read from the store.`,
 			if err != nil {
 				return exitErr{code: 2, err: err}
 			}
-			return writeMigrations(cmd.OutOrStdout(), fsys, out)
+			if downFiles && out != "" {
+				return exitErr{code: 2, err: errors.New("--down prints the down files; --out writes both the up and the down files: use one")}
+			}
+			return writeMigrations(cmd.OutOrStdout(), fsys, out, downFiles)
 		},
 	}
-	sqlCmd.Flags().StringVar(&out, "out", "", "write the files into this directory instead of printing them")
+	sqlCmd.Flags().StringVar(&out, "out", "", "write the up and down files into this directory instead of printing them")
+	sqlCmd.Flags().BoolVar(&downFiles, "down", false, "print the down files, newest first")
 	cmd.AddCommand(sqlCmd)
 	return cmd
 }
 
-// writeMigrations prints the files of fsys in order, or writes them into
-// dir.
-func writeMigrations(w io.Writer, fsys fs.FS, dir string) error {
-	names, err := fs.Glob(fsys, "*.up.sql")
+// writeMigrations prints the up files of fsys in order (down: the down
+// files, newest first), or writes every file into dir.
+func writeMigrations(w io.Writer, fsys fs.FS, dir string, down bool) error {
+	pattern := "*.up.sql"
+	if down {
+		pattern = "*.down.sql"
+	}
+	if dir != "" {
+		pattern = "*.sql"
+	}
+	names, err := fs.Glob(fsys, pattern)
 	if err != nil {
 		return err
 	}
 	slices.Sort(names)
+	if down {
+		slices.Reverse(names)
+	}
 	if dir != "" {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return exitErr{code: 2, err: err}
@@ -184,10 +244,12 @@ type statusOut struct {
 	Applied []int    `json:"applied"`
 	Pending []string `json:"pending"`
 	Legacy  bool     `json:"unversioned_tables,omitempty"`
+	// Compatible is whether this tenure runs on the schema as it is.
+	Compatible bool `json:"compatible"`
 }
 
 func emitStatus(w io.Writer, asJSON bool, kind storeurl.Kind, st pgstore.MigrationStatus) error {
-	o := statusOut{Store: string(kind), Current: st.Current, Latest: st.Latest, Applied: st.Applied, Pending: []string{}, Legacy: st.Legacy}
+	o := statusOut{Store: string(kind), Current: st.Current, Latest: st.Latest, Applied: st.Applied, Pending: []string{}, Legacy: st.Legacy, Compatible: st.Compatible}
 	if o.Applied == nil {
 		o.Applied = []int{}
 	}
@@ -202,8 +264,10 @@ func emitStatus(w io.Writer, asJSON bool, kind storeurl.Kind, st pgstore.Migrati
 			fmt.Fprintf(tw, "pending:\t%s\n", m.File)
 		}
 		switch {
+		case st.Current > st.Latest && st.Compatible:
+			fmt.Fprintf(tw, "the schema is at version %d, one newer than this tenure's (version %d): this tenure runs on it; the newer tenure's `migrate down` rolls it back\n", st.Current, st.Latest)
 		case st.Current > st.Latest:
-			fmt.Fprintf(tw, "the schema is newer (version %d) than this tenure knows (version %d): upgrade tenure\n", st.Current, st.Latest)
+			fmt.Fprintf(tw, "the schema is newer (version %d) than this tenure runs on (versions %d to %d): upgrade tenure\n", st.Current, st.Latest, st.Latest+pgstore.SchemaWindow)
 		case st.Legacy:
 			fmt.Fprintf(tw, "tables created before versions were recorded: `tenure migrate up` adopts them as version 1 and applies the rest\n")
 		}
@@ -276,6 +340,92 @@ func (f *migrateFlags) with(cmd *cobra.Command, create bool, fn func(ctx context
 			return err
 		}
 		return exitErr{code: 2, err: err}
+	}
+	return nil
+}
+
+// downFlags are the flags of tenure migrate down.
+type downFlags struct {
+	to            int
+	dryRun, force bool
+}
+
+type downOut struct {
+	Store   string         `json:"store"`
+	From    int            `json:"from"`
+	To      int            `json:"to"`
+	Undo    []string       `json:"undo"`
+	Lost    []pgstore.Loss `json:"would_drop"`
+	DryRun  bool           `json:"dry_run,omitempty"`
+	Refused bool           `json:"refused,omitempty"`
+	Forced  bool           `json:"forced,omitempty"`
+}
+
+// runDown is tenure migrate down.
+func runDown(ctx context.Context, cmd *cobra.Command, kind storeurl.Kind, asJSON bool, d *downFlags, m migrator) error {
+	st, err := m.MigrationStatus(ctx)
+	if err != nil {
+		return err
+	}
+	to := st.Current - 1
+	if cmd.Flags().Changed("to") {
+		to = d.to
+	}
+	if st.Current == 0 {
+		return exitErr{code: 2, err: errors.New("the store has no tenure tables: nothing to migrate down")}
+	}
+	if to > st.Current || to < 0 {
+		return exitErr{code: 2, err: fmt.Errorf("--to %d: the schema is at version %d; give a version from 0 to %d", to, st.Current, st.Current-1)}
+	}
+	plan, lost, err := m.MigrateDownPlan(ctx, to)
+	if err != nil {
+		return err
+	}
+	o := downOut{Store: string(kind), From: st.Current, To: to, Undo: []string{}, Lost: lost, DryRun: d.dryRun}
+	if o.Lost == nil {
+		o.Lost = []pgstore.Loss{}
+	}
+	for _, mg := range plan {
+		o.Undo = append(o.Undo, mg.DownFile)
+	}
+	w := cmd.OutOrStdout()
+	var refusal error
+	if !d.dryRun {
+		if _, err := m.MigrateDown(ctx, to, d.force); err != nil {
+			if !errors.Is(err, pgstore.ErrDownRefused) {
+				return err
+			}
+			o.Refused, refusal = true, err
+		} else {
+			o.Forced = d.force && len(lost) > 0
+		}
+	}
+	if asJSON {
+		if err := (&opsFlags{json: true}).emit(w, o, nil); err != nil {
+			return err
+		}
+	} else {
+		verb := "undid"
+		switch {
+		case d.dryRun:
+			verb = "would undo"
+		case o.Refused:
+			verb = "refused to undo"
+		}
+		fmt.Fprintf(w, "%s %d migrations (version %d to %d)\n", verb, len(plan), st.Current, to)
+		for _, mg := range plan {
+			fmt.Fprintf(w, "  %s\n", mg.DownFile)
+		}
+		for _, l := range lost {
+			what := "would drop"
+			if o.Forced {
+				what = "dropped"
+			}
+			fmt.Fprintf(w, "  version %d %s %d %s\n", l.Version, what, l.Rows, l.What)
+		}
+	}
+	if refusal != nil {
+		return exitErr{code: 1, err: fmt.Errorf("%w; --dry-run shows the plan, --force runs it anyway", refusal)}
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"database/sql"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -110,8 +111,76 @@ func TestMigrateSQLCommand(t *testing.T) {
 	if err != nil || !strings.Contains(string(b), `"app_leases"`) {
 		t.Fatalf("written file: %v\n%.300s", err, b)
 	}
+	if _, err := os.Stat(filepath.Join(dir, "0001_initial.down.sql")); err != nil {
+		t.Fatalf("--out wrote no down file: %v", err)
+	}
+	out, err = run("migrate", "sql", "--store", "postgres://localhost/x", "--down")
+	if err != nil || !strings.HasPrefix(out, "-- file: "+fmtDown(pgstore.SchemaVersion)) || strings.Contains(out, ".up.sql") {
+		t.Fatalf("migrate sql --down: %v\n%.300s", err, out)
+	}
 	if _, err := run("migrate", "sql", "--store", "postgres://localhost/x", "--schema", "Bad-Name"); err == nil {
 		t.Fatal("a bad schema name was accepted")
+	}
+}
+
+// migrate down undoes one version by default, prints the plan on
+// --dry-run without changing anything, is refused (exit 1, nothing
+// changed) when it would drop what a guarantee rests on, and runs with
+// --force.
+func TestMigrateDownCommand(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "app.db")
+	store := "sqlite:" + path
+	var st statusOut
+	if code := runJSON(t, &st, "migrate", "up", "--store", store); code != 0 {
+		t.Fatalf("up: exit %d", code)
+	}
+	latest := sqlitestore.SchemaVersion
+	var d downOut
+	if code := runJSON(t, &d, "migrate", "down", "--store", store, "--dry-run"); code != 0 || !d.DryRun || d.From != latest || d.To != latest-1 || len(d.Undo) != 1 {
+		t.Fatalf("down --dry-run: exit %d, %+v", code, d)
+	}
+	if code := runJSON(t, &st, "migrate", "status", "--store", store); code != 0 || st.Current != latest {
+		t.Fatalf("after a dry run: %+v", st)
+	}
+	out, err := run("migrate", "down", "--store", store)
+	if err != nil || !strings.Contains(out, "undid 1 migrations (version "+strconv.Itoa(latest)+" to "+strconv.Itoa(latest-1)+")") {
+		t.Fatalf("down: %v\n%s", err, out)
+	}
+	if code := runJSON(t, &st, "migrate", "status", "--store", store); code != 0 || st.Current != latest-1 || len(st.Pending) != 1 {
+		t.Fatalf("after down: %+v", st)
+	}
+	if _, err := run("migrate", "up", "--store", store); err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("sqlite", sqlitestore.DSN(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec(`INSERT INTO tenure_fences (resource, fence) VALUES ('orders', 7)`); err != nil {
+		t.Fatal(err)
+	}
+	out, err = run("migrate", "down", "--store", store, "--to", "0")
+	var e exitErr
+	if !errors.As(err, &e) || e.code != 1 || !strings.Contains(err.Error(), "version 1 would drop 1 fence guard rows") ||
+		!strings.Contains(out, "refused to undo") {
+		t.Fatalf("down --to 0 with a fence row: %v\n%s", err, out)
+	}
+	if code := runJSON(t, &st, "migrate", "status", "--store", store); code != 0 || st.Current != latest {
+		t.Fatalf("after a refused down: %+v", st)
+	}
+	for _, args := range [][]string{{"--to", "-1"}, {"--to", strconv.Itoa(latest + 1)}} {
+		_, err := run(append([]string{"migrate", "down", "--store", store}, args...)...)
+		if !errors.As(err, &e) || e.code != 2 {
+			t.Fatalf("down %v: %v, want exit 2", args, err)
+		}
+	}
+	if code := runJSON(t, &d, "migrate", "down", "--store", store, "--to", "0", "--force"); code != 0 || !d.Forced || len(d.Lost) != 1 {
+		t.Fatalf("down --force: exit %d, %+v", code, d)
+	}
+	var n int
+	if err := db.QueryRow(`SELECT count(*) FROM sqlite_master WHERE name LIKE 'tenure_%'`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("tables left after down --to 0 --force: %d, %v", n, err)
 	}
 }
 
@@ -138,4 +207,9 @@ func TestDoctorReportsSchemaVersion(t *testing.T) {
 	if f := finding(rep, "schema"); f.Status != doctor.Unsafe || !strings.Contains(f.Detail, "version 99") {
 		t.Fatalf("schema finding on a newer file: %+v", f)
 	}
+}
+
+// fmtDown is the name prefix of version v's down file.
+func fmtDown(v int) string {
+	return fmt.Sprintf("%04d_", v)
 }
