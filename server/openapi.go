@@ -49,7 +49,7 @@ func buildOpenAPI() []byte {
 		return map[string]any{"get": map[string]any{"operationId": id, "summary": summary, "security": []any{},
 			"responses": map[string]any{"200": map[string]any{"description": "ok", "content": map[string]any{ct: map[string]any{"schema": map[string]any{"type": typ}}}}}}}
 	}
-	paths["/healthz"] = plain("health", "The process is up.", "text/plain", "string")
+	paths["/healthz"] = plain("health", "The process is up: \"ok\", then the server's version when it was given one.", "text/plain", "string")
 	paths["/readyz"] = plain("ready", "The store answers (503 when it does not).", "text/plain", "string")
 	paths["/readyz"]["get"].(map[string]any)["responses"].(map[string]any)["503"] = map[string]any{"description": "the store does not answer"}
 	paths["/metrics"] = plain("metrics", "tenure's metrics in the Prometheus text format.", "text/plain", "string")

@@ -115,6 +115,11 @@ type Options struct {
 	// DashboardCookieName without it, since a browser drops a Secure
 	// cookie set over plain HTTP. Default false.
 	HTTPS bool
+	// Version, when set, is printed by /healthz after "ok" (tenure serve
+	// passes its version, schema versions and Redis script set), so that
+	// a probe or an operator sees which build answers. Default "": /healthz
+	// prints only "ok".
+	Version string
 }
 
 // Server is tenure's HTTP API. It is an http.Handler.
@@ -228,9 +233,13 @@ func New(st Stores, o *Options) (*Server, error) {
 	if err := s.mountDashboard(ui, opt); err != nil {
 		return nil, err
 	}
+	health := "ok\n"
+	if opt.Version != "" {
+		health = "ok " + opt.Version + "\n"
+	}
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		io.WriteString(w, "ok\n")
+		io.WriteString(w, health)
 	})
 	s.mux.HandleFunc("GET /readyz", s.readyz)
 	s.mux.HandleFunc("GET /v1/openapi.json", func(w http.ResponseWriter, r *http.Request) {

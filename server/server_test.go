@@ -203,6 +203,25 @@ func TestUnauthenticatedEndpoints(t *testing.T) {
 	problem(t, st, b, h, 404, serveapi.TypeNotFound)
 }
 
+// /healthz prints "ok", then Options.Version when it is set.
+func TestHealthzVersion(t *testing.T) {
+	for _, c := range []struct{ version, want string }{
+		{"", "ok\n"},
+		{"tenure v0.4.0 (schema 5, scripts 4f6e969e1404)", "ok tenure v0.4.0 (schema 5, scripts 4f6e969e1404)\n"},
+	} {
+		_, st := memStores(t)
+		srv, err := server.New(st, &server.Options{Version: c.version, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := httptest.NewRecorder()
+		srv.ServeHTTP(rec, httptest.NewRequest("GET", "/healthz", nil))
+		if rec.Code != 200 || rec.Body.String() != c.want || !strings.HasPrefix(rec.Header().Get("Content-Type"), "text/plain") {
+			t.Errorf("Version %q: %d %q (%s), want 200 %q", c.version, rec.Code, rec.Body, rec.Header().Get("Content-Type"), c.want)
+		}
+	}
+}
+
 func TestBadInputWritesNothing(t *testing.T) {
 	e := newEnv(t, nil)
 	cases := []struct {

@@ -44,6 +44,10 @@ func newDoctor() *cobra.Command {
               sqlite:PATH is checked as tenure opens it, sqlite:PATH?PARAMS
               with your DSN parameters; the file is never created
 
+The report's first line names the store and this tenure's version; --json
+gives the version as its "version" member, the object tenure version --json
+prints.
+
 Exit status: 0 when nothing is unsafe (warnings included), 1 when something
 is unsafe, 2 when the store could not be reached or asked.`,
 		Args: cobra.NoArgs,
@@ -60,12 +64,14 @@ is unsafe, 2 when the store could not be reached or asked.`,
 			ctx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
 			rep, err := doctor.Run(ctx, spec, &doctor.Options{MaxClockOffset: maxOffset, Schema: schema})
+			ver := currentVersion()
 			if asJSON {
 				out := struct {
 					doctor.Report
-					Unsafe bool   `json:"unsafe"`
-					Error  string `json:"error,omitempty"`
-				}{Report: rep, Unsafe: rep.Unsafe()}
+					Unsafe  bool        `json:"unsafe"`
+					Error   string      `json:"error,omitempty"`
+					Version versionInfo `json:"version"`
+				}{Report: rep, Unsafe: rep.Unsafe(), Version: ver}
 				if err != nil {
 					out.Error = err.Error()
 				}
@@ -73,7 +79,7 @@ is unsafe, 2 when the store could not be reached or asked.`,
 				enc.SetIndent("", "  ")
 				enc.Encode(out)
 			} else {
-				printReport(cmd.OutOrStdout(), rep)
+				printReport(cmd.OutOrStdout(), rep, ver)
 			}
 			switch {
 			case err != nil:
@@ -92,8 +98,8 @@ is unsafe, 2 when the store could not be reached or asked.`,
 	return cmd
 }
 
-func printReport(w io.Writer, r doctor.Report) {
-	fmt.Fprintf(w, "%s at %s\n\n", r.Store, r.Target)
+func printReport(w io.Writer, r doctor.Report, v versionInfo) {
+	fmt.Fprintf(w, "%s at %s, checked by %s\n\n", r.Store, r.Target, v.Short())
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	for _, f := range r.Findings {
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", strings.ToUpper(string(f.Status)), f.Check, f.Detail)

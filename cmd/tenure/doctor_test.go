@@ -252,6 +252,27 @@ func TestDoctorSQLite(t *testing.T) {
 	if unsafe || code != 0 || finding(rep, "journal mode").Status != doctor.OK || finding(rep, "busy timeout").Status != doctor.OK || finding(rep, "schema").Status != doctor.OK {
 		t.Fatalf("file opened by tenure: unsafe=%v exit %d: %+v", unsafe, code, rep)
 	}
+	// The report says which tenure checked: the JSON's version member is
+	// what tenure version --json prints, the text's first line ends with
+	// the short form.
+	out, err := run("doctor", "--json", "--store", "sqlite:"+path)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	var withVersion struct {
+		Version *versionInfo `json:"version"`
+	}
+	if err := json.Unmarshal([]byte(out), &withVersion); err != nil || withVersion.Version == nil {
+		t.Fatalf("no version member (%v):\n%s", err, out)
+	}
+	if v, want := *withVersion.Version, currentVersion(); v.Version != want.Version || v.RedisScripts != want.RedisScripts ||
+		v.Schema["sqlite"] != want.Schema["sqlite"] || v.Schema["postgres"] != want.Schema["postgres"] {
+		t.Errorf("version member %+v, want %+v", v, want)
+	}
+	out, err = run("doctor", "--store", "sqlite:"+path)
+	if first, _, _ := strings.Cut(out, "\n"); err != nil || first != "sqlite at sqlite:"+path+", checked by "+currentVersion().Short() {
+		t.Errorf("first line %q (err %v), want the store and %q", first, err, currentVersion().Short())
+	}
 	// A DSN without a busy timeout is unsafe under concurrent writers.
 	rep, unsafe, code = doctorJSON(t, "--store", "sqlite:"+path+"?_pragma=journal_mode(WAL)")
 	if f := finding(rep, "busy timeout"); f.Status != doctor.Unsafe || !unsafe || code != 1 {

@@ -51,6 +51,7 @@ func newRoot() *cobra.Command {
 	root.AddCommand(newDoctor())
 	root.AddCommand(newServe())
 	root.AddCommand(newMigrate(), newSweep())
+	root.AddCommand(newVersion())
 	root.AddCommand(newLeaseCmd(), newElectionCmd(), newSessionCmd(), newScheduleCmd(), newLimitCmd(), newIdempotencyCmd())
 	return root
 }

@@ -62,7 +62,8 @@ func newServe() *cobra.Command {
 		Short: "Serve tenure's primitives over an HTTP API (JSON under /v1)",
 		Long: `Serves leases, fenced values, idempotency records, rate limits, sessions and
 slot history over a JSON API under /v1, described at /v1/openapi.json.
-/healthz answers while the process is up, /readyz while the store answers,
+/healthz answers while the process is up (with "ok" and tenure's version,
+as tenure version prints it on one line), /readyz while the store answers,
 /metrics gives tenure's metrics in the Prometheus format.
 
 Without --store it keeps its state in the embedded default, tenure.db in
@@ -194,6 +195,7 @@ func runServe(ctx context.Context, f *serveFlags, stdout, stderr io.Writer) erro
 		// browser drops a Secure cookie set over plain HTTP.
 		HTTPS:     f.tlsCert != "",
 		APILimits: apiLimits.Limits(),
+		Version:   currentVersion().Short(),
 	})
 	if err != nil {
 		return exitErr{code: 2, err: err}

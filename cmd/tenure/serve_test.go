@@ -120,8 +120,8 @@ func TestServeEmbeddedDefault(t *testing.T) {
 		t.Errorf("token not printed exactly once:\n%s", stdout)
 	}
 	base := "http://" + addr
-	if st, _ := get(t, base+"/healthz", ""); st != 200 {
-		t.Errorf("healthz %d", st)
+	if st, b := get(t, base+"/healthz", ""); st != 200 || b != "ok "+currentVersion().Short()+"\n" {
+		t.Errorf("healthz %d %q, want \"ok\" and %q", st, b, currentVersion().Short())
 	}
 	if st, _ := get(t, base+"/readyz", ""); st != 200 {
 		t.Errorf("readyz %d", st)
