@@ -170,8 +170,9 @@ Prints which tenure this is and what it expects of the stores:
                    checkout had changes (when known)
   go               the Go version it was built with
   postgres schema  the schema version the PostgreSQL store's code uses, and
-                   the versions it runs on: its own, and the next one (a
-                   schema a newer tenure migrated during a rolling upgrade)
+                   the versions it runs on: its own and the newer ones it
+                   accepts (a schema a newer tenure migrated to during a
+                   rolling upgrade)
   sqlite schema    the same for the SQLite store's tables
   redis scripts    an identifier of the Lua scripts the Redis store loads:
                    two builds with the same one run the same scripts
