@@ -77,6 +77,7 @@ type dashboard struct {
 	logins  session.Store
 	tries   *ratelimit.Limiter
 	refresh time.Duration
+	version string // Options.Version, shown in the page's footer
 	login   *template.Template
 	assets  http.Handler
 }
@@ -127,7 +128,7 @@ func (s *Server) mountDashboard(base string, opt Options) error {
 	if err != nil {
 		return err
 	}
-	d := &dashboard{s: s, base: base, m: m, logins: logins, tries: tries, refresh: refresh, login: login,
+	d := &dashboard{s: s, base: base, m: m, logins: logins, tries: tries, refresh: refresh, version: opt.Version, login: login,
 		assets: http.StripPrefix(base+"assets/", http.FileServerFS(mustSub(sub, "assets")))}
 
 	h := func(pattern string, f http.HandlerFunc) { s.mux.Handle(pattern, d.page(m.Handler(f))) }
@@ -317,6 +318,7 @@ func (d *dashboard) me(w http.ResponseWriter, r *http.Request, p principal) {
 	writeJSON(w, http.StatusOK, map[string]any{
 		"token": p.t.name, "prefixes": p.t.prefixes, "operations": ops,
 		"now": time.Now().UTC(), "refresh": serveapi.Duration(d.refresh),
+		"version": d.version,
 		"features": map[string]bool{
 			"listLeases":       d.s.canList(),
 			"idempotencyAdmin": d.s.canSettle(),

@@ -96,7 +96,7 @@ func (e *dashEnv) postJSON(t *testing.T, path string, v any, hdr ...string) (*ht
 }
 
 func TestDashboardLoginKeepsTokenOnServer(t *testing.T) {
-	e := newDash(t, nil)
+	e := newDash(t, &server.Options{Version: "v0.9.0 schema 5"})
 	resp, body := e.req(t, "GET", "/", nil)
 	if resp.StatusCode != 200 || resp.Request.URL.Path != "/ui/" || !strings.Contains(body, `name="token"`) {
 		t.Fatalf("GET / anonymous: %d at %s: %.200s", resp.StatusCode, resp.Request.URL.Path, body)
@@ -138,7 +138,7 @@ func TestDashboardLoginKeepsTokenOnServer(t *testing.T) {
 		t.Errorf("cookie over plain HTTP: %q", sc)
 	}
 	_, body = e.req(t, "GET", "/ui/", nil)
-	if !strings.Contains(body, "assets/app.js") {
+	if !strings.Contains(body, "assets/app.js") || !strings.Contains(body, `id="version"`) {
 		t.Fatalf("index after login: %.300s", body)
 	}
 	resp, body = e.req(t, "GET", "/ui/api/me", nil)
@@ -146,9 +146,13 @@ func TestDashboardLoginKeepsTokenOnServer(t *testing.T) {
 		Token      string          `json:"token"`
 		Operations map[string]bool `json:"operations"`
 		Features   map[string]bool `json:"features"`
+		Version    string          `json:"version"`
 	}
 	if err := json.Unmarshal([]byte(body), &me); err != nil || resp.StatusCode != 200 {
 		t.Fatalf("api/me: %d %s", resp.StatusCode, body)
+	}
+	if me.Version != "v0.9.0 schema 5" {
+		t.Errorf("api/me version = %q, want the server's Options.Version for the footer", me.Version)
 	}
 	if me.Token != "admin" || !me.Operations["revokeUserSessions"] || !me.Features["listLeases"] || !me.Features["idempotencyAdmin"] {
 		t.Errorf("api/me = %+v", me)

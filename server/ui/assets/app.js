@@ -437,6 +437,7 @@
     me = await r.json();
     refreshMs = durMs(me.refresh) || 1000;
     $('who').textContent = me.token;
+    $('version').textContent = me.version || '';
     $('lease-prefix').value = view.prefix;
     $('user').value = view.user;
     $('job').value = view.job;

@@ -140,7 +140,7 @@ func ttlMillis(t *testing.T, ctx context.Context, key string) (int, string) {
 // down and fade out when released, revoke a user's sessions with the
 // button, and save screenshots.
 func TestBrowserDashboard(t *testing.T) {
-	e := newDash(t, &server.Options{UIRefresh: 500 * time.Millisecond})
+	e := newDash(t, &server.Options{UIRefresh: 500 * time.Millisecond, Version: "v1.2.3 schema 5"})
 	ctx := browser(t)
 	dir := artifacts(t)
 	defer func() {
@@ -174,6 +174,9 @@ func TestBrowserDashboard(t *testing.T) {
 	}
 	if who := text(t, ctx, `[data-testid=who]`); who != "admin" {
 		t.Fatalf("logged in as %q", who)
+	}
+	if v := text(t, ctx, `[data-testid=version]`); v != "v1.2.3 schema 5" {
+		t.Fatalf("footer shows version %q, want the server's", v)
 	}
 	// The page's scripts cannot read the login, and keep no token.
 	cookie, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.cookie`))
