@@ -8,7 +8,7 @@
 // Commands and replies (fields separated by one space):
 //
 //	acquire KEY TTL         ok FENCE TOKEN | held
-//	release KEY TOKEN       ok | lost
+//	release KEY TOKEN       ok | not-held
 //	write NAME FENCE VALUE  ok | stale        (fencedWrite: strict admission)
 //	read NAME               ok FENCE VALUE
 //	create USER             ok TOKEN          (a session of USER)
@@ -132,8 +132,8 @@ func (p *peer) do(ctx context.Context, f []string) (string, error) {
 		return fmt.Sprintf("ok %d %s", g.Fence, tok), nil
 	case "release":
 		err := p.st.Leases.Release(ctx, arg(1), arg(2))
-		if errors.Is(err, leasedriver.ErrLost) {
-			return "lost", nil
+		if errors.Is(err, leasedriver.ErrNotHeld) {
+			return "not-held", nil
 		}
 		if err != nil {
 			return "", err
