@@ -246,6 +246,9 @@ type statusOut struct {
 	Legacy  bool     `json:"unversioned_tables,omitempty"`
 	// Compatible is whether this tenure runs on the schema as it is.
 	Compatible bool `json:"compatible"`
+	// Drift are the versions built from another text of their file than
+	// this tenure's (recorded checksums differ).
+	Drift []int `json:"drift"`
 }
 
 func emitStatus(w io.Writer, asJSON bool, kind storeurl.Kind, st pgstore.MigrationStatus) error {
@@ -253,6 +256,7 @@ func emitStatus(w io.Writer, asJSON bool, kind storeurl.Kind, st pgstore.Migrati
 	if o.Applied == nil {
 		o.Applied = []int{}
 	}
+	o.Drift = append([]int{}, st.Drift...)
 	for _, m := range st.Pending {
 		o.Pending = append(o.Pending, m.File)
 	}
@@ -262,6 +266,9 @@ func emitStatus(w io.Writer, asJSON bool, kind storeurl.Kind, st pgstore.Migrati
 		fmt.Fprintf(tw, "%d\t%d\t%d\n", st.Current, st.Latest, len(st.Pending))
 		for _, m := range st.Pending {
 			fmt.Fprintf(tw, "pending:\t%s\n", m.File)
+		}
+		for _, v := range st.Drift {
+			fmt.Fprintf(tw, "drift:\tversion %d was applied from another text of its file than this tenure's (`tenure migrate sql` prints this tenure's)\n", v)
 		}
 		switch {
 		case st.Current > st.Latest && st.Compatible:

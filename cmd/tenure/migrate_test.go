@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -46,6 +47,19 @@ func TestMigrateCommandSQLite(t *testing.T) {
 	defer db.Close()
 	if _, err := sqlitestore.New(t.Context(), db, nil); err != nil {
 		t.Fatalf("New (which only checks) on the migrated file: %v", err)
+	}
+	if len(st.Drift) != 0 {
+		t.Fatalf("drift on a fresh file: %v", st.Drift)
+	}
+	// A version applied from another text of its file shows as drift.
+	if _, err := db.Exec(`UPDATE tenure_migrations SET checksum = 'edited' WHERE version = 2`); err != nil {
+		t.Fatal(err)
+	}
+	if code := runJSON(t, &st, "migrate", "status", "--store", store); code != 0 || !slices.Equal(st.Drift, []int{2}) {
+		t.Fatalf("status after an edited version 2: exit %d, drift %v", code, st.Drift)
+	}
+	if out, err := run("migrate", "status", "--store", store); err != nil || !strings.Contains(out, "drift:") || !strings.Contains(out, "version 2 was applied from another text") {
+		t.Fatalf("status text: %v\n%s", err, out)
 	}
 }
 

@@ -24,6 +24,8 @@
 package sqlmigrate
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -128,6 +130,31 @@ type Status struct {
 	// Compatible reports whether the code runs on the schema as it is:
 	// Current is Latest, or at most [Window] above it.
 	Compatible bool
+	// Drift are the versions, in order, whose recorded checksum is not the
+	// [Checksum] of the code's file of that version: the schema was built
+	// from another text of it (an edited file, another tool's copy).
+	// Versions recorded without a checksum are not compared.
+	Drift []int
+}
+
+// Checksum is the SHA-256, in hex, of m's up file as the code knows it
+// (placeholder unresolved), the value Migrate records for m's version.
+func Checksum(m Migration) string {
+	sum := sha256.Sum256([]byte(m.SQL))
+	return hex.EncodeToString(sum[:])
+}
+
+// Drifted returns, in order, the versions of ms whose checksum in recorded
+// (version to checksum; an empty checksum is not compared) differs from
+// the file's.
+func Drifted(ms []Migration, recorded map[int]string) []int {
+	var out []int
+	for _, m := range ms {
+		if c := recorded[m.Version]; c != "" && c != Checksum(m) {
+			out = append(out, m.Version)
+		}
+	}
+	return out
 }
 
 // Load returns the migrations in the root of fsys, sorted by version. Names

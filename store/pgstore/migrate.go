@@ -171,6 +171,14 @@ func (s *Store) Migrate(ctx context.Context) error {
 				return fmt.Errorf("migration %s: %w", m.File, err)
 			}
 		}
+		if max(st.Current, st.Latest) >= checksumVersion {
+			for _, m := range migrations {
+				if _, err := tx.exec(ctx, `UPDATE `+quoted+`.tenure_migrations SET checksum = $2 WHERE version = $1 AND checksum IS NULL`,
+					m.Version, sqlmigrate.Checksum(m)); err != nil {
+					return fmt.Errorf("record the checksum of %s: %w", m.File, err)
+				}
+			}
+		}
 		unlogged, err := s.leasesUnlogged(ctx, tx)
 		if err != nil {
 			return err
@@ -191,6 +199,10 @@ func (s *Store) Migrate(ctx context.Context) error {
 	}
 	return nil
 }
+
+// checksumVersion is the migration that adds the checksum column of
+// tenure_migrations.
+const checksumVersion = 6
 
 func (s *Store) versionErr(current int) error {
 	return sqlmigrate.Check("pgstore", fmt.Sprintf("schema %q", s.schema), current, SchemaVersion)
@@ -274,19 +286,25 @@ func (s *Store) status(ctx context.Context, q querier) (MigrationStatus, error) 
 		return st, err
 	}
 	if hasVersions {
-		err := q.query(ctx, `SELECT version FROM `+pgx.Identifier{s.schema}.Sanitize()+`.tenure_migrations ORDER BY version`, nil,
+		// The checksum column came with migration 6; to_jsonb reads it
+		// where it is and gives NULL where it is not.
+		sums := map[int]string{}
+		err := q.query(ctx, `SELECT version, COALESCE(to_jsonb(m)->>'checksum', '') FROM `+pgx.Identifier{s.schema}.Sanitize()+`.tenure_migrations m ORDER BY version`, nil,
 			func(scan func(dest ...any) error) error {
 				var v int32
-				if err := scan(&v); err != nil {
+				var sum string
+				if err := scan(&v, &sum); err != nil {
 					return err
 				}
 				st.Applied = append(st.Applied, int(v))
 				st.Current = max(st.Current, int(v))
+				sums[int(v)] = sum
 				return nil
 			})
 		if err != nil {
 			return st, err
 		}
+		st.Drift = sqlmigrate.Drifted(migrations, sums)
 	} else if hasLeases {
 		st.Legacy = true
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -252,5 +253,49 @@ func TestMigrationsAreExpandOnly(t *testing.T) {
 		if c := sqlmigrate.Contracting(string(b)); len(c) != 0 {
 			t.Errorf("%s is not expand-only (the code of version %d could not run on it): %q", name, i, c)
 		}
+	}
+}
+
+// TestMigrationChecksums: Migrate records each version's checksum, the
+// status reports a version built from another text, and a later Migrate
+// keeps what was recorded.
+func TestMigrationChecksums(t *testing.T) {
+	srv := testenv.SharedPostgres(t)
+	pool := pgxPool(t, srv.NewDatabase(t))
+	ctx := ctxT(t)
+	s := newPG(t, pool, nil)
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ms, err := sqlmigrate.Load(os.DirFS("migrations"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms {
+		var sum string
+		if err := pool.QueryRow(ctx, `SELECT checksum FROM tenure.tenure_migrations WHERE version = $1`, m.Version).Scan(&sum); err != nil {
+			t.Fatalf("version %d: %v", m.Version, err)
+		}
+		if sum != sqlmigrate.Checksum(m) {
+			t.Fatalf("version %d recorded checksum %q, want %q", m.Version, sum, sqlmigrate.Checksum(m))
+		}
+	}
+	if st, err := s.MigrationStatus(ctx); err != nil || len(st.Drift) != 0 {
+		t.Fatalf("fresh: %+v, %v", st, err)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE tenure.tenure_migrations SET checksum = 'edited' WHERE version = 3`); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := s.MigrationStatus(ctx); err != nil || !slices.Equal(st.Drift, []int{3}) {
+		t.Fatalf("after a version built from another file: Drift %v, %v; want [3]", st.Drift, err)
+	}
+	if _, err := s.MigrateDown(ctx, 5, false); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := s.MigrationStatus(ctx); err != nil || st.Current != 5 || len(st.Drift) != 0 {
+		t.Fatalf("at version 5: %+v, %v", st, err)
 	}
 }

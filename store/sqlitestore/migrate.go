@@ -147,6 +147,14 @@ func (s *Store) Migrate(ctx context.Context) error {
 				return fmt.Errorf("migration %s: %w", m.File, err)
 			}
 		}
+		if max(st.Current, st.Latest) >= checksumVersion {
+			for _, m := range migrations {
+				if _, err := conn.ExecContext(ctx, `UPDATE "`+s.q.prefix+`migrations" SET checksum = ?2 WHERE version = ?1 AND checksum IS NULL`,
+					m.Version, sqlmigrate.Checksum(m)); err != nil {
+					return fmt.Errorf("record the checksum of %s: %w", m.File, err)
+				}
+			}
+		}
 		return nil
 	})
 	if err != nil && !errors.Is(err, ErrSchemaVersion) {
@@ -157,6 +165,10 @@ func (s *Store) Migrate(ctx context.Context) error {
 
 // immediate runs fn in one immediate transaction (SQLite's write lock
 // taken at BEGIN) on one connection, and commits if fn returns nil.
+// checksumVersion is the migration that adds the checksum column of the
+// migrations table.
+const checksumVersion = 6
+
 func (s *Store) immediate(ctx context.Context, fn func(conn *sql.Conn) error) error {
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
@@ -297,22 +309,36 @@ func (s *Store) status(ctx context.Context, q statusQueryer) (MigrationStatus, e
 		return st, err
 	}
 	if hasVersions {
-		rows, err := q.QueryContext(ctx, `SELECT version FROM "`+s.q.prefix+`migrations" ORDER BY version`)
+		// The checksum column came with migration 6.
+		var hasSums bool
+		if err := q.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM pragma_table_info(?1) WHERE name = 'checksum')`,
+			s.q.prefix+"migrations").Scan(&hasSums); err != nil {
+			return st, err
+		}
+		sum := `''`
+		if hasSums {
+			sum = `COALESCE(checksum, '')`
+		}
+		rows, err := q.QueryContext(ctx, `SELECT version, `+sum+` FROM "`+s.q.prefix+`migrations" ORDER BY version`)
 		if err != nil {
 			return st, err
 		}
 		defer rows.Close()
+		sums := map[int]string{}
 		for rows.Next() {
 			var v int
-			if err := rows.Scan(&v); err != nil {
+			var c string
+			if err := rows.Scan(&v, &c); err != nil {
 				return st, err
 			}
 			st.Applied = append(st.Applied, v)
 			st.Current = max(st.Current, v)
+			sums[v] = c
 		}
 		if err := rows.Err(); err != nil {
 			return st, err
 		}
+		st.Drift = sqlmigrate.Drifted(migrations, sums)
 	} else if hasLeases {
 		st.Legacy = true
 	}
