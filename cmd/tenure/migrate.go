@@ -39,10 +39,11 @@ type migrateFlags struct {
 
 const migrateHelp = `tenure's SQL stores keep their tables at a numbered version recorded in the
 database (PostgreSQL: <schema>.tenure_migrations, SQLite:
-<prefix>migrations). A service refuses tables at another version than it
-knows, naming both; these commands report and apply the versions.
+<prefix>migrations). A service refuses tables at a version it does not run
+on, naming both; these commands report, apply and undo the versions.
 
-  tenure migrate status   the recorded version and the pending migrations
+  tenure migrate status   the recorded version, the pending migrations, and
+                          versions applied from another text of their file
   tenure migrate up       apply the pending migrations, in order, once, under
                           a lock (safe from several processes at once)
   tenure migrate down     undo migrations for a rollback (--to N, --dry-run);

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"slices"
 
 	"github.com/tenurekit/tenure"
 	"github.com/tenurekit/tenure/internal/sqlmigrate"
@@ -148,7 +149,14 @@ func (s *Store) Migrate(ctx context.Context) error {
 			}
 		}
 		if max(st.Current, st.Latest) >= checksumVersion {
+			missing, err := s.unrecorded(ctx, conn)
+			if err != nil {
+				return err
+			}
 			for _, m := range migrations {
+				if !slices.Contains(missing, m.Version) {
+					continue
+				}
 				if _, err := conn.ExecContext(ctx, `UPDATE "`+s.q.prefix+`migrations" SET checksum = ?2 WHERE version = ?1 AND checksum IS NULL`,
 					m.Version, sqlmigrate.Checksum(m)); err != nil {
 					return fmt.Errorf("record the checksum of %s: %w", m.File, err)
@@ -168,6 +176,25 @@ func (s *Store) Migrate(ctx context.Context) error {
 // checksumVersion is the migration that adds the checksum column of the
 // migrations table.
 const checksumVersion = 6
+
+// unrecorded returns the recorded versions without a checksum. Only those
+// are written, so a file whose checksums are recorded is only read.
+func (s *Store) unrecorded(ctx context.Context, conn *sql.Conn) ([]int, error) {
+	rows, err := conn.QueryContext(ctx, `SELECT version FROM "`+s.q.prefix+`migrations" WHERE checksum IS NULL ORDER BY version`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []int
+	for rows.Next() {
+		var v int
+		if err := rows.Scan(&v); err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}
 
 func (s *Store) immediate(ctx context.Context, fn func(conn *sql.Conn) error) error {
 	conn, err := s.db.Conn(ctx)
