@@ -101,7 +101,10 @@ func binaries(t *testing.T) (oldPeer, newPeer string) {
 // when a shallow clone lacks it.
 func checkout(root, commit, dir string) error {
 	git := func(args ...string) ([]byte, error) {
-		c := exec.Command("git", append([]string{"-C", root}, args...)...)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		c := exec.CommandContext(ctx, "git", append([]string{"-C", root}, args...)...)
+		c.Env = append(os.Environ(), "GIT_TERMINAL_PROMPT=0")
 		return c.CombinedOutput()
 	}
 	if _, err := git("cat-file", "-e", commit+"^{commit}"); err != nil {
