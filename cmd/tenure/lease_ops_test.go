@@ -71,8 +71,17 @@ func TestLeaseListAndHolder(t *testing.T) {
 				Fence  uint64 `json:"fence"`
 				Holder string `json:"holder"`
 			}
-			if code := runJSON(t, &infos, cmd("lease", "list", "orders/", "--limit", "2")...); code != 0 || len(infos) != 2 {
-				t.Fatalf("lease list: exit %d, %+v", code, infos)
+			// By default only held keys: orders/2 was released.
+			if code := runJSON(t, &infos, cmd("lease", "list", "orders/")...); code != 0 || len(infos) != 2 ||
+				infos[0].Key != "orders/1" || infos[1].Key != "orders/3" || !infos[0].Held || !infos[1].Held {
+				t.Fatalf("lease list (held): exit %d, %+v", code, infos)
+			}
+			if code := runJSON(t, &infos, cmd("lease", "list", "--prefix", "orders/", "--limit", "1")...); code != 0 || len(infos) != 1 || infos[0].Key != "orders/1" {
+				t.Fatalf("lease list --prefix --limit 1: exit %d, %+v", code, infos)
+			}
+			infos = nil // decode afresh: a free key has no holder member
+			if code := runJSON(t, &infos, cmd("lease", "list", "--all", "orders/", "--limit", "2")...); code != 0 || len(infos) != 2 {
+				t.Fatalf("lease list --all: exit %d, %+v", code, infos)
 			}
 			// etcd keeps nothing of an ended lease; the others keep its
 			// record (with its last fence) until they reclaim it.
@@ -84,10 +93,10 @@ func TestLeaseListAndHolder(t *testing.T) {
 			if infos[0].Key != "orders/1" || !infos[0].Held || infos[0].Holder != "billing-7 nightly export" ||
 				infos[1].Key != second || infos[1].Held == keepsEnded || infos[1].Fence == 0 ||
 				keepsEnded && infos[1].Holder != "" {
-				t.Fatalf("lease list page: %+v", infos)
+				t.Fatalf("lease list --all page: %+v", infos)
 			}
-			if code := runJSON(t, &infos, cmd("lease", "list", "orders/", "--after", "orders/2")...); code != 0 || len(infos) != 1 || infos[0].Key != "orders/3" {
-				t.Fatalf("lease list second page: exit %d, %+v", code, infos)
+			if code := runJSON(t, &infos, cmd("lease", "list", "--all", "orders/", "--after", "orders/2")...); code != 0 || len(infos) != 1 || infos[0].Key != "orders/3" {
+				t.Fatalf("lease list --all second page: exit %d, %+v", code, infos)
 			}
 			out, err := run(cmd("lease", "inspect", "orders/3")...)
 			if err != nil || !strings.Contains(out, "HOLDER") || !strings.Contains(out, "billing-7 nightly export") {
@@ -97,8 +106,12 @@ func TestLeaseListAndHolder(t *testing.T) {
 			if !keepsEnded {
 				want = "2 keys, 2 held"
 			}
-			out, err = run(cmd("lease", "list")...)
+			out, err = run(cmd("lease", "list", "--all")...)
 			if err != nil || !strings.Contains(out, want) {
+				t.Fatalf("lease list --all table (%v):\n%s", err, out)
+			}
+			out, err = run(cmd("lease", "list")...)
+			if err != nil || !strings.Contains(out, "2 held keys") || strings.Contains(out, "orders/2") {
 				t.Fatalf("lease list table (%v):\n%s", err, out)
 			}
 		})

@@ -50,7 +50,7 @@ on, naming both; these commands report, apply and undo the versions.
                           refused when it would drop fences, ledger rows or
                           revocations, unless --force
   tenure migrate sql      print the migration files resolved for --schema or
-                          --prefix, for goose, golang-migrate, atlas or psql
+                          --table-prefix, for goose, golang-migrate, atlas or psql
 
 Migrations are expand-first: a tenure runs on the schema of its own version
 and of the next one, so a rolling upgrade migrates up first and then
@@ -60,7 +60,7 @@ tenure.
 
 --store selects the store:
   (none)                the embedded default: tenure.db in --data-dir
-  sqlite:PATH           a SQLite file (--prefix, default "tenure_")
+  sqlite:PATH           a SQLite file (--table-prefix, default "tenure_")
   postgres://…          PostgreSQL (--schema, default "tenure")
 Redis, etcd and memory keep no versioned schema: there is nothing to migrate.
 
@@ -79,7 +79,7 @@ func newMigrate() *cobra.Command {
 	p.StringVar(&f.store, "store", "", "store URL (default: the embedded SQLite file in --data-dir)")
 	p.StringVar(&f.dataDir, "data-dir", storeopen.DefaultDataDir(), "directory of the embedded default's tenure.db")
 	p.StringVar(&f.schema, "schema", pgstore.DefaultSchema, "PostgreSQL schema of tenure's tables")
-	p.StringVar(&f.prefix, "prefix", sqlitestore.DefaultTablePrefix, "SQLite table prefix")
+	p.StringVar(&f.prefix, "table-prefix", sqlitestore.DefaultTablePrefix, "SQLite table name prefix")
 	p.BoolVar(&f.json, "json", false, "print JSON instead of a table")
 	p.DurationVar(&f.timeout, "timeout", 5*time.Minute, "give up after this long")
 
@@ -157,7 +157,7 @@ changes nothing.`,
 	var downFiles bool
 	sqlCmd := &cobra.Command{
 		Use:   "sql",
-		Short: "Print the migration files resolved for --schema (PostgreSQL) or --prefix (SQLite)",
+		Short: "Print the migration files resolved for --schema (PostgreSQL) or --table-prefix (SQLite)",
 		Long: `Prints every migration file, in order, with the schema name (PostgreSQL) or
 table prefix (SQLite) filled in, for teams that apply schema changes with
 their own tool or a role with DDL rights. Each file ends with the statement

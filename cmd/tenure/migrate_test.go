@@ -118,7 +118,7 @@ func TestMigrateSQLCommand(t *testing.T) {
 		t.Fatalf("migrate sql output:\n%.600s", out)
 	}
 	dir := t.TempDir()
-	if _, err := run("migrate", "sql", "--store", "sqlite:x.db", "--prefix", "app_", "--out", dir); err != nil {
+	if _, err := run("migrate", "sql", "--store", "sqlite:x.db", "--table-prefix", "app_", "--out", dir); err != nil {
 		t.Fatal(err)
 	}
 	b, err := os.ReadFile(filepath.Join(dir, "0001_initial.up.sql"))

@@ -5,11 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/tenurekit/tenure/idempotency/driver"
 	"io"
 	"os"
 	"os/signal"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -18,11 +16,13 @@ import (
 
 	"github.com/tenurekit/tenure/cmd/tenure/internal/storeopen"
 	"github.com/tenurekit/tenure/idempotency"
+	"github.com/tenurekit/tenure/idempotency/driver"
 	"github.com/tenurekit/tenure/internal/storeurl"
 	"github.com/tenurekit/tenure/lease"
 	leasedriver "github.com/tenurekit/tenure/lease/driver"
 	"github.com/tenurekit/tenure/ratelimit"
 	"github.com/tenurekit/tenure/schedule"
+	schedriver "github.com/tenurekit/tenure/schedule/driver"
 	"github.com/tenurekit/tenure/session"
 	sessiondriver "github.com/tenurekit/tenure/session/driver"
 )
@@ -31,9 +31,9 @@ import (
 const storeHelp = `--store selects the store (the same URLs as tenure lab):
   (none)                the embedded default: tenure.db in --data-dir
   sqlite:PATH           a SQLite file
-  redis://HOST:PORT     Redis or Redis Cluster (--prefix, default "tenure:")
+  redis://HOST:PORT     Redis or Redis Cluster (--store-prefix, default "tenure:")
   postgres://…          PostgreSQL (--schema, default "tenure")
-  etcd://HOST:PORT[,…]  etcd (leases only; --prefix, default "tenure/")
+  etcd://HOST:PORT[,…]  etcd (leases only; --store-prefix, default "tenure/")
   memory                an empty in-process store (for trying the commands)
 The commands never create a database, a schema or a file.
 
@@ -52,7 +52,7 @@ func (f *opsFlags) add(cmd *cobra.Command) {
 	p.StringVar(&f.store, "store", "", "store URL (default: the embedded SQLite file in --data-dir)")
 	p.StringVar(&f.dataDir, "data-dir", storeopen.DefaultDataDir(), "directory of the embedded default's tenure.db")
 	p.StringVar(&f.schema, "schema", "tenure", "PostgreSQL schema of tenure's tables")
-	p.StringVar(&f.prefix, "prefix", "", "Redis or etcd key prefix (default: the store's own)")
+	p.StringVar(&f.prefix, "store-prefix", "", "the prefix of every key tenure keeps on Redis or etcd (default: the store's own, \"tenure:\" or \"tenure/\")")
 	p.BoolVar(&f.json, "json", false, "print JSON instead of a table")
 	p.DurationVar(&f.timeout, "timeout", 30*time.Second, "give up after this long")
 }
@@ -145,52 +145,70 @@ func newLeaseCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
+				if !info.Held && info.Fence == 0 {
+					if f.json {
+						f.emit(cmd.OutOrStdout(), info, nil)
+					}
+					return notFound("no lease of key %q: not held, and the store has no record of it (never acquired, or its record was reclaimed)", args[0])
+				}
 				return f.emit(cmd.OutOrStdout(), info, func(tw *tabwriter.Writer) {
 					fmt.Fprintf(tw, "KEY\tHELD\tFENCE\tTTL\tHOLDER\n")
 					printLease(tw, info)
 					switch {
 					case info.Held:
 						fmt.Fprintf(tw, "held with fence %d, remaining(%s), holder %s\n", info.Fence, info.TTL.Round(time.Millisecond), orDash(info.Holder))
-					case info.Fence != 0:
-						fmt.Fprintf(tw, "not held (released or already expired); last fence %d\n", info.Fence)
 					default:
-						fmt.Fprintf(tw, "not held, and the store has no record of it\n")
+						fmt.Fprintf(tw, "not held (released or already expired); last fence %d\n", info.Fence)
 					}
 				})
 			})
 		},
 	})
-	var after string
-	var limit int
+	var (
+		after, keyPrefix string
+		limit            int
+		all              bool
+	)
 	list := &cobra.Command{
 		Use:   "list [PREFIX]",
-		Short: "List the keys the store remembers (held, or free with their last fence), with their holders",
-		Long: `Lists the keys that start with PREFIX (all keys without it), in byte order,
-one page of at most --limit keys after --after: whether each is held, its
-fence, the holder's remaining time and the holder's description (the
+		Short: "List the held keys (--all: free ones and scheduler keys too), with fence, time left and holder",
+		Long: `Lists the held keys that start with PREFIX (or --prefix; all keys without
+it), in byte order, one page of at most --limit keys after --after: each
+key's fence, the holder's remaining time and the holder's description (the
 Locker's Options.Holder, by default host name and process ID). The next
-page starts after the last key printed. Supported on memory, SQLite,
-PostgreSQL, Redis and etcd.`,
+page starts after the last key printed.
+
+--all lists free keys too (with their last fence, while the store keeps
+their record) and the scheduler's own keys ("schedule/<job>/…": slot
+claims, run locks, catch-up permits), which are hidden otherwise unless
+PREFIX starts with "schedule/". Supported on memory, SQLite, PostgreSQL,
+Redis and etcd.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			prefix := ""
+			prefix := keyPrefix
 			if len(args) == 1 {
+				if keyPrefix != "" && keyPrefix != args[0] {
+					return exitErr{code: 2, err: fmt.Errorf("give the key prefix once: PREFIX %q or --prefix %q", args[0], keyPrefix)}
+				}
 				prefix = args[0]
 			}
 			if err := leasedriver.ValidateList(prefix, after, limit); err != nil {
 				return exitErr{code: 2, err: err}
 			}
+			showInternal := all || strings.HasPrefix(prefix, "schedule/")
 			return f.with(cmd, func(ctx context.Context, s *storeopen.Stores) error {
 				l, ok := s.Leases.(lease.Lister)
 				if !ok {
 					return fmt.Errorf("%w: listing leases on %s", storeopen.ErrNotSupported, s.Kind)
 				}
-				infos, err := l.List(ctx, prefix, after, limit)
+				infos, more, err := listLeases(ctx, l, prefix, after, limit, func(info lease.Info) bool {
+					if _, _, internal := schedriver.JobOfKey(info.Key); internal && !showInternal {
+						return false
+					}
+					return all || info.Held
+				})
 				if err != nil {
 					return err
-				}
-				if infos == nil {
-					infos = []lease.Info{}
 				}
 				return f.emit(cmd.OutOrStdout(), infos, func(tw *tabwriter.Writer) {
 					fmt.Fprintf(tw, "KEY\tHELD\tFENCE\tTTL\tHOLDER\n")
@@ -201,18 +219,50 @@ PostgreSQL, Redis and etcd.`,
 							held++
 						}
 					}
-					fmt.Fprintf(tw, "%d keys, %d held\n", len(infos), held)
-					if len(infos) == limit {
-						fmt.Fprintf(tw, "more may follow: --after %q\n", infos[len(infos)-1].Key)
+					if all {
+						fmt.Fprintf(tw, "%d keys, %d held\n", len(infos), held)
+					} else {
+						fmt.Fprintf(tw, "%d held keys (--all lists free and scheduler keys too)\n", held)
+					}
+					if more != "" {
+						fmt.Fprintf(tw, "more may follow: --after %q\n", more)
 					}
 				})
 			})
 		},
 	}
+	list.Flags().StringVar(&keyPrefix, "prefix", "", "list only keys that start with this (the same as PREFIX)")
 	list.Flags().StringVar(&after, "after", "", "list the keys after this one (the last key of the previous page)")
 	list.Flags().IntVar(&limit, "limit", 100, fmt.Sprintf("most keys to list (1 to %d)", lease.MaxListLimit))
+	list.Flags().BoolVar(&all, "all", false, "list free keys and the scheduler's keys too")
 	cmd.AddCommand(list)
 	return cmd
+}
+
+// listLeases reads pages of the store's keys after after until limit keys
+// pass keep or the keys run out. more is the key to pass as --after for
+// the next page, or "" when none may follow.
+func listLeases(ctx context.Context, l lease.Lister, prefix, after string, limit int, keep func(lease.Info) bool) (out []lease.Info, more string, err error) {
+	out = []lease.Info{}
+	for {
+		page, err := l.List(ctx, prefix, after, limit)
+		if err != nil {
+			return nil, "", err
+		}
+		for _, info := range page {
+			after = info.Key
+			if !keep(info) {
+				continue
+			}
+			out = append(out, info)
+			if len(out) == limit {
+				return out, info.Key, nil
+			}
+		}
+		if len(page) < limit {
+			return out, "", nil
+		}
+	}
 }
 
 // printLease prints one row of the lease table.
@@ -338,12 +388,21 @@ that runs) comes first. --json prints the records, each with its
 				if err != nil {
 					return err
 				}
-				if f.json {
-					return f.emit(cmd.OutOrStdout(), recs, nil)
-				}
 				def, err := st.Definition(ctx, args[0])
 				if err != nil && !errors.Is(err, schedule.ErrNotFound) {
 					return err
+				}
+				if recs == nil {
+					recs = []schedule.Record{}
+				}
+				if len(recs) == 0 && def.Fingerprint == "" {
+					if f.json {
+						f.emit(cmd.OutOrStdout(), recs, nil)
+					}
+					return notFound("no job %q: no registered definition and no slot in the last %v", args[0], since)
+				}
+				if f.json {
+					return f.emit(cmd.OutOrStdout(), recs, nil)
 				}
 				return f.emit(cmd.OutOrStdout(), recs, func(tw *tabwriter.Writer) {
 					if def.Fingerprint != "" {
@@ -411,13 +470,14 @@ what remains, when it is fully available again. Nothing is consumed.`,
 					return err
 				}
 				return f.emit(cmd.OutOrStdout(), d, func(tw *tabwriter.Writer) {
-					fmt.Fprintf(tw, "LIMIT\tKEY\tNEXT REQUEST\tREMAINING\tRETRY AFTER\tFULL AGAIN IN\n")
+					fmt.Fprintf(tw, "LIMIT\tKEY\tALGORITHM\tNEXT REQUEST\tREMAINING\tRETRY AFTER\tFULL AGAIN IN\n")
 					next := "allowed"
 					if !d.Allowed {
 						next = "denied"
 					}
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%d of %d\t%s\t%s\n", d.Limit.Name, args[1], next, d.Remaining,
-						max(d.Limit.Burst, d.Limit.Rate), orDash(durOrEmpty(d.RetryAfter)), orDash(durOrEmpty(d.ResetAfter)))
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d of %d\t%s\t%s\n", d.Limit.Name, args[1], d.Algorithm, next, d.Remaining,
+						limitCapacity(d.Algorithm, d.Limit), orDash(durOrEmpty(d.RetryAfter)), orDash(durOrEmpty(d.ResetAfter)))
+					fmt.Fprintf(tw, "capacity %d: %s\n", limitCapacity(d.Algorithm, d.Limit), capacityWords(d.Algorithm, d.Limit))
 				})
 			})
 		},
@@ -430,6 +490,23 @@ what remains, when it is fully available again. Nothing is consumed.`,
 	show.MarkFlagRequired("period")
 	cmd.AddCommand(show)
 	return cmd
+}
+
+// limitCapacity is the most a key can use at once under l: GCRA's bucket
+// (Burst), a window's Rate.
+func limitCapacity(a ratelimit.Algorithm, l ratelimit.Limit) int {
+	if a == ratelimit.GCRA && l.Burst > 0 {
+		return l.Burst
+	}
+	return l.Rate
+}
+
+// capacityWords says where the capacity comes from.
+func capacityWords(a ratelimit.Algorithm, l ratelimit.Limit) string {
+	if a == ratelimit.GCRA {
+		return fmt.Sprintf("a bucket of %d (burst), refilled at %d per %v", limitCapacity(a, l), l.Rate, l.Period)
+	}
+	return fmt.Sprintf("%d per %v (%s)", l.Rate, l.Period, a)
 }
 
 func durOrEmpty(d time.Duration) string {
@@ -476,15 +553,14 @@ the recorded value is shown by size only.`,
 					return notFound("no record of key %q in scope %q (never written, released, or past its retention)", id.Key, id.Scope)
 				}
 				return f.emit(cmd.OutOrStdout(), r, func(tw *tabwriter.Writer) {
-					state := "in progress"
+					st := idempotency.StateInProgress
 					switch {
-					case r.Completed && r.Outcome.Failed:
-						state = "completed with a final error: " + r.Outcome.Message
 					case r.Completed:
-						state = "completed (" + strconv.Itoa(len(r.Outcome.Value)) + " bytes recorded)"
+						st = idempotency.StateDone
 					case r.ClaimTTL == 0:
-						state = "outcome unknown: the claim ended without a result"
+						st = idempotency.StateUnknown
 					}
+					state := idemWords(st, r.Outcome)
 					fmt.Fprintf(tw, "SCOPE\tKEY\tSTATE\tFENCE\tCLAIM TTL\tRETAINED FOR\n")
 					fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", strings.ReplaceAll(r.Scope, "\t", " "), r.Key, state, r.Fence,
 						orDash(durOrEmpty(r.ClaimTTL)), orDash(durOrEmpty(r.Expires)))

@@ -45,18 +45,24 @@ func settleErr(err error) error {
 	return err
 }
 
-// idemState describes a record for a table.
+// idemState describes a record, in the words of every idempotency command
+// (the states are the values of list --state).
 func idemState(r idempotency.Record) string {
-	switch r.State() {
+	return idemWords(r.State(), r.Outcome)
+}
+
+// idemWords describes a record in state st with outcome o.
+func idemWords(st driver.RecordState, o idempotency.Outcome) string {
+	switch st {
 	case idempotency.StateDone:
-		if r.Outcome.Failed {
-			return "done (final error: " + r.Outcome.Message + ")"
+		if o.Failed {
+			return "done (final error: " + o.Message + ")"
 		}
-		return "done (" + strconv.Itoa(len(r.Outcome.Value)) + " bytes)"
+		return "done (" + strconv.Itoa(len(o.Value)) + " bytes recorded)"
 	case idempotency.StateInProgress:
 		return "in-progress"
 	case idempotency.StateUnknown:
-		return "unknown"
+		return "unknown (the claim ended without a result)"
 	}
 	return "-"
 }

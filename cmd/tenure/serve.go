@@ -95,7 +95,7 @@ once, requests in flight finish (up to --drain).`,
 	p.StringVar(&f.store, "store", "", "store URL (default: the embedded SQLite file in --data-dir, created if missing)")
 	p.StringVar(&f.dataDir, "data-dir", storeopen.DefaultDataDir(), "directory of the embedded default's tenure.db and the default token")
 	p.StringVar(&f.schema, "schema", "tenure", "PostgreSQL schema of tenure's tables")
-	p.StringVar(&f.prefix, "prefix", "", "Redis or etcd key prefix (default: the store's own)")
+	p.StringVar(&f.prefix, "store-prefix", "", "the prefix of every key tenure keeps on Redis or etcd (default: the store's own, \"tenure:\" or \"tenure/\")")
 	p.StringVar(&f.config, "config", "", "configuration file (JSON): tokens, limits, timeouts")
 	p.StringVar(&f.tlsCert, "tls-cert", "", "TLS certificate file (PEM); with --tls-key, serve HTTPS")
 	p.StringVar(&f.tlsKey, "tls-key", "", "TLS private key file (PEM)")

@@ -296,7 +296,7 @@ func TestServeProbeReadModifyWrite(t *testing.T) {
 		serveProbe(t, []string{"--store", dsn, "--schema", "probe"})
 	})
 	t.Run("redis", func(t *testing.T) {
-		serveProbe(t, []string{"--store", "redis://" + testenv.SharedRedis(t).Addr(), "--prefix", fmt.Sprintf("probe%d:", time.Now().UnixNano())})
+		serveProbe(t, []string{"--store", "redis://" + testenv.SharedRedis(t).Addr(), "--store-prefix", fmt.Sprintf("probe%d:", time.Now().UnixNano())})
 	})
 }
 
