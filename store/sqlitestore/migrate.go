@@ -20,7 +20,7 @@ var migrationFiles embed.FS
 var migrations = sqlmigrate.MustLoad(migrationFiles, "migrations")
 
 // PrefixPlaceholder is the text that stands for the table prefix in the
-// migration files. [Migrations] and `tenure migrate sql --prefix PREFIX`
+// migration files. [Migrations] and `tenure migrate sql --table-prefix PREFIX`
 // replace it.
 const PrefixPlaceholder = "{{prefix}}"
 
