@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"reflect"
 	"slices"
+	"time"
 
 	"github.com/tenurekit/tenure/internal/serveapi"
 	"github.com/tenurekit/tenure/lease"
@@ -185,7 +186,11 @@ func (o *op[In, Out]) serve(s *Server) handler {
 				return
 			}
 		}
+		start := time.Now()
 		out, err := o.Handle(hr.Context(), r, in)
+		if s.tel != nil {
+			s.tel.record(hr.Context(), o.ID, &in, out, err, start)
+		}
 		switch {
 		case err != nil:
 			fail(w, err)

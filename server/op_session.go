@@ -3,6 +3,8 @@ package server
 import (
 	"context"
 	"errors"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -185,7 +187,10 @@ func createSession(ctx context.Context, r *request, in serveapi.SessionCreate) (
 			return serveapi.SessionRecord{}, err
 		}
 	}
-	m, err := session.New(st, &session.Options{IdleTimeout: in.Idle.D(), AbsoluteTimeout: in.Absolute.D(), Logger: r.s.log})
+	// The server records the operation itself (apiTelemetry): the
+	// Manager records nothing.
+	m, err := session.New(st, &session.Options{IdleTimeout: in.Idle.D(), AbsoluteTimeout: in.Absolute.D(), Logger: r.s.log,
+		MeterProvider: metricnoop.NewMeterProvider(), TracerProvider: tracenoop.NewTracerProvider()})
 	if err != nil {
 		return serveapi.SessionRecord{}, err
 	}

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	crand "crypto/rand"
 	"crypto/sha256"
@@ -16,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -80,14 +82,53 @@ type Stores struct {
 	SessionValues SessionKV
 }
 
+// AccessLog selects the requests Options.Logger gets a line for.
+type AccessLog int
+
+// The access log modes. A request that failed on the server's side is
+// logged in every mode.
+const (
+	// AccessLogFull logs every request.
+	AccessLogFull AccessLog = iota
+	// AccessLogSampled logs one request in Options.AccessLogSample.
+	AccessLogSampled
+	// AccessLogOff logs no request that succeeded or was refused.
+	AccessLogOff
+)
+
+// DefaultAccessLogSample is Options.AccessLogSample when zero.
+const DefaultAccessLogSample = 100
+
+// ParseAccessLog reads "full", "sampled" or "off".
+func ParseAccessLog(s string) (AccessLog, error) {
+	switch s {
+	case "full":
+		return AccessLogFull, nil
+	case "sampled":
+		return AccessLogSampled, nil
+	case "off":
+		return AccessLogOff, nil
+	}
+	return 0, fmt.Errorf("%w: access log %q: want full, sampled or off", ErrConfig, s)
+}
+
 // Options configure a Server. Nil means the defaults.
 type Options struct {
 	// Config holds the tokens and limits. Default: no tokens (every API
 	// request is refused) and Config's defaults.
 	Config *Config
 	// Logger receives one line per API request (operation, status, token
-	// name, duration; never a token or a body). Default slog.Default().
+	// name, duration; never a token or a body), as AccessLog says, and
+	// the server's warnings. Default slog.Default().
 	Logger *slog.Logger
+	// AccessLog says which requests get a log line. Default AccessLogFull
+	// (every request). A request that failed on the server's side (a
+	// store error, logged at WARN with its request ID) is logged
+	// whatever it says.
+	AccessLog AccessLog
+	// AccessLogSample is the N of AccessLogSampled: one request in N is
+	// logged. Default DefaultAccessLogSample.
+	AccessLogSample int
 	// Metrics serves /metrics (tenure serve passes the OpenTelemetry
 	// Prometheus exporter's handler). Default: /metrics is not served.
 	Metrics http.Handler
@@ -135,10 +176,16 @@ type Server struct {
 	held   map[string]int
 	// polls are the dashboard snapshots shared by the viewers of one
 	// panel (one token, one view) within a refresh interval.
-	pollMu   sync.Mutex
-	polls    map[string]*poll
-	ready    func(ctx context.Context) error
-	requests metric.Int64Counter
+	pollMu    sync.Mutex
+	polls     map[string]*poll
+	ready     func(ctx context.Context) error
+	requests  metric.Int64Counter
+	accessLog AccessLog
+	sampleN   uint64
+	logged    atomic.Uint64
+	// tel records the metrics contract's instruments for API operations;
+	// nil when the meter provider is the no-op one.
+	tel *apiTelemetry
 
 	// handlers are the operations' handlers by operation ID, for the
 	// dashboard's in-process calls.
@@ -225,6 +272,14 @@ func New(st Stores, o *Options) (*Server, error) {
 		return nil, err
 	}
 	s.requests = c
+	s.tel = newAPITelemetry(opt.MeterProvider, &s.st)
+	if opt.AccessLog < AccessLogFull || opt.AccessLog > AccessLogOff {
+		return nil, fmt.Errorf("%w: AccessLog %d unknown", ErrConfig, opt.AccessLog)
+	}
+	if opt.AccessLogSample < 0 {
+		return nil, fmt.Errorf("%w: AccessLogSample %d is negative", ErrConfig, opt.AccessLogSample)
+	}
+	s.accessLog, s.sampleN = opt.AccessLog, uint64(cmp.Or(opt.AccessLogSample, DefaultAccessLogSample))
 	s.routes()
 	ui := opt.UIPath
 	if ui == "" {
@@ -434,6 +489,16 @@ func (s *Server) charge(ctx context.Context, token string, n int) (bool, time.Du
 // and counts it.
 func (s *Server) logRequest(r *http.Request, op string, w *statusWriter, token string, start time.Time) {
 	s.requests.Add(r.Context(), 1, metric.WithAttributes(attribute.String("operation", op), attribute.Int("status", w.status)))
+	if w.err == nil {
+		switch s.accessLog {
+		case AccessLogOff:
+			return
+		case AccessLogSampled:
+			if (s.logged.Add(1)-1)%s.sampleN != 0 {
+				return
+			}
+		}
+	}
 	attrs := []slog.Attr{slog.String("operation", op),
 		slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Int("status", w.status),
 		slog.String("token", token), slog.Duration("duration", time.Since(start)), slog.String("request_id", w.id)}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -22,8 +23,10 @@ import (
 	"github.com/prometheus/otlptranslator"
 	"github.com/spf13/cobra"
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/resource"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
@@ -45,6 +48,7 @@ type serveFlags struct {
 	rlsTLSCert, rlsTLSKey, rlsClientCA, rlsTokenFile              string
 	rlsInsecure                                                   bool
 	drain, sweep                                                  time.Duration
+	accessLog                                                     string
 	// listening, when set, is called with the address once the server
 	// listens (tests use it).
 	listening func(addr string)
@@ -107,6 +111,7 @@ once, requests in flight finish (up to --drain).`,
 	p.StringVar(&f.rlsTokenFile, "rls-token-file", "", "bearer tokens of the rate limit service, one per line: TOKEN [DOMAIN,...] (no domains: every domain)")
 	p.BoolVar(&f.rlsInsecure, "rls-insecure", false, "let the rate limit service listen on a non-loopback address without client credentials (a token file or --rls-client-ca)")
 	p.DurationVar(&f.drain, "drain", 30*time.Second, "how long requests in flight may take to finish on shutdown")
+	p.StringVar(&f.accessLog, "access-log", "sampled", "which API requests get a log line: full (every one), sampled (one in 100) or off; requests that failed on the server's side are always logged")
 	p.DurationVar(&f.sweep, "sweep-interval", time.Minute, "how often to delete what is past its retention (ended leases, expired records; on Redis, old schedule records); 0: never (run tenure sweep instead)")
 	return cmd
 }
@@ -119,6 +124,10 @@ func runServe(ctx context.Context, f *serveFlags, stdout, stderr io.Writer) erro
 	}
 	if f.sweep < 0 {
 		return exitErr{code: 2, err: fmt.Errorf("--sweep-interval must not be negative, got %v", f.sweep)}
+	}
+	accessLog, err := server.ParseAccessLog(cmp.Or(f.accessLog, "sampled"))
+	if err != nil {
+		return exitErr{code: 2, err: fmt.Errorf("--access-log: %w", err)}
 	}
 	spec, err := storeurl.Parse(f.store)
 	if err != nil {
@@ -196,6 +205,7 @@ func runServe(ctx context.Context, f *serveFlags, stdout, stderr io.Writer) erro
 		HTTPS:     f.tlsCert != "",
 		APILimits: apiLimits.Limits(),
 		Version:   currentVersion().Short(),
+		AccessLog: accessLog,
 	})
 	if err != nil {
 		return exitErr{code: 2, err: err}
@@ -257,7 +267,20 @@ func installMetrics() (http.Handler, func(context.Context) error, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp))
+	// service.name is "tenure" unless OTEL_SERVICE_NAME or
+	// OTEL_RESOURCE_ATTRIBUTES says otherwise; Prometheus shows it on
+	// target_info.
+	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(attribute.String("service.name", "tenure"),
+		attribute.String("service.version", currentVersion().Version)))
+	if err != nil {
+		return nil, nil, err
+	}
+	if env, err := resource.New(context.Background(), resource.WithFromEnv()); err == nil {
+		if merged, err := resource.Merge(res, env); err == nil {
+			res = merged
+		}
+	}
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp), sdkmetric.WithResource(res))
 	otel.SetMeterProvider(mp)
 	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), mp.Shutdown, nil
 }

@@ -37,6 +37,7 @@ var installHints = map[string]string{
 	"pg_ctl":       "apt-get install postgresql",
 	"psql":         "apt-get install postgresql",
 	"chromium":     "apt-get install chromium",
+	"prometheus":   "apt-get install prometheus",
 }
 
 // postgresBinaries are looked up in /usr/lib/postgresql/*/bin after PATH.
