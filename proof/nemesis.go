@@ -190,17 +190,18 @@ func (n *nemesis) run(ctx context.Context, until time.Time, tick func(time.Durat
 		nextFault = now.Add(n.ttl/2 + time.Duration(n.rng.Int64N(int64(n.ttl))))
 		// Every other fault in a workload that aims is a targeted one
 		// (a pause, or a hold of the holder's connections at the proxy),
-		// alternating between the modes and what it waits for.
+		// going through aimOrder: each mode gets each kind of wait in
+		// turn.
 		aiming := n.armed != nil || n.aimed != nil
 		if n.hold.aims != nil && !aiming && len(n.resumeAt)+len(n.restartAt) < len(n.members)-1 {
 			n.aimTurn++
 			if n.aimTurn%2 == 1 {
-				k := n.aimTurn / 2
-				n.armed = &aimPlan{
-					mode:    []string{Guarded, Control}[k%2],
-					until:   n.wl.aimAt[(k/2)%len(n.wl.aimAt)],
-					expires: now.Add(4 * n.ttl),
+				o := aimOrder[(n.aimTurn/2)%len(aimOrder)]
+				until := n.wl.aimAt[0]
+				if o.last {
+					until = n.wl.aimAt[len(n.wl.aimAt)-1]
 				}
+				n.armed = &aimPlan{mode: o.mode, until: until, expires: now.Add(4 * n.ttl)}
 				continue
 			}
 		}
@@ -245,6 +246,18 @@ func (n *nemesis) run(ctx context.Context, until time.Time, tick func(time.Durat
 		n.resumeAt[i] = now.Add(2*n.ttl + time.Duration(n.rng.Int64N(int64(n.ttl))))
 	}
 }
+
+// aimOrder is the order of the aimed faults: a mode, and whether the fault
+// waits for the last kind of event of the workload's aimAt ("write")
+// rather than the first. The control's first fault waits for the next
+// holder's write, after which the control admits the late write whenever
+// the fault lands: so even a short run on a loaded machine shows the
+// control's failure early. Then the guarded run gets both kinds, and the
+// control the other; every mode gets every kind once per round.
+var aimOrder = [...]struct {
+	mode string
+	last bool
+}{{Control, true}, {Guarded, false}, {Guarded, true}, {Control, false}}
 
 // onAim acts on the events of a workload that aims. Armed, it stops (pauses,
 // or holds the connections of) the next holder granted a lease in the planned
