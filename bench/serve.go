@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"io"
 	"log/slog"
 	"net"
@@ -175,10 +176,15 @@ func (e *Env) buildServeStore(store string) (*serveStore, error) {
 	if err != nil {
 		return nil, err
 	}
+	// As tenure serve: an OpenTelemetry SDK records every instrument (its
+	// reader does not matter to what recording costs), and the access log
+	// is sampled.
 	srv, err := server.New(views, &server.Options{
-		Config:    cfg,
-		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
-		APILimits: apiLimits.Limits(),
+		Config:        cfg,
+		Logger:        slog.New(slog.NewTextHandler(io.Discard, nil)),
+		APILimits:     apiLimits.Limits(),
+		MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader())),
+		AccessLog:     server.AccessLogSampled,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("server.New: %w", err)
