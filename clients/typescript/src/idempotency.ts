@@ -1,7 +1,7 @@
 import { formatDuration, parseDuration, type Duration } from "./duration.js";
 import { InProgressError, InvalidError, LostError, MismatchError, UnavailableError } from "./errors.js";
 import type { components } from "./schema.js";
-import { backoff, fromBase64, newToken, sleep, toBase64, type Transport } from "./transport.js";
+import { backoff, fromBase64, newToken, sleep, timeout, toBase64, type Transport } from "./transport.js";
 
 type W = components["schemas"];
 
@@ -250,7 +250,7 @@ export class Idempotency {
       try {
         await this.#t.call("POST", "/v1/idempotency/complete", {
           body: { ...id, token, fence, outcome, retention } satisfies W["IdemClaim"],
-          signal: AbortSignal.timeout(per),
+          signal: timeout(per),
         });
         return;
       } catch (err) {
@@ -267,7 +267,7 @@ export class Idempotency {
       try {
         await this.#t.call("POST", "/v1/idempotency/release", {
           body: { ...id, token } satisfies W["IdemClaim"],
-          signal: AbortSignal.timeout(Math.max(1, deadline - now())),
+          signal: timeout(deadline - now()),
         });
         return;
       } catch (err) {
@@ -354,7 +354,7 @@ class ClaimKeeper {
     try {
       await this.t.call("POST", "/v1/idempotency/renew", {
         body: { ...this.id, token: this.token, fence: this.fence, ttl: this.ttl } satisfies W["IdemClaim"],
-        signal: AbortSignal.timeout(Math.max(1, this.#until - now())),
+        signal: timeout(this.#until - now()),
       });
       if (this.#stopped) return;
       this.#fails = 0;

@@ -9,7 +9,7 @@ import {
   UnavailableError,
 } from "./errors.js";
 import type { components } from "./schema.js";
-import { backoff, newToken, sleep, type Transport } from "./transport.js";
+import { backoff, newToken, sleep, timeout, type Transport } from "./transport.js";
 
 type W = components["schemas"];
 
@@ -195,7 +195,7 @@ export class Lease {
   async #renewOnce(signal?: AbortSignal): Promise<void> {
     this.throwIfLost();
     // A reply after the validity cannot help: the request is bounded by it.
-    const deadline = AbortSignal.timeout(Math.max(1, this.#until - now()));
+    const deadline = timeout(this.#until - now());
     const sent = now();
     this.#inFlight++;
     let g: W["LeaseGrant"];
@@ -317,7 +317,7 @@ async function releaseToken(c: LeaseConfig, key: string, token: string): Promise
     try {
       await c.t.call("POST", "/v1/leases/release", {
         body: { key, token } satisfies W["LeaseToken"],
-        signal: AbortSignal.timeout(Math.max(1, deadline - now())),
+        signal: timeout(deadline - now()),
       });
       return;
     } catch (err) {
@@ -384,7 +384,7 @@ export class Leases {
       try {
         const r = await this.#c.t.call<W["LeaseGrant"]>("POST", "/v1/leases/renew", {
           body: { key, token, ttl: body.ttl } satisfies W["LeaseToken"],
-          signal: AbortSignal.timeout(Math.max(1, sent + granted - marginOf(this.#c, granted) - now())),
+          signal: timeout(sent + granted - marginOf(this.#c, granted) - now()),
         });
         if (r.fence === g.fence) {
           sent = rsent;

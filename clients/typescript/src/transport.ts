@@ -157,3 +157,8 @@ export function toBase64(v: string | Uint8Array): string {
 export function fromBase64(s: string | undefined | null): Uint8Array {
   return new Uint8Array(Buffer.from(s ?? "", "base64"));
 }
+
+/** A signal that aborts after ms (at least 1 ms, rounded up). */
+export function timeout(ms: number): AbortSignal {
+  return AbortSignal.timeout(Math.max(1, Math.ceil(ms)));
+}
