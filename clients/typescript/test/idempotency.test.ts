@@ -106,3 +106,20 @@ test("an error releases the claim for a retry; a FinalError is recorded and repl
   assert.equal(e2.message, "card declined");
   assert.equal(runs, 2);
 });
+
+test("the claim is kept alive while fn runs past its TTL", async () => {
+  const req = { scope: "billing/report", key: unique("long") };
+  const res = await c.idempotency.run(
+    req,
+    async (claim) => {
+      await new Promise((r) => setTimeout(r, 1800)); // three claim TTLs
+      assert.equal(claim.signal.aborted, false);
+      const rec = await c.idempotency.inspect(req.scope, req.key);
+      assert.equal(rec.fence, claim.fence);
+      assert.ok(parseFloat(rec.claim_ttl ?? "0") > 0, `claim ttl ${rec.claim_ttl}`);
+      return "report";
+    },
+    { claimTtl: "600ms" },
+  );
+  assert.deepEqual(res, { value: "report", replayed: false });
+});
