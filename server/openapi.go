@@ -45,9 +45,13 @@ func buildOpenAPI() []byte {
 		panic("server: schema extras for no field: " + strings.Join(sortedKeys(s.unused), ", "))
 	}
 	// The unauthenticated endpoints.
+	// They answer 4xx only as net/http does to a malformed request.
 	plain := func(id, summary, ct, typ string) map[string]any {
 		return map[string]any{"get": map[string]any{"operationId": id, "summary": summary, "security": []any{},
-			"responses": map[string]any{"200": map[string]any{"description": "ok", "content": map[string]any{ct: map[string]any{"schema": map[string]any{"type": typ}}}}}}}
+			"responses": map[string]any{
+				"200": map[string]any{"description": "ok", "content": map[string]any{ct: map[string]any{"schema": map[string]any{"type": typ}}}},
+				"4XX": map[string]any{"description": "the HTTP server's own answer to a malformed request (400; 431 for headers over 64 KiB)"},
+			}}}
 	}
 	paths["/healthz"] = plain("health", "The process is up: \"ok\", then the server's version when it was given one.", "text/plain", "string")
 	paths["/readyz"] = plain("ready", "The store answers (503 when it does not).", "text/plain", "string")
@@ -120,8 +124,11 @@ func (s *schemaSet) parameters(d opSpec) []any {
 			}
 			sc["default"] = v
 		}
-		p := map[string]any{"name": f.name, "in": "query", "description": f.doc, "schema": sc,
-			"required": !f.optional || slices.Contains(d.required, f.name)}
+		required := !f.optional || slices.Contains(d.required, f.name)
+		if _, ok := sc["default"]; ok && required {
+			panic("server: " + d.OperationID + ": query parameter " + f.name + " has a default and is required")
+		}
+		p := map[string]any{"name": f.name, "in": "query", "description": f.doc, "schema": sc, "required": required}
 		if v := ex.Field(f.index); !v.IsZero() {
 			if t, ok := v.Interface().(time.Time); ok {
 				p["example"] = t.Format(time.RFC3339)

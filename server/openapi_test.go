@@ -482,3 +482,123 @@ func TestOpenAPIEveryOperationExercised(t *testing.T) {
 }
 
 func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
+
+// requiredDefaults returns where, in values of schema sc of doc, a member
+// that has a default (a "default" in one of its schemas) is required: by
+// a required list of any schema that applies to the object ($ref, allOf,
+// oneOf alternatives). A client generated from the document must be free
+// to leave such a member out, for the server fills it in.
+func requiredDefaults(doc map[string]any, sc any, at string, seen map[string]bool) []string {
+	var all []map[string]any
+	for _, m := range flatten(doc, sc) {
+		all = append(all, m)
+		if alts, ok := m["oneOf"].([]any); ok {
+			for _, a := range alts {
+				all = append(all, flatten(doc, a)...)
+			}
+		}
+	}
+	props := map[string][]map[string]any{}
+	var required []string
+	var items []any
+	for _, m := range all {
+		if r, ok := m["required"]; ok {
+			required = append(required, stringList(r)...)
+		}
+		ps, _ := m["properties"].(map[string]any)
+		for name, p := range ps {
+			props[name] = append(props[name], flatten(doc, p)...)
+		}
+		if it, ok := m["items"]; ok {
+			items = append(items, it)
+		}
+		if ap, ok := m["additionalProperties"].(map[string]any); ok {
+			items = append(items, ap)
+		}
+	}
+	var out []string
+	for _, name := range required {
+		if slices.ContainsFunc(props[name], func(p map[string]any) bool { _, ok := p["default"]; return ok }) {
+			out = append(out, at+"."+name)
+		}
+	}
+	for _, name := range sortedNames(props) {
+		for _, p := range props[name] {
+			if r, ok := p["$ref"].(string); ok {
+				if seen[r] {
+					continue
+				}
+				seen[r] = true
+			}
+			out = append(out, requiredDefaults(doc, p, at+"."+name, seen)...)
+		}
+	}
+	for _, it := range items {
+		out = append(out, requiredDefaults(doc, it, at+"[]", seen)...)
+	}
+	return out
+}
+
+func sortedNames[V any](m map[string]V) []string {
+	var ks []string
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
+}
+
+// TestOpenAPIDefaultsNotRequired: no member with a server default (the
+// rate limit's algorithm, a cost, a claim time, a list's limit) is
+// required by any schema of the document, request bodies and query
+// parameters included, so that generated clients make it optional.
+func TestOpenAPIDefaultsNotRequired(t *testing.T) {
+	_, raw := loadDoc(t)
+	var bad []string
+	schemas := raw["components"].(map[string]any)["schemas"].(map[string]any)
+	for _, name := range sortedNames(schemas) {
+		bad = append(bad, requiredDefaults(raw, schemas[name], name, map[string]bool{})...)
+	}
+	defaults := 0
+	for path, ops := range raw["paths"].(map[string]any) {
+		for method, o := range ops.(map[string]any) {
+			op := o.(map[string]any)
+			at := method + " " + path
+			if rb, ok := op["requestBody"].(map[string]any); ok {
+				for _, c := range rb["content"].(map[string]any) {
+					bad = append(bad, requiredDefaults(raw, c.(map[string]any)["schema"], at, map[string]bool{})...)
+				}
+			}
+			params, _ := op["parameters"].([]any)
+			for _, p := range params {
+				p := p.(map[string]any)
+				if _, ok := p["schema"].(map[string]any)["default"]; ok {
+					defaults++
+					if p["required"] == true {
+						bad = append(bad, at+" ?"+p["name"].(string))
+					}
+				}
+			}
+		}
+	}
+	for _, b := range bad {
+		t.Errorf("%s has a default and is required", b)
+	}
+	// The document has defaults to check, and the check finds one that is
+	// required.
+	if !strings.Contains(string(server.OpenAPI()), `"default": "gcra"`) || defaults == 0 {
+		t.Error("no defaults in the document: the check checks nothing")
+	}
+	doc := map[string]any{"components": map[string]any{"schemas": map[string]any{
+		"Req": map[string]any{"type": "object", "properties": map[string]any{"algorithm": map[string]any{"type": "string", "default": "gcra"}}},
+	}}}
+	for _, sc := range []any{
+		map[string]any{"allOf": []any{map[string]any{"$ref": "#/components/schemas/Req"}, map[string]any{"required": []any{"algorithm"}}}},
+		map[string]any{"type": "array", "items": map[string]any{"allOf": []any{map[string]any{"$ref": "#/components/schemas/Req"},
+			map[string]any{"oneOf": []any{map[string]any{"required": []any{"algorithm"}}}}}}},
+	} {
+		if got := requiredDefaults(doc, sc, "x", map[string]bool{}); len(got) != 1 {
+			t.Errorf("requiredDefaults of a required default = %v, want it found", got)
+		}
+	}
+}

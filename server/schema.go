@@ -40,9 +40,17 @@ var (
 
 // fieldExtras are the schema keywords of fields that the Go types do not
 // carry, taken from the code that judges them: "Schema.field" (a
-// component's name) or "query.param" (a GET operation's query type).
+// component's name) or "query.param" (a GET operation's query type). A
+// field with a "default" is one the server fills in: it must be optional
+// (omitempty or omitzero) and no operation may require it, so that
+// clients generated from the document may leave it out.
 var fieldExtras = map[string]map[string]any{
 	"RateRequest.algorithm":  {"enum": algorithmNames(), "default": ratelimit.GCRA.String()},
+	"RateRequest.n":          {"default": 1},
+	"AcquireLease.wait":      {"default": "0s"},
+	"AcquireLease.stay":      {"default": "0s"},
+	"IdemBegin.claim_ttl":    {"default": DefaultIdemClaimTTL.String()},
+	"IdemBegin.retention":    {"default": DefaultIdemRetention.String()},
 	"RateDecision.algorithm": {"enum": algorithmNames()},
 	"RateAllow.requests":     {"minItems": 1, "maxItems": ratelimit.MaxGroup},
 	"RateReset.requests":     {"minItems": 1, "maxItems": ratelimit.MaxGroup},
@@ -150,6 +158,9 @@ func (s *schemaSet) component(t reflect.Type) string {
 	for _, f := range jsonFields(t) {
 		props[f.name] = s.field(name, f.name, f.typ, f.doc)
 		if !f.optional {
+			if _, ok := fieldExtras[name+"."+f.name]["default"]; ok {
+				panic("server: " + name + "." + f.name + " has a default and is required (give it omitempty)")
+			}
 			required = append(required, f.name)
 		}
 	}
@@ -179,18 +190,26 @@ func (s *schemaSet) request(d opSpec) map[string]any {
 	if len(d.required) == 0 && len(d.oneOf) == 0 {
 		return base
 	}
+	// Each constraint names the members it requires under properties
+	// (schema {}: the member's own schema is the input type's), so that
+	// the constraint is a schema on its own.
 	c := map[string]any{}
 	for _, p := range d.required {
 		parent, leaf := splitPath(d, p)
+		if hasDefault(d, p) {
+			panic("server: " + d.OperationID + " requires " + p + ", which has a server default")
+		}
 		n := node(c, parent)
 		req, _ := n["required"].([]string)
 		n["required"] = append(req, leaf)
+		child(n, "properties")[leaf] = map[string]any{}
 	}
 	for _, g := range d.oneOf {
 		var alts []any
 		parent := ""
 		for i, alt := range g {
 			var fields []string
+			props := map[string]any{}
 			for _, f := range strings.Split(alt, "+") {
 				par, leaf := splitPath(d, f)
 				if i == 0 && len(fields) == 0 {
@@ -199,8 +218,9 @@ func (s *schemaSet) request(d opSpec) map[string]any {
 					panic("server: " + d.OperationID + ": alternatives under different objects")
 				}
 				fields = append(fields, leaf)
+				props[leaf] = map[string]any{}
 			}
-			alts = append(alts, map[string]any{"required": fields})
+			alts = append(alts, map[string]any{"required": fields, "properties": props})
 		}
 		n := node(c, parent)
 		if n["oneOf"] != nil {
@@ -209,6 +229,30 @@ func (s *schemaSet) request(d opSpec) map[string]any {
 		n["oneOf"] = alts
 	}
 	return map[string]any{"allOf": []any{base, c}}
+}
+
+// hasDefault reports whether the field at path (as splitPath takes it)
+// of d's input has a server default (a "default" in fieldExtras).
+func hasDefault(d opSpec, path string) bool {
+	t := d.in
+	segs := strings.Split(path, ".")
+	for i, seg := range segs {
+		name, _ := strings.CutSuffix(seg, "[]")
+		for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice {
+			t = t.Elem()
+		}
+		fs := jsonFields(t)
+		j := slices.IndexFunc(fs, func(f jsonField) bool { return f.name == name })
+		if j < 0 {
+			return false
+		}
+		if i == len(segs)-1 {
+			_, ok := fieldExtras[capital(t.Name())+"."+name]["default"]
+			return ok
+		}
+		t = fs[j].typ
+	}
+	return false
 }
 
 // splitPath checks that path names a field of d's input and returns the
