@@ -496,6 +496,43 @@ func TestDashboardSettlesIdempotencyRecords(t *testing.T) {
 	}
 }
 
+// TestDashboardResolveRefusesEmptyResult: a resolve whose result is
+// empty is refused with a problem that says so, and nothing is recorded,
+// unless the request says allow_empty.
+func TestDashboardResolveRefusesEmptyResult(t *testing.T) {
+	e := newDash(t, nil)
+	ctx := context.Background()
+	idem := e.mem.Idempotency()
+	id := idempotency.ID{Scope: "pay", Key: "order-7"}
+	b, err := idem.Begin(ctx, driver.Begin{ID: id, Fingerprint: "f",
+		Token: secret.New("claim-token-order-7-0123456789"), ClaimTTL: time.Minute, Retention: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.login(t, adminTok).StatusCode != 200 {
+		t.Fatal("login failed")
+	}
+	for _, outcome := range []map[string]any{{}, {"value": []byte{}}, {"value": nil}} {
+		resp, body := e.postJSON(t, "/ui/api/idempotency/resolve", map[string]any{"scope": "pay", "key": "order-7", "fence": b.Fence, "force": true,
+			"outcome": outcome})
+		if resp.StatusCode != 400 || !strings.Contains(body, serveapi.TypeInvalid) || !strings.Contains(body, "allow_empty") {
+			t.Fatalf("resolve with an empty result %v: %d %s", outcome, resp.StatusCode, body)
+		}
+		if r, _ := idem.Inspect(ctx, id); !r.Exists || r.Completed {
+			t.Fatalf("a refused resolve changed the record: %+v", r)
+		}
+	}
+	// Asked for, an empty result is recorded.
+	resp, body := e.postJSON(t, "/ui/api/idempotency/resolve", map[string]any{"scope": "pay", "key": "order-7", "fence": b.Fence, "force": true,
+		"outcome": map[string]any{}, "allow_empty": true})
+	if resp.StatusCode != 204 {
+		t.Fatalf("resolve with allow_empty: %d %s", resp.StatusCode, body)
+	}
+	if r, _ := idem.Inspect(ctx, id); !r.Completed || len(r.Outcome.Value) != 0 || r.Outcome.Failed {
+		t.Fatalf("after resolve with allow_empty: %+v", r)
+	}
+}
+
 func TestDashboardPeekConsumesNothing(t *testing.T) {
 	e := newDash(t, nil)
 	if e.login(t, adminTok).StatusCode != 200 {
