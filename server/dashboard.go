@@ -141,6 +141,7 @@ func (s *Server) mountDashboard(base string, opt Options) error {
 	h("POST "+base+"logout", d.doLogout)
 	h("GET "+base+"api/me", d.api("dashboardMe", d.me))
 	h("GET "+base+"api/events", d.api("dashboardEvents", d.events))
+	h("GET "+base+"api/discover", d.api("dashboardDiscover", d.discover))
 	h("POST "+base+"api/rate/peek", d.api("allowRate", d.peekRate))
 	h("POST "+base+"api/sessions/revoke", d.api("revokeSession", s.handlers["revokeSession"]))
 	h("POST "+base+"api/sessions/revoke-user", d.api("revokeUserSessions", s.handlers["revokeUserSessions"]))
