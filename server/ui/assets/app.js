@@ -241,7 +241,7 @@
     };
     const unwatch = el('button', {
       type: 'button', class: 'small', text: '×', title: 'stop watching',
-      onclick: () => { view.keys = view.keys.filter((k) => k !== key); saveView(); row.tr.remove(); leases.delete(key); connect(); },
+      onclick: () => { view.keys = view.keys.filter((k) => k !== key); saveView(); row.tr.remove(); leases.delete(key); connect(); renderDiscover(); },
     });
     tr.append(el('td', { class: 'key', text: key }), row.holderTd, row.fenceTd, ttlTd, row.stateTd,
       el('td', {}, view.keys.includes(key) ? unwatch : null));
@@ -396,6 +396,7 @@
         if (r.ok || r.status === 404) note('session-note', 'Revoked session ' + short + ' of ' + user + '.');
         else { note('session-note', problemText(r), true); revoke.disabled = false; }
         connect();
+        loadDiscover();
       },
     });
     row.tr = el('tr', { 'data-testid': 'session-row', 'data-id': s.id, 'data-short': short },
@@ -420,6 +421,7 @@
     if (r.ok) note('session-note', 'Revoked ' + r.body.removed + ' session(s) of ' + user + '.');
     else note('session-note', problemText(r), true);
     connect();
+    loadDiscover();
   };
 
   // ---- rate limits ----
@@ -449,10 +451,18 @@
   };
   const addLimit = async (e) => {
     e.preventDefault();
-    const lim = { name: $('lim-name').value.trim(), rate: parseInt($('lim-rate').value, 10) || 0, period: $('lim-period').value.trim() };
-    const burst = parseInt($('lim-burst').value, 10);
-    if (burst > 0) lim.burst = burst;
-    const rr = { key: $('lim-key').value.trim(), algorithm: $('lim-alg').value, limit: lim };
+    let rr;
+    const chosen = chosenLimit();
+    if (chosen) {
+      // A limit the server's configuration describes, exactly.
+      rr = { key: $('lim-key').value.trim(), algorithm: chosen.algorithm,
+        limit: { name: chosen.name, rate: chosen.rate, period: chosen.period, burst: chosen.burst } };
+    } else {
+      const lim = { name: $('lim-name').value.trim(), rate: parseInt($('lim-rate').value, 10) || 0, period: $('lim-period').value.trim() };
+      const burst = parseInt($('lim-burst').value, 10);
+      if (burst > 0) lim.burst = burst;
+      rr = { key: $('lim-key').value.trim(), algorithm: $('lim-alg').value, limit: lim };
+    }
     const r = await post('api/rate/peek', { requests: [rr] });
     if (!r.ok) { note('limit-note', problemText(r), true); return; }
     note('limit-note', '');
@@ -683,6 +693,83 @@
     $('election-empty').hidden = rows.length > 0;
   };
 
+  // ---- discovery ----
+  // What the forms can offer (api/discover): jobs, users with live
+  // sessions, the configured limits, elections. Read when the page starts,
+  // after a revoke, and with the ↻ buttons; the server bounds each list
+  // and keeps it to the token's namespaces.
+  let disc = null;
+  const loadDiscover = async () => {
+    let r;
+    try { r = await fetch(base + 'api/discover', { credentials: 'same-origin' }); } catch { return; }
+    if (r.status === 401) { location.reload(); return; }
+    if (!r.ok) return;
+    disc = await r.json();
+    renderDiscover();
+  };
+  const limitText = (l) => l.algorithm + ' · ' + l.rate + ' per ' + fmtDur(l.period) + (l.burst && l.burst !== l.rate ? ' · burst ' + l.burst : '');
+  // Go durations as the server writes them ("1m0s") without their zero parts.
+  const fmtDur = (d) => String(d).replace(/(\D)0s$/, '$1').replace(/(\D)0m$/, '$1') || d;
+  const chipBar = (id, what, none, list, chip) => {
+    const bar = $(id);
+    const kids = [];
+    const items = (list && list.items) || [];
+    if (items.length) kids.push(el('span', { class: 'what', text: what }), ...items.map(chip));
+    else if (list && !list.note) kids.push(el('span', { class: 'what', text: none }));
+    if (list && list.truncated) kids.push(el('span', { class: 'what', text: 'and more: type to search' }));
+    if (list && list.note && !items.length) kids.push(el('span', { class: 'what', 'data-testid': 'discover-note', text: list.note }));
+    if (kids.length && (items.length || none)) kids.push(el('button', { type: 'button', class: 'small link', text: '↻', title: 'read these choices again', 'data-testid': 'discover-refresh', onclick: loadDiscover }));
+    bar.replaceChildren(...kids);
+    bar.hidden = kids.length === 0;
+  };
+  const options = (id, values) => $(id).replaceChildren(...values.map(([v, label]) => el('option', { value: v, label })));
+  const renderDiscover = () => {
+    if (!disc) return;
+    chipBar('user-chips', 'Users with live sessions:', 'No user has a live session.', disc.users, (u) => el('button', {
+      type: 'button', class: 'chip' + (u.user_id === view.user ? ' on' : ''), 'data-testid': 'user-chip', 'data-user': u.user_id,
+      title: u.sessions + ' live session(s)' + (u.newest ? ', newest ' + fmtTime(u.newest) : ''),
+      onclick: () => { $('user').value = u.user_id; view.user = u.user_id; saveView(); connect(); renderDiscover(); },
+    }, u.user_id, el('span', { class: 'n', text: String(u.sessions) })));
+    options('user-options', disc.users.items.map((u) => [u.user_id, u.sessions + ' session(s)']));
+    chipBar('job-chips', 'Jobs:', 'No job has run yet.', disc.jobs, (j) => el('button', {
+      type: 'button', class: 'chip' + (j.job === view.job ? ' on' : ''), 'data-testid': 'job-chip', 'data-job': j.job,
+      title: j.spec ? j.spec + (j.node ? ' (registered by ' + j.node + ')' : '') : 'no registered definition',
+      onclick: () => { $('job').value = j.job; view.job = j.job; saveView(); connect(); renderDiscover(); },
+    }, j.job));
+    options('job-options', disc.jobs.items.map((j) => [j.job, j.spec || '']));
+    chipBar('election-chips', 'Watch an election’s lease:', '', disc.elections, (x) => el('button', {
+      type: 'button', class: 'chip' + (view.keys.includes(x.key) ? ' on' : ''), 'data-testid': 'election-chip', 'data-key': x.key,
+      title: x.held ? 'led by ' + (x.leader || 'a holder without a description') : 'no leader now',
+      onclick: () => watchKey(x.key),
+    }, x.name));
+    options('key-options', disc.elections.items.map((x) => [x.key, x.held ? 'election, led' : 'election']));
+    // The configured limits: chosen from a list instead of typed.
+    const sel = $('lim-choice');
+    const was = sel.value;
+    const lims = (disc.limits && disc.limits.items) || [];
+    sel.replaceChildren(...lims.map((l) => el('option', { value: l.name, text: l.name + ' — ' + limitText(l) })),
+      el('option', { value: '', text: 'enter by hand…' }));
+    sel.value = lims.some((l) => l.name === was) ? was : lims.length ? lims[0].name : '';
+    $('lim-choice-label').hidden = lims.length === 0;
+    limitChoice();
+  };
+  const chosenLimit = () => {
+    const name = $('lim-choice').value;
+    return name && disc ? (disc.limits.items || []).find((l) => l.name === name) : null;
+  };
+  // limitChoice shows the chosen limit, or the fields to enter one by hand.
+  const limitChoice = () => {
+    const l = chosenLimit();
+    $('lim-manual').hidden = !!l;
+    const sum = $('lim-summary');
+    sum.hidden = !l;
+    sum.textContent = l ? limitText(l) + (l.description ? ' — ' + l.description : '') : '';
+  };
+  const watchKey = (k) => {
+    if (k && !view.keys.includes(k) && view.keys.length < 16) { view.keys.push(k); saveView(); connect(); }
+    renderDiscover();
+  };
+
   // ---- render ----
   let snapshots = 0;
   const render = (snap) => {
@@ -712,12 +799,12 @@
     $('job').value = view.job;
     $('lease-form').addEventListener('submit', (e) => { e.preventDefault(); view.prefix = $('lease-prefix').value.trim(); saveView(); for (const row of leases.values()) row.tr.remove(); leases.clear(); connect(); });
     $('lease-watch-add').addEventListener('click', () => {
-      const k = $('lease-watch').value.trim();
-      if (k && !view.keys.includes(k) && view.keys.length < 16) { view.keys.push(k); saveView(); connect(); }
+      watchKey($('lease-watch').value.trim());
       $('lease-watch').value = '';
     });
-    $('user-form').addEventListener('submit', (e) => { e.preventDefault(); view.user = $('user').value.trim(); saveView(); connect(); });
-    $('job-form').addEventListener('submit', (e) => { e.preventDefault(); view.job = $('job').value.trim(); saveView(); connect(); });
+    $('lim-choice').addEventListener('change', limitChoice);
+    $('user-form').addEventListener('submit', (e) => { e.preventDefault(); view.user = $('user').value.trim(); saveView(); connect(); renderDiscover(); });
+    $('job-form').addEventListener('submit', (e) => { e.preventDefault(); view.job = $('job').value.trim(); saveView(); connect(); renderDiscover(); });
     $('limit-form').addEventListener('submit', addLimit);
     $('revoke-user').addEventListener('click', revokeUser);
     $('pause').addEventListener('click', () => {
@@ -727,6 +814,7 @@
     });
     setInterval(tickLeases, 100);
     connect();
+    loadDiscover();
   };
   start();
 })();

@@ -141,7 +141,10 @@ func ttlMillis(t *testing.T, ctx context.Context, key string) (int, string) {
 // down and fade out when released, revoke a user's sessions with the
 // button, and save screenshots.
 func TestBrowserDashboard(t *testing.T) {
-	e := newDash(t, &server.Options{UIRefresh: 500 * time.Millisecond, Version: "v1.2.3 schema 5"})
+	cfg := testConfig()
+	cfg.Limits = []server.LimitInfo{{Name: "api", Rate: 10, Period: time.Minute, Description: "public API, per user"},
+		{Name: "exports", Algorithm: "fixed-window", Rate: 5, Period: time.Hour}}
+	e := newDash(t, &server.Options{Config: cfg, UIRefresh: 500 * time.Millisecond, Version: "v1.2.3 schema 5"})
 	ctx := browser(t)
 	dir := artifacts(t)
 	defer func() {
@@ -263,20 +266,36 @@ func TestBrowserDashboard(t *testing.T) {
 		apiPost(t, e.url, adminTok, "/v1/rate/allow", serveapi.RateAllow{Requests: []serveapi.RateRequest{{Key: "user-42",
 			Limit: serveapi.Limit{Name: "api", Rate: 10, Period: serveapi.Duration(time.Minute)}}}}, nil)
 	}
+	// The limit, the job and the user are chosen from what the server
+	// offers (api/discover), not typed.
+	if err := chromedp.Do(ctx,
+		chromedp.WaitVisible(css(`[data-testid=lim-summary]`)),
+		chromedp.WaitNotVisible(css(`#lim-name`)),
+	); err != nil {
+		t.Fatal(err)
+	}
+	if sum := text(t, ctx, `[data-testid=lim-summary]`); sum != "gcra · 10 per 1m — public API, per user" {
+		t.Errorf("chosen limit shown as %q", sum)
+	}
 	if err := chromedp.Do(ctx,
 		chromedp.SendKeys(css(`#lim-key`), "user-42"),
-		chromedp.SendKeys(css(`#lim-name`), "api"),
 		click(`#limit-form button[type=submit]`),
 		chromedp.WaitVisible(css(`[data-testid=limit-row]`)),
-		chromedp.SendKeys(css(`#job`), "nightly"),
-		click(`#job-form button[type=submit]`),
+		click(`[data-testid=job-chip][data-job="nightly"]`),
 		chromedp.WaitVisible(css(`[data-testid=slot-row]`)),
-		chromedp.SendKeys(css(`[data-testid=user-input]`), "alice"),
-		click(`[data-testid=user-show]`),
+		// alice's sessions were made after the page read its choices.
+		click(`#user-chips [data-testid=discover-refresh]`),
+		click(`[data-testid=user-chip][data-user="alice"]`),
 		poll(`document.querySelectorAll('[data-testid=session-row]').length === 4`),
 		chromedp.WaitVisible(css(`[data-testid=idem-row]`)),
 	); err != nil {
 		t.Fatal(err)
+	}
+	if job, user := read(t, ctx, `[data-testid=job-input]`, `e.value`), read(t, ctx, `[data-testid=user-input]`, `e.value`); job != "nightly" || user != "alice" {
+		t.Errorf("the chips filled job %q and user %q", job, user)
+	}
+	if n := text(t, ctx, `[data-testid=user-chip][data-user="alice"] .n`); n != "4" {
+		t.Errorf("alice's chip counts %q sessions, want 4", n)
 	}
 	// The slot retried after a failure lists both attempts.
 	if at := text(t, ctx, `[data-testid=attempts]`); !strings.Contains(at, "failed · on node-a") || !strings.Contains(at, "upstream timeout") || !strings.Contains(at, "done · on node-b") {
