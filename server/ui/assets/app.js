@@ -749,7 +749,10 @@
     const lims = (disc.limits && disc.limits.items) || [];
     sel.replaceChildren(...lims.map((l) => el('option', { value: l.name, text: l.name + ' — ' + limitText(l) })),
       el('option', { value: '', text: 'enter by hand…' }));
-    sel.value = lims.some((l) => l.name === was) ? was : lims.length ? lims[0].name : '';
+    // The first configured limit, until the operator chose (a limit, or
+    // entering one by hand).
+    const keep = sel.dataset.chosen === '1' && (was === '' || lims.some((l) => l.name === was));
+    sel.value = keep ? was : lims.length ? lims[0].name : '';
     $('lim-choice-label').hidden = lims.length === 0;
     limitChoice();
   };
@@ -802,7 +805,7 @@
       watchKey($('lease-watch').value.trim());
       $('lease-watch').value = '';
     });
-    $('lim-choice').addEventListener('change', limitChoice);
+    $('lim-choice').addEventListener('change', () => { $('lim-choice').dataset.chosen = '1'; limitChoice(); });
     $('user-form').addEventListener('submit', (e) => { e.preventDefault(); view.user = $('user').value.trim(); saveView(); connect(); renderDiscover(); });
     $('job-form').addEventListener('submit', (e) => { e.preventDefault(); view.job = $('job').value.trim(); saveView(); connect(); renderDiscover(); });
     $('limit-form').addEventListener('submit', addLimit);
