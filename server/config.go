@@ -15,6 +15,7 @@ import (
 
 	"github.com/tenurekit/tenure/internal/secret"
 	"github.com/tenurekit/tenure/internal/serveapi"
+	ratelimitdriver "github.com/tenurekit/tenure/ratelimit/driver"
 )
 
 // ErrConfig reports a configuration that cannot be used. The message names
@@ -71,6 +72,32 @@ type Config struct {
 	// DefaultReadHeaderTimeout, DefaultReadTimeout, MaxWait + 30s for
 	// WriteTimeout (a long poll must be able to answer), DefaultIdleTimeout.
 	ReadHeaderTimeout, ReadTimeout, WriteTimeout, IdleTimeout time.Duration
+	// Limits describe the rate limits the services that use this server
+	// define, so that the dashboard's Rate limits panel offers them: an
+	// operator picks one and types a key, instead of entering its rate,
+	// period, burst and algorithm by hand. They change nothing the API
+	// allows or refuses. At most MaxConfigLimits.
+	Limits []LimitInfo
+}
+
+// MaxConfigLimits is the most limits Config.Limits may describe.
+const MaxConfigLimits = 100
+
+// LimitInfo describes a rate limit a service defines (Config.Limits).
+type LimitInfo struct {
+	// Name is the limit's name, as the service gives it (ratelimit.Limit
+	// Name): the state of a key is kept under it. Required, unique.
+	Name string
+	// Algorithm is gcra (the default), fixed-window, sliding-window or
+	// sliding-log.
+	Algorithm string
+	// Rate per Period, with Burst (default Rate), as ratelimit.Limit.
+	Rate   int
+	Period time.Duration
+	Burst  int
+	// Description says what the limit is for, for people (at most 200
+	// bytes).
+	Description string
 }
 
 // Token is one bearer token and what it may do.
@@ -108,6 +135,14 @@ type configFile struct {
 		Period serveapi.Duration `json:"period"`
 		Burst  int               `json:"burst"`
 	} `json:"rate_limit"`
+	Limits []struct {
+		Name        string            `json:"name"`
+		Algorithm   string            `json:"algorithm"`
+		Rate        int               `json:"rate"`
+		Period      serveapi.Duration `json:"period"`
+		Burst       int               `json:"burst"`
+		Description string            `json:"description"`
+	} `json:"limits"`
 	Timeouts struct {
 		ReadHeader serveapi.Duration `json:"read_header"`
 		Read       serveapi.Duration `json:"read"`
@@ -151,6 +186,9 @@ func ParseConfig(b []byte, dir string) (*Config, error) {
 		if c.Rate == 0 {
 			c.Rate = -1
 		}
+	}
+	for _, l := range f.Limits {
+		c.Limits = append(c.Limits, LimitInfo{Name: l.Name, Algorithm: l.Algorithm, Rate: l.Rate, Period: l.Period.D(), Burst: l.Burst, Description: l.Description})
 	}
 	for i, t := range f.Tokens {
 		tok := t.Token
@@ -202,6 +240,9 @@ func (c *Config) validate() error {
 	case c.WriteTimeout <= c.MaxWait:
 		return fmt.Errorf("%w: timeouts.write %v must exceed max_wait %v (a long poll must be able to answer)", ErrConfig, c.WriteTimeout, c.MaxWait)
 	}
+	if err := c.validateLimits(); err != nil {
+		return err
+	}
 	names := map[string]bool{}
 	sums := map[[32]byte]bool{}
 	for i, t := range c.Tokens {
@@ -229,6 +270,39 @@ func (c *Config) validate() error {
 			return fmt.Errorf("%w: token %q repeats another token", ErrConfig, t.Name)
 		}
 		names[t.Name], sums[sum] = true, true
+	}
+	return nil
+}
+
+// validateLimits checks Config.Limits as ratelimit.New checks a limit,
+// and fills their defaults (algorithm gcra, burst rate).
+func (c *Config) validateLimits() error {
+	if len(c.Limits) > MaxConfigLimits {
+		return fmt.Errorf("%w: %d limits, at most %d", ErrConfig, len(c.Limits), MaxConfigLimits)
+	}
+	seen := map[string]bool{}
+	c.Limits = slices.Clone(c.Limits)
+	for i := range c.Limits {
+		l := &c.Limits[i]
+		switch {
+		case l.Name == "":
+			return fmt.Errorf("%w: limits[%d] has no name", ErrConfig, i)
+		case seen[l.Name]:
+			return fmt.Errorf("%w: limit name %q used twice", ErrConfig, l.Name)
+		case len(l.Description) > 200:
+			return fmt.Errorf("%w: limit %q: description longer than 200 bytes", ErrConfig, l.Name)
+		}
+		seen[l.Name] = true
+		alg, ok := algorithms[l.Algorithm]
+		if !ok {
+			return fmt.Errorf("%w: limit %q: unknown algorithm %q (gcra, fixed-window, sliding-window, sliding-log)", ErrConfig, l.Name, l.Algorithm)
+		}
+		spec, err := ratelimitdriver.NewSpec(alg, ratelimitdriver.Limit{Name: l.Name, Rate: l.Rate, Period: l.Period, Burst: l.Burst})
+		if err != nil {
+			return fmt.Errorf("%w: limit %q: %v", ErrConfig, l.Name, err)
+		}
+		nl := spec.Limit()
+		l.Algorithm, l.Burst = alg.String(), nl.Burst
 	}
 	return nil
 }

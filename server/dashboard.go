@@ -141,6 +141,7 @@ func (s *Server) mountDashboard(base string, opt Options) error {
 	h("POST "+base+"logout", d.doLogout)
 	h("GET "+base+"api/me", d.api("dashboardMe", d.me))
 	h("GET "+base+"api/events", d.api("dashboardEvents", d.events))
+	h("GET "+base+"api/discover", d.api("dashboardDiscover", d.discover))
 	h("POST "+base+"api/rate/peek", d.api("allowRate", d.peekRate))
 	h("POST "+base+"api/sessions/revoke", d.api("revokeSession", s.handlers["revokeSession"]))
 	h("POST "+base+"api/sessions/revoke-user", d.api("revokeUserSessions", s.handlers["revokeUserSessions"]))
@@ -556,9 +557,22 @@ func (d *dashboard) sharedSnapshot(ctx context.Context, p principal, v view, pai
 	return b, 0, nil
 }
 
-// withoutSessionData drops the sessions' data from a listSessions answer:
-// the dashboard shows when sessions were made and when they end, never
-// what they hold (nor, as the API never does, their tokens).
+// dashSession is a session as the dashboard lists it: when it was made
+// and when it ends, its ID and the short form of it the CLI and the logs
+// print (session.ID.Short), never what it holds (nor, as the API never
+// does, its token).
+type dashSession struct {
+	ID            string    `json:"id"`
+	Short         string    `json:"short"`
+	UserID        string    `json:"user_id"`
+	Version       uint64    `json:"version"`
+	Created       time.Time `json:"created"`
+	IdleUntil     time.Time `json:"idle_until"`
+	AbsoluteUntil time.Time `json:"absolute_until"`
+}
+
+// withoutSessionData turns a listSessions answer into the dashboard's
+// list (dashSession): without the sessions' data, with their short IDs.
 func withoutSessionData(pn *panel) json.RawMessage {
 	if pn.Status != http.StatusOK {
 		return pn.Body
@@ -567,10 +581,14 @@ func withoutSessionData(pn *panel) json.RawMessage {
 	if err := json.Unmarshal(pn.Body, &l); err != nil {
 		return pn.Body
 	}
-	for i := range l.Sessions {
-		l.Sessions[i].Data, l.Sessions[i].Token = nil, ""
+	out := struct {
+		Sessions []dashSession `json:"sessions"`
+	}{make([]dashSession, 0, len(l.Sessions))}
+	for _, r := range l.Sessions {
+		out.Sessions = append(out.Sessions, dashSession{ID: r.ID, Short: session.ID(r.ID).Short(), UserID: r.UserID, Version: r.Version,
+			Created: r.Created, IdleUntil: r.IdleUntil, AbsoluteUntil: r.AbsoluteUntil})
 	}
-	b, _ := json.Marshal(l)
+	b, _ := json.Marshal(out)
 	return b
 }
 

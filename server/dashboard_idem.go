@@ -86,8 +86,8 @@ const defaultResolveRetention = 24 * time.Hour
 
 // idemSettle is the body of the dashboard's resolve and release of an
 // idempotency record: the record, the fence it was listed with, whether
-// a live claim is overridden, and for resolve the outcome and retention
-// (default 24h).
+// a live claim is overridden, and for resolve the outcome, its retention
+// (default 24h) and whether an empty result is meant (AllowEmpty).
 type idemSettle struct {
 	Scope     string                `json:"scope"`
 	Key       string                `json:"key"`
@@ -95,6 +95,10 @@ type idemSettle struct {
 	Force     bool                  `json:"force,omitempty"`
 	Outcome   *serveapi.IdemOutcome `json:"outcome,omitempty"`
 	Retention serveapi.Duration     `json:"retention,omitempty"`
+	// AllowEmpty records a successful outcome with an empty value: every
+	// later request with the key then replays an empty answer, so it must
+	// be asked for.
+	AllowEmpty bool `json:"allow_empty,omitempty"`
 }
 
 func (d *dashboard) settleRequest(w http.ResponseWriter, r *http.Request, p principal) (idempotency.Admin, idemSettle, bool) {
@@ -116,7 +120,9 @@ func (d *dashboard) settleRequest(w http.ResponseWriter, r *http.Request, p prin
 }
 
 // resolveIdem records an outcome for a record of unknown outcome
-// (idempotency.Admin.Resolve). It needs completeIdempotency.
+// (idempotency.Admin.Resolve). A successful outcome with an empty value
+// is refused unless the request says allow_empty. It needs
+// completeIdempotency.
 func (d *dashboard) resolveIdem(w http.ResponseWriter, r *http.Request, p principal) {
 	a, req, ok := d.settleRequest(w, r, p)
 	if !ok {
@@ -124,6 +130,11 @@ func (d *dashboard) resolveIdem(w http.ResponseWriter, r *http.Request, p princi
 	}
 	if req.Outcome == nil {
 		fail(w, invalidf("outcome is required"))
+		return
+	}
+	if !req.Outcome.Failed && len(req.Outcome.Value) == 0 && !req.AllowEmpty {
+		fail(w, invalidf("the result is empty: every later request with key %q would replay an empty answer; "+
+			"send allow_empty true to record an empty result", req.Key))
 		return
 	}
 	s := idempotency.Settle{ID: idempotency.ID{Scope: req.Scope, Key: req.Key}, Fence: req.Fence, Force: req.Force}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"github.com/tenurekit/tenure/idempotency/driver"
 	"io"
 	"io/fs"
@@ -15,6 +16,8 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -24,6 +27,7 @@ import (
 	"github.com/tenurekit/tenure/internal/secret"
 	"github.com/tenurekit/tenure/internal/serveapi"
 	"github.com/tenurekit/tenure/lease"
+	scheddriver "github.com/tenurekit/tenure/schedule/driver"
 	"github.com/tenurekit/tenure/server"
 	"github.com/tenurekit/tenure/session"
 	"github.com/tenurekit/tenure/store/memstore"
@@ -493,6 +497,179 @@ func TestDashboardSettlesIdempotencyRecords(t *testing.T) {
 	resp, _ = e.postJSON(t, "/ui/api/idempotency/release", map[string]any{"scope": "pay", "key": "k2", "fence": f2, "force": true})
 	if resp.StatusCode != 403 {
 		t.Errorf("billing release in pay: %d", resp.StatusCode)
+	}
+}
+
+// TestDashboardResolveRefusesEmptyResult: a resolve whose result is
+// empty is refused with a problem that says so, and nothing is recorded,
+// unless the request says allow_empty.
+func TestDashboardResolveRefusesEmptyResult(t *testing.T) {
+	e := newDash(t, nil)
+	ctx := context.Background()
+	idem := e.mem.Idempotency()
+	id := idempotency.ID{Scope: "pay", Key: "order-7"}
+	b, err := idem.Begin(ctx, driver.Begin{ID: id, Fingerprint: "f",
+		Token: secret.New("claim-token-order-7-0123456789"), ClaimTTL: time.Minute, Retention: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.login(t, adminTok).StatusCode != 200 {
+		t.Fatal("login failed")
+	}
+	for _, outcome := range []map[string]any{{}, {"value": []byte{}}, {"value": nil}} {
+		resp, body := e.postJSON(t, "/ui/api/idempotency/resolve", map[string]any{"scope": "pay", "key": "order-7", "fence": b.Fence, "force": true,
+			"outcome": outcome})
+		if resp.StatusCode != 400 || !strings.Contains(body, serveapi.TypeInvalid) || !strings.Contains(body, "allow_empty") {
+			t.Fatalf("resolve with an empty result %v: %d %s", outcome, resp.StatusCode, body)
+		}
+		if r, _ := idem.Inspect(ctx, id); !r.Exists || r.Completed {
+			t.Fatalf("a refused resolve changed the record: %+v", r)
+		}
+	}
+	// Asked for, an empty result is recorded.
+	resp, body := e.postJSON(t, "/ui/api/idempotency/resolve", map[string]any{"scope": "pay", "key": "order-7", "fence": b.Fence, "force": true,
+		"outcome": map[string]any{}, "allow_empty": true})
+	if resp.StatusCode != 204 {
+		t.Fatalf("resolve with allow_empty: %d %s", resp.StatusCode, body)
+	}
+	if r, _ := idem.Inspect(ctx, id); !r.Completed || len(r.Outcome.Value) != 0 || r.Outcome.Failed {
+		t.Fatalf("after resolve with allow_empty: %+v", r)
+	}
+}
+
+// TestDashboardDiscover: api/discover offers the jobs, users, limits and
+// elections a token may see, bounded to its namespaces and operations,
+// with no secret in the answer.
+func TestDashboardDiscover(t *testing.T) {
+	cfg := testConfig()
+	const opsTok = "ops-billing-token-0123456789"
+	cfg.Tokens = append(cfg.Tokens, server.Token{Name: "ops-billing", Secret: secret.New(opsTok), Prefixes: []string{"billing"},
+		Operations: []string{"slotHistory", "listSessions"}})
+	cfg.Limits = []server.LimitInfo{
+		{Name: "api", Rate: 100, Period: time.Minute, Description: "public API, per user"},
+		{Name: "exports", Algorithm: "gcra", Rate: 5, Period: time.Hour, Burst: 2},
+	}
+	e := newDash(t, &server.Options{Config: cfg})
+	ctx := context.Background()
+	claims := e.mem.Schedules().Claims()
+	for _, job := range []string{"nightly", "billing.close", "billing-x"} {
+		for _, slot := range []string{"s1", "s2"} {
+			if _, err := claims.Acquire(ctx, scheddriver.ClaimKey(job, slot), "claim-"+job+slot, time.Minute); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := e.mem.Schedules().Register(ctx, scheddriver.RegisterRequest{Job: "nightly", Fingerprint: "v1", Spec: "every day at 02:00", Node: "node-a"}); err != nil {
+		t.Fatal(err)
+	}
+	m, _ := session.New(e.mem.Sessions(), nil)
+	for _, u := range []string{"alice", "alice", "billing/42", "billing-internal/1"} {
+		if _, _, err := m.Create(ctx, u, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := e.mem.Leases().Acquire(ctx, election.KeyPrefix+"settlement", "term-token-0123456789", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+
+	resp, _ := e.req(t, "GET", "/ui/api/discover", nil)
+	if resp.StatusCode != 401 {
+		t.Fatalf("discover without a login: %d", resp.StatusCode)
+	}
+	type answer struct {
+		Jobs struct {
+			Items []struct{ Job, Spec, Node string }
+			Note  string
+		}
+		Users struct {
+			Items []struct {
+				UserID   string `json:"user_id"`
+				Sessions int
+			}
+			Note string
+		}
+		Limits struct {
+			Items []struct {
+				Name, Algorithm, Period, Description string
+				Rate, Burst                          int
+			}
+			Note string
+		}
+		Elections struct {
+			Items []struct {
+				Name, Key string
+				Held      bool
+			}
+			Note string
+		}
+	}
+	get := func(tok string) (answer, string) {
+		t.Helper()
+		if e.login(t, tok).StatusCode != 200 {
+			t.Fatal("login failed")
+		}
+		resp, body := e.req(t, "GET", "/ui/api/discover", nil)
+		if resp.StatusCode != 200 {
+			t.Fatalf("discover: %d %s", resp.StatusCode, body)
+		}
+		for _, s := range []string{adminTok, billTok, readerTok, opsTok, "claim-", "term-token"} {
+			if strings.Contains(body, s) {
+				t.Fatalf("a secret (%s) in the discovery: %s", s, body)
+			}
+		}
+		var a answer
+		if err := json.Unmarshal([]byte(body), &a); err != nil {
+			t.Fatal(err)
+		}
+		return a, body
+	}
+
+	a, body := get(adminTok)
+	var jobs, users, limits, elections []string
+	for _, j := range a.Jobs.Items {
+		jobs = append(jobs, j.Job+"="+j.Spec)
+	}
+	for _, u := range a.Users.Items {
+		users = append(users, u.UserID+"="+strconv.Itoa(u.Sessions))
+	}
+	for _, l := range a.Limits.Items {
+		limits = append(limits, fmt.Sprintf("%s %s %d/%s burst %d", l.Name, l.Algorithm, l.Rate, l.Period, l.Burst))
+	}
+	for _, el := range a.Elections.Items {
+		elections = append(elections, fmt.Sprintf("%s %s %v", el.Name, el.Key, el.Held))
+	}
+	slices.Sort(users)
+	if want := []string{"billing-x=", "billing.close=", "nightly=every day at 02:00"}; !slices.Equal(jobs, want) {
+		t.Errorf("admin jobs %q, want %q (%s)", jobs, want, body)
+	}
+	if want := []string{"alice=2", "billing-internal/1=1", "billing/42=1"}; !slices.Equal(users, want) {
+		t.Errorf("admin users %q, want %q", users, want)
+	}
+	if want := []string{"api gcra 100/1m0s burst 100", "exports gcra 5/1h0m0s burst 2"}; !slices.Equal(limits, want) {
+		t.Errorf("admin limits %q, want %q", limits, want)
+	}
+	if want := []string{"settlement election/settlement true"}; !slices.Equal(elections, want) {
+		t.Errorf("admin elections %q, want %q", elections, want)
+	}
+
+	// A token of the namespace billing, with two operations: its jobs and
+	// users only, and notes for what it may not see.
+	a, body = get(opsTok)
+	jobs, users = nil, nil
+	for _, j := range a.Jobs.Items {
+		jobs = append(jobs, j.Job)
+	}
+	for _, u := range a.Users.Items {
+		users = append(users, u.UserID)
+	}
+	if !slices.Equal(jobs, []string{"billing.close"}) || !slices.Equal(users, []string{"billing/42"}) {
+		t.Errorf("ops-billing sees jobs %q and users %q, want billing.close and billing/42 (%s)", jobs, users, body)
+	}
+	if len(a.Limits.Items) != 0 || !strings.Contains(a.Limits.Note, "allowRate") {
+		t.Errorf("ops-billing limits %+v", a.Limits)
+	}
+	if len(a.Elections.Items) != 0 || !strings.Contains(a.Elections.Note, "listLeases") {
+		t.Errorf("ops-billing elections %+v", a.Elections)
 	}
 }
 

@@ -434,7 +434,21 @@ func TestConfig(t *testing.T) {
 	if c.MaxWait != 5*time.Second || c.Rate != 10 || len(c.Tokens) != 1 {
 		t.Fatalf("config %+v", c)
 	}
+	// The limits the dashboard offers, with their defaults filled in.
+	c, err = server.ParseConfig([]byte(`{"limits":[{"name":"api","rate":100,"period":"1m","description":"public API"},`+
+		`{"name":"exports","algorithm":"sliding-window","rate":5,"period":"1h"}]}`), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Limits) != 2 || c.Limits[0] != (server.LimitInfo{Name: "api", Algorithm: "gcra", Rate: 100, Period: time.Minute, Burst: 100, Description: "public API"}) ||
+		c.Limits[1].Algorithm != "sliding-window" || c.Limits[1].Period != time.Hour {
+		t.Fatalf("limits %+v", c.Limits)
+	}
 	bad := []string{
+		`{"limits":[{"rate":1,"period":"1s"}]}`,
+		`{"limits":[{"name":"a","rate":1,"period":"1s"},{"name":"a","rate":2,"period":"1s"}]}`,
+		`{"limits":[{"name":"a","algorithm":"leaky","rate":1,"period":"1s"}]}`,
+		`{"limits":[{"name":"a","rate":0,"period":"1s"}]}`,
 		`{"tokens":[{"name":"a","token":"short","prefixes":[""],"operations":["*"]}]}`,
 		`{"tokens":[{"name":"a","token":"0123456789abcdef0","operations":["*"]}]}`,
 		`{"tokens":[{"name":"a","token":"0123456789abcdef0","prefixes":[""]}]}`,

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"github.com/tenurekit/tenure"
 	"github.com/tenurekit/tenure/internal/kind"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -122,6 +123,46 @@ type Store interface {
 	// refreshing them, through a per-user index (never a scan of all
 	// sessions).
 	List(ctx context.Context, userID string) ([]Record, error)
+}
+
+// MaxUserList is the most users one UserLister.Users call returns.
+const MaxUserList = 1000
+
+// UserInfo is a user with live sessions, as UserLister lists it.
+type UserInfo struct {
+	UserID string
+	// Sessions is how many live sessions the user has; Newest is when the
+	// newest of them was created (store clock).
+	Sessions int
+	Newest   time.Time
+}
+
+// UserLister is implemented by stores that can list the users that have
+// live sessions (memstore, sqlitestore, pgstore). It is optional: a Store
+// without it still meets the contract, and callers check for it with a
+// type assertion. tenure serve's dashboard uses it to offer the users it
+// can show.
+type UserLister interface {
+	// Users returns the users with at least one live session whose ID
+	// starts with prefix and sorts after after (byte order; "" starts at
+	// the first), in user ID order, at most limit of them (1 to
+	// MaxUserList), how many live sessions each has and when the newest
+	// was created, without refreshing any session.
+	Users(ctx context.Context, prefix, after string, limit int) ([]UserInfo, error)
+}
+
+// ValidateUserList checks the arguments of UserLister.Users. Errors wrap
+// ErrInvalid.
+func ValidateUserList(prefix, after string, limit int) error {
+	if limit < 1 || limit > MaxUserList {
+		return fmt.Errorf("%w: user list limit %d out of range [1, %d]", ErrInvalid, limit, MaxUserList)
+	}
+	for _, s := range []string{prefix, after} {
+		if len(s) > MaxUserIDLen || !utf8.ValidString(s) || strings.IndexByte(s, 0) >= 0 {
+			return fmt.Errorf("%w: user list prefix or start is not a user ID prefix (at most %d bytes of UTF-8 without NUL)", ErrInvalid, MaxUserIDLen)
+		}
+	}
+	return nil
 }
 
 // ValidateUserID checks a user ID: 1 to MaxUserIDLen bytes of valid UTF-8

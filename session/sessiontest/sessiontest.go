@@ -117,6 +117,7 @@ func Run(t *testing.T, newTarget func(t *testing.T) Target) {
 		{"RevokeUserRacingRotate", testRevokeUserRacingRotate},
 		{"RevokeRacingWritesLeavesNoPartialRecord", testRevokeRacingWrites},
 		{"ListUsesPerUserIndex", testList},
+		{"UsersListsLiveUsers", testUsers},
 		{"StoredIDPresentedAsTokenFails", testStoredIDAsToken},
 		{"TokensAbsentFromLogs", testTokensAbsentFromLogs},
 		{"UnreachableIsErrUnavailable", testUnreachable},
@@ -498,6 +499,62 @@ func testList(t *testing.T, tg Target) {
 	}
 	if n, err := m.RevokeUser(ctx, user(t, "nobody")); err != nil || n != 0 {
 		t.Fatalf("RevokeUser of a user without sessions = %d, %v", n, err)
+	}
+}
+
+// testUsers checks UserLister, for a store that has it: the users with
+// live sessions under a prefix, in order, counted, paged, bounded.
+func testUsers(t *testing.T, tg Target) {
+	ul, ok := tg.Store.(sessiondriver.UserLister)
+	if !ok {
+		// A store wrapped for its faults: the view that lists is Direct.
+		ul, ok = tg.Direct.(sessiondriver.UserLister)
+	}
+	if !ok {
+		t.Skip("the store does not list users (sessiondriver.UserLister is optional)")
+	}
+	ctx := ctxT(t)
+	m := manager(t, tg.Store, long, long)
+	base := user(t, "")
+	a, b, c, d := base+"a", base+"b", base+"c", base+"d/1"
+	for _, u := range []string{a, a, b, c, d} {
+		create(t, m, u, nil)
+	}
+	// Not under base: a sibling that shares all but the last byte.
+	create(t, m, strings.TrimSuffix(base, "/")+"+other", nil)
+	if _, err := m.RevokeUser(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	names := func(us []sessiondriver.UserInfo) []string {
+		var out []string
+		for _, u := range us {
+			out = append(out, u.UserID)
+		}
+		return out
+	}
+	got, err := ul.Users(ctx, base, "", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(names(got), []string{a, b, d}) {
+		t.Fatalf("Users(%q) = %q, want a, b and d/1 (c has no live session)", base, names(got))
+	}
+	if got[0].Sessions != 2 || got[1].Sessions != 1 || got[0].Newest.IsZero() {
+		t.Fatalf("Users counts %+v, want 2 sessions of a and 1 of b with a newest time", got)
+	}
+	if got, err := ul.Users(ctx, base, a, 10); err != nil || !slices.Equal(names(got), []string{b, d}) {
+		t.Fatalf("Users after a = %q, %v; want b and d/1", names(got), err)
+	}
+	if got, err := ul.Users(ctx, base, "", 1); err != nil || !slices.Equal(names(got), []string{a}) {
+		t.Fatalf("Users limit 1 = %q, %v; want a", names(got), err)
+	}
+	if got, err := ul.Users(ctx, base+"zz", "", 10); err != nil || len(got) != 0 {
+		t.Fatalf("Users of an empty prefix = %q, %v", names(got), err)
+	}
+	for _, limit := range []int{0, sessiondriver.MaxUserList + 1} {
+		if _, err := ul.Users(ctx, base, "", limit); !errors.Is(err, session.ErrInvalid) {
+			t.Fatalf("Users limit %d: %v, want ErrInvalid", limit, err)
+		}
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -364,6 +365,46 @@ func (v sessions) List(ctx context.Context, userID string) ([]session.Record, er
 		}
 		return compareString(string(a.ID), string(b.ID))
 	})
+	return out, nil
+}
+
+// Users lists the users with live sessions (sessiondriver.UserLister).
+func (v sessions) Users(ctx context.Context, prefix, after string, limit int) ([]sessiondriver.UserInfo, error) {
+	if err := sessiondriver.ValidateUserList(prefix, after, limit); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, unavailableErr(err)
+	}
+	st := v.st
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	var names []string
+	for u := range st.users {
+		if strings.HasPrefix(u, prefix) && u > after {
+			names = append(names, u)
+		}
+	}
+	slices.Sort(names)
+	now := st.now()
+	out := []sessiondriver.UserInfo{}
+	for _, u := range names {
+		info := sessiondriver.UserInfo{UserID: u}
+		for id := range st.users[u] {
+			if r := st.live(id, now); r != nil {
+				info.Sessions++
+				if r.Created.After(info.Newest) {
+					info.Newest = r.Created
+				}
+			}
+		}
+		if info.Sessions > 0 {
+			out = append(out, info)
+			if len(out) == limit {
+				break
+			}
+		}
+	}
 	return out, nil
 }
 

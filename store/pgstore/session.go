@@ -16,6 +16,7 @@ import (
 type sessionQueries struct {
 	create, load, touch, save, get, userOf, lockUser, lockSession string
 	moveRotated, del, bumpUser, delUser, list, sweep, checkShare  string
+	users                                                         string
 }
 
 func sessionSQL(schema string) *sessionQueries {
@@ -73,6 +74,10 @@ SELECT count(*) FILTER (WHERE d.idle_until > c.now AND d.absolute_until > c.now)
 		list: clock + `SELECT s.id, ` + cols + ` FROM ` + t + ` AS s, c WHERE s.user_id = $1 AND ` + live +
 			` ORDER BY s.created_at, s.id`,
 		sweep: clock + `DELETE FROM ` + t + ` AS s USING c WHERE NOT (` + live + `)`,
+		// $1 prefix, $2 after, $3 limit; byte order, as the lease list.
+		users: clock + `SELECT s.user_id, count(*), max(s.created_at) FROM ` + t + ` AS s, c
+WHERE s.user_id COLLATE "C" >= $1 COLLATE "C" AND left(s.user_id, length($1)) = $1 AND s.user_id COLLATE "C" > $2 COLLATE "C" AND ` + live + `
+GROUP BY s.user_id ORDER BY s.user_id COLLATE "C" LIMIT $3`,
 	}
 }
 
@@ -388,6 +393,34 @@ func (v sessions) List(ctx context.Context, userID string) ([]session.Record, er
 	})
 	if err != nil {
 		return nil, v.s.sessionErr(ctx, "list", err)
+	}
+	return out, nil
+}
+
+// Users lists the users with live sessions (sessiondriver.UserLister), in
+// byte order of their IDs, on clock_timestamp().
+func (v sessions) Users(ctx context.Context, prefix, after string, limit int) ([]sessiondriver.UserInfo, error) {
+	if err := sessiondriver.ValidateUserList(prefix, after, limit); err != nil {
+		return nil, err
+	}
+	if err := v.check(); err != nil {
+		return nil, err
+	}
+	out := []sessiondriver.UserInfo{}
+	err := v.s.db.query(ctx, v.q.users, []any{prefix, after, limit}, func(scan func(dest ...any) error) error {
+		var (
+			u sessiondriver.UserInfo
+			n int64
+		)
+		if err := scan(&u.UserID, &n, &u.Newest); err != nil {
+			return err
+		}
+		u.Sessions = int(n)
+		out = append(out, u)
+		return nil
+	})
+	if err != nil {
+		return nil, v.s.sessionErr(ctx, "users", err)
 	}
 	return out, nil
 }

@@ -16,6 +16,7 @@ import (
 type sessionQueries struct {
 	create, sweepUser, load, touch, save, get, version string
 	insertRotated, del, delUser, list, sweep           string
+	users                                              string
 }
 
 func sessionSQL(prefix string) sessionQueries {
@@ -56,6 +57,11 @@ func sessionSQL(prefix string) sessionQueries {
 		list:    r.Replace(`SELECT id, ` + cols + ` FROM $T WHERE user_id = ?1 AND ` + live + ` ORDER BY created_us, id`),
 		// ?1 now.
 		sweep: r.Replace(`DELETE FROM $T WHERE NOT (idle_us > ?1 AND absolute_us > ?1)`),
+		// ?1 prefix, ?2 now, ?3 after, ?4 limit: a range of the per-user
+		// index (text compares bytewise).
+		users: r.Replace(`SELECT user_id, count(*), max(created_us) FROM $T
+			WHERE user_id >= ?1 AND substr(user_id, 1, length(?1)) = ?1 AND user_id > ?3 AND ` + live + `
+			GROUP BY user_id ORDER BY user_id LIMIT ?4`),
 	}
 }
 
@@ -380,6 +386,35 @@ func (v sessions) List(ctx context.Context, userID string) ([]session.Record, er
 	}
 	if err := rows.Err(); err != nil {
 		return nil, sessionUnavailable("list", err)
+	}
+	return out, nil
+}
+
+// Users lists the users with live sessions (sessiondriver.UserLister),
+// from a range of the per-user index.
+func (v sessions) Users(ctx context.Context, prefix, after string, limit int) ([]sessiondriver.UserInfo, error) {
+	if err := sessiondriver.ValidateUserList(prefix, after, limit); err != nil {
+		return nil, err
+	}
+	rows, err := v.s.db.QueryContext(ctx, v.q.users, prefix, v.s.nowUS(), after, limit)
+	if err != nil {
+		return nil, sessionUnavailable("users", err)
+	}
+	defer rows.Close()
+	out := []sessiondriver.UserInfo{}
+	for rows.Next() {
+		var (
+			u      sessiondriver.UserInfo
+			newest int64
+		)
+		if err := rows.Scan(&u.UserID, &u.Sessions, &newest); err != nil {
+			return nil, sessionUnavailable("users", err)
+		}
+		u.Newest = time.UnixMicro(newest).UTC()
+		out = append(out, u)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, sessionUnavailable("users", err)
 	}
 	return out, nil
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/tenurekit/tenure/schedule"
 	scheddriver "github.com/tenurekit/tenure/schedule/driver"
 	"github.com/tenurekit/tenure/server"
+	"github.com/tenurekit/tenure/session"
 )
 
 // chromiumPath finds the headless browser: $TENURE_CHROMIUM, else
@@ -140,7 +141,10 @@ func ttlMillis(t *testing.T, ctx context.Context, key string) (int, string) {
 // down and fade out when released, revoke a user's sessions with the
 // button, and save screenshots.
 func TestBrowserDashboard(t *testing.T) {
-	e := newDash(t, &server.Options{UIRefresh: 500 * time.Millisecond, Version: "v1.2.3 schema 5"})
+	cfg := testConfig()
+	cfg.Limits = []server.LimitInfo{{Name: "api", Rate: 10, Period: time.Minute, Description: "public API, per user"},
+		{Name: "exports", Algorithm: "fixed-window", Rate: 5, Period: time.Hour}}
+	e := newDash(t, &server.Options{Config: cfg, UIRefresh: 500 * time.Millisecond, Version: "v1.2.3 schema 5"})
 	ctx := browser(t)
 	dir := artifacts(t)
 	defer func() {
@@ -200,8 +204,13 @@ func TestBrowserDashboard(t *testing.T) {
 	if err := chromedp.Do(ctx, chromedp.WaitVisible(css(row))); err != nil {
 		t.Fatal(err)
 	}
-	if fence := text(t, ctx, row+` [data-testid=lease-fence]`); fence != strconv.FormatUint(g.Fence, 10) {
+	// The fence is shown in groups of digits; its exact value is in
+	// data-fence.
+	if fence := read(t, ctx, row+` [data-testid=lease-fence]`, `e.dataset.fence`); fence != strconv.FormatUint(g.Fence, 10) {
 		t.Fatalf("fence shown %q, granted %d", fence, g.Fence)
+	}
+	if groups := read(t, ctx, row+` [data-testid=lease-fence]`, `[...e.querySelectorAll('.fg')].map((g) => g.textContent).join(' ')`); groups != groupDigits(g.Fence) {
+		t.Errorf("fence groups %q, want %q", groups, groupDigits(g.Fence))
 	}
 	first, firstText := ttlMillis(t, ctx, "billing/close-month")
 	if first <= 0 || first > 30000 {
@@ -233,7 +242,7 @@ func TestBrowserDashboard(t *testing.T) {
 	if err := chromedp.Do(ctx, chromedp.WaitVisible(css(erow))); err != nil {
 		t.Fatal(err)
 	}
-	if leader, fence := text(t, ctx, erow+` [data-testid=election-leader]`), text(t, ctx, erow+` [data-testid=election-fence]`); leader != "worker-7" || fence != strconv.FormatUint(term.Fence(), 10) {
+	if leader, fence := text(t, ctx, erow+` [data-testid=election-leader]`), read(t, ctx, erow+` [data-testid=election-fence]`, `e.dataset.fence`); leader != "worker-7" || fence != strconv.FormatUint(term.Fence(), 10) {
 		t.Fatalf("elections panel: leader %q, fence %q; want worker-7 and %d", leader, fence, term.Fence())
 	}
 	shot(t, ctx, dir, "elections.png")
@@ -246,28 +255,47 @@ func TestBrowserDashboard(t *testing.T) {
 	}
 
 	// Sessions, with a rate limit and a job's slots watched next to them.
-	for range 3 {
+	var alice []serveapi.SessionRecord
+	for range 4 {
+		var rec serveapi.SessionRecord
 		apiPost(t, e.url, adminTok, "/v1/sessions", serveapi.SessionCreate{UserID: "alice", Values: map[string]string{"cart": "3"},
-			Idle: serveapi.Duration(30 * time.Minute), Absolute: serveapi.Duration(8 * time.Hour)}, nil)
+			Idle: serveapi.Duration(30 * time.Minute), Absolute: serveapi.Duration(8 * time.Hour)}, &rec)
+		alice = append(alice, rec)
 	}
 	for range 4 {
 		apiPost(t, e.url, adminTok, "/v1/rate/allow", serveapi.RateAllow{Requests: []serveapi.RateRequest{{Key: "user-42",
 			Limit: serveapi.Limit{Name: "api", Rate: 10, Period: serveapi.Duration(time.Minute)}}}}, nil)
 	}
+	// The limit, the job and the user are chosen from what the server
+	// offers (api/discover), not typed.
+	if err := chromedp.Do(ctx,
+		chromedp.WaitVisible(css(`[data-testid=lim-summary]`)),
+		chromedp.WaitNotVisible(css(`#lim-name`)),
+	); err != nil {
+		t.Fatal(err)
+	}
+	if sum := text(t, ctx, `[data-testid=lim-summary]`); sum != "gcra · 10 per 1m — public API, per user" {
+		t.Errorf("chosen limit shown as %q", sum)
+	}
 	if err := chromedp.Do(ctx,
 		chromedp.SendKeys(css(`#lim-key`), "user-42"),
-		chromedp.SendKeys(css(`#lim-name`), "api"),
 		click(`#limit-form button[type=submit]`),
 		chromedp.WaitVisible(css(`[data-testid=limit-row]`)),
-		chromedp.SendKeys(css(`#job`), "nightly"),
-		click(`#job-form button[type=submit]`),
+		click(`[data-testid=job-chip][data-job="nightly"]`),
 		chromedp.WaitVisible(css(`[data-testid=slot-row]`)),
-		chromedp.SendKeys(css(`[data-testid=user-input]`), "alice"),
-		click(`[data-testid=user-show]`),
-		poll(`document.querySelectorAll('[data-testid=session-row]').length === 3`),
+		// alice's sessions were made after the page read its choices.
+		click(`#user-chips [data-testid=discover-refresh]`),
+		click(`[data-testid=user-chip][data-user="alice"]`),
+		poll(`document.querySelectorAll('[data-testid=session-row]').length === 4`),
 		chromedp.WaitVisible(css(`[data-testid=idem-row]`)),
 	); err != nil {
 		t.Fatal(err)
+	}
+	if job, user := read(t, ctx, `[data-testid=job-input]`, `e.value`), read(t, ctx, `[data-testid=user-input]`, `e.value`); job != "nightly" || user != "alice" {
+		t.Errorf("the chips filled job %q and user %q", job, user)
+	}
+	if n := text(t, ctx, `[data-testid=user-chip][data-user="alice"] .n`); n != "4" {
+		t.Errorf("alice's chip counts %q sessions, want 4", n)
 	}
 	// The slot retried after a failure lists both attempts.
 	if at := text(t, ctx, `[data-testid=attempts]`); !strings.Contains(at, "failed · on node-a") || !strings.Contains(at, "upstream timeout") || !strings.Contains(at, "done · on node-b") {
@@ -281,11 +309,32 @@ func TestBrowserDashboard(t *testing.T) {
 	}
 	shot(t, ctx, dir, "dashboard.png")
 
-	// Revoke all of alice's sessions: the list empties, and so does the store.
+	// Session IDs are shown short, as the CLI prints them, the full ID in
+	// the title.
+	for i, rec := range alice {
+		sel := fmt.Sprintf(`tr[data-id=%q] [data-testid=session-short]`, rec.ID)
+		if short, full := text(t, ctx, sel), read(t, ctx, sel, `e.title`); short != session.ID(rec.ID).Short() || full != rec.ID {
+			t.Errorf("session %d shown as %q (title %q), want %q (%q)", i, short, full, session.ID(rec.ID).Short(), rec.ID)
+		}
+	}
+
+	checkNarrowLayout(t, ctx, dir)
+	resolveWhileRefreshing(t, ctx, e, dir)
+	revokePinned(t, ctx, e, dir, alice)
+
+	// Revoke all of alice's sessions: a dialog names the user and the
+	// count, then the list empties, and so does the store.
 	if err := chromedp.Do(ctx,
 		click(`[data-testid=revoke-user]`),
-		chromedp.WaitVisible(css(`[data-testid=revoke-user].confirm`)),
-		click(`[data-testid=revoke-user]`),
+		chromedp.WaitVisible(css(`[data-testid=confirm-dialog]`)),
+	); err != nil {
+		t.Fatal(err)
+	}
+	if u, n := text(t, ctx, `[data-testid=confirm-user]`), text(t, ctx, `[data-testid=confirm-count]`); u != "alice" || n != "2" {
+		t.Errorf("revoke-all dialog names user %q with %q sessions, want alice and 2", u, n)
+	}
+	if err := chromedp.Do(ctx,
+		click(`[data-testid=confirm-ok]`),
 		chromedp.WaitVisible(css(`[data-testid=sessions-empty]`)),
 		poll(`document.querySelectorAll('[data-testid=session-row]').length === 0`),
 	); err != nil {
@@ -396,6 +445,247 @@ func seedSlots(t *testing.T, e *dashEnv, job string) {
 			attempt(slot, "node-b", schedule.Failed, "disk full", 0)
 		default:
 			attempt(slot, "node-a", schedule.Done, "", 0)
+		}
+	}
+}
+
+// groupDigits writes n in groups of three digits, separated by spaces.
+func groupDigits(n uint64) string {
+	s := strconv.FormatUint(n, 10)
+	var g []string
+	for len(s) > 3 {
+		g = append([]string{s[len(s)-3:]}, g...)
+		s = s[:len(s)-3]
+	}
+	return strings.Join(append([]string{s}, g...), " ")
+}
+
+// snapshots is how many snapshots the page has rendered.
+func snapshots(t *testing.T, ctx context.Context) int {
+	t.Helper()
+	n, err := strconv.Atoi(read(t, ctx, `body`, `e.dataset.snapshots || "0"`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// afterSnapshots waits until the page rendered at least two snapshots
+// more than n: one that may have been under way, and a whole one after.
+func afterSnapshots(n int) chromedp.Action[chromedp.Void] {
+	return poll(fmt.Sprintf(`Number(document.body.dataset.snapshots || 0) >= %d`, n+2))
+}
+
+// checkNarrowLayout looks at the page on a 360x740 screen (a small
+// phone): the header wraps with Log out fully visible, the page does not
+// scroll sideways (tables scroll in their cards), and no table cell is
+// squeezed to a few letters.
+func checkNarrowLayout(t *testing.T, ctx context.Context, dir string) {
+	t.Helper()
+	type size struct{ W, H int64 }
+	was, err := chromedp.Run(ctx, chromedp.Evaluate[size](`({ W: innerWidth, H: innerHeight })`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(ctx, chromedp.EmulateViewport(360, 740)); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := chromedp.Do(ctx, chromedp.EmulateViewport(was.W, was.H), poll(fmt.Sprintf(`innerWidth === %d`, was.W))); err != nil {
+			t.Error(err)
+		}
+	}()
+	if err := chromedp.Do(ctx, poll(`innerWidth === 360`), afterSnapshots(snapshots(t, ctx)),
+		chromedp.Evaluate[chromedp.Void](`scrollTo(0, 0)`), poll(`scrollY === 0`)); err != nil {
+		t.Fatal(err)
+	}
+	shot(t, ctx, dir, "narrow-360.png")
+	type box struct{ Left, Right, Top, Bottom, VW, VH float64 }
+	b, err := chromedp.Run(ctx, chromedp.Evaluate[box](`(() => {
+		const r = document.querySelector('[data-testid=logout]').getBoundingClientRect();
+		return { Left: r.left, Right: r.right, Top: r.top, Bottom: r.bottom, VW: document.documentElement.clientWidth, VH: innerHeight };
+	})()`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Left < 0 || b.Top < 0 || b.Right > b.VW || b.Bottom > b.VH || b.Right-b.Left < 20 {
+		t.Errorf("Log out at %+v, not inside the %vx%v viewport", b, b.VW, b.VH)
+	}
+	if w, err := chromedp.Run(ctx, chromedp.Evaluate[float64](`document.documentElement.scrollWidth`)); err != nil || w > 360 {
+		t.Errorf("the page is %v px wide (%v) on a 360 px screen", w, err)
+	}
+	// A cell with text is at least about four characters wide.
+	narrow, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll('td')]
+		.filter((td) => td.offsetParent !== null && td.innerText.trim().length >= 4)
+		.filter((td) => td.getBoundingClientRect().width < 4 * parseFloat(getComputedStyle(td).fontSize) * 0.55)
+		.map((td) => td.innerText.trim().slice(0, 40) + ' (' + Math.round(td.getBoundingClientRect().width) + 'px)')`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(narrow) > 0 {
+		t.Errorf("table cells squeezed below four characters: %q", narrow)
+	}
+	// The tables that do not fit scroll in their card.
+	overflow, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll('table')]
+		.filter((tb) => tb.offsetParent !== null && tb.closest('.scroll') === null)
+		.map((tb) => tb.className)`))
+	if err != nil || len(overflow) > 0 {
+		t.Errorf("tables outside a scrolling box: %q (%v)", overflow, err)
+	}
+}
+
+// resolveWhileRefreshing records a result for the in-progress record
+// payments/order-1042 through its form while snapshots keep arriving: the
+// typed text survives them, an empty result is refused, the dialog shows
+// what will be recorded, and the store gets exactly the typed bytes.
+func resolveWhileRefreshing(t *testing.T, ctx context.Context, e *dashEnv, dir string) {
+	t.Helper()
+	bg := context.Background()
+	id := idempotency.ID{Scope: "payments", Key: "order-1042"}
+	rec := `tr[data-testid=idem-row][data-key="order-1042"]`
+	if err := chromedp.Do(ctx,
+		click(rec+` [data-testid=idem-resolve-open]`),
+		chromedp.WaitVisible(css(`[data-testid=idem-value]`)),
+	); err != nil {
+		t.Fatal(err)
+	}
+	// Recording with nothing typed is refused in the page.
+	if err := chromedp.Do(ctx,
+		click(`[data-testid=idem-resolve]`),
+		chromedp.WaitVisible(css(`[data-testid=idem-form-note].error`)),
+	); err != nil {
+		t.Fatal(err)
+	}
+	if msg := text(t, ctx, `[data-testid=idem-form-note]`); !strings.Contains(msg, "empty") {
+		t.Errorf("empty result refused with %q", msg)
+	}
+	if open, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.querySelector('[data-testid=confirm-dialog]').open`)); err != nil || open {
+		t.Errorf("an empty result opened the confirmation (%v)", err)
+	}
+	// Type in two parts, with refreshes during and after.
+	const part1, part2 = `{"status":"paid",`, `"receipt":"R-77","note":"café ☕"}`
+	if err := chromedp.Do(ctx, chromedp.SendKeys(css(`[data-testid=idem-value]`), part1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(ctx, afterSnapshots(snapshots(t, ctx))); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(ctx, chromedp.SendKeys(css(`[data-testid=idem-value]`), part2)); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(ctx, afterSnapshots(snapshots(t, ctx))); err != nil {
+		t.Fatal(err)
+	}
+	want := part1 + part2
+	if v := read(t, ctx, `[data-testid=idem-value]`, `e.value`); v != want {
+		t.Fatalf("after refreshes the result box holds %q, want %q", v, want)
+	}
+	if f, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.activeElement === document.querySelector('[data-testid=idem-value]')`)); err != nil || !f {
+		t.Errorf("the result box lost focus in a refresh (%v)", err)
+	}
+	shot(t, ctx, dir, "resolve-form.png")
+	// The dialog says exactly what will be recorded.
+	if err := chromedp.Do(ctx,
+		click(`[data-testid=idem-resolve]`),
+		chromedp.WaitVisible(css(`[data-testid=confirm-dialog]`)),
+	); err != nil {
+		t.Fatal(err)
+	}
+	wantBytes := fmt.Sprintf("%d bytes", len(want))
+	if got := text(t, ctx, `[data-testid=confirm-bytes]`); !strings.HasPrefix(got, wantBytes) {
+		t.Errorf("dialog says %q, want %s", got, wantBytes)
+	}
+	if got := text(t, ctx, `[data-testid=confirm-record]`); got != "payments / order-1042" {
+		t.Errorf("dialog names record %q", got)
+	}
+	if got := text(t, ctx, `[data-testid=confirm-state]`); got != "in-progress → completed" {
+		t.Errorf("dialog names state %q", got)
+	}
+	if got := read(t, ctx, `[data-testid=confirm-preview]`, `e.textContent`); got != want {
+		t.Errorf("dialog previews %q, want %q", got, want)
+	}
+	shot(t, ctx, dir, "resolve-confirm.png")
+	// A refresh while the dialog is open changes nothing in it.
+	if err := chromedp.Do(ctx, afterSnapshots(snapshots(t, ctx))); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := e.mem.Idempotency().Inspect(bg, id); !r.Exists || r.Completed {
+		t.Fatalf("recorded before the dialog was confirmed: %+v", r)
+	}
+	if err := chromedp.Do(ctx,
+		click(`[data-testid=confirm-ok]`),
+		poll(`document.querySelector('tr[data-testid=idem-row][data-key="order-1042"]') === null`),
+	); err != nil {
+		t.Fatal(err)
+	}
+	r, err := e.mem.Idempotency().Inspect(bg, id)
+	if err != nil || !r.Completed || string(r.Outcome.Value) != want {
+		t.Fatalf("after resolve the store holds %+v (%v), want the value %q", r, err, want)
+	}
+}
+
+// revokePinned revokes one of alice's sessions from its row while the
+// rows shift under it (another session revoked meanwhile): the dialog
+// names the session of the row clicked, and exactly that one ends. A
+// cancelled dialog revokes nothing.
+func revokePinned(t *testing.T, ctx context.Context, e *dashEnv, dir string, alice []serveapi.SessionRecord) {
+	t.Helper()
+	bg := context.Background()
+	second := `tr[data-testid=session-row]:nth-child(2)`
+	// Cancel first.
+	target := read(t, ctx, second, `e.dataset.id`)
+	if err := chromedp.Do(ctx,
+		click(second+` [data-testid=revoke-session]`),
+		chromedp.WaitVisible(css(`[data-testid=confirm-dialog]`)),
+		click(`[data-testid=confirm-cancel]`),
+		poll(`!document.querySelector('[data-testid=confirm-dialog]').open`),
+		afterSnapshots(snapshots(t, ctx)),
+	); err != nil {
+		t.Fatal(err)
+	}
+	if recs, err := e.mem.Sessions().List(bg, "alice"); err != nil || len(recs) != 4 {
+		t.Fatalf("a cancelled revoke: alice has %d sessions (%v), want 4", len(recs), err)
+	}
+	// Now the second row's session, with the first revoked elsewhere
+	// while the dialog is open: the rows move up, the target stays.
+	if err := chromedp.Do(ctx,
+		click(second+` [data-testid=revoke-session]`),
+		chromedp.WaitVisible(css(`[data-testid=confirm-dialog]`)),
+	); err != nil {
+		t.Fatal(err)
+	}
+	short := session.ID(target).Short()
+	if got := text(t, ctx, `[data-testid=confirm-session]`); got != short {
+		t.Fatalf("dialog names session %q, the row clicked holds %q", got, short)
+	}
+	if got := text(t, ctx, `[data-testid=confirm-user]`); got != "alice" {
+		t.Errorf("dialog names user %q", got)
+	}
+	first := alice[0].ID
+	if first == target {
+		t.Fatalf("the second row holds the first session")
+	}
+	apiPost(t, e.url, adminTok, "/v1/sessions/revoke", serveapi.SessionRef{ID: first}, nil)
+	if err := chromedp.Do(ctx, poll(`document.querySelectorAll('[data-testid=session-row]').length === 3`)); err != nil {
+		t.Fatal(err)
+	}
+	shot(t, ctx, dir, "revoke-confirm.png")
+	if got := text(t, ctx, `[data-testid=confirm-session]`); got != short {
+		t.Fatalf("after the rows moved the dialog names %q, want %q", got, short)
+	}
+	if err := chromedp.Do(ctx,
+		click(`[data-testid=confirm-ok]`),
+		poll(`document.querySelectorAll('[data-testid=session-row]').length === 2`),
+	); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := e.mem.Sessions().List(bg, "alice")
+	if err != nil || len(recs) != 2 {
+		t.Fatalf("alice has %d sessions (%v), want 2", len(recs), err)
+	}
+	for _, r := range recs {
+		if string(r.ID) == target || string(r.ID) == first {
+			t.Fatalf("session %s still there", r.ID.Short())
 		}
 	}
 }
