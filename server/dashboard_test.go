@@ -100,7 +100,7 @@ func (e *dashEnv) postJSON(t *testing.T, path string, v any, hdr ...string) (*ht
 }
 
 func TestDashboardLoginKeepsTokenOnServer(t *testing.T) {
-	e := newDash(t, &server.Options{Version: "v0.9.0 schema 5"})
+	e := newDash(t, &server.Options{Version: "tenure v0.9.0 (schema 6, scripts 4f6e969e1404)"})
 	resp, body := e.req(t, "GET", "/", nil)
 	if resp.StatusCode != 200 || resp.Request.URL.Path != "/ui/" || !strings.Contains(body, `name="token"`) {
 		t.Fatalf("GET / anonymous: %d at %s: %.200s", resp.StatusCode, resp.Request.URL.Path, body)
@@ -155,7 +155,7 @@ func TestDashboardLoginKeepsTokenOnServer(t *testing.T) {
 	if err := json.Unmarshal([]byte(body), &me); err != nil || resp.StatusCode != 200 {
 		t.Fatalf("api/me: %d %s", resp.StatusCode, body)
 	}
-	if me.Version != "v0.9.0 schema 5" {
+	if me.Version != "tenure v0.9.0 (schema 6, scripts 4f6e969e1404)" {
 		t.Errorf("api/me version = %q, want the server's Options.Version for the footer", me.Version)
 	}
 	if me.Token != "admin" || !me.Operations["revokeUserSessions"] || !me.Features["listLeases"] || !me.Features["idempotencyAdmin"] {

@@ -163,9 +163,11 @@ table prefix (SQLite) filled in, for teams that apply schema changes with
 their own tool or a role with DDL rights. Each file ends with the statement
 that records its version, so a service started afterwards accepts the
 schema. --down prints the down files instead, newest first (each ends with
-the statement that removes its version). --out DIR writes both, as
-NNNN_name.up.sql and NNNN_name.down.sql, into DIR instead (golang-migrate's
-layout; goose reads each pair joined, up then down).
+the statement that removes its version; another tool runs no guard: count
+what each file's tenure:guard-sql comments count first, or use tenure
+migrate down). --out DIR writes the up files, NNNN_name.up.sql, into DIR
+instead (goose, golang-migrate and atlas read them); with --down, the
+NNNN_name.down.sql files too (golang-migrate's layout).
 The engine follows --store (postgres://… or sqlite:…; the default is the
 embedded SQLite store); nothing is read from the store.`,
 		Args: cobra.NoArgs,
@@ -174,55 +176,79 @@ embedded SQLite store); nothing is read from the store.`,
 			if err != nil {
 				return exitErr{code: 2, err: err}
 			}
-			var fsys fs.FS
+			var up, down fs.FS
 			switch spec.Kind {
 			case storeurl.Postgres:
-				fsys, err = pgstore.Migrations(f.schema)
+				if up, err = pgstore.Migrations(f.schema); err == nil {
+					down, err = pgstore.DownMigrations(f.schema)
+				}
 			case storeurl.SQLite, storeurl.Embedded:
-				fsys, err = sqlitestore.Migrations(f.prefix)
+				if up, err = sqlitestore.Migrations(f.prefix); err == nil {
+					down, err = sqlitestore.DownMigrations(f.prefix)
+				}
 			default:
 				return exitErr{code: 2, err: fmt.Errorf("%s keeps no versioned schema: there are no migration files", spec.Kind)}
 			}
 			if err != nil {
 				return exitErr{code: 2, err: err}
 			}
-			if downFiles && out != "" {
-				return exitErr{code: 2, err: errors.New("--down prints the down files; --out writes both the up and the down files: use one")}
-			}
-			return writeMigrations(cmd.OutOrStdout(), fsys, out, downFiles)
+			return writeMigrations(cmd.OutOrStdout(), up, down, out, downFiles)
 		},
 	}
-	sqlCmd.Flags().StringVar(&out, "out", "", "write the up and down files into this directory instead of printing them")
-	sqlCmd.Flags().BoolVar(&downFiles, "down", false, "print the down files, newest first")
+	sqlCmd.Flags().StringVar(&out, "out", "", "write the up files (with --down, the down files too) into this directory instead of printing them")
+	sqlCmd.Flags().BoolVar(&downFiles, "down", false, "print the down files, newest first (with --out: write them too)")
 	cmd.AddCommand(sqlCmd)
 	return cmd
 }
 
-// writeMigrations prints the up files of fsys in order (down: the down
-// files, newest first), or writes every file into dir.
-func writeMigrations(w io.Writer, fsys fs.FS, dir string, down bool) error {
-	pattern := "*.up.sql"
-	if down {
-		pattern = "*.down.sql"
+// writeMigrations prints the up files in order (down: the down files,
+// newest first), or writes the up files (down: and the down files) into
+// dir.
+func writeMigrations(w io.Writer, up, downFS fs.FS, dir string, down bool) error {
+	type file struct {
+		fsys fs.FS
+		name string
 	}
-	if dir != "" {
-		pattern = "*.sql"
+	var files []file
+	add := func(fsys fs.FS, pattern string, reverse bool) error {
+		names, err := fs.Glob(fsys, pattern)
+		if err != nil {
+			return err
+		}
+		slices.Sort(names)
+		if reverse {
+			slices.Reverse(names)
+		}
+		for _, n := range names {
+			files = append(files, file{fsys, n})
+		}
+		return nil
 	}
-	names, err := fs.Glob(fsys, pattern)
-	if err != nil {
-		return err
-	}
-	slices.Sort(names)
-	if down {
-		slices.Reverse(names)
-	}
-	if dir != "" {
+	switch {
+	case dir != "":
+		if err := add(up, "*.up.sql", false); err != nil {
+			return err
+		}
+		if down {
+			if err := add(downFS, "*.down.sql", false); err != nil {
+				return err
+			}
+		}
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return exitErr{code: 2, err: err}
 		}
+	case down:
+		if err := add(downFS, "*.down.sql", true); err != nil {
+			return err
+		}
+	default:
+		if err := add(up, "*.up.sql", false); err != nil {
+			return err
+		}
 	}
-	for _, name := range names {
-		b, err := fs.ReadFile(fsys, name)
+	for _, f := range files {
+		name := f.name
+		b, err := fs.ReadFile(f.fsys, name)
 		if err != nil {
 			return err
 		}
@@ -399,13 +425,16 @@ func runDown(ctx context.Context, cmd *cobra.Command, kind storeurl.Kind, asJSON
 	w := cmd.OutOrStdout()
 	var refusal error
 	if !d.dryRun {
-		if _, err := m.MigrateDown(ctx, to, d.force); err != nil {
+		dropped, err := m.MigrateDown(ctx, to, d.force)
+		if err != nil {
 			if !errors.Is(err, pgstore.ErrDownRefused) {
 				return err
 			}
 			o.Refused, refusal = true, err
 		} else {
-			o.Forced = d.force && len(lost) > 0
+			// What the run counted in its own transaction, not the plan's.
+			o.Lost = append([]pgstore.Loss{}, dropped...)
+			o.Forced = d.force && len(dropped) > 0
 		}
 	}
 	if asJSON {
@@ -424,7 +453,7 @@ func runDown(ctx context.Context, cmd *cobra.Command, kind storeurl.Kind, asJSON
 		for _, mg := range plan {
 			fmt.Fprintf(w, "  %s\n", mg.DownFile)
 		}
-		for _, l := range lost {
+		for _, l := range o.Lost {
 			what := "would drop"
 			if o.Forced {
 				what = "dropped"

@@ -125,8 +125,19 @@ func TestMigrateSQLCommand(t *testing.T) {
 	if err != nil || !strings.Contains(string(b), `"app_leases"`) {
 		t.Fatalf("written file: %v\n%.300s", err, b)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "0001_initial.down.sql")); err != nil {
-		t.Fatalf("--out wrote no down file: %v", err)
+	// --out alone writes the up files only (goose reads one file per
+	// version); with --down, the down files too.
+	if _, err := os.Stat(filepath.Join(dir, "0001_initial.down.sql")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("--out wrote a down file: %v", err)
+	}
+	both := t.TempDir()
+	if _, err := run("migrate", "sql", "--store", "sqlite:x.db", "--out", both, "--down"); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"0001_initial.up.sql", "0001_initial.down.sql", "0006_migration_checksums.down.sql"} {
+		if _, err := os.Stat(filepath.Join(both, name)); err != nil {
+			t.Fatalf("--out --down wrote no %s: %v", name, err)
+		}
 	}
 	out, err = run("migrate", "sql", "--store", "postgres://localhost/x", "--down")
 	if err != nil || !strings.HasPrefix(out, "-- file: "+fmtDown(pgstore.SchemaVersion)) || strings.Contains(out, ".up.sql") {

@@ -244,8 +244,10 @@ Redis and etcd.`,
 // the next page, or "" when none may follow.
 func listLeases(ctx context.Context, l lease.Lister, prefix, after string, limit int, keep func(lease.Info) bool) (out []lease.Info, more string, err error) {
 	out = []lease.Info{}
+	// Full pages: the filter may pass few of the keys a page holds.
+	size := lease.MaxListLimit
 	for {
-		page, err := l.List(ctx, prefix, after, limit)
+		page, err := l.List(ctx, prefix, after, size)
 		if err != nil {
 			return nil, "", err
 		}
@@ -259,7 +261,7 @@ func listLeases(ctx context.Context, l lease.Lister, prefix, after string, limit
 				return out, info.Key, nil
 			}
 		}
-		if len(page) < limit {
+		if len(page) < size {
 			return out, "", nil
 		}
 	}

@@ -25,6 +25,9 @@ import (
 // service.name "tenure" on target_info.
 func TestPrometheusScrapesServe(t *testing.T) {
 	bin := testenv.RequireBinary(t, "prometheus")
+	// service.name as serve sets it, whatever this environment says.
+	t.Setenv("OTEL_SERVICE_NAME", "")
+	t.Setenv("OTEL_RESOURCE_ATTRIBUTES", "")
 	dir := t.TempDir()
 	addr, _, _, _ := startServe(t, filepath.Join(dir, "data"))
 	raw, err := os.ReadFile(filepath.Join(dir, "data", tokenFile))

@@ -137,11 +137,20 @@ type Status struct {
 	Drift []int
 }
 
-// Checksum is the SHA-256, in hex, of m's up file as the code knows it
-// (placeholder unresolved), the value Migrate records for m's version.
+// Checksum is the SHA-256, in hex, of the statements of m's up file as
+// the code knows it (placeholder unresolved; comments, blank lines and the
+// spaces around each line left out, so that a file whose comments change
+// keeps its checksum): the value Migrate records for the versions it
+// applies.
 func Checksum(m Migration) string {
-	sum := sha256.Sum256([]byte(m.SQL))
-	return hex.EncodeToString(sum[:])
+	h := sha256.New()
+	for _, line := range strings.Split(stripComments(m.SQL), "\n") {
+		if line = strings.TrimSpace(line); line != "" {
+			h.Write([]byte(line))
+			h.Write([]byte{'\n'})
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // Drifted returns, in order, the versions of ms whose checksum in recorded
@@ -262,14 +271,23 @@ func Resolve(sql, placeholder, value string) string {
 	return strings.ReplaceAll(sql, placeholder, value)
 }
 
-// FS returns the migrations as an fs.FS of NNNN_name.up.sql and
-// NNNN_name.down.sql files with the placeholder replaced by value, as
-// golang-migrate or atlas apply them (goose reads the pair joined: the up
-// file's "-- +goose Up" section, then the down file's "-- +goose Down").
+// FS returns the up files of the migrations as an fs.FS of
+// NNNN_name.up.sql files with the placeholder replaced by value, as goose,
+// golang-migrate or atlas apply them.
 func FS(ms []Migration, placeholder, value string) fs.FS {
 	m := fstest.MapFS{}
 	for _, mg := range ms {
 		m[path.Base(mg.File)] = &fstest.MapFile{Data: []byte(Resolve(mg.SQL, placeholder, value)), Mode: 0o444}
+	}
+	return m
+}
+
+// DownFS returns the down files of the migrations, NNNN_name.down.sql
+// with the placeholder replaced by value: next to FS's files, the layout
+// golang-migrate reads.
+func DownFS(ms []Migration, placeholder, value string) fs.FS {
+	m := fstest.MapFS{}
+	for _, mg := range ms {
 		m[path.Base(mg.DownFile)] = &fstest.MapFile{Data: []byte(Resolve(mg.Down, placeholder, value)), Mode: 0o444}
 	}
 	return m
@@ -333,14 +351,33 @@ func DownPlan(ms []Migration, current, to int) ([]Migration, error) {
 
 // contracting are the statements that take away what the code of the
 // version before reads.
-var contracting = regexp.MustCompile(`(?is)\b(DROP\s+(TABLE|COLUMN|INDEX|FUNCTION|SEQUENCE|SCHEMA|VIEW|TRIGGER)|RENAME\b|ALTER\s+COLUMN\s+\S+\s+(TYPE|SET\s+NOT\s+NULL|SET\s+DATA)|ALTER\s+TABLE\s+\S+\s+DROP\b|TRUNCATE\b|DELETE\s+FROM)`)
+var contracting = regexp.MustCompile(`(?is)\b(DROP\s+(TABLE|COLUMN|INDEX|FUNCTION|SEQUENCE|SCHEMA|VIEW|TRIGGER|CONSTRAINT|DEFAULT)|RENAME\b|ALTER\s+COLUMN\s+\S+\s+(TYPE|SET\s+NOT\s+NULL|SET\s+DATA)|ALTER\s+TABLE\s+(IF\s+EXISTS\s+)?(ONLY\s+)?\S+\s+DROP\b|TRUNCATE\b|DELETE\s+FROM|ADD\s+CONSTRAINT|CREATE\s+UNIQUE\s+INDEX)`)
+
+// addNotNull is a column added NOT NULL: without a DEFAULT, the version
+// before's inserts, which do not name it, fail.
+var addNotNull = regexp.MustCompile(`(?is)\bADD\s+(COLUMN\s+)?(IF\s+NOT\s+EXISTS\s+)?\S+\s[^;]*\bNOT\s+NULL\b`)
+var hasDefault = regexp.MustCompile(`(?is)\bDEFAULT\b`)
 
 // Contracting returns the statements of an up file that are not
 // expand-only (drops, renames, type changes, new NOT NULL constraints on
-// existing columns, deletes), comments left out. An up file for which it
-// returns none keeps the schema readable by the code of the version
-// before.
+// existing columns, columns added NOT NULL without a default, new
+// constraints and unique indexes, deletes), comments left out. An up file
+// for which it returns none keeps the schema readable and writable by the
+// code of the version before. It is conservative: a unique index on a
+// table the same file creates is reported too.
 func Contracting(sql string) []string {
+	code := stripComments(sql)
+	out := contracting.FindAllString(code, -1)
+	for _, stmt := range strings.Split(code, ";") {
+		if m := addNotNull.FindString(stmt); m != "" && !hasDefault.MatchString(stmt) {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// stripComments returns sql without its "--" comments, a line each.
+func stripComments(sql string) string {
 	var b strings.Builder
 	for _, line := range strings.Split(sql, "\n") {
 		if i := strings.Index(line, "--"); i >= 0 {
@@ -349,5 +386,5 @@ func Contracting(sql string) []string {
 		b.WriteString(line)
 		b.WriteString("\n")
 	}
-	return contracting.FindAllString(b.String(), -1)
+	return b.String()
 }

@@ -26,8 +26,20 @@ func TestLoad(t *testing.T) {
 	if string(b.Data) != `two "s"` {
 		t.Fatalf("resolved %q", b.Data)
 	}
-	if d := FS(ms, "{{x}}", `"s"`).(fstest.MapFS)["0001_a.down.sql"]; d == nil || string(d.Data) != "undo one" {
-		t.Fatalf("down file in FS: %v", d)
+	if d := DownFS(ms, "{{x}}", `"s"`).(fstest.MapFS)["0001_a.down.sql"]; d == nil || string(d.Data) != "undo one" {
+		t.Fatalf("down file in DownFS: %v", d)
+	}
+	if _, ok := FS(ms, "{{x}}", `"s"`).(fstest.MapFS)["0001_a.down.sql"]; ok {
+		t.Fatal("FS has a down file: goose would read two files of version 1")
+	}
+	// Comments and spacing do not change a checksum; a statement does.
+	c := ms[0]
+	c2 := c
+	c2.SQL = "-- a comment\n  " + c.SQL + "  \n\n"
+	c3 := c
+	c3.SQL = c.SQL + " x"
+	if Checksum(c) != Checksum(c2) || Checksum(c) == Checksum(c3) {
+		t.Fatalf("checksums %s %s %s", Checksum(c), Checksum(c2), Checksum(c3))
 	}
 	if len(ms[0].Guards) != 0 || len(ms[1].Guards) != 1 || ms[1].Guards[0].What != "rows of b" ||
 		ms[1].Guards[0].SQL != "SELECT count(*) FROM {{x}}.b" {
@@ -102,6 +114,8 @@ func TestContracting(t *testing.T) {
 		"DROP TABLE x;", "ALTER TABLE t DROP COLUMN c;", "alter table t rename to u;",
 		"ALTER TABLE t ALTER COLUMN c TYPE bigint;", "ALTER TABLE t ALTER COLUMN c SET NOT NULL;",
 		"DELETE FROM t;", "TRUNCATE t;", "DROP INDEX i;",
+		"ALTER TABLE t ADD COLUMN c text NOT NULL;", "ALTER TABLE IF EXISTS t DROP CONSTRAINT k;", "ALTER TABLE ONLY t DROP COLUMN c;",
+		"ALTER TABLE t ADD CONSTRAINT k CHECK (a > 0);", "CREATE UNIQUE INDEX i ON t (a);", "ALTER TABLE t ALTER COLUMN c DROP DEFAULT;",
 	} {
 		if len(Contracting(sql)) == 0 {
 			t.Errorf("Contracting(%q) found nothing", sql)
@@ -110,6 +124,7 @@ func TestContracting(t *testing.T) {
 	for _, sql := range []string{
 		"ALTER TABLE t ADD COLUMN IF NOT EXISTS c text;\n-- DROP TABLE x is not run\nCREATE INDEX IF NOT EXISTS i ON t (c);",
 		"CREATE TABLE IF NOT EXISTS u (a int); INSERT INTO m VALUES (1) ON CONFLICT DO NOTHING;",
+		"ALTER TABLE t ADD COLUMN c bigint NOT NULL DEFAULT 0;",
 	} {
 		if got := Contracting(sql); len(got) != 0 {
 			t.Errorf("Contracting(%q) = %q", sql, got)

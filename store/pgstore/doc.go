@@ -53,8 +53,8 @@
 // ([Store.Check] checks later). No request path migrates. Every version
 // has a down file (NNNN_name.down.sql): [Store.MigrateDown] runs them for
 // a rollback and refuses, unless forced, to drop what a guarantee rests
-// on (fences, ledger rows, revocations). Migrate records each version's
-// checksum (SHA-256 of its up file) where none is; [Store.MigrationStatus]
+// on (fences, ledger rows, revocations). Migrate records the checksum
+// (SHA-256 of its up file's statements) of each version it applies; [Store.MigrationStatus]
 // reports in Drift the versions applied from another text of their file.
 // See docs/operations.md.
 //

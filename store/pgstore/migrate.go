@@ -9,7 +9,6 @@ import (
 	"hash/fnv"
 	"io"
 	"io/fs"
-	"slices"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -85,6 +84,22 @@ func Migrations(schema string) (fs.FS, error) {
 		return nil, err
 	}
 	return sqlmigrate.FS(migrations, SchemaPlaceholder, pgx.Identifier{schema}.Sanitize()), nil
+}
+
+// DownMigrations returns the down files for the schema named schema (""
+// means DefaultSchema), with the placeholder resolved:
+// NNNN_name.down.sql, each ending with the statement that removes its
+// version. Next to [Migrations]' files they are golang-migrate's layout.
+// Another tool runs no guard: count what a file's "tenure:guard-sql"
+// comments count before applying it, or use [Store.MigrateDown].
+func DownMigrations(schema string) (fs.FS, error) {
+	if schema == "" {
+		schema = DefaultSchema
+	}
+	if err := validateSchema(schema); err != nil {
+		return nil, err
+	}
+	return sqlmigrate.DownFS(migrations, SchemaPlaceholder, pgx.Identifier{schema}.Sanitize()), nil
 }
 
 // MigrationFiles returns the embedded migration files as they are, with
@@ -172,25 +187,12 @@ func (s *Store) Migrate(ctx context.Context) error {
 				return fmt.Errorf("migration %s: %w", m.File, err)
 			}
 		}
-		if max(st.Current, st.Latest) >= checksumVersion {
-			// Only versions without one are written: a schema whose
-			// checksums are recorded needs no more than reading.
-			var missing []int
-			err := tx.query(ctx, `SELECT version FROM `+quoted+`.tenure_migrations WHERE checksum IS NULL ORDER BY version`, nil,
-				func(scan func(dest ...any) error) error {
-					var v int32
-					err := scan(&v)
-					missing = append(missing, int(v))
-					return err
-				})
-			if err != nil {
-				return err
-			}
-			for _, m := range migrations {
-				if !slices.Contains(missing, m.Version) {
-					continue
-				}
-				if _, err := tx.exec(ctx, `UPDATE `+quoted+`.tenure_migrations SET checksum = $2 WHERE version = $1 AND checksum IS NULL`,
+		// The versions this call applies get this code's checksum, in
+		// the same transaction; versions applied otherwise stay
+		// unverified (no checksum).
+		if len(st.Pending) > 0 && st.Pending[len(st.Pending)-1].Version >= checksumVersion {
+			for _, m := range st.Pending {
+				if _, err := tx.exec(ctx, `UPDATE `+quoted+`.tenure_migrations SET checksum = $2 WHERE version = $1`,
 					m.Version, sqlmigrate.Checksum(m)); err != nil {
 					return fmt.Errorf("record the checksum of %s: %w", m.File, err)
 				}

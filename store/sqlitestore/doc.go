@@ -36,8 +36,8 @@
 // as version 1, their rows kept. Every version has a down file
 // (NNNN_name.down.sql): [Store.MigrateDown] runs them for a rollback and
 // refuses, unless forced, to drop what a guarantee rests on (fences,
-// ledger rows, idempotency records). Migrate records each version's
-// checksum (SHA-256 of its up file) where none is; [Store.MigrationStatus]
+// ledger rows, idempotency records). Migrate records the checksum
+// (SHA-256 of its up file's statements) of each version it applies; [Store.MigrationStatus]
 // reports in Drift the versions applied from another text of their file.
 // [Migrations] returns the files resolved for a prefix, for other
 // migration tools. The lease tables:

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"slices"
 
 	"github.com/tenurekit/tenure"
 	"github.com/tenurekit/tenure/internal/sqlmigrate"
@@ -74,8 +73,8 @@ const (
 	// apply each migration once), then checks the version.
 	MigrateApply
 	// MigrateCheck changes nothing and fails unless the tables are at
-	// [SchemaVersion], with an error wrapping [ErrSchemaVersion] that names
-	// both versions.
+	// [SchemaVersion] or up to [SchemaWindow] above it, with an error
+	// wrapping [ErrSchemaVersion] that names both versions.
 	MigrateCheck
 	// MigrateSkip neither applies nor checks: for tools that only report
 	// the version ([Store.MigrationStatus]) or apply it later
@@ -96,6 +95,22 @@ func Migrations(prefix string) (fs.FS, error) {
 		return nil, err
 	}
 	return sqlmigrate.FS(migrations, PrefixPlaceholder, prefix), nil
+}
+
+// DownMigrations returns the down files for the table prefix prefix (""
+// means DefaultTablePrefix), with the placeholder resolved:
+// NNNN_name.down.sql, each ending with the statement that removes its
+// version. Next to [Migrations]' files they are golang-migrate's layout.
+// Another tool runs no guard: count what a file's "tenure:guard-sql"
+// comments count before applying it, or use [Store.MigrateDown].
+func DownMigrations(prefix string) (fs.FS, error) {
+	if prefix == "" {
+		prefix = DefaultTablePrefix
+	}
+	if err := validatePrefix(prefix); err != nil {
+		return nil, err
+	}
+	return sqlmigrate.DownFS(migrations, PrefixPlaceholder, prefix), nil
 }
 
 // MigrationFiles returns the embedded migration files as they are, with
@@ -148,16 +163,12 @@ func (s *Store) Migrate(ctx context.Context) error {
 				return fmt.Errorf("migration %s: %w", m.File, err)
 			}
 		}
-		if max(st.Current, st.Latest) >= checksumVersion {
-			missing, err := s.unrecorded(ctx, conn)
-			if err != nil {
-				return err
-			}
-			for _, m := range migrations {
-				if !slices.Contains(missing, m.Version) {
-					continue
-				}
-				if _, err := conn.ExecContext(ctx, `UPDATE "`+s.q.prefix+`migrations" SET checksum = ?2 WHERE version = ?1 AND checksum IS NULL`,
+		// The versions this call applies get this code's checksum, in
+		// the same transaction; versions applied otherwise stay
+		// unverified (no checksum).
+		if len(st.Pending) > 0 && st.Pending[len(st.Pending)-1].Version >= checksumVersion {
+			for _, m := range st.Pending {
+				if _, err := conn.ExecContext(ctx, `UPDATE "`+s.q.prefix+`migrations" SET checksum = ?2 WHERE version = ?1`,
 					m.Version, sqlmigrate.Checksum(m)); err != nil {
 					return fmt.Errorf("record the checksum of %s: %w", m.File, err)
 				}
@@ -176,25 +187,6 @@ func (s *Store) Migrate(ctx context.Context) error {
 // checksumVersion is the migration that adds the checksum column of the
 // migrations table.
 const checksumVersion = 6
-
-// unrecorded returns the recorded versions without a checksum. Only those
-// are written, so a file whose checksums are recorded is only read.
-func (s *Store) unrecorded(ctx context.Context, conn *sql.Conn) ([]int, error) {
-	rows, err := conn.QueryContext(ctx, `SELECT version FROM "`+s.q.prefix+`migrations" WHERE checksum IS NULL ORDER BY version`)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []int
-	for rows.Next() {
-		var v int
-		if err := rows.Scan(&v); err != nil {
-			return nil, err
-		}
-		out = append(out, v)
-	}
-	return out, rows.Err()
-}
 
 func (s *Store) immediate(ctx context.Context, fn func(conn *sql.Conn) error) error {
 	conn, err := s.db.Conn(ctx)

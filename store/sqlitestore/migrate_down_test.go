@@ -256,9 +256,9 @@ func TestMigrationsAreExpandOnly(t *testing.T) {
 	}
 }
 
-// TestMigrationChecksums: Migrate records each version's checksum, the
-// status reports a version built from another text, and a later Migrate
-// keeps what was recorded.
+// TestMigrationChecksums: Migrate records the checksum of each version it
+// applies, the status reports a version built from another text, and a
+// Migrate with nothing to apply writes nothing.
 func TestMigrationChecksums(t *testing.T) {
 	ctx := t.Context()
 	path := tempPath(t)
@@ -283,8 +283,17 @@ func TestMigrationChecksums(t *testing.T) {
 	if _, err := db.ExecContext(ctx, `UPDATE tenure_migrations SET checksum = 'edited' WHERE version = 3`); err != nil {
 		t.Fatal(err)
 	}
+	// A version applied by another tool has no checksum: unverified, not
+	// drift; and a Migrate with nothing to apply writes nothing.
+	if _, err := db.ExecContext(ctx, `UPDATE tenure_migrations SET checksum = NULL WHERE version = 2`); err != nil {
+		t.Fatal(err)
+	}
 	if err := s.Migrate(ctx); err != nil {
 		t.Fatal(err)
+	}
+	var unset bool
+	if err := db.QueryRowContext(ctx, `SELECT checksum IS NULL FROM tenure_migrations WHERE version = 2`).Scan(&unset); err != nil || !unset {
+		t.Fatalf("Migrate at the latest version wrote a checksum for version 2 (%v)", err)
 	}
 	if st, err := s.MigrationStatus(ctx); err != nil || !slices.Equal(st.Drift, []int{3}) {
 		t.Fatalf("after a version built from another file: Drift %v, %v; want [3]", st.Drift, err)

@@ -112,14 +112,14 @@ test("the claim is kept alive while fn runs past its TTL", async () => {
   const res = await c.idempotency.run(
     req,
     async (claim) => {
-      await new Promise((r) => setTimeout(r, 1800)); // three claim TTLs
+      await new Promise((r) => setTimeout(r, 5000)); // two and a half claim TTLs
       assert.equal(claim.signal.aborted, false);
       const rec = await c.idempotency.inspect(req.scope, req.key);
       assert.equal(rec.fence, claim.fence);
       assert.ok(parseFloat(rec.claim_ttl ?? "0") > 0, `claim ttl ${rec.claim_ttl}`);
       return "report";
     },
-    { claimTtl: "600ms" },
+    { claimTtl: "2s" },
   );
   assert.deepEqual(res, { value: "report", replayed: false });
 });

@@ -1,7 +1,7 @@
 -- tenure sqlitestore migration 1: the tables of leases, fence guards,
 -- idempotency records, rate limits, sessions and schedules, and the
 -- version table. {{prefix}} stands for the table prefix ("tenure_" by
--- default); `tenure migrate sql --prefix PREFIX` prints this file resolved.
+-- default); `tenure migrate sql --table-prefix PREFIX` prints this file resolved.
 -- Every statement creates only what is missing, so the file also adopts
 -- tables created by tenure before versions were recorded.
 

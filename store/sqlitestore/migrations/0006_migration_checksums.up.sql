@@ -1,11 +1,10 @@
 -- tenure sqlitestore migration 6: a checksum column on the migrations
--- table, the SHA-256 (hex) of each migration's up file as the tenure that
--- ran Migrate knew it. Migrate fills it for every recorded version that
--- has none; MigrationStatus (and `tenure migrate status`) reports a
--- version whose file this tenure knows with another text as drifted: the
--- tables were built from a file that was edited, or by another tool's
--- copy of it. Expand-only: a tenure of version 5 neither reads nor writes
--- the column.
+-- table, the SHA-256 (hex) of the statements of each migration's up file
+-- as the tenure whose Migrate applied it knew them (NULL: applied
+-- otherwise). MigrationStatus (and `tenure migrate status`) reports a
+-- version whose recorded checksum differs from this tenure's file as
+-- drifted: the tables were built from a file that was edited.
+-- Expand-only: a tenure of version 5 neither reads nor writes the column.
 -- {{prefix}} stands for the table name prefix ("tenure_" by default).
 
 -- +goose Up

@@ -20,7 +20,14 @@ import (
 	"github.com/tenurekit/tenure/store/sqlitestore"
 )
 
-func TestMain(m *testing.M) { testenv.Main(m) }
+func TestMain(m *testing.M) {
+	defer func() {
+		if binDir != "" {
+			os.RemoveAll(binDir)
+		}
+	}()
+	testenv.Main(m)
+}
 
 // The previous version is built from the commit recorded in
 // testdata/previous ("COMMIT SCHEMA"): tenure as it was at the schema
@@ -107,10 +114,11 @@ func checkout(root, commit, dir string) error {
 		c.Env = append(os.Environ(), "GIT_TERMINAL_PROMPT=0")
 		return c.CombinedOutput()
 	}
-	if _, err := git("cat-file", "-e", commit+"^{commit}"); err != nil {
-		if out, ferr := git("fetch", "--quiet", "--depth=1", "origin", commit); ferr != nil {
-			return fmt.Errorf("the previous version is commit %s, which this checkout lacks and could not fetch (%v: %s); "+
-				"clone the repository with its history (no --depth) to run the mixed-version tests", commit, ferr, strings.TrimSpace(string(out)))
+	if out, err := git("cat-file", "-e", commit+"^{commit}"); err != nil {
+		if fout, ferr := git("fetch", "--quiet", "--depth=1", "origin", commit); ferr != nil {
+			return fmt.Errorf("the previous version is commit %s, which git cannot read here (%v: %s) nor fetch (%v: %s); "+
+				"run the mixed-version tests in a clone of the repository with its history (no --depth)",
+				commit, err, strings.TrimSpace(string(out)), ferr, strings.TrimSpace(string(fout)))
 		}
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -129,7 +137,7 @@ func checkout(root, commit, dir string) error {
 // goBuild builds cmd/tenure/internal/compatpeer of the tree at root, in
 // that tree's own workspace.
 func goBuild(root, out string) error {
-	c := exec.Command("go", "build", "-o", out, "./internal/compatpeer")
+	c := exec.Command("go", "build", "-buildvcs=false", "-o", out, "./internal/compatpeer")
 	c.Dir = filepath.Join(root, "cmd", "tenure")
 	c.Env = append(os.Environ(), "GOWORK="+filepath.Join(root, "go.work"), "GOFLAGS=")
 	if b, err := c.CombinedOutput(); err != nil {
@@ -382,9 +390,9 @@ func TestMixedVersions(t *testing.T) {
 			return target{"redis", "redis://" + testenv.SharedRedis(t).Addr() + "/0", func(t *testing.T) {}}
 		},
 	}
-	for _, mk := range targets {
-		tg := mk(t)
-		t.Run(tg.name, func(t *testing.T) {
+	for i, mk := range targets {
+		t.Run([]string{"postgres", "sqlite", "redis"}[i], func(t *testing.T) {
+			tg := mk(t)
 			old := start(t, "previous", oldPeer, tg.store)
 			cur := start(t, "current", newPeer, tg.store)
 			across(t, tg.name+"-1", old, cur)

@@ -144,7 +144,7 @@ func TestBrowserDashboard(t *testing.T) {
 	cfg := testConfig()
 	cfg.Limits = []server.LimitInfo{{Name: "api", Rate: 10, Period: time.Minute, Description: "public API, per user"},
 		{Name: "exports", Algorithm: "fixed-window", Rate: 5, Period: time.Hour}}
-	e := newDash(t, &server.Options{Config: cfg, UIRefresh: 500 * time.Millisecond, Version: "v1.2.3 schema 5"})
+	e := newDash(t, &server.Options{Config: cfg, UIRefresh: 500 * time.Millisecond, Version: "tenure v1.2.3 (schema 6, scripts 4f6e969e1404)"})
 	ctx := browser(t)
 	dir := artifacts(t)
 	defer func() {
@@ -179,7 +179,7 @@ func TestBrowserDashboard(t *testing.T) {
 	if who := text(t, ctx, `[data-testid=who]`); who != "admin" {
 		t.Fatalf("logged in as %q", who)
 	}
-	if v := text(t, ctx, `[data-testid=version]`); v != "v1.2.3 schema 5" {
+	if v := text(t, ctx, `[data-testid=version]`); v != "tenure v1.2.3 (schema 6, scripts 4f6e969e1404)" {
 		t.Fatalf("footer shows version %q, want the server's", v)
 	}
 	// The page's scripts cannot read the login, and keep no token.
