@@ -16,10 +16,10 @@ import (
 	"github.com/tenurekit/tenure/server"
 )
 
-// TestAPIMetrics: API traffic records the instruments of the metrics
-// contract, per operation, store and outcome, and no key, scope, user or
-// token becomes an attribute value.
-func TestAPIMetrics(t *testing.T) {
+// meteredEnv is a server over a memory store recording into a fresh
+// Telemetry.
+func meteredEnv(t *testing.T) (*obstest.Telemetry, *env) {
+	t.Helper()
 	tl := obstest.New()
 	_, st := memStores(t)
 	srv, err := server.New(st, &server.Options{Config: testConfig(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), MeterProvider: tl.Meter})
@@ -28,7 +28,14 @@ func TestAPIMetrics(t *testing.T) {
 	}
 	hs := httptest.NewServer(srv)
 	t.Cleanup(hs.Close)
-	e := &env{srv: srv, url: hs.URL}
+	return tl, &env{srv: srv, url: hs.URL}
+}
+
+// TestAPIMetrics: API traffic records the instruments of the metrics
+// contract, per operation, store and outcome, and no key, scope, user or
+// token becomes an attribute value.
+func TestAPIMetrics(t *testing.T) {
+	tl, e := meteredEnv(t)
 	post := func(path string, body any, want int) []byte {
 		t.Helper()
 		code, b, _ := e.do(t, adminTok, "POST", path, body)
@@ -117,15 +124,7 @@ func TestAPIMetrics(t *testing.T) {
 // TestAPIMetricsLimitNamesBounded: limit names come from clients, so the
 // limit attribute takes a bounded number of values.
 func TestAPIMetricsLimitNamesBounded(t *testing.T) {
-	tl := obstest.New()
-	_, st := memStores(t)
-	srv, err := server.New(st, &server.Options{Config: testConfig(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), MeterProvider: tl.Meter})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(srv)
-	t.Cleanup(hs.Close)
-	e := &env{srv: srv, url: hs.URL}
+	tl, e := meteredEnv(t)
 	for i := range 100 {
 		lim := serveapi.Limit{Name: "limit-" + strings.Repeat("x", i%7) + string(rune('a'+i%26)) + string(rune('a'+i/26)), Rate: 5, Period: serveapi.Duration(time.Minute)}
 		if code, b, _ := e.do(t, adminTok, "POST", "/v1/rate/allow", serveapi.RateAllow{Requests: []serveapi.RateRequest{{Key: "k", Limit: lim}}}); code != http.StatusOK {

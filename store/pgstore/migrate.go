@@ -77,13 +77,19 @@ type MigrationStatus = sqlmigrate.Status
 // its own tool and the service only runs [Store.Check]. An invalid schema
 // name is an error wrapping tenure.ErrInvalid.
 func Migrations(schema string) (fs.FS, error) {
+	return resolvedFiles(schema, sqlmigrate.FS)
+}
+
+// resolvedFiles returns files (sqlmigrate.FS or DownFS) of the
+// migrations for schema ("" means DefaultSchema), checked first.
+func resolvedFiles(schema string, files func([]sqlmigrate.Migration, string, string) fs.FS) (fs.FS, error) {
 	if schema == "" {
 		schema = DefaultSchema
 	}
 	if err := validateSchema(schema); err != nil {
 		return nil, err
 	}
-	return sqlmigrate.FS(migrations, SchemaPlaceholder, pgx.Identifier{schema}.Sanitize()), nil
+	return files(migrations, SchemaPlaceholder, pgx.Identifier{schema}.Sanitize()), nil
 }
 
 // DownMigrations returns the down files for the schema named schema (""
@@ -93,13 +99,7 @@ func Migrations(schema string) (fs.FS, error) {
 // Another tool runs no guard: count what a file's "tenure:guard-sql"
 // comments count before applying it, or use [Store.MigrateDown].
 func DownMigrations(schema string) (fs.FS, error) {
-	if schema == "" {
-		schema = DefaultSchema
-	}
-	if err := validateSchema(schema); err != nil {
-		return nil, err
-	}
-	return sqlmigrate.DownFS(migrations, SchemaPlaceholder, pgx.Identifier{schema}.Sanitize()), nil
+	return resolvedFiles(schema, sqlmigrate.DownFS)
 }
 
 // MigrationFiles returns the embedded migration files as they are, with

@@ -88,13 +88,19 @@ const (
 // version, as goose, golang-migrate or atlas apply them, in order. A bad
 // prefix is an error.
 func Migrations(prefix string) (fs.FS, error) {
+	return resolvedFiles(prefix, sqlmigrate.FS)
+}
+
+// resolvedFiles returns files (sqlmigrate.FS or DownFS) of the
+// migrations for prefix ("" means DefaultTablePrefix), checked first.
+func resolvedFiles(prefix string, files func([]sqlmigrate.Migration, string, string) fs.FS) (fs.FS, error) {
 	if prefix == "" {
 		prefix = DefaultTablePrefix
 	}
 	if err := validatePrefix(prefix); err != nil {
 		return nil, err
 	}
-	return sqlmigrate.FS(migrations, PrefixPlaceholder, prefix), nil
+	return files(migrations, PrefixPlaceholder, prefix), nil
 }
 
 // DownMigrations returns the down files for the table prefix prefix (""
@@ -104,13 +110,7 @@ func Migrations(prefix string) (fs.FS, error) {
 // Another tool runs no guard: count what a file's "tenure:guard-sql"
 // comments count before applying it, or use [Store.MigrateDown].
 func DownMigrations(prefix string) (fs.FS, error) {
-	if prefix == "" {
-		prefix = DefaultTablePrefix
-	}
-	if err := validatePrefix(prefix); err != nil {
-		return nil, err
-	}
-	return sqlmigrate.DownFS(migrations, PrefixPlaceholder, prefix), nil
+	return resolvedFiles(prefix, sqlmigrate.DownFS)
 }
 
 // MigrationFiles returns the embedded migration files as they are, with
