@@ -237,3 +237,36 @@ func BenchmarkHandoffRedis(b *testing.B) {
 		})
 	})
 }
+
+// BenchmarkHandoffServe passes one key among 20 workers through tenure
+// serve (in process, on loopback) on Redis and on SQLite. "serve-wait" is
+// the API's waiting acquire, one request per grant (POST /v1/leases/acquire
+// with a wait): the server keeps the request's place in the store's queue
+// and is woken by the release, as the library is, with no polling of the
+// store per waiting request. "tenure-fair" and "tenure-unfair" are the
+// library on the same store in the same run.
+//
+//	go test -run '^$' -bench HandoffServe -benchtime 1500x
+func BenchmarkHandoffServe(b *testing.B) {
+	for _, store := range []string{"redis", "sqlite"} {
+		b.Run(store, func(b *testing.B) {
+			s, err := env.serveStore(store)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Run("serve-wait", func(b *testing.B) {
+				key := "bench:handoff:serve-wait"
+				runHandoff(b, HandoffWorkers, HandoffHold, func(int) lockFunc {
+					return func(ctx context.Context) (func() error, error) {
+						tok := lease.NewToken()
+						if _, err := s.client.AcquireWait(ctx, key, tok, 10*time.Second, time.Minute/2); err != nil {
+							return nil, err
+						}
+						return func() error { return s.leasesServe.Release(ctx, key, tok) }, nil
+					}
+				})
+			})
+			lockerHandoff(b, s.leases, "bench:handoff:serve-library")
+		})
+	}
+}

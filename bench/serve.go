@@ -114,6 +114,7 @@ type serveEnv struct {
 // serveStore is one store with tenure serve in front of it.
 type serveStore struct {
 	leases, leasesServe lease.Store
+	client              *client.Client // the Go client of the server in front
 	rate, rateServe     *ratelimit.Limiter
 	floor               func(ctx context.Context) error // one request to the floor server
 }
@@ -172,6 +173,7 @@ func (e *Env) buildServeStore(store string) (*serveStore, error) {
 	}
 	cfg := server.AdminConfig(secret.New(serveToken))
 	cfg.Rate, cfg.Period, cfg.Burst = serveAPIRate, time.Second, serveAPIRate
+	cfg.MaxWaits = 4 * MaxWorkers // the hand-off through serve keeps every worker waiting
 	apiLimits, err := memstore.New(nil)
 	if err != nil {
 		return nil, err
@@ -210,7 +212,7 @@ func (e *Env) buildServeStore(store string) (*serveStore, error) {
 		return nil, err
 	}
 	limit := ratelimit.Limit{Name: "serve", Rate: benchRate, Period: time.Second}
-	s := &serveStore{leases: views.Leases, leasesServe: c.Leases(), floor: floor}
+	s := &serveStore{leases: views.Leases, leasesServe: c.Leases(), client: c, floor: floor}
 	if s.rate, err = ratelimit.New(views.Limits, ratelimit.GCRA, limit, nil); err != nil {
 		return nil, err
 	}
