@@ -283,19 +283,60 @@ func testPermitSameID(t *testing.T, tg Target) {
 	}
 }
 
+// refusals is a ratelimit.Store that closes refused once the store has
+// refused a permit.
+type refusals struct {
+	ratelimit.Store
+	once    sync.Once
+	refused chan struct{}
+}
+
+func (s *refusals) AcquirePermit(ctx context.Context, key driver.StateKey, id string, permits int, ttl time.Duration) (driver.PermitGrant, error) {
+	g, err := s.Store.AcquirePermit(ctx, key, id, permits, ttl)
+	if err == nil && !g.Acquired {
+		s.once.Do(func() { close(s.refused) })
+	}
+	return g, err
+}
+
+// deadlineAt is a context whose deadline passes when end is closed.
+type deadlineAt struct {
+	context.Context
+	end <-chan struct{}
+}
+
+func (c deadlineAt) Done() <-chan struct{} { return c.end }
+
+func (c deadlineAt) Err() error {
+	select {
+	case <-c.end:
+		return context.DeadlineExceeded
+	default:
+		return nil
+	}
+}
+
 func testPermitWaits(t *testing.T, tg Target) {
 	ctx := ctxT(t)
-	c := newConcurrency(t, tg.Store, 1, time.Minute)
+	rs := &refusals{Store: tg.Store, refused: make(chan struct{})}
+	c := newConcurrency(t, rs, 1, time.Minute)
 	held, err := c.TryAcquire(ctx, "job")
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Nobody releases: Acquire gives up when its context ends. The deadline
-	// leaves a loaded store time to answer at least once (the error wraps
-	// the last ErrLimited it saw).
-	sctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
-	_, err = c.Acquire(sctx, "job")
-	cancel()
+	// Nobody releases: Acquire gives up when its context ends, and the
+	// error wraps the last refusal it saw. The deadline passes once the
+	// store has refused at least once, however long a loaded store takes
+	// to answer.
+	end := make(chan struct{})
+	go func() {
+		select {
+		case <-rs.refused:
+		case <-ctx.Done():
+		}
+		close(end)
+	}()
+	_, err = c.Acquire(deadlineAt{ctx, end}, "job")
 	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, ratelimit.ErrLimited) {
 		t.Fatalf("Acquire while held until the deadline: %v, want DeadlineExceeded and ErrLimited", err)
 	}
