@@ -9,10 +9,11 @@ import (
 	"github.com/tenurekit/tenure/server"
 )
 
-// unknownField matches the name the JSON decoder quotes for a member the
-// configuration does not have. That name is a key the file's author wrote,
-// never a token value, so it may contain anything, a token's text included.
-var unknownField = regexp.MustCompile(`unknown field ".*"`)
+// unknownField matches the name the JSON decoder quotes, at the end of its
+// error, for a member the configuration does not have. That name is a key
+// the file's author wrote, never a token value, so it may contain anything,
+// a token's text included; nothing after it is masked.
+var unknownField = regexp.MustCompile(`unknown field ".*"$`)
 
 // FuzzParseConfig: the parser never panics; an accepted configuration
 // meets every rule (tokens long enough, with namespaces and operations, a
