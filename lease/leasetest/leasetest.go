@@ -117,6 +117,14 @@ type Ended struct {
 	// come from a clock (etcd's revisions); the cases then check the plain
 	// fences.
 	Raise func(t *testing.T, key string, f uint64)
+	// Stall, if set, stops the store's next grants of key after they have
+	// read what a grant reads (the fence floor, the key's record) and
+	// before they write, until resume is called; stalled reports that a
+	// grant is stopped there. For stores whose grant reads and writes in
+	// steps between which a reclaim can run (a PostgreSQL statement reads
+	// at its start); nil where a grant reads and writes under one lock or
+	// in one script, and the case that uses it is skipped.
+	Stall func(t *testing.T, key string) (stalled func() bool, resume func())
 }
 
 // Run runs the conformance suite. newTarget is called once per subtest.
@@ -152,6 +160,7 @@ func Run(t *testing.T, newTarget func(t *testing.T) Target) {
 		{"WakeOnRelease", testWakeOnRelease},
 		{"EndedLeasesLeaveNoState", testEndedLeaveNoState},
 		{"FenceAboveReclaimed", testFenceAboveReclaimed},
+		{"FenceAboveReclaimedMidGrant", testReclaimMidGrant},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

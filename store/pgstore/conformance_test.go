@@ -7,6 +7,10 @@ import (
 	"fmt"
 	"github.com/tenurekit/tenure/ratelimit/driver"
 	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -200,7 +204,8 @@ func pgLeases(priv *testenv.PostgresServer, o *pgstore.Options) func(t *testing.
 // pgEnded reaches the lease rows and waiters' places db keeps, through
 // direct (a connection to the same database): Reclaim sweeps until the
 // sweep has come round, Keys lists the keys of both tables, Raise sets a
-// held row's fence.
+// held row's fence, and Stall stops a grant statement between its read and
+// its insert (stallGrants).
 func pgEnded(db *pgstore.Store, direct *sql.DB) *leasetest.Ended {
 	schema := pgx.Identifier{db.Schema()}.Sanitize()
 	return &leasetest.Ended{
@@ -219,7 +224,68 @@ func pgEnded(db *pgstore.Store, direct *sql.DB) *leasetest.Ended {
 				t.Fatalf("Raise(%q): %d rows, %v; want the held row", key, n, err)
 			}
 		},
+		Stall: func(t *testing.T, key string) (func() bool, func()) { return stallGrants(t, direct, schema, key) },
 	}
+}
+
+// stallSeq numbers the stalls of a test binary (the second key of their
+// advisory locks).
+var stallSeq atomic.Int32
+
+// stallGrants stops the grants of key in schema between their read and
+// their write: a BEFORE INSERT trigger of the test's own, which fires once
+// the grant's statement has read the fence floor (with its snapshot, at
+// its start) and before it looks for the key's row, waits for an advisory
+// lock that a connection of direct holds until resume. stalled reports a
+// grant waiting for that lock. The trigger goes when the test ends.
+func stallGrants(t *testing.T, direct *sql.DB, schema, key string) (stalled func() bool, resume func()) {
+	t.Helper()
+	ctx := ctxT(t)
+	n := stallSeq.Add(1)
+	const class = 7707 // the advisory locks' first key, which tenure does not use
+	conn, err := direct.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.ExecContext(ctx, `SELECT pg_advisory_lock($1, $2)`, class, n); err != nil {
+		t.Fatal(err)
+	}
+	name := fmt.Sprintf("leasetest_stall_%d", n)
+	lit := "'" + strings.ReplaceAll(key, "'", "''") + "'"
+	for _, q := range []string{
+		`CREATE FUNCTION ` + schema + `.` + name + `() RETURNS trigger LANGUAGE plpgsql AS $fn$
+BEGIN PERFORM pg_advisory_xact_lock_shared(` + strconv.Itoa(class) + `, ` + strconv.Itoa(int(n)) + `); RETURN NEW; END $fn$`,
+		`CREATE TRIGGER ` + name + ` BEFORE INSERT ON ` + schema + `.leases FOR EACH ROW WHEN (NEW.key = ` + lit + `) EXECUTE FUNCTION ` + schema + `.` + name + `()`,
+	} {
+		if _, err := direct.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	var once sync.Once
+	resume = func() {
+		once.Do(func() {
+			if _, err := conn.ExecContext(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1, $2)`, class, n); err != nil {
+				t.Error(err)
+			}
+			conn.Close()
+		})
+	}
+	t.Cleanup(func() {
+		resume()
+		if _, err := direct.ExecContext(context.Background(), `DROP TRIGGER IF EXISTS `+name+` ON `+schema+`.leases; DROP FUNCTION IF EXISTS `+schema+`.`+name+`()`); err != nil {
+			t.Error(err)
+		}
+	})
+	stalled = func() bool {
+		var waiting bool
+		err := direct.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks
+			WHERE locktype = 'advisory' AND NOT granted AND classid = $1 AND objid = $2 AND objsubid = 2)`, class, n).Scan(&waiting)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return waiting
+	}
+	return stalled, resume
 }
 
 // column returns the first column of every row query returns on direct,

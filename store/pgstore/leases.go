@@ -23,6 +23,27 @@ type leases struct{ s *Store }
 // the acquire but free again when the holder's TTL was read.
 const heldAttempts = 3
 
+// floorRecheckAttempts bounds how often a grant is made again after the
+// fence-floor check refused the row it inserted (see grantRow).
+const floorRecheckAttempts = 8
+
+// grantRow runs a grant statement (one that may insert a lease row) and
+// scans its row into dest. The schema's check of inserted lease rows
+// (migration 7) refuses, with serialization_failure, a row whose fence is
+// not above the fence floor as committed once the row is in: the grant
+// read the floor before a sweep raised it and deleted the key's row. The
+// statement wrote nothing, so it is run again; the new statement reads
+// the raised floor. Other errors, and sql.ErrNoRows, are returned as
+// they are.
+func (s *Store) grantRow(ctx context.Context, stmt string, args []any, dest ...any) error {
+	for attempt := 1; ; attempt++ {
+		err := s.db.queryRow(ctx, stmt, args, dest...)
+		if err == nil || sqlState(err) != "40001" || attempt >= floorRecheckAttempts || ctx.Err() != nil {
+			return err
+		}
+	}
+}
+
 // pgToken checks what leasedriver.ValidateToken leaves to the store: PostgreSQL
 // text holds valid UTF-8 without NUL only. The error never contains the
 // token.
@@ -72,7 +93,7 @@ func (v leases) AcquireHolder(ctx context.Context, key, token string, ttl time.D
 	stmt := s.q.acquire
 	for attempt := 1; ; attempt++ {
 		var f int64
-		err := s.db.queryRow(ctx, stmt, []any{key, token, ttl, holder}, &f)
+		err := s.grantRow(ctx, stmt, []any{key, token, ttl, holder}, &f)
 		if err == nil {
 			return lease.Grant{Fence: uint64(f), TTL: ttl}, nil
 		}

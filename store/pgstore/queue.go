@@ -128,7 +128,7 @@ func (v leases) AcquireQueued(ctx context.Context, key, token string, ttl time.D
 		f, rem, ahead int64
 		who           string
 	)
-	err := s.db.queryRow(ctx, s.qq.acquire, []any{key, token, ttl, holder, leasedriver.WaiterID(token), stay}, &f, &rem, &who, &ahead)
+	err := s.grantRow(ctx, s.qq.acquire, []any{key, token, ttl, holder, leasedriver.WaiterID(token), stay}, &f, &rem, &who, &ahead)
 	if err != nil {
 		return lease.Grant{}, s.wrap(ctx, fmt.Sprintf("acquire %q", key), err)
 	}
