@@ -26,6 +26,7 @@ const (
 	pgSessions   = "store/pgstore/session.go"
 	pgSched      = "store/pgstore/schedule.go"
 	pgMigrations = "store/pgstore/migrations/0001_initial.up.sql"
+	pgRecheck    = "store/pgstore/migrations/0007_lease_fence_recheck.up.sql"
 
 	redisLua = "store/redisstore/lua/"
 
@@ -316,6 +317,14 @@ var list = []Mutant{
 		Edits: []Edit{{File: pgQueries,
 			Old: "\t(SELECT ff.fence FROM ` + schema + `.lease_fence_floor AS ff) + 1, 1),",
 			New: "\t1),"}},
+		Workloads: []string{"fence-floor"}, Suite: "Lease",
+	},
+	{
+		Name: "postgres/grant-floor-not-rechecked", Store: "postgres",
+		Breaks: "an inserted lease row is not checked against the fence floor as committed once it is in: a grant that read the floor before a sweep raised it, and inserted after the key's row was deleted, reuses a dropped fence",
+		Edits: []Edit{{File: pgRecheck,
+			Old: "IF NEW.token IS NOT NULL AND NEW.fence <= (SELECT",
+			New: "IF false AND NEW.fence <= (SELECT"}},
 		Workloads: []string{"fence-floor"}, Suite: "Lease",
 	},
 
