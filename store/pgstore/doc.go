@@ -117,11 +117,18 @@
 // CheckHolder or schedule completion in a caller's transaction is never
 // blocked). Grants and releases never write the floor, so grants of
 // different keys never wait for each other; the floor is one row whatever
-// the number of keys. The one window: a grant statement that read the
-// floor before a sweep raised it and reaches the key only after the
-// sweep's delete committed (it stalled across the sweep's round trip
-// between its two statements) sees neither the row nor the raised floor,
-// and only the clock keeps its fence above the dropped one.
+// the number of keys. A grant statement reads the floor with its snapshot,
+// at its start: one that started before a sweep's raise committed and
+// reached its key after the sweep's delete (it waited for the delete, or
+// stalled across the sweep's round trip between its two statements) would
+// see neither the row nor the raised floor. Schema version 7 closes that
+// window: a trigger on the leases table (lease_fence_above_floor) reads
+// the floor again, with a fresh snapshot, once a grant's new row is in, and
+// fails the statement with serialization_failure when the row's fence is
+// not above it; the Store then grants again in a new statement, which
+// reads the raised floor. A grant that takes over an existing row follows
+// that row's fence and is not checked, nor is a row inserted without a
+// token (one restored or written by hand).
 //
 // # An UNLOGGED leases table
 //

@@ -162,14 +162,13 @@ AND NOT EXISTS (SELECT 1 FROM ` + q("schedule_slots") + ` AS s WHERE s.job = h.j
 //
 // A grant that reaches a key's row before it is deleted takes the row over
 // (its fence follows the row's); one that starts after the floor was raised
-// reads the raised floor. The one window: a grant statement whose snapshot
-// was taken before the raise committed and that reaches the key only after
-// the delete committed, so that it sees neither the row nor the raised
-// floor; it must have stalled across the sweep's round trip between the
-// two statements. Such a grant is still above the clock in microseconds,
-// as every grant is, so only a clock that stepped back by more than the
-// dropped fence was ahead of it, within that stall, could give it a fence
-// not above the dropped one.
+// reads the raised floor. A grant statement whose snapshot was taken
+// before the raise committed and that reaches the key only after the
+// delete sees neither; the schema's check of inserted lease rows
+// (migration 7, lease_fence_above_floor) reads the floor again once the
+// row is in and refuses it, and the grant is made again with the raised
+// floor. So no interleaving of a grant with a sweep, in this process or
+// another, grants a fence at or below one a sweep dropped.
 func (s *Store) Sweep(ctx context.Context, o retention.Options) (retention.Result, error) {
 	o, err := o.Resolve()
 	if err != nil {
