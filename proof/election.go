@@ -1,8 +1,11 @@
 package proof
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"slices"
+	"sort"
 	"strconv"
 	"time"
 
@@ -14,7 +17,7 @@ import (
 func init() {
 	register(&workload{
 		name:    "election",
-		summary: "workers campaign in one election and, while leading, increment a counter several times per term through the store's holder check; paused and killed leaders are replaced, and a leader that wakes after its term never writes (final counter = acknowledged increments, terms' fences increase in commit order, one leader at a time)",
+		summary: "workers campaign in one election and, while leading, increment a counter several times per term through the store's holder check; paused and killed leaders are replaced, and a leader that wakes after its term never writes (final counter = acknowledged increments, terms' fences increase in commit order, one leader at a time, and a new leader soon after a term ends: within two TTLs and a few hand-offs of a resignation, or of the leader going down plus a TTL)",
 		supports: func(k storeurl.Kind) string {
 			if k == storeurl.Memory {
 				return "the memory store's workers are goroutines of one process: a pause stops a leader's work but not its term's keep-alive, so no term ends under a pause"
@@ -116,5 +119,246 @@ func electionCheck(ctx context.Context, w *workerEnv, ri *runInfo, h *History, m
 	m := writesAndGrants(ri, h, mode)
 	lin := counterCheckKey(ctx, w, ri, h, mode, electionKey(w, mode), 0, true, &m)
 	m.Linearizable = &lin
+	if mode == Guarded {
+		electionLiveness(ri, h, mode, w.kind, &m)
+	}
 	return m
+}
+
+// electionLiveness: once a term ends, the next leader is granted within a
+// bound. A term ends when its leader resigns (the resignation's
+// completion) or goes down (killed, paused or its connections held, for
+// a TTL or longer: the term ends on the store at most a TTL after its last
+// renewal, so at the moment it went down plus a TTL). The next grant must
+// complete within allow of that end: two TTLs, twenty times the median
+// hand-off the run measured after a resignation (a tenth of a TTL if it
+// measured none), and three times the time
+// the machine stalled the nemesis's own clock in the window (a loaded
+// machine delays every process alike), and the time in the window in which
+// no other worker could have taken over (every other one was down, or a
+// fault stopped them all, or a stopped worker may have held what all of
+// them need: see blocking). A term end whose window reaches past the run's
+// end is not judged.
+func electionLiveness(ri *runInfo, h *History, mode string, kind storeurl.Kind, m *ModeResult) {
+	if ri.workers < 2 {
+		return
+	}
+
+	var grants []Op
+	type resignation struct{ invoke, complete int64 }
+	resigned := map[string]resignation{} // proc and fence
+	for _, op := range h.Select(mode, "") {
+		switch {
+		case op.F == "acquire" && op.Status == OK && op.Complete > 0:
+			grants = append(grants, op)
+		case op.F == "release":
+			r := resignation{invoke: op.Invoke}
+			if op.Status == OK {
+				r.complete = op.Complete
+			}
+			resigned[op.Proc+"#"+strconv.FormatUint(op.Fence, 10)] = r
+		}
+	}
+	slices.SortFunc(grants, func(a, b Op) int { return cmp.Compare(a.Complete, b.Complete) })
+	next := func(after int64) (Op, bool) {
+		i := sort.Search(len(grants), func(i int) bool { return grants[i].Complete > after })
+		if i == len(grants) {
+			return Op{}, false
+		}
+		return grants[i], true
+	}
+	var handoffs []time.Duration
+	for _, r := range resigned {
+		if r.complete == 0 {
+			continue
+		}
+		if g, ok := next(r.complete); ok {
+			handoffs = append(handoffs, time.Duration(g.Complete-r.complete))
+		}
+	}
+	// leading reports whether slot held a term at t.
+	leading := func(slot int, t int64) bool {
+		for _, g := range grants {
+			if g.Complete > t {
+				break
+			}
+			if slotOf(g.Proc) != slot {
+				continue
+			}
+			r, ok := resigned[g.Proc+"#"+strconv.FormatUint(g.Fence, 10)]
+			if n, more := next(g.Complete); (!ok || r.invoke > t) && (!more || n.Complete > t) {
+				return true
+			}
+		}
+		return false
+	}
+	downs := blocking(ri.downs, h, mode, kind, leading)
+	median := ri.ttl / 10 // when no resignation was followed by a grant
+	if len(handoffs) > 0 {
+		slices.Sort(handoffs)
+		median = handoffs[(len(handoffs)-1)/2]
+	}
+	base := 2*ri.ttl + 20*median
+	for _, g := range grants {
+		slot := slotOf(g.Proc)
+		r, didResign := resigned[g.Proc+"#"+strconv.FormatUint(g.Fence, 10)]
+		// The term's end: its leader going down before it resigned, or
+		// its resignation.
+		var from, end time.Time
+		how := ""
+		for _, d := range downs {
+			if d.slot == slot && d.from.UnixNano() >= g.Complete && (!didResign || d.from.UnixNano() < r.invoke) && d.to.Sub(d.from) >= ri.ttl {
+				from, end, how = d.from, d.from.Add(ri.ttl), "went down"
+				break
+			}
+		}
+		if how == "" {
+			if !didResign || r.complete == 0 {
+				continue // ended otherwise (a fault cut it off), or not at all
+			}
+			from, end, how = time.Unix(0, r.complete), time.Unix(0, r.complete), "resigned"
+		}
+		if succ, ok := next(g.Complete); ok && succ.Complete < from.UnixNano() {
+			continue // the term had passed on before its leader went down
+		}
+		// The allowance grows by the time the machine stalled and the time
+		// no other worker could take over, within the window it spans.
+		allowFrom := func(end time.Time) time.Duration {
+			allow := base
+			for range 20 {
+				a := base + 3*ri.stalled(from, end.Add(allow)) + allDown(downs, ri.workers, slot, from, end.Add(allow))
+				if a == allow {
+					break
+				}
+				allow = a
+			}
+			return allow
+		}
+		if took, allow, late := successor(ri, h.Select(mode, "acquire"), downs, end, allowFrom); late {
+			m.violate("no new leader within %v of the end of %s's term (fence %d; it %s at +%v; TTL %v); %s",
+				allow.Round(time.Millisecond), g.Proc, g.Fence, how, from.Sub(ri.start).Round(time.Millisecond), ri.ttl, took)
+		}
+	}
+}
+
+// successor reports whether no grant among acquires took effect within
+// allowFrom(end) of end, and says when the first one after end did, and
+// the allowance it judged by. A grant takes effect between its invocation
+// and its completion, and its completion is late by the time its worker
+// was down in between (granted, then paused before it could record it),
+// so it counts from its completion minus that time.
+//
+// An acquire whose outcome is unknown (its worker was killed, or stopped
+// at the run's end) may have been granted without the history knowing,
+// but only once its worker was last up (a worker that ran on would have
+// recorded the grant), or a TTL before. If that can fall in the window,
+// the worker may have led until it was killed, so its term ended at most a
+// TTL after its death: the window moves there, and a grant must follow
+// within the allowance of that. One that may have been granted before the
+// run's end, with its worker alive at the end, leaves nothing to judge.
+func successor(ri *runInfo, acquires []Op, downs []downSpan, end time.Time, allowFrom func(end time.Time) time.Duration) (string, time.Duration, bool) {
+	termEnd := end
+	for range len(acquires) + 1 {
+		allow := allowFrom(end)
+		deadline := end.Add(allow)
+		if deadline.After(ri.end) {
+			return "", allow, false
+		}
+		first := int64(0)
+		moved := end
+		for _, o := range acquires {
+			slot := slotOf(o.Proc)
+			switch {
+			case o.Status == OK && o.Complete > termEnd.UnixNano():
+				earliest := max(o.Invoke, o.Complete-int64(downWithin(downs, slot, time.Unix(0, o.Invoke), time.Unix(0, o.Complete))))
+				if earliest <= deadline.UnixNano() {
+					return "", allow, false
+				}
+				if first == 0 || earliest < first {
+					first = earliest
+				}
+			case o.Status == Unknown:
+				last, killed := ri.end, false
+				for _, d := range downs {
+					if d.slot == slot && d.kind == "kill" && d.from.UnixNano() >= o.Invoke {
+						last, killed = d.from, true
+						break
+					}
+				}
+				up := last
+				for again := true; again; {
+					again = false
+					for _, d := range downs {
+						if d.slot == slot && d.from.Before(up) && !d.to.Before(up.Add(-time.Millisecond)) {
+							up, again = d.from, true
+						}
+					}
+				}
+				if max(o.Invoke, up.Add(-ri.ttl).UnixNano()) > deadline.UnixNano() || last.Before(end) {
+					continue // could not have been granted in the window
+				}
+				if !killed {
+					return "", allow, false
+				}
+				if e := last.Add(ri.ttl); e.After(moved) {
+					moved = e
+				}
+			}
+		}
+		if moved.After(end) {
+			end = moved // a killed worker may have led until then
+			continue
+		}
+		if first == 0 {
+			return "none was granted before the run ended", allow, true
+		}
+		return "the next was granted at the earliest " + time.Duration(first-termEnd.UnixNano()).Round(time.Millisecond).String() + " after the term ended", allow, true
+	}
+	return "", 0, false
+}
+
+// downWithin returns how long, within [from, to], slot was down (or a fault
+// stopped every worker).
+func downWithin(spans []downSpan, slot int, from, to time.Time) time.Duration {
+	var mine []downSpan
+	for _, s := range spans {
+		if s.slot == slot || s.slot == allSlots {
+			mine = append(mine, downSpan{slot: 0, from: s.from, to: s.to})
+		}
+	}
+	return allDown(mine, 1, -1, from, to)
+}
+
+// blocking returns downs with, for each worker stopped while it may have
+// held what every worker needs, a span of the same time that stops them
+// all:
+//   - a worker paused or cut off in the middle of a read or a write of the
+//     counter, on SQLite (its transaction holds the whole file: the
+//     workload's SQLite transactions take the write lock) or PostgreSQL
+//     (its transaction may hold the lease row's lock, as CheckHolder's does
+//     until the guarded write commits, and no grant of the key goes
+//     through meanwhile);
+//   - on SQLite, a leader paused: its term's keep-alive renews in write
+//     transactions that the history does not record, and one caught by
+//     the pause holds the file until the leader resumes.
+//
+// A grant or a waiter's attempt is one short statement or transaction of
+// the store, not judged as held. A killed worker holds nothing: its file
+// locks and its server session end with it.
+func blocking(downs []downSpan, h *History, mode string, kind storeurl.Kind, leading func(slot int, t int64) bool) []downSpan {
+	out := slices.Clone(downs)
+	ops := h.Select(mode, "")
+	for _, d := range downs {
+		if d.slot == allSlots || d.kind == "kill" || kind != storeurl.SQLite && kind != storeurl.Postgres {
+			continue
+		}
+		from := d.from.UnixNano()
+		stops := slices.ContainsFunc(ops, func(op Op) bool {
+			return (op.F == "read" || op.F == "write") && slotOf(op.Proc) == d.slot && op.Invoke < from && (op.Complete == 0 || op.Complete > from)
+		}) || kind == storeurl.SQLite && d.kind == "pause" && leading(d.slot, from)
+		if stops {
+			out = append(out, downSpan{slot: allSlots, kind: d.kind, from: d.from, to: d.to})
+		}
+	}
+	return out
 }

@@ -49,6 +49,15 @@ type nemesis struct {
 	holdTurn bool
 	armed    *aimPlan   // waiting for a grant to pause its holder
 	aimed    *aimTarget // a holder paused until its lease passes on
+
+	// dt records when each worker slot could not reach the store, for
+	// the liveness checks; heldSlot is the slot whose connections the
+	// proxy holds (-1: none).
+	dt       downtime
+	heldSlot int
+	// stalls are the spans in which the machine held this loop's ticks
+	// back by more than a few ticks.
+	stalls []downSpan
 }
 
 // forgetResult is the outcome of one forget fault.
@@ -83,6 +92,7 @@ type aimTarget struct {
 func (n *nemesis) run(ctx context.Context, until time.Time, tick func(time.Duration)) error {
 	n.resumeAt = map[int]time.Time{}
 	n.restartAt = map[int]time.Time{}
+	n.heldSlot = -1
 	start := time.Now()
 	nextFault := start.Add(n.ttl / 2)
 	nextForget := start.Add(n.ttl)
@@ -95,8 +105,10 @@ func (n *nemesis) run(ctx context.Context, until time.Time, tick func(time.Durat
 	}()
 	nextTick := start.Add(time.Second)
 	restarted, failedOver := false, false
-	t := time.NewTicker(10 * time.Millisecond)
+	const tickEvery = 10 * time.Millisecond
+	t := time.NewTicker(tickEvery)
 	defer t.Stop()
+	var lastTick time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -109,6 +121,12 @@ func (n *nemesis) run(ctx context.Context, until time.Time, tick func(time.Durat
 		case <-t.C:
 		}
 		now := time.Now()
+		if !lastTick.IsZero() && now.Sub(lastTick) > 3*tickEvery {
+			// The machine kept this loop from running: a stall that
+			// every process on it may have felt.
+			n.stalls = append(n.stalls, downSpan{slot: allSlots, from: lastTick.Add(tickEvery), to: now})
+		}
+		lastTick = now
 		if now.After(until) {
 			return nil
 		}
@@ -119,6 +137,7 @@ func (n *nemesis) run(ctx context.Context, until time.Time, tick func(time.Durat
 		for i, at := range n.resumeAt {
 			if now.After(at) {
 				n.members[i].resume()
+				n.dt.up(i)
 				delete(n.resumeAt, i)
 				if n.aimed != nil && n.aimed.stopped == i {
 					n.endAim() // the lease did not pass on in time
@@ -138,22 +157,27 @@ func (n *nemesis) run(ctx context.Context, until time.Time, tick func(time.Durat
 				n.retired = append(n.retired, old)
 				n.members[i] = m
 				n.faults["restart"]++
+				n.dt.up(i)
 				delete(n.restartAt, i)
 			}
 		}
 		if n.o.Faults.Restart != nil && !restarted && now.Sub(start) > until.Sub(start)/2 {
 			restarted = true
 			n.faults["store-restart"]++
+			n.dt.down(allSlots, "store")
 			if err := n.o.Faults.Restart(ctx); err != nil {
 				return fmt.Errorf("restart the store: %w", err)
 			}
+			n.dt.up(allSlots)
 		}
 		if n.o.Faults.Failover != nil && !failedOver && now.Sub(start) > until.Sub(start)/2 {
 			failedOver = true
 			n.faults["failover"]++
+			n.dt.down(allSlots, "store")
 			if err := n.o.Faults.Failover(ctx); err != nil {
 				return fmt.Errorf("fail the store over: %w", err)
 			}
+			n.dt.up(allSlots)
 		}
 		select {
 		case r := <-forgot:
@@ -234,6 +258,7 @@ func (n *nemesis) run(ctx context.Context, until time.Time, tick func(time.Durat
 				return fmt.Errorf("kill worker %s: %w", m.name, err)
 			}
 			n.faults["kill"]++
+			n.dt.down(i, "kill")
 			n.restartAt[i] = now.Add(n.ttl + time.Duration(n.rng.Int64N(int64(n.ttl))))
 			continue
 		}
@@ -241,6 +266,7 @@ func (n *nemesis) run(ctx context.Context, until time.Time, tick func(time.Durat
 			return fmt.Errorf("pause worker %s: %w", m.name, err)
 		}
 		n.faults["pause"]++
+		n.dt.down(i, "pause")
 		// Longer than the TTL, so the paused worker's lease or claim
 		// expires and another worker takes over.
 		n.resumeAt[i] = now.Add(2*n.ttl + time.Duration(n.rng.Int64N(int64(n.ttl))))
@@ -297,6 +323,7 @@ func (n *nemesis) onAim(e aimEvent) error {
 			if err := n.members[t.i].resume(); err != nil {
 				return fmt.Errorf("resume worker %s: %w", n.members[t.i].name, err)
 			}
+			n.dt.up(t.i)
 		}
 		t.stopped = j
 		n.resumeAt[j] = now.Add(5 * n.ttl)
@@ -366,6 +393,7 @@ func (n *nemesis) startProxyFault(kind string) {
 	}
 	n.proxyFault = kind
 	n.faults[kind]++
+	n.dt.down(allSlots, "proxy")
 }
 
 // endProxyFault ends the current proxy fault. Ending a cut or a black
@@ -378,6 +406,7 @@ func (n *nemesis) endProxyFault() {
 		n.px.Heal()
 	}
 	n.proxyFault, n.proxyUntil = "", time.Time{}
+	n.dt.up(allSlots)
 }
 
 // errNoConnections: a worker has no connection open to the proxy.
@@ -398,6 +427,7 @@ func (n *nemesis) stop(i int, hold bool) error {
 		if err := m.pause(); err != nil {
 			return fmt.Errorf("pause worker %s: %w", m.name, err)
 		}
+		n.dt.down(i, "pause")
 		return nil
 	}
 	ports, err := clientPorts(n.px.Addr(), m.cmd.Process.Pid)
@@ -408,6 +438,11 @@ func (n *nemesis) stop(i int, hold bool) error {
 		return errNoConnections
 	}
 	n.px.HoldPorts(ports)
+	if n.heldSlot >= 0 {
+		n.dt.up(n.heldSlot) // the proxy holds one worker's connections at a time
+	}
+	n.heldSlot = i
+	n.dt.down(i, "hold")
 	return nil
 }
 
@@ -418,12 +453,17 @@ func (n *nemesis) endAim() error {
 	n.aimed = nil
 	if t.held {
 		n.px.Release()
+		if n.heldSlot >= 0 {
+			n.dt.up(n.heldSlot)
+			n.heldSlot = -1
+		}
 		return nil
 	}
 	m := n.members[t.stopped]
 	if err := m.resume(); err != nil {
 		return fmt.Errorf("resume worker %s: %w", m.name, err)
 	}
+	n.dt.up(t.stopped)
 	return nil
 }
 
@@ -470,6 +510,7 @@ func (n *nemesis) healAll() {
 	}
 	for i := range n.resumeAt {
 		n.members[i].resume()
+		n.dt.up(i)
 	}
 	n.resumeAt = nil
 	for i := range n.restartAt {
@@ -478,6 +519,7 @@ func (n *nemesis) healAll() {
 			n.retired = append(n.retired, old)
 			n.members[i] = m
 			n.faults["restart"]++
+			n.dt.up(i)
 		}
 	}
 	n.restartAt = nil

@@ -216,17 +216,18 @@ func TestProofEtcd(t *testing.T) {
 func TestProofRedisRestartWithoutPersistence(t *testing.T) {
 	t.Parallel() // a server of its own; runs beside the other store-fault tests
 	srv := testenv.Redis(t, nil)
-	o := options(t, "redis://"+srv.Addr(), 4*time.Second, "lease-counter")
-	o.CheckTimeout = 5 * time.Second // the lost locks make the histories hard to check
-	o.Faults.Restart = func(context.Context) error {
-		srv.Restart(t)
-		return nil
-	}
-	rs, err := proof.Run(t.Context(), o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := rs[0]
+	// Lost increments are the documented limit of a store that loses its
+	// data; fences going back are the failure.
+	regressed := func(r proof.Result) bool { return r.Guarded.FenceRegressions > 0 }
+	r := untilExercised(t, 4*time.Second, regressed, func(d time.Duration) proof.Options {
+		o := options(t, "redis://"+srv.Addr(), d, "lease-counter")
+		o.CheckTimeout = 5 * time.Second // the lost locks make the histories hard to check
+		o.Faults.Restart = func(context.Context) error {
+			srv.Restart(t)
+			return nil
+		}
+		return o
+	})
 	if r.Faults["store-restart"] != 1 {
 		t.Fatalf("faults %v, want one store restart", r.Faults)
 	}
@@ -236,6 +237,26 @@ func TestProofRedisRestartWithoutPersistence(t *testing.T) {
 	}
 	if r.Guarded.Acknowledged == 0 || r.Control.Count == 0 {
 		t.Errorf("guarded acknowledged %d, control violations %d: the run did not exercise the lease", r.Guarded.Acknowledged, r.Control.Count)
+	}
+}
+
+// untilExercised runs the one workload of options(d), made afresh for each
+// run, until its control shows a violation, its guarded run shows one that
+// broken reports (the test's failure) or the run fails, running again
+// twice as long each time up to 4x d: on a busy machine a short run's
+// random faults may miss the control. Never past a guarded violation.
+func untilExercised(t *testing.T, d time.Duration, broken func(r proof.Result) bool, options func(d time.Duration) proof.Options) proof.Result {
+	t.Helper()
+	for run := d; ; run *= 2 {
+		rs, err := proof.Run(t.Context(), options(run))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := rs[0]
+		if r.Control.Count > 0 || broken(r) || r.Error != "" || run >= 4*d {
+			return r
+		}
+		t.Logf("%s on %s: the control showed no violation in %v (faults %v); running again for %v", r.Workload, r.Store, run, r.Faults, 2*run)
 	}
 }
 
@@ -340,18 +361,22 @@ func TestProofPostgresStopImmediate(t *testing.T) {
 func TestProofRedisFailover(t *testing.T) {
 	t.Parallel() // servers of its own; runs beside the other store-fault tests
 	testenv.RequireBinary(t, "redis-server")
-	s, err := proof.StartStoreWith(t.Context(), "redis", proof.StartOptions{Dir: t.TempDir(), Replica: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	var s *proof.StartedStore
+	violated := func(r proof.Result) bool { return r.Guarded.Count > 0 }
+	r := untilExercised(t, 4*time.Second, violated, func(d time.Duration) proof.Options {
+		if s != nil {
+			s.Close() // a failover happens once per primary: a new pair for each run
+		}
+		var err error
+		s, err = proof.StartStoreWith(t.Context(), "redis", proof.StartOptions{Dir: t.TempDir(), Replica: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := options(t, s.URL, d, "lease-counter")
+		o.Faults.Failover = s.Failover
+		return o
+	})
 	defer s.Close()
-	o := options(t, s.URL, 4*time.Second, "lease-counter")
-	o.Faults.Failover = s.Failover
-	rs, err := proof.Run(t.Context(), o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := rs[0]
 	t.Logf("guarded: %+v; control violations %d; faults %v", r.Guarded, r.Control.Count, r.Faults)
 	if r.Faults["failover"] != 1 {
 		t.Fatalf("faults %v, want one failover", r.Faults)

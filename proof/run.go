@@ -248,6 +248,26 @@ type runInfo struct {
 	name                  string
 	checkTimeout          time.Duration
 	files                 []string
+	// workers is the number of worker slots; downs are the spans in which
+	// the nemesis kept a slot (or all of them) from the store.
+	workers int
+	downs   []downSpan
+	// stalls are the spans in which the machine held the nemesis's clock
+	// back (see stalled).
+	stalls []downSpan
+}
+
+// stalled returns how much of [from, to] the machine held the nemesis's
+// clock back: a measure of how loaded it was then.
+func (ri *runInfo) stalled(from, to time.Time) time.Duration {
+	var sum time.Duration
+	for _, s := range ri.stalls {
+		a, b := max(s.from.UnixNano(), from.UnixNano()), min(s.to.UnixNano(), to.UnixNano())
+		if a < b {
+			sum += time.Duration(b - a)
+		}
+	}
+	return sum
 }
 
 var workloads []*workload
@@ -606,7 +626,8 @@ func runOne(ctx context.Context, o Options, wl *workload, t target, tmp string) 
 		return fail(nemErr)
 	}
 	h := b.history()
-	ri := &runInfo{start: start, faultsEnd: faultsEnd, end: end, ttl: ttl, dir: o.Dir, name: wl.name + "-" + t.name, checkTimeout: o.CheckTimeout}
+	ri := &runInfo{start: start, faultsEnd: faultsEnd, end: end, ttl: ttl, dir: o.Dir, name: wl.name + "-" + t.name, checkTimeout: o.CheckTimeout,
+		workers: len(nem.members), downs: nem.dt.closed(end), stalls: nem.stalls}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 	defer cancel()
 	r.Guarded = wl.check(cctx, base, ri, h, Guarded)

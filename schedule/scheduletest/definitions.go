@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -353,8 +354,13 @@ func testDisagreeingNodes(e *env) {
 			}
 			at = r.Finished
 		} else {
-			if r.State != schedule.Done || r.Attempts != 1 || len(r.History) != 1 || r.History[0].Outcome != schedule.AttemptDone || r.History[0].Node != r.Node {
-				t.Errorf("slot %s: %+v, want done at its only attempt", r.SlotID, r)
+			// Done at its last attempt, every attempt by its node: a
+			// claim lost under load (the attempt outlasted it) is taken
+			// again by the same node, never by the other definition's.
+			last := len(r.History) - 1
+			if r.State != schedule.Done || r.Attempts < 1 || len(r.History) != r.Attempts || r.History[last].Outcome != schedule.AttemptDone ||
+				slices.ContainsFunc(r.History, func(a schedule.Attempt) bool { return a.Node != r.Node }) {
+				t.Errorf("slot %s: %+v, want done at its last attempt, every attempt by its node", r.SlotID, r)
 			}
 			done++
 		}
