@@ -130,20 +130,19 @@ func electionCheck(ctx context.Context, w *workerEnv, ri *runInfo, h *History, m
 // completion) or goes down (killed, paused or its connections held, for
 // a TTL or longer: the term ends on the store at most a TTL after its last
 // renewal, so at the moment it went down plus a TTL). The next grant must
-// complete within allow of that end: two TTLs, twenty times the median
-// hand-off the run measured after a resignation (a tenth of a TTL if it
-// measured none), and three times the time
-// the machine stalled the nemesis's own clock in the window (a loaded
-// machine delays every process alike), and the time in the window in which
-// no other worker could have taken over (every other one was down, or a
-// fault stopped them all, or a stopped worker may have held what all of
-// them need: see blocking). A term end whose window reaches past the run's
-// end is not judged.
+// come within an allowance of that end: two TTLs and twenty times the
+// median hand-off the run measured after a resignation (a tenth of a TTL
+// if it measured none), plus three times the time the machine stalled the
+// nemesis's own clock in the window (a loaded machine delays every process
+// alike), plus the time in the window in which no other worker could have
+// taken over (every other one was down, or a fault stopped them all, or a
+// stopped worker may have held what all of them need: see blocking). A
+// term end whose window reaches past the run's end is not judged; see
+// successor for when a grant counts.
 func electionLiveness(ri *runInfo, h *History, mode string, kind storeurl.Kind, m *ModeResult) {
 	if ri.workers < 2 {
 		return
 	}
-
 	var grants []Op
 	type resignation struct{ invoke, complete int64 }
 	resigned := map[string]resignation{} // proc and fence
