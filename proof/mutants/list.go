@@ -27,6 +27,7 @@ const (
 	pgSched      = "store/pgstore/schedule.go"
 	pgMigrations = "store/pgstore/migrations/0001_initial.up.sql"
 	pgRecheck    = "store/pgstore/migrations/0007_lease_fence_recheck.up.sql"
+	pgQueue      = "store/pgstore/queue.go"
 
 	redisLua = "store/redisstore/lua/"
 
@@ -276,6 +277,20 @@ var list = []Mutant{
 			Old: "  local f = clock()\n  local fs = string.format('%d', f)\n  local last",
 			New: "  local f = 1\n  local fs = string.format('%d', f)\n  local last"}},
 		Workloads: []string{"lease-counter"}, Suite: "Lease",
+	},
+
+	// ---- Liveness: a lease that expired passes on ----
+	{
+		Name: "postgres/expired-lease-kept", Store: "postgres",
+		Breaks: "a lease that expired is never taken over, only a released one: a leader that dies leaves the election without a leader for good",
+		Edits: []Edit{
+			{File: pgQueries, Old: "\tOR (l.token IS NULL OR l.expires_at <= (SELECT now FROM c)) AND NOT l.waiters", New: "\tOR l.token IS NULL AND NOT l.waiters"},
+			{File: pgQueries, Old: "\tOR (l.token IS NULL OR l.expires_at <= (SELECT now FROM c))\n", New: "\tOR l.token IS NULL\n"},
+			{File: pgQueue, Old: "WHERE l.token IS NULL OR l.expires_at <= (SELECT now FROM c) OR l.token = excluded.token", New: "WHERE l.token IS NULL OR l.token = excluded.token"},
+		},
+		// The forget fault deletes the records of ended leases, expired
+		// ones included, which would hand the dead leader's key on.
+		Workloads: []string{"election"}, Suite: "Lease", Faults: "pause,kill",
 	},
 
 	// ---- Fences above reclaimed keys: the fence floor ----

@@ -53,6 +53,10 @@ type Mutant struct {
 	Suite string
 	// CI puts the mutant in the subset scripts/test runs.
 	CI bool
+	// Faults, if set, is the proof run's --fault list (default: the
+	// command's default faults), for a guarantee that one of them would
+	// mask.
+	Faults string
 }
 
 // Pattern is the -run pattern of m's conformance subtests: Suite under

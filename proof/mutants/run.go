@@ -242,6 +242,9 @@ func (r *Runner) proof(ctx context.Context, m Mutant, bin, dir string) Outcome {
 	for _, w := range m.Workloads {
 		args = append(args, "--workload", w)
 	}
+	if m.Faults != "" {
+		args = append(args, "--fault", m.Faults)
+	}
 	cmd := exec.CommandContext(pctx, bin, args...)
 	cmd.Dir = dir
 	cmd.Env = os.Environ()
