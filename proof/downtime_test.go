@@ -21,7 +21,7 @@ func electionRun(downFor, nextAt time.Duration, others []downSpan) (*runInfo, *H
 		{Proc: "w3/a", Mode: Guarded, F: "acquire", Fence: 3, Status: OK, Invoke: ms(20 * time.Millisecond), Complete: ms(nextAt)},
 	}}
 	downs := append([]downSpan{{slot: 1, from: t0.Add(time.Second), to: t0.Add(time.Second + downFor)}}, others...)
-	return &runInfo{start: t0, end: t0.Add(10 * time.Second), ttl: 300 * time.Millisecond, workers: 3, downs: downs}, h
+	return &runInfo{start: t0, end: t0.Add(11 * time.Second), stopping: t0.Add(10 * time.Second), ttl: 300 * time.Millisecond, workers: 3, downs: downs}, h
 }
 
 // The liveness check of the election: a new leader within the allowance

@@ -247,20 +247,21 @@ func electionLiveness(ri *runInfo, h *History, mode string, kind storeurl.Kind, 
 // was down in between (granted, then paused before it could record it),
 // so it counts from its completion minus that time.
 //
-// An acquire whose outcome is unknown (its worker was killed, or stopped
-// at the run's end) may have been granted without the history knowing,
+// An acquire whose outcome is unknown (its worker was killed, or told to
+// stop at the run's end) may have been granted without the history knowing,
 // but only once its worker was last up (a worker that ran on would have
 // recorded the grant), or a TTL before. If that can fall in the window,
 // the worker may have led until it was killed, so its term ended at most a
 // TTL after its death: the window moves there, and a grant must follow
 // within the allowance of that. One that may have been granted before the
-// run's end, with its worker alive at the end, leaves nothing to judge.
+// workers were told to stop, its worker alive then, leaves nothing to
+// judge.
 func successor(ri *runInfo, acquires []Op, downs []downSpan, end time.Time, allowFrom func(end time.Time) time.Duration) (string, time.Duration, bool) {
 	termEnd := end
 	for range len(acquires) + 1 {
 		allow := allowFrom(end)
 		deadline := end.Add(allow)
-		if deadline.After(ri.end) {
+		if deadline.After(ri.stopping) {
 			return "", allow, false
 		}
 		first := int64(0)
@@ -277,7 +278,7 @@ func successor(ri *runInfo, acquires []Op, downs []downSpan, end time.Time, allo
 					first = earliest
 				}
 			case o.Status == Unknown:
-				last, killed := ri.end, false
+				last, killed := ri.stopping, false
 				for _, d := range downs {
 					if d.slot == slot && d.kind == "kill" && d.from.UnixNano() >= o.Invoke {
 						last, killed = d.from, true

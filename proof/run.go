@@ -255,6 +255,9 @@ type runInfo struct {
 	// stalls are the spans in which the machine held the nemesis's clock
 	// back (see stalled).
 	stalls []downSpan
+	// stopping is when the workers were told to stop: no new work starts
+	// after it.
+	stopping time.Time
 }
 
 // stalled returns how much of [from, to] the machine held the nemesis's
@@ -608,6 +611,7 @@ func runOne(ctx context.Context, o Options, wl *workload, t target, tmp string) 
 			sleepCtx(ctx, 250*time.Millisecond)
 		}
 	}
+	stopping := time.Now() // the workers stop campaigning, writing, asking
 	var stderr []string
 	for _, m := range nem.members {
 		m.stop(10 * time.Second)
@@ -627,7 +631,7 @@ func runOne(ctx context.Context, o Options, wl *workload, t target, tmp string) 
 	}
 	h := b.history()
 	ri := &runInfo{start: start, faultsEnd: faultsEnd, end: end, ttl: ttl, dir: o.Dir, name: wl.name + "-" + t.name, checkTimeout: o.CheckTimeout,
-		workers: len(nem.members), downs: nem.dt.closed(end), stalls: nem.stalls}
+		workers: len(nem.members), downs: nem.dt.closed(end), stalls: nem.stalls, stopping: stopping}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 	defer cancel()
 	r.Guarded = wl.check(cctx, base, ri, h, Guarded)
