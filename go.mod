@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/robfig/cron/v3 v3.0.1
+	github.com/segmentio/encoding v0.5.4
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/metric v1.47.0
 	go.opentelemetry.io/otel/sdk v1.47.0
@@ -23,5 +24,6 @@ require (
 
 require (
 	github.com/google/uuid v1.6.0 // indirect
+	github.com/segmentio/asm v1.1.3 // indirect
 	golang.org/x/sys v0.50.0 // indirect
 )

@@ -48,8 +48,35 @@ const DefaultMaxIdleConnsPerHost = 100
 type Client struct {
 	base    *url.URL
 	token   secret.Text
+	auth    authHeader // the Authorization field's values, nil without a token
 	hc      *http.Client
 	maxResp int64
+}
+
+// authHeader is the Authorization field's values; it prints redacted.
+type authHeader []string
+
+// Format prints the field redacted, whatever the verb.
+func (authHeader) Format(f fmt.State, _ rune) { io.WriteString(f, "[redacted]") }
+
+// The values of the fields every request carries, shared by all of them
+// (net/http replaces a field's values, never changes them in place).
+var (
+	jsonContentType = []string{"application/json"}
+	acceptJSON      = []string{"application/json, application/problem+json"}
+)
+
+// readBody reads resp's body, at most limit bytes: into a buffer of the
+// announced length when the server gave one.
+func readBody(resp *http.Response, limit int64) ([]byte, error) {
+	if n := resp.ContentLength; n >= 0 && n <= limit {
+		b := make([]byte, n)
+		if _, err := io.ReadFull(resp.Body, b); err != nil {
+			return nil, err
+		}
+		return b, nil
+	}
+	return io.ReadAll(io.LimitReader(resp.Body, limit))
 }
 
 // New returns a client of the server at baseURL (for example
@@ -77,7 +104,11 @@ func New(baseURL string, o *Options) (*Client, error) {
 	if opt.MaxResponseBytes <= 0 {
 		opt.MaxResponseBytes = 8 << 20
 	}
-	return &Client{base: u, token: secret.New(opt.Token), hc: opt.HTTPClient, maxResp: opt.MaxResponseBytes}, nil
+	c := &Client{base: u, token: secret.New(opt.Token), hc: opt.HTTPClient, maxResp: opt.MaxResponseBytes}
+	if !c.token.IsZero() {
+		c.auth = authHeader{"Bearer " + c.token.Reveal()}
+	}
+	return c, nil
 }
 
 // Error is a problem the server answered with (RFC 9457). It unwraps to
@@ -127,29 +158,31 @@ func (c *Client) call(ctx context.Context, m mapping, method, path string, query
 	u.RawQuery = query.Encode()
 	var body io.Reader
 	if in != nil {
-		b, err := json.Marshal(in)
+		b, err := serveapi.Marshal(in)
 		if err != nil {
 			return errors.Join(m.unavailable, err)
 		}
 		body = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, u.String(), body)
+	// The URL is set as built, not written out and parsed again.
+	req, err := http.NewRequestWithContext(ctx, method, "", body)
 	if err != nil {
 		return errors.Join(m.unavailable, err)
 	}
+	req.URL, req.Host = &u, u.Host
 	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
+		req.Header["Content-Type"] = jsonContentType
 	}
-	req.Header.Set("Accept", "application/json, application/problem+json")
-	if !c.token.IsZero() {
-		req.Header.Set("Authorization", "Bearer "+c.token.Reveal())
+	req.Header["Accept"] = acceptJSON
+	if c.auth != nil {
+		req.Header["Authorization"] = c.auth
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return fmt.Errorf("%w: %w", m.unavailable, &transportError{err})
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, c.maxResp))
+	b, err := readBody(resp, c.maxResp)
 	if err != nil {
 		return fmt.Errorf("%w: %w", m.unavailable, &transportError{err})
 	}
@@ -157,7 +190,7 @@ func (c *Client) call(ctx context.Context, m mapping, method, path string, query
 		if out == nil || resp.StatusCode == http.StatusNoContent {
 			return nil
 		}
-		if err := json.Unmarshal(b, out); err != nil {
+		if err := serveapi.Unmarshal(b, out); err != nil {
 			return fmt.Errorf("%w: tenure serve: malformed answer to %s %s: %v", m.unavailable, method, path, err)
 		}
 		return nil

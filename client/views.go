@@ -347,8 +347,8 @@ func stateOut(k driver.StateKey) *serveapi.StateKey {
 	return &serveapi.StateKey{Group: k.Group, Name: k.Name, Kind: k.Kind, Key: k.Key}
 }
 
-func limitOut(l ratelimit.Limit) serveapi.Limit {
-	return serveapi.Limit{Name: l.Name, Rate: l.Rate, Period: d(l.Period), Burst: l.Burst}
+func limitOut(l ratelimit.Limit) *serveapi.Limit {
+	return &serveapi.Limit{Name: l.Name, Rate: l.Rate, Period: d(l.Period), Burst: l.Burst}
 }
 
 var algorithmNames = map[string]ratelimit.Algorithm{

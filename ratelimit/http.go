@@ -664,26 +664,34 @@ func SetHeaders(h http.Header, ds []Decision) {
 
 // setFields sets RateLimit-Policy and RateLimit for decisions.
 func setFields(h http.Header, ds []Decision) {
-	var pol, cur []string
-	for _, d := range ds {
-		l := d.Limit
-		p := fmt.Sprintf("%q;q=%d", l.Name, l.Rate)
-		if l.Period%time.Second == 0 {
-			p += ";w=" + strconv.FormatInt(int64(l.Period/time.Second), 10)
+	var pol, cur []byte
+	for i, d := range ds {
+		if i > 0 {
+			pol = append(pol, ", "...)
+			cur = append(cur, ", "...)
 		}
-		pol = append(pol, p)
+		l := d.Limit
+		pol = strconv.AppendQuote(pol, l.Name)
+		pol = append(pol, ";q="...)
+		pol = strconv.AppendInt(pol, int64(l.Rate), 10)
+		if l.Period%time.Second == 0 {
+			pol = append(pol, ";w="...)
+			pol = strconv.AppendInt(pol, int64(l.Period/time.Second), 10)
+		}
 		t := d.ResetAfter
 		if !d.Allowed {
 			t = d.RetryAfter
 		}
-		c := fmt.Sprintf("%q;r=%d", l.Name, max(d.Remaining, 0))
+		cur = strconv.AppendQuote(cur, l.Name)
+		cur = append(cur, ";r="...)
+		cur = strconv.AppendInt(cur, int64(max(d.Remaining, 0)), 10)
 		if t > 0 {
-			c += ";t=" + strconv.FormatInt(int64((t+time.Second-1)/time.Second), 10)
+			cur = append(cur, ";t="...)
+			cur = strconv.AppendInt(cur, int64((t+time.Second-1)/time.Second), 10)
 		}
-		cur = append(cur, c)
 	}
-	h.Set("RateLimit-Policy", strings.Join(pol, ", "))
-	h.Set("RateLimit", strings.Join(cur, ", "))
+	h["Ratelimit-Policy"] = []string{string(pol)}
+	h["Ratelimit"] = []string{string(cur)}
 }
 
 // problem writes an application/problem+json response (RFC 9457).

@@ -320,7 +320,7 @@ func TestDashboardEvents(t *testing.T) {
 	if e.login(t, adminTok).StatusCode != 200 {
 		t.Fatal("login failed")
 	}
-	lim, _ := json.Marshal(serveapi.RateRequest{Key: "user-42", Limit: serveapi.Limit{Name: "api", Rate: 5, Period: serveapi.Duration(time.Minute)}})
+	lim, _ := json.Marshal(serveapi.RateRequest{Key: "user-42", Limit: &serveapi.Limit{Name: "api", Rate: 5, Period: serveapi.Duration(time.Minute)}})
 	rd, stop := e.stream(t, url.Values{"prefix": {"jobs/"}, "key": {"other/key"}, "user": {"alice"}, "job": {"nightly"}, "limit": {string(lim)}})
 	defer stop()
 
@@ -678,7 +678,7 @@ func TestDashboardPeekConsumesNothing(t *testing.T) {
 	if e.login(t, adminTok).StatusCode != 200 {
 		t.Fatal("login failed")
 	}
-	req := serveapi.RateAllow{Requests: []serveapi.RateRequest{{Key: "k", Limit: serveapi.Limit{Name: "n", Rate: 3, Period: serveapi.Duration(time.Minute)}}}}
+	req := serveapi.RateAllow{Requests: []serveapi.RateRequest{{Key: "k", Limit: &serveapi.Limit{Name: "n", Rate: 3, Period: serveapi.Duration(time.Minute)}}}}
 	for range 5 {
 		resp, body := e.postJSON(t, "/ui/api/rate/peek", req)
 		if resp.StatusCode != 200 || !strings.Contains(body, `"remaining":3`) {

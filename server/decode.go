@@ -1,7 +1,7 @@
 package server
 
 import (
-	"encoding/json"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/tenurekit/tenure/internal/serveapi"
@@ -18,11 +19,16 @@ import (
 // decodeBody reads a JSON body into v, refusing unknown fields and
 // trailing data. Its errors are invalid and too_large problems.
 func decodeBody(r *http.Request, v any) error {
-	dec := json.NewDecoder(r.Body)
-	dec.DisallowUnknownFields()
-	err := dec.Decode(v)
-	if err == nil && dec.More() {
-		err = errors.New("data after the JSON value")
+	buf := bodyBufs.Get().(*bytes.Buffer)
+	defer func() {
+		if buf.Cap() <= maxPooledBody {
+			buf.Reset()
+			bodyBufs.Put(buf)
+		}
+	}()
+	_, err := buf.ReadFrom(r.Body)
+	if err == nil {
+		err = serveapi.DecodeStrict(buf.Bytes(), v)
 	}
 	if err == nil {
 		return nil
@@ -36,6 +42,12 @@ func decodeBody(r *http.Request, v any) error {
 	}
 	return invalidf("the body is not valid: %v", err)
 }
+
+// bodyBufs holds the buffers request bodies are read into; a buffer that
+// grew past maxPooledBody is left to the garbage collector.
+var bodyBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+const maxPooledBody = 64 << 10
 
 // queryField is a field of a GET operation's input: its parameter name,
 // whether it may be left out, and the value it then takes (the tag

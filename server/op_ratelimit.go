@@ -19,11 +19,11 @@ var rateOps = []operation{
 	&op[serveapi.RateAllow, serveapi.RateDecisions]{Method: "POST", Path: "/v1/rate/allow", ID: "allowRate",
 		Needs: rateView, Required: []string{"requests[].limit"}, OneOf: [][]string{{"requests[].key", "requests[].state"}}, Handle: allowRate,
 		Doc:     "Judge up to 16 limits in one atomic step on the store's clock: all are consumed if all allow, none otherwise (peek: nothing is consumed). The answer carries the RateLimit-Policy and RateLimit fields the Go middleware sends, and Retry-After (whole seconds) when the limits deny.",
-		Example: serveapi.RateAllow{Requests: []serveapi.RateRequest{{Key: "user-42", Limit: serveapi.Limit{Name: "api", Rate: 2, Period: serveapi.Duration(time.Minute)}}}}},
+		Example: serveapi.RateAllow{Requests: []serveapi.RateRequest{{Key: "user-42", Limit: &serveapi.Limit{Name: "api", Rate: 2, Period: serveapi.Duration(time.Minute)}}}}},
 	&op[serveapi.RateReset, noBody]{Method: "POST", Path: "/v1/rate/reset", ID: "resetRate",
 		Needs: rateView, OneOf: [][]string{{"requests[].key+requests[].limit", "requests[].state"}}, Handle: resetRate,
 		Doc:     "Forget the state of limits: they are fully available again.",
-		Example: serveapi.RateReset{Requests: []serveapi.RateRequest{{Key: "user-42", Limit: serveapi.Limit{Name: "api", Rate: 2, Period: serveapi.Duration(time.Minute)}}}}},
+		Example: serveapi.RateReset{Requests: []serveapi.RateRequest{{Key: "user-42", Limit: &serveapi.Limit{Name: "api", Rate: 2, Period: serveapi.Duration(time.Minute)}}}}},
 }
 
 // permitOps are the operations on concurrency permits: ratelimit.Store's
@@ -115,7 +115,8 @@ func (r *request) rateRequest(in serveapi.RateRequest) (driver.Request, error) {
 	if !ok {
 		return driver.Request{}, invalidf("unknown algorithm %q (gcra, fixed-window, sliding-log, sliding-window)", in.Algorithm)
 	}
-	lim, err := ratelimit.New(r.s.st.Limits, alg, ratelimit.Limit{Name: in.Limit.Name, Rate: in.Limit.Rate, Period: in.Limit.Period.D(), Burst: in.Limit.Burst}, uninstrumented)
+	l := in.TheLimit()
+	lim, err := ratelimit.New(r.s.st.Limits, alg, ratelimit.Limit{Name: l.Name, Rate: l.Rate, Period: l.Period.D(), Burst: l.Burst}, uninstrumented)
 	if err != nil {
 		return driver.Request{}, err
 	}

@@ -404,7 +404,7 @@ func TestOpenAPIEveryOperationExercised(t *testing.T) {
 	call("beginIdempotency", "POST", "/v1/idempotency/begin", begin, nil)
 	call("releaseIdempotency", "POST", "/v1/idempotency/release", serveapi.IdemClaim{Scope: "s", Key: "k2", Token: "claim-2"}, nil)
 
-	rq := serveapi.RateRequest{Key: "u", Limit: serveapi.Limit{Rate: 1, Period: serveapi.Duration(time.Hour)}}
+	rq := serveapi.RateRequest{Key: "u", Limit: &serveapi.Limit{Rate: 1, Period: serveapi.Duration(time.Hour)}}
 	var ds serveapi.RateDecisions
 	call("allowRate", "POST", "/v1/rate/allow", serveapi.RateAllow{Requests: []serveapi.RateRequest{rq}}, &ds)
 	if !ds.Allowed {

@@ -180,6 +180,9 @@ type Server struct {
 	polls     map[string]*poll
 	ready     func(ctx context.Context) error
 	requests  metric.Int64Counter
+	// reqAttrs holds requests' attribute option of each operation and
+	// status code seen (requestKey -> metric.AddOption).
+	reqAttrs sync.Map
 	accessLog AccessLog
 	sampleN   uint64
 	logged    atomic.Uint64
@@ -488,7 +491,7 @@ func (s *Server) charge(ctx context.Context, token string, n int) (bool, time.Du
 // logRequest writes a request's log line (never a token, only its name)
 // and counts it.
 func (s *Server) logRequest(r *http.Request, op string, w *statusWriter, token string, start time.Time) {
-	s.requests.Add(r.Context(), 1, metric.WithAttributes(attribute.String("operation", op), attribute.Int("status", w.status)))
+	s.requests.Add(r.Context(), 1, s.requestAttrs(op, w.status))
 	if w.err == nil {
 		switch s.accessLog {
 		case AccessLogOff:
@@ -508,6 +511,24 @@ func (s *Server) logRequest(r *http.Request, op string, w *statusWriter, token s
 		attrs = append(attrs, slog.String("error", w.err.Error()))
 	}
 	s.log.LogAttrs(r.Context(), level, "request", attrs...)
+}
+
+// requestKey is an operation and a status code.
+type requestKey struct {
+	op     string
+	status int
+}
+
+// requestAttrs returns the requests counter's attributes of op and status,
+// built once per pair (operations and status codes are few).
+func (s *Server) requestAttrs(op string, status int) metric.AddOption {
+	k := requestKey{op, status}
+	if o, ok := s.reqAttrs.Load(k); ok {
+		return o.(metric.AddOption)
+	}
+	o := metric.WithAttributeSet(attribute.NewSet(attribute.String("operation", op), attribute.Int("status", status)))
+	s.reqAttrs.Store(k, o)
+	return o
 }
 
 // authenticate finds the request's bearer token.
@@ -591,9 +612,20 @@ func writeProblem(w http.ResponseWriter, p serveapi.Problem) {
 	json.NewEncoder(w).Encode(p)
 }
 
+// The values of the fields every JSON answer carries, shared by all of
+// them (a header's values are replaced, never changed in place).
+var (
+	jsonContentType = []string{"application/json"}
+	noStore         = []string{"no-store"}
+)
+
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
+	h := w.Header()
+	h["Content-Type"] = jsonContentType
+	h["Cache-Control"] = noStore
+	b, err := serveapi.Marshal(v)
 	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(v)
+	if err == nil {
+		w.Write(append(b, '\n'))
+	}
 }

@@ -575,7 +575,7 @@ func TestRateStateKeyValidated(t *testing.T) {
 		{Name: "api", Kind: "p", Key: "k"},
 		{Name: "api", Kind: "g", Key: ""},
 	} {
-		st, b, h := e.do(t, adminTok, "POST", "/v1/rate/allow", serveapi.RateAllow{Requests: []serveapi.RateRequest{{State: &k, Limit: lim}}})
+		st, b, h := e.do(t, adminTok, "POST", "/v1/rate/allow", serveapi.RateAllow{Requests: []serveapi.RateRequest{{State: &k, Limit: &lim}}})
 		problem(t, st, b, h, http.StatusBadRequest, serveapi.TypeInvalid)
 		st, b, h = e.do(t, adminTok, "POST", "/v1/rate/reset", serveapi.RateReset{Requests: []serveapi.RateRequest{{State: &k}}})
 		problem(t, st, b, h, http.StatusBadRequest, serveapi.TypeInvalid)
@@ -588,7 +588,7 @@ func TestRateStateKeyValidated(t *testing.T) {
 	}
 	// A valid one is accepted.
 	ok := serveapi.StateKey{Name: "api", Kind: "g", Key: "k"}
-	if st, b, _ := e.do(t, adminTok, "POST", "/v1/rate/allow", serveapi.RateAllow{Requests: []serveapi.RateRequest{{State: &ok, Limit: lim}}}); st != http.StatusOK {
+	if st, b, _ := e.do(t, adminTok, "POST", "/v1/rate/allow", serveapi.RateAllow{Requests: []serveapi.RateRequest{{State: &ok, Limit: &lim}}}); st != http.StatusOK {
 		t.Fatalf("a valid state key: %d %s", st, b)
 	}
 }
@@ -598,7 +598,7 @@ func TestRateStateKeyValidated(t *testing.T) {
 // when the limits deny.
 func TestRateDecisionHeaders(t *testing.T) {
 	e := newEnv(t, nil)
-	body := serveapi.RateAllow{Requests: []serveapi.RateRequest{{Key: "user-42", Limit: serveapi.Limit{Name: "api", Rate: 2, Period: serveapi.Duration(time.Minute)}}}}
+	body := serveapi.RateAllow{Requests: []serveapi.RateRequest{{Key: "user-42", Limit: &serveapi.Limit{Name: "api", Rate: 2, Period: serveapi.Duration(time.Minute)}}}}
 	for i, want := range []bool{true, true, false} {
 		st, b, h := e.do(t, adminTok, "POST", "/v1/rate/allow", body)
 		var d serveapi.RateDecisions

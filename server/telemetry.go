@@ -216,7 +216,7 @@ func (t *apiTelemetry) record(ctx context.Context, id string, in, out any, err e
 			dec = 1
 		}
 		for _, rq := range a.Requests {
-			obs.Add(ctx, t.in.RatelimitDecisions, t.limitOpts(rq.Limit.Name)[dec])
+			obs.Add(ctx, t.in.RatelimitDecisions, t.limitOpts(rq.TheLimit().Name)[dec])
 		}
 	case "acquirePermit":
 		p, _ := in.(*serveapi.Permit)

@@ -62,9 +62,9 @@ func TestAPIMetrics(t *testing.T) {
 	// Rate limits: two allowed, one denied, a peek not counted.
 	lim := serveapi.Limit{Name: "api", Rate: 2, Period: serveapi.Duration(time.Minute)}
 	for range 3 {
-		e.do(t, adminTok, "POST", "/v1/rate/allow", serveapi.RateAllow{Requests: []serveapi.RateRequest{{Key: "user-secret-42", Limit: lim}}})
+		e.do(t, adminTok, "POST", "/v1/rate/allow", serveapi.RateAllow{Requests: []serveapi.RateRequest{{Key: "user-secret-42", Limit: &lim}}})
 	}
-	post("/v1/rate/allow", serveapi.RateAllow{Peek: true, Requests: []serveapi.RateRequest{{Key: "user-secret-42", Limit: lim}}}, 200)
+	post("/v1/rate/allow", serveapi.RateAllow{Peek: true, Requests: []serveapi.RateRequest{{Key: "user-secret-42", Limit: &lim}}}, 200)
 
 	// Sessions: created, loaded, revoked, then not found.
 	var rec serveapi.SessionRecord
@@ -127,7 +127,7 @@ func TestAPIMetricsLimitNamesBounded(t *testing.T) {
 	tl, e := meteredEnv(t)
 	for i := range 100 {
 		lim := serveapi.Limit{Name: "limit-" + strings.Repeat("x", i%7) + string(rune('a'+i%26)) + string(rune('a'+i/26)), Rate: 5, Period: serveapi.Duration(time.Minute)}
-		if code, b, _ := e.do(t, adminTok, "POST", "/v1/rate/allow", serveapi.RateAllow{Requests: []serveapi.RateRequest{{Key: "k", Limit: lim}}}); code != http.StatusOK {
+		if code, b, _ := e.do(t, adminTok, "POST", "/v1/rate/allow", serveapi.RateAllow{Requests: []serveapi.RateRequest{{Key: "k", Limit: &lim}}}); code != http.StatusOK {
 			t.Fatalf("allow: %d %s", code, b)
 		}
 	}

@@ -86,7 +86,7 @@ func TestPrometheusScrapesServe(t *testing.T) {
 	call("/v1/idempotency/complete", serveapi.IdemClaim{Scope: "payments", Key: "order-1", Token: b.Token, Fence: b.Fence, Outcome: &serveapi.IdemOutcome{Value: []byte("ok")}}, 204)
 	call("/v1/idempotency/begin", serveapi.IdemBegin{Scope: "payments", Key: "order-1", Fingerprint: "f"}, 200)
 	for range 3 {
-		call("/v1/rate/allow", serveapi.RateAllow{Requests: []serveapi.RateRequest{{Key: "user-42", Limit: serveapi.Limit{Name: "api", Rate: 100, Period: serveapi.Duration(time.Minute)}}}}, 200)
+		call("/v1/rate/allow", serveapi.RateAllow{Requests: []serveapi.RateRequest{{Key: "user-42", Limit: &serveapi.Limit{Name: "api", Rate: 100, Period: serveapi.Duration(time.Minute)}}}}, 200)
 	}
 	var s serveapi.SessionRecord
 	json.Unmarshal(call("/v1/sessions", serveapi.SessionCreate{UserID: "alice", Idle: serveapi.Duration(time.Hour), Absolute: serveapi.Duration(2 * time.Hour)}, 201), &s)

@@ -4,6 +4,7 @@
 package serveapi
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -28,13 +29,20 @@ func (d Duration) D() time.Duration { return time.Duration(d) }
 
 // MarshalJSON writes d as a duration string.
 func (d Duration) MarshalJSON() ([]byte, error) {
-	return json.Marshal(time.Duration(d).String())
+	// A duration's string needs no escaping.
+	s := time.Duration(d).String()
+	b := make([]byte, 0, len(s)+2)
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"'), nil
 }
 
 // UnmarshalJSON reads a duration string.
 func (d *Duration) UnmarshalJSON(b []byte) error {
 	var s string
-	if err := json.Unmarshal(b, &s); err != nil {
+	if n := len(b); n >= 2 && b[0] == '"' && b[n-1] == '"' && bytes.IndexByte(b[1:n-1], '\\') < 0 {
+		s = string(b[1 : n-1]) // a plain string, as durations are
+	} else if err := json.Unmarshal(b, &s); err != nil {
 		return fmt.Errorf("a duration is a string such as \"30s\" or \"1m30s\"")
 	}
 	if s == "" {

@@ -182,8 +182,16 @@ type RateRequest struct {
 	Key       string    `json:"key,omitempty" doc:"the caller's key (the server derives the state key)"`
 	State     *StateKey `json:"state,omitempty" doc:"the exact state key a Go limiter computed"`
 	Algorithm string    `json:"algorithm,omitempty" doc:"the algorithm"`
-	Limit     Limit     `json:"limit,omitzero" doc:"the limit (resetRate with state: not needed)"`
+	Limit     *Limit    `json:"limit,omitempty" doc:"the limit (resetRate with state: not needed)"`
 	N         *int      `json:"n,omitempty" doc:"cost (default 1)"`
+}
+
+// TheLimit returns r's limit, the zero Limit when it has none.
+func (r RateRequest) TheLimit() Limit {
+	if r.Limit == nil {
+		return Limit{}
+	}
+	return *r.Limit
 }
 
 // RateAllow is the body of allowRate.
