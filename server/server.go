@@ -176,13 +176,13 @@ type Server struct {
 	held   map[string]int
 	// polls are the dashboard snapshots shared by the viewers of one
 	// panel (one token, one view) within a refresh interval.
-	pollMu    sync.Mutex
-	polls     map[string]*poll
-	ready     func(ctx context.Context) error
-	requests  metric.Int64Counter
+	pollMu   sync.Mutex
+	polls    map[string]*poll
+	ready    func(ctx context.Context) error
+	requests metric.Int64Counter
 	// reqAttrs holds requests' attribute option of each operation and
 	// status code seen (requestKey -> metric.AddOption).
-	reqAttrs sync.Map
+	reqAttrs  sync.Map
 	accessLog AccessLog
 	sampleN   uint64
 	logged    atomic.Uint64
