@@ -287,7 +287,8 @@ func (e *Env) startFloor() (func(ctx context.Context) error, error) {
 			return err
 		}
 		req.Header.Set("Content-Type", "application/json")
-		resp, err := hc.Do(req)
+		// As package client sends its requests: to the transport.
+		resp, err := hc.Transport.RoundTrip(req)
 		if err != nil {
 			return err
 		}

@@ -32,7 +32,9 @@ type Options struct {
 	// connection for most requests), without an overall timeout (each
 	// call's context bounds it). A client of your own should keep at
 	// least as many idle connections per host as it has concurrent
-	// callers.
+	// callers. Redirects are not followed (the API answers none): a
+	// client with no cookie jar, Timeout or CheckRedirect has its
+	// requests sent by its Transport directly, others by its Do.
 	HTTPClient *http.Client
 	// MaxResponseBytes bounds a response body. Default 8 MiB.
 	MaxResponseBytes int64
@@ -46,10 +48,16 @@ const DefaultMaxIdleConnsPerHost = 100
 // contracts over the API, so a Locker, Keeper, Limiter or Manager runs on
 // it as on any other store. It is safe for concurrent use.
 type Client struct {
-	base    *url.URL
-	token   secret.Text
-	auth    authHeader // the Authorization field's values, nil without a token
-	hc      *http.Client
+	base  *url.URL
+	token secret.Text
+	auth  authHeader // the Authorization field's values, nil without a token
+	hc    *http.Client
+	// rt is the HTTP client's transport, which requests go to directly
+	// when the client has no cookie jar, timeout or redirect policy: the
+	// API answers no request with a redirect, so http.Client's work per
+	// request (a copy of the header for redirects among it) buys nothing.
+	// Nil otherwise: the client's Do sends them.
+	rt      http.RoundTripper
 	maxResp int64
 }
 
@@ -93,18 +101,28 @@ func New(baseURL string, o *Options) (*Client, error) {
 	if u.User != nil {
 		return nil, fmt.Errorf("%w: base URL carries credentials; give the token in Options.Token", ErrInvalid)
 	}
+	var rt http.RoundTripper
 	if opt.HTTPClient == nil {
 		tr := http.DefaultTransport.(*http.Transport).Clone()
 		tr.MaxIdleConnsPerHost = DefaultMaxIdleConnsPerHost
 		if tr.MaxIdleConns < DefaultMaxIdleConnsPerHost {
 			tr.MaxIdleConns = DefaultMaxIdleConnsPerHost
 		}
+		// The API's bodies are small JSON: no Accept-Encoding on every
+		// request.
+		tr.DisableCompression = true
 		opt.HTTPClient = &http.Client{Transport: tr}
+	}
+	if hc := opt.HTTPClient; hc.Jar == nil && hc.Timeout == 0 && hc.CheckRedirect == nil {
+		rt = hc.Transport
+		if rt == nil {
+			rt = http.DefaultTransport
+		}
 	}
 	if opt.MaxResponseBytes <= 0 {
 		opt.MaxResponseBytes = 8 << 20
 	}
-	c := &Client{base: u, token: secret.New(opt.Token), hc: opt.HTTPClient, maxResp: opt.MaxResponseBytes}
+	c := &Client{base: u, token: secret.New(opt.Token), hc: opt.HTTPClient, rt: rt, maxResp: opt.MaxResponseBytes}
 	if !c.token.IsZero() {
 		c.auth = authHeader{"Bearer " + c.token.Reveal()}
 	}
@@ -177,7 +195,12 @@ func (c *Client) call(ctx context.Context, m mapping, method, path string, query
 	if c.auth != nil {
 		req.Header["Authorization"] = c.auth
 	}
-	resp, err := c.hc.Do(req)
+	var resp *http.Response
+	if c.rt != nil {
+		resp, err = c.rt.RoundTrip(req)
+	} else {
+		resp, err = c.hc.Do(req)
+	}
 	if err != nil {
 		return fmt.Errorf("%w: %w", m.unavailable, &transportError{err})
 	}

@@ -145,9 +145,14 @@ func (c *Concurrency) acquire(ctx context.Context, key string) (*Permit, error) 
 			return p, nil
 		}
 		var le *LimitedError
-		if errors.As(err, &le) {
+		switch {
+		case errors.As(err, &le):
 			limited = le
-		} else if !isUnavailable(err) {
+		case ctx.Err() != nil:
+			// ctx ended during the attempt (the store answered with
+			// ctx's error): the error still wraps the last refusal.
+			return nil, fail(err)
+		case !isUnavailable(err):
 			return nil, err
 		}
 		if ctx.Err() != nil {

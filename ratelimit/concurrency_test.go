@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tenurekit/tenure/ratelimit"
+	"github.com/tenurekit/tenure/ratelimit/driver"
 	"github.com/tenurekit/tenure/ratelimit/ratelimittest"
 )
 
@@ -123,5 +124,49 @@ func TestDoReleasesOnPanic(t *testing.T) {
 		// goroutine left behind.
 		time.Sleep(time.Minute)
 		synctest.Wait()
+	})
+}
+
+// endsDuringAttempt ends ctx while its second permit attempt is at the
+// store, which then answers with ctx's error: a store that checks its
+// context.
+type endsDuringAttempt struct {
+	ratelimit.Store
+	cancel   context.CancelFunc
+	attempts int
+}
+
+func (s *endsDuringAttempt) AcquirePermit(ctx context.Context, key driver.StateKey, id string, permits int, ttl time.Duration) (driver.PermitGrant, error) {
+	if s.attempts++; s.attempts == 3 { // the holder's, the refused one, then this
+		s.cancel()
+		return driver.PermitGrant{}, ctx.Err()
+	}
+	return s.Store.AcquirePermit(ctx, key, id, permits, ttl)
+}
+
+// TestAcquireEndedMidAttemptKeepsRefusal: when ctx ends while an attempt
+// is at the store and the store answers with ctx's error, Acquire's error
+// still wraps the refusal seen before (a loaded machine made that order
+// happen).
+func TestAcquireEndedMidAttemptKeepsRefusal(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		s := &endsDuringAttempt{Store: newMem(t, nil).Limits(), cancel: cancel}
+		c, _ := ratelimit.NewConcurrency(s, ratelimit.ConcurrencyLimit{Permits: 1, TTL: time.Minute}, nil)
+		if _, err := c.TryAcquire(context.Background(), "job"); err != nil {
+			t.Fatal(err)
+		}
+		_, err := c.Acquire(ctx, "job")
+		if !errors.Is(err, context.Canceled) || !errors.Is(err, ratelimit.ErrLimited) {
+			t.Fatalf("Acquire: %v, want context.Canceled and ErrLimited", err)
+		}
+		var le *ratelimit.LimitedError
+		if !errors.As(err, &le) || le.InUse != 1 {
+			t.Fatalf("Acquire: %v, want the refusal with 1 permit in use", err)
+		}
+		if s.attempts != 3 {
+			t.Fatalf("%d attempts at the store, want 3", s.attempts)
+		}
 	})
 }
