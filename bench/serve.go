@@ -59,6 +59,10 @@ import (
 // under serve's figures.
 var ServeContenders = []string{"tenure", "direct", "http-floor"}
 
+// ServeRateContenders are the contenders of the serve rate suites: those
+// of every serve suite and gubernator (see gubernator.go).
+var ServeRateContenders = append(slices.Clip(ServeContenders), "gubernator")
+
 // Latency metrics of the serve suites: percentiles of one store call
 // (acquire or release, or one decision), in microseconds.
 const (
@@ -84,8 +88,12 @@ func init() {
 		{"redis", "lease"}, {"redis", "rate"}, {"sqlite", "lease"}, {"sqlite", "rate"},
 	} {
 		suite := "serve-" + s.store + "-" + s.op
+		contenders := ServeContenders
+		if s.op == "rate" {
+			contenders = ServeRateContenders
+		}
 		registerSuite(suite, suiteFuncs{
-			contenders: ServeContenders,
+			contenders: contenders,
 			cycle: func(e *Env, b *testing.B, contender string, workers int) {
 				e.ServeCycle(b, s.store, s.op, contender, workers)
 			},
@@ -333,6 +341,20 @@ func (e *Env) serveCycle(store, op, contender string) (timedCycle, error) {
 				rec(time.Since(t0))
 			}
 			return nil
+		}, nil
+	case "gubernator":
+		if op != "rate" {
+			return nil, fmt.Errorf("bench: gubernator has no %s operation", op)
+		}
+		decide, err := e.gubernatorDecide()
+		if err != nil {
+			return nil, err
+		}
+		return func(ctx context.Context, key string, rec func(time.Duration)) error {
+			t0 := time.Now()
+			err := decide(ctx, key)
+			rec(time.Since(t0))
+			return err
 		}, nil
 	default:
 		return nil, fmt.Errorf("bench: unknown serve contender %q", contender)

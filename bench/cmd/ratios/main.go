@@ -53,6 +53,11 @@ var targets = []target{
 	{"etcd", bench.MaxWorkers, "mutex", 1.0},
 	{"serve-redis-lease", bench.MaxWorkers, "direct", 0.5},
 	{"serve-redis-rate", bench.MaxWorkers, "direct", 0.5},
+	// serve keeps a lead over gubernator's gRPC API (in memory).
+	{"serve-redis-rate", 1, "gubernator", 1.0},
+	{"serve-redis-rate", bench.MaxWorkers, "gubernator", 1.0},
+	{"serve-sqlite-rate", 1, "gubernator", 1.0},
+	{"serve-sqlite-rate", bench.MaxWorkers, "gubernator", 1.0},
 }
 
 // maxAddedP50 is the latency tenure serve may add to a store call at the

@@ -264,7 +264,7 @@ func TestBrowserDashboard(t *testing.T) {
 	}
 	for range 4 {
 		apiPost(t, e.url, adminTok, "/v1/rate/allow", serveapi.RateAllow{Requests: []serveapi.RateRequest{{Key: "user-42",
-			Limit: serveapi.Limit{Name: "api", Rate: 10, Period: serveapi.Duration(time.Minute)}}}}, nil)
+			Limit: &serveapi.Limit{Name: "api", Rate: 10, Period: serveapi.Duration(time.Minute)}}}}, nil)
 	}
 	// The limit, the job and the user are chosen from what the server
 	// offers (api/discover), not typed.
