@@ -99,3 +99,48 @@ func TestSlotOf(t *testing.T) {
 		}
 	}
 }
+
+// A clean hand-off that took long elsewhere in the run widens the
+// allowance after a death to twice it: the machine was that slow. A term's
+// own hand-off does not widen its own allowance.
+func TestElectionLivenessLongestHandoff(t *testing.T) {
+	// w2 goes down at +1s (its term ends at +1.3s); w3 leads at +2.6s,
+	// 1.3s later: more than the allowance of 1s.
+	ri, h := electionRun(time.Second, 2600*time.Millisecond, nil)
+	var m ModeResult
+	electionLiveness(ri, h, Guarded, storeurl.Redis, &m)
+	if m.Count != 1 || !strings.Contains(m.Violations[0], "went down") {
+		t.Fatalf("%d violations %q, want one after w2 went down", m.Count, m.Violations)
+	}
+	ms := func(d time.Duration) int64 { return ri.start.Add(d).UnixNano() }
+	op := func(proc, f string, fence uint64, invoke, complete time.Duration) Op {
+		return Op{Proc: proc, Mode: Guarded, F: f, Fence: fence, Status: OK, Invoke: ms(invoke), Complete: ms(complete)}
+	}
+	// Later, w3 resigns and w1 leads 800ms after it; two more hand-offs
+	// take 20ms, so the median stays 20ms.
+	h.Ops = append(h.Ops,
+		op("w3/a", "release", 3, 4990*time.Millisecond, 5000*time.Millisecond),
+		op("w1/a", "acquire", 4, 4000*time.Millisecond, 5800*time.Millisecond),
+		op("w1/a", "release", 4, 5990*time.Millisecond, 6000*time.Millisecond),
+		op("w2/a", "acquire", 5, 5000*time.Millisecond, 6020*time.Millisecond),
+		op("w2/a", "release", 5, 6190*time.Millisecond, 6200*time.Millisecond),
+		op("w3/a", "acquire", 6, 6000*time.Millisecond, 6220*time.Millisecond),
+	)
+	m = ModeResult{}
+	electionLiveness(ri, h, Guarded, storeurl.Redis, &m)
+	if m.Count != 0 {
+		t.Fatalf("%d violations %q, want none: a clean hand-off of 800ms allows 2.2s after a death", m.Count, m.Violations)
+	}
+	// The 800ms hand-off alone is judged by the others (20ms): within 1s.
+	// Made 1.1s, it is late by its own allowance, whatever it allows others.
+	h.Ops[len(h.Ops)-5].Complete = ms(6100 * time.Millisecond)
+	h.Ops[len(h.Ops)-4].Invoke, h.Ops[len(h.Ops)-4].Complete = ms(6190*time.Millisecond), ms(6200*time.Millisecond)
+	h.Ops[len(h.Ops)-3].Complete = ms(6220 * time.Millisecond)
+	h.Ops[len(h.Ops)-2].Invoke, h.Ops[len(h.Ops)-2].Complete = ms(6390*time.Millisecond), ms(6400*time.Millisecond)
+	h.Ops[len(h.Ops)-1].Complete = ms(6420 * time.Millisecond)
+	m = ModeResult{}
+	electionLiveness(ri, h, Guarded, storeurl.Redis, &m)
+	if m.Count != 1 || !strings.Contains(m.Violations[0], "resigned") {
+		t.Fatalf("%d violations %q, want one: the 1.1s hand-off after w3 resigned", m.Count, m.Violations)
+	}
+}

@@ -132,9 +132,11 @@ func electionCheck(ctx context.Context, w *workerEnv, ri *runInfo, h *History, m
 // renewal, so at the moment it went down plus a TTL). The next grant must
 // come within an allowance of that end: two TTLs and twenty times the
 // median hand-off the run measured after a resignation (a tenth of a TTL
-// if it measured none), plus three times the time the machine stalled the
-// nemesis's own clock in the window (a loaded machine delays every process
-// alike), plus the time in the window in which no other worker could have
+// if it measured none), or twice the longest such hand-off (other than the
+// term's own) if that is more, since a machine so busy that a clean
+// hand-off took that long is as slow after a death; plus three times the
+// time the machine stalled the nemesis's own clock in the window (a loaded
+// machine delays every process alike), plus the time in the window in which no other worker could have
 // taken over (every other one was down, or a fault stopped them all, or a
 // stopped worker may have held what all of them need: see blocking). A
 // term end whose window reaches past the run's end is not judged; see
@@ -167,12 +169,23 @@ func electionLiveness(ri *runInfo, h *History, mode string, kind storeurl.Kind, 
 		return grants[i], true
 	}
 	var handoffs []time.Duration
-	for _, r := range resigned {
+	// The two longest hand-offs, and the resignation of the longest: a
+	// term's own hand-off does not widen the allowance it is judged by.
+	var longest, second time.Duration
+	longestOf := ""
+	for k, r := range resigned {
 		if r.complete == 0 {
 			continue
 		}
 		if g, ok := next(r.complete); ok {
-			handoffs = append(handoffs, time.Duration(g.Complete-r.complete))
+			d := time.Duration(g.Complete - r.complete)
+			handoffs = append(handoffs, d)
+			switch {
+			case d > longest:
+				longest, second, longestOf = d, longest, k
+			case d > second:
+				second = d
+			}
 		}
 	}
 	// leading reports whether slot held a term at t.
@@ -197,10 +210,15 @@ func electionLiveness(ri *runInfo, h *History, mode string, kind storeurl.Kind, 
 		slices.Sort(handoffs)
 		median = handoffs[(len(handoffs)-1)/2]
 	}
-	base := 2*ri.ttl + 20*median
 	for _, g := range grants {
 		slot := slotOf(g.Proc)
-		r, didResign := resigned[g.Proc+"#"+strconv.FormatUint(g.Fence, 10)]
+		key := g.Proc + "#" + strconv.FormatUint(g.Fence, 10)
+		r, didResign := resigned[key]
+		other := longest
+		if key == longestOf {
+			other = second
+		}
+		base := 2*ri.ttl + max(20*median, 2*other)
 		// The term's end: its leader going down before it resigned, or
 		// its resignation.
 		var from, end time.Time
