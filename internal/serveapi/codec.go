@@ -34,9 +34,18 @@ func Marshal(v any) ([]byte, error) {
 // Unmarshal decodes b into v as encoding/json.Unmarshal does.
 func Unmarshal(b []byte, v any) error {
 	if err := fastjson.Unmarshal(b, v); err != nil {
+		reset(v)
 		return json.Unmarshal(b, v)
 	}
 	return nil
+}
+
+// reset sets what v points to back to its zero value, so that
+// encoding/json reads into it afresh what the fast decoder left half read.
+func reset(v any) {
+	if rv := reflect.ValueOf(v); rv.Kind() == reflect.Pointer && !rv.IsNil() {
+		rv.Elem().SetZero()
+	}
 }
 
 // DecodeStrict decodes the one JSON value in b into v, refusing fields v
@@ -50,7 +59,8 @@ func DecodeStrict(b []byte, v any) error {
 			return nil
 		}
 	}
-	// The message, and the partly filled v, as encoding/json has them.
+	// The message, and what v holds, as encoding/json has them.
+	reset(v)
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
@@ -59,8 +69,8 @@ func DecodeStrict(b []byte, v any) error {
 	if dec.More() {
 		return errTrailing
 	}
-	// Both readings must agree: encoding/json accepted what the fast
-	// decoder refused, so v holds encoding/json's reading.
+	// encoding/json accepted what the fast decoder refused: v holds
+	// encoding/json's reading.
 	return nil
 }
 
