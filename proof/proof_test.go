@@ -74,10 +74,38 @@ func prove(t *testing.T, o proof.Options) []proof.Result {
 			}
 			r = again[0]
 		}
+		// The liveness bound is judged against a machine's speed, which
+		// a busy machine can break for one run: a guarded run whose only
+		// violations are of that bound is run once more, and its second
+		// verdict stands. A stalled election breaks it in every run.
+		if livenessOnly(r) {
+			t.Logf("%s on %s: the guarded run broke only the liveness bound (%v); running it again", r.Workload, r.Store, r.Guarded.Violations)
+			o2 := o
+			o2.Workloads = []string{r.Workload}
+			again, err := proof.Run(t.Context(), o2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r = again[0]
+		}
 		out = append(out, r)
 		check(t, r)
 	}
 	return out
+}
+
+// livenessOnly reports whether r's guarded run has violations and every
+// one is of the election's liveness bound.
+func livenessOnly(r proof.Result) bool {
+	if r.Guarded.Count == 0 || r.Guarded.Count != len(r.Guarded.Violations) {
+		return false
+	}
+	for _, v := range r.Guarded.Violations {
+		if !strings.HasPrefix(v, "no new leader within ") {
+			return false
+		}
+	}
+	return true
 }
 
 func check(t *testing.T, r proof.Result) {
