@@ -63,6 +63,11 @@ var ServeContenders = []string{"tenure", "direct", "http-floor"}
 // of every serve suite and gubernator (see gubernator.go).
 var ServeRateContenders = append(slices.Clip(ServeContenders), "gubernator")
 
+// ServeRedisRateContenders are the contenders of serve-redis-rate: those
+// of the serve rate suites and envoyproxy/ratelimit on the same Redis (see
+// envoyratelimit.go).
+var ServeRedisRateContenders = append(slices.Clip(ServeRateContenders), "envoy-ratelimit")
+
 // Latency metrics of the serve suites: percentiles of one store call
 // (acquire or release, or one decision), in microseconds.
 const (
@@ -89,7 +94,10 @@ func init() {
 	} {
 		suite := "serve-" + s.store + "-" + s.op
 		contenders := ServeContenders
-		if s.op == "rate" {
+		switch {
+		case s.op == "rate" && s.store == "redis":
+			contenders = ServeRedisRateContenders
+		case s.op == "rate":
 			contenders = ServeRateContenders
 		}
 		registerSuite(suite, suiteFuncs{
@@ -347,6 +355,20 @@ func (e *Env) serveCycle(store, op, contender string) (timedCycle, error) {
 			return nil, fmt.Errorf("bench: gubernator has no %s operation", op)
 		}
 		decide, err := e.gubernatorDecide()
+		if err != nil {
+			return nil, err
+		}
+		return func(ctx context.Context, key string, rec func(time.Duration)) error {
+			t0 := time.Now()
+			err := decide(ctx, key)
+			rec(time.Since(t0))
+			return err
+		}, nil
+	case "envoy-ratelimit":
+		if store != "redis" || op != "rate" {
+			return nil, fmt.Errorf("bench: envoyproxy/ratelimit has no %s operation on %s", op, store)
+		}
+		decide, err := e.envoyRatelimitDecide()
 		if err != nil {
 			return nil, err
 		}

@@ -58,6 +58,9 @@ var targets = []target{
 	{"serve-redis-rate", bench.MaxWorkers, "gubernator", 1.0},
 	{"serve-sqlite-rate", 1, "gubernator", 1.0},
 	{"serve-sqlite-rate", bench.MaxWorkers, "gubernator", 1.0},
+	// and over envoyproxy/ratelimit's gRPC API on the same Redis.
+	{"serve-redis-rate", 1, "envoy-ratelimit", 1.0},
+	{"serve-redis-rate", bench.MaxWorkers, "envoy-ratelimit", 1.0},
 }
 
 // maxAddedP50 is the latency tenure serve may add to a store call at the
