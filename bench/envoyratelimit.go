@@ -57,8 +57,15 @@ func (e *Env) envoyRatelimitDecide() (func(ctx context.Context, key string) erro
 	if p.err != nil {
 		return nil, p.err
 	}
+	return rlsDecider(p.client, "envoyproxy/ratelimit"), nil
+}
+
+// rlsDecider returns one decision through an Envoy rate limit service's
+// gRPC API (ShouldRateLimit of domain bench, one descriptor key=key, one
+// hit), which must allow it: the limit is far above what a run reaches.
+func rlsDecider(c rlpb.RateLimitServiceClient, name string) func(ctx context.Context, key string) error {
 	return func(ctx context.Context, key string) error {
-		resp, err := p.client.ShouldRateLimit(ctx, &rlpb.RateLimitRequest{
+		resp, err := c.ShouldRateLimit(ctx, &rlpb.RateLimitRequest{
 			Domain:      "bench",
 			Descriptors: []*rlsv3.RateLimitDescriptor{{Entries: []*rlsv3.RateLimitDescriptor_Entry{{Key: "key", Value: key}}}},
 			HitsAddend:  1,
@@ -67,15 +74,17 @@ func (e *Env) envoyRatelimitDecide() (func(ctx context.Context, key string) erro
 			return err
 		}
 		if resp.OverallCode != rlpb.RateLimitResponse_OK {
-			return fmt.Errorf("envoyproxy/ratelimit refused a decision far under the limit: %v", resp)
+			return fmt.Errorf("%s refused a decision far under the limit: %v", name, resp)
 		}
 		return nil
-	}, nil
+	}
 }
 
-// envoyRatelimitConfig is the service's configuration: each value of
-// descriptor key has its own limit of benchRate a second.
-var envoyRatelimitConfig = `domain: bench
+// rlsConfig is the configuration of both Envoy rate limit services
+// (envoyproxy/ratelimit's file, and tenure serve's rls section in the
+// same shape): each value of descriptor key has its own limit of
+// benchRate a second.
+var rlsConfig = `domain: bench
 descriptors:
   - key: key
     rate_limit:
@@ -102,7 +111,7 @@ func (e *Env) startEnvoyRatelimit() (rlpb.RateLimitServiceClient, error) {
 	if err := os.MkdirAll(conf, 0o755); err != nil {
 		return nil, err
 	}
-	if err := os.WriteFile(filepath.Join(conf, "bench.yaml"), []byte(envoyRatelimitConfig), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(conf, "bench.yaml"), []byte(rlsConfig), 0o644); err != nil {
 		return nil, err
 	}
 	ports, err := freePorts(3)

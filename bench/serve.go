@@ -60,8 +60,9 @@ import (
 var ServeContenders = []string{"tenure", "direct", "http-floor"}
 
 // ServeRateContenders are the contenders of the serve rate suites: those
-// of every serve suite and gubernator (see gubernator.go).
-var ServeRateContenders = append(slices.Clip(ServeContenders), "gubernator")
+// of every serve suite, tenure serve's Envoy rate limit service (see
+// rls.go) and gubernator (see gubernator.go).
+var ServeRateContenders = append(slices.Clip(ServeContenders), "tenure-rls", "gubernator")
 
 // ServeRedisRateContenders are the contenders of serve-redis-rate: those
 // of the serve rate suites and envoyproxy/ratelimit on the same Redis (see
@@ -132,7 +133,8 @@ type serveStore struct {
 	leases, leasesServe lease.Store
 	client              *client.Client // the Go client of the server in front
 	rate, rateServe     *ratelimit.Limiter
-	floor               func(ctx context.Context) error // one request to the floor server
+	floor               func(ctx context.Context) error             // one request to the floor server
+	rls                 func(ctx context.Context, key string) error // one decision through serve's rate limit service
 }
 
 // timedCycle is one cycle that reports the latency of each store call it
@@ -229,6 +231,9 @@ func (e *Env) buildServeStore(store string) (*serveStore, error) {
 	}
 	limit := ratelimit.Limit{Name: "serve", Rate: benchRate, Period: time.Second}
 	s := &serveStore{leases: views.Leases, leasesServe: c.Leases(), client: c, floor: floor}
+	if s.rls, err = e.startRLS(views.Limits); err != nil {
+		return nil, fmt.Errorf("tenure serve's rate limit service: %w", err)
+	}
 	if s.rate, err = ratelimit.New(views.Limits, ratelimit.GCRA, limit, nil); err != nil {
 		return nil, err
 	}
@@ -350,25 +355,20 @@ func (e *Env) serveCycle(store, op, contender string) (timedCycle, error) {
 			}
 			return nil
 		}, nil
-	case "gubernator":
-		if op != "rate" {
-			return nil, fmt.Errorf("bench: gubernator has no %s operation", op)
+	case "tenure-rls", "gubernator", "envoy-ratelimit":
+		var decide func(ctx context.Context, key string) error
+		switch {
+		case op != "rate":
+			return nil, fmt.Errorf("bench: %s has no %s operation", contender, op)
+		case contender == "tenure-rls":
+			decide = s.rls
+		case contender == "gubernator":
+			decide, err = e.gubernatorDecide()
+		case store != "redis":
+			return nil, fmt.Errorf("bench: envoyproxy/ratelimit runs on Redis only, not %s", store)
+		default:
+			decide, err = e.envoyRatelimitDecide()
 		}
-		decide, err := e.gubernatorDecide()
-		if err != nil {
-			return nil, err
-		}
-		return func(ctx context.Context, key string, rec func(time.Duration)) error {
-			t0 := time.Now()
-			err := decide(ctx, key)
-			rec(time.Since(t0))
-			return err
-		}, nil
-	case "envoy-ratelimit":
-		if store != "redis" || op != "rate" {
-			return nil, fmt.Errorf("bench: envoyproxy/ratelimit has no %s operation on %s", op, store)
-		}
-		decide, err := e.envoyRatelimitDecide()
 		if err != nil {
 			return nil, err
 		}

@@ -53,7 +53,8 @@ var targets = []target{
 	{"etcd", bench.MaxWorkers, "mutex", 1.0},
 	{"serve-redis-lease", bench.MaxWorkers, "direct", 0.5},
 	{"serve-redis-rate", bench.MaxWorkers, "direct", 0.5},
-	// serve keeps a lead over gubernator's gRPC API (in memory).
+	// serve (its HTTP API, and its Envoy rate limit service: tenure-rls)
+	// keeps a lead over gubernator's gRPC API (in memory).
 	{"serve-redis-rate", 1, "gubernator", 1.0},
 	{"serve-redis-rate", bench.MaxWorkers, "gubernator", 1.0},
 	{"serve-sqlite-rate", 1, "gubernator", 1.0},
@@ -326,9 +327,11 @@ func printTargets(out io.Writer, groups []*group) {
 		}
 		g := groups[i]
 		peer := median(g.samples[t.peer])
-		for _, c := range []string{"tenure", "tenure-goredis", "tenure-locker", "tenure-unlogged"} {
-			// tenure-unlogged has a target against advisory only.
-			if len(g.samples[c]) == 0 || c == "tenure-unlogged" && t.peer != "advisory" {
+		for _, c := range []string{"tenure", "tenure-goredis", "tenure-locker", "tenure-unlogged", "tenure-rls"} {
+			// tenure-unlogged has a target against advisory only, and
+			// tenure-rls (serve's gRPC API) against the gRPC peers.
+			if len(g.samples[c]) == 0 || c == "tenure-unlogged" && t.peer != "advisory" ||
+				c == "tenure-rls" && t.peer != "gubernator" && t.peer != "envoy-ratelimit" {
 				continue
 			}
 			r := median(g.samples[c]) / peer
