@@ -51,8 +51,15 @@ var targets = []target{
 	{"ratelimit-mem", bench.MaxWorkers, "x-time-rate", 0.5},
 	{"etcd", 1, "mutex", 1.0},
 	{"etcd", bench.MaxWorkers, "mutex", 1.0},
-	{"serve-redis-lease", bench.MaxWorkers, "direct", 0.5},
-	{"serve-redis-rate", bench.MaxWorkers, "direct", 0.5},
+	// serve (its HTTP API) against the library on the same store.
+	{"serve-redis-lease", 1, "direct", 0.3},
+	{"serve-redis-lease", bench.MaxWorkers, "direct", 0.25},
+	{"serve-redis-rate", 1, "direct", 0.3},
+	{"serve-redis-rate", bench.MaxWorkers, "direct", 0.25},
+	{"serve-sqlite-lease", 1, "direct", 0.3},
+	{"serve-sqlite-lease", bench.MaxWorkers, "direct", 0.25},
+	{"serve-sqlite-rate", 1, "direct", 0.3},
+	{"serve-sqlite-rate", bench.MaxWorkers, "direct", 0.25},
 	// serve (its HTTP API, and its Envoy rate limit service: tenure-rls)
 	// keeps a lead over gubernator's gRPC API (in memory).
 	{"serve-redis-rate", 1, "gubernator", 1.0},
