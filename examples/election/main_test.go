@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"database/sql"
 	"fmt"
@@ -24,6 +25,21 @@ type worker struct {
 	mu   sync.Mutex
 	led  []uint64 // the fences of the terms it began
 	done chan struct{}
+	errs bytes.Buffer // what it wrote to stderr (guarded by mu)
+}
+
+// Write collects the worker's stderr.
+func (w *worker) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.errs.Write(p)
+}
+
+// stderr is what the worker wrote to stderr so far.
+func (w *worker) stderr() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.errs.String()
 }
 
 var leadingLine = regexp.MustCompile(`^leading fence=(\d+)$`)
@@ -48,6 +64,7 @@ func TestThreeProcesses(t *testing.T) {
 	for i := 1; i <= 3; i++ {
 		w := &worker{name: fmt.Sprintf("worker-%d", i), done: make(chan struct{})}
 		w.cmd = exec.Command(bin, "-db", db, "-holder", w.name, "-ttl", "1s", "-every", "20ms")
+		w.cmd.Stderr = w
 		out, err := w.cmd.StdoutPipe()
 		if err != nil {
 			t.Fatal(err)
@@ -154,7 +171,7 @@ func TestThreeProcesses(t *testing.T) {
 		}
 		w.cmd.Process.Signal(syscall.SIGTERM)
 		if err := w.cmd.Wait(); err != nil {
-			t.Errorf("%s on SIGTERM: %v", w.name, err)
+			t.Errorf("%s on SIGTERM: %v; its stderr:\n%s", w.name, err, w.stderr())
 		}
 	}
 }
