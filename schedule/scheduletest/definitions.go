@@ -22,6 +22,13 @@ type logs struct {
 	msgs []string
 }
 
+// all returns the messages logged so far.
+func (l *logs) all() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.msgs)
+}
+
 func (l *logs) Enabled(_ context.Context, lv slog.Level) bool {
 	return lv >= slog.LevelInfo || os.Getenv("SCHEDULETEST_LOG") != ""
 }
@@ -299,13 +306,22 @@ func testDisagreeingNodes(e *env) {
 		}
 		return n
 	}
+	// state says, when a wait times out, what the job's slots and the
+	// nodes' logs show.
+	state := func() string {
+		var rs []string
+		for _, r := range e.records(job) {
+			rs = append(rs, fmt.Sprintf("%s %v by %q after %d attempts %q", r.SlotID, r.State, r.Node, r.Attempts, r.Error))
+		}
+		return fmt.Sprintf("(slots: %s; a logged %q; b logged %q)", strings.Join(rs, ", "), logA.all(), logB.all())
+	}
 	if e.fake() {
 		for range 2 {
 			e.Clock.Advance(step)
 			e.waitState(job, v1.ID(v1.Next(e.now().Add(-step))), schedule.Done)
 		}
 	} else {
-		e.waitFor("two slots done by a", func() bool { return doneBy("a", "") >= 2 })
+		e.waitFor("two slots done by a", func() bool { return doneBy("a", "") >= 2 }, state)
 	}
 	if d, err := e.Store.Definition(ctx, job); err != nil || d.Fingerprint != jobA.Fingerprint() || d.Node != "a" {
 		t.Fatalf("definition while a runs alone: %+v, %v", d, err)
@@ -335,8 +351,8 @@ func testDisagreeingNodes(e *env) {
 			}
 		}
 	} else {
-		e.waitFor("a to warn", func() bool { return logA.has("another definition of the job is the registered one") })
-		e.waitFor("three slots done by b", func() bool { return doneBy("b", "v2-") >= 3 })
+		e.waitFor("a to warn", func() bool { return logA.has("another definition of the job is the registered one") }, state)
+		e.waitFor("three slots done by b", func() bool { return doneBy("b", "v2-") >= 3 }, state)
 	}
 	a.stop()
 	b.stop()
