@@ -346,7 +346,7 @@ func printTargets(out io.Writer, groups []*group) {
 			if r < t.ratio {
 				verdict = "MISSED"
 			}
-			fmt.Fprintf(out, "  %-8s %-10s %-13s %5.2fx %-9s (target >= %.1fx)  %s\n",
+			fmt.Fprintf(out, "  %-8s %-10s %-13s %5.2fx %-9s (target >= %.2gx)  %s\n",
 				t.suite, workersLabel(t.workers)+",", c, r, t.peer, t.ratio, verdict)
 		}
 	}
