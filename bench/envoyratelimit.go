@@ -23,11 +23,10 @@ import (
 // deployed: its service command is built once per run (go install of
 // envoyRatelimitVersion, with the module's own requirements, into a
 // temporary directory; the build cache makes later runs quick) and
-// configured through its environment
-// and one configuration file: one descriptor per key at benchRate a
-// second, its fixed-window counters in Redis (INCRBY and EXPIRE
-// pipelined), a Redis pool of MaxWorkers connections, its statistics
-// off. The benchmark calls its gRPC API (ShouldRateLimit, one descriptor,
+// configured through its environment and one configuration file: one
+// descriptor per key at benchRate a second, its fixed-window counters in
+// Redis (INCRBY and EXPIRE pipelined), a Redis pool of MaxWorkers
+// connections, its statistics off. The benchmark calls its gRPC API (ShouldRateLimit, one descriptor,
 // one hit) on one client connection, as Envoy calls it.
 
 // envoyRatelimitPkg is the package of envoyproxy/ratelimit's service
