@@ -502,6 +502,7 @@ func (s *Scheduler) gated(p *pendingSlot) {
 	s.mu.Lock()
 	p.gating = false
 	s.mu.Unlock()
+	s.kick() // the job's next slot may start (Scheduler.start)
 }
 
 // olderGating reports whether an older slot of the job is being started

@@ -685,6 +685,17 @@ func (s *Scheduler) start(hctx, ctx context.Context, wg *sync.WaitGroup, js *job
 		ps = append(ps, p)
 	}
 	slices.SortFunc(ps, func(a, b *pendingSlot) int { return a.at.Compare(b.at) })
+	// Under an overlap policy other than OverlapAllow, the slots of a job
+	// pass the gate one at a time in slot order, so one attempt of the job
+	// at a time is before it: a newer slot is not claimed while an older
+	// one waits there. Each attempt before the gate holds its slot's claim
+	// and renews it; when the store is slower than the job's interval
+	// (a busy machine, a job every few milliseconds), newer slots claimed
+	// ahead would pile up behind the gate, and their renewals would take
+	// the store's time from the slot that runs.
+	if j.Overlap != OverlapAllow && slices.ContainsFunc(ps, func(p *pendingSlot) bool { return p.active && p.gating }) {
+		return
+	}
 	for _, p := range ps {
 		if j.Overlap == OverlapQueue && (js.active > 0 || p.active) {
 			return // one at a time, in slot order
@@ -709,8 +720,8 @@ func (s *Scheduler) start(hctx, ctx context.Context, wg *sync.WaitGroup, js *job
 			js.activeLate++
 		}
 		wg.Go(func() { s.attempt(hctx, ctx, js, p) })
-		if j.Overlap == OverlapQueue {
-			return
+		if j.Overlap != OverlapAllow {
+			return // the next one when this one has passed the gate
 		}
 	}
 }

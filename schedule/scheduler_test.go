@@ -188,3 +188,69 @@ func TestGoexitHandlerFailsSlot(t *testing.T) {
 		}
 	})
 }
+
+// While a job's slot waits at the overlap gate (here: another node holds
+// the job's run lease), this node claims none of the job's newer slots:
+// claimed ahead, they would wait behind it in slot order, each renewing
+// its claim, and on a store slower than the job's interval their
+// renewals would starve the slot that runs. Once the gate opens, the
+// slots run again.
+func TestNoClaimsAheadOfTheGate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		db := newMem(t, nil)
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		every := schedule.Every(time.Second)
+		done := make(chan string, 100)
+		job := schedule.Job{Name: "tick", Schedule: every, Run: func(ctx context.Context, s *schedule.Slot) error {
+			done <- s.ID
+			return nil
+		}}
+		other, err := lease.New(db.Schedules().Claims(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		run, err := other.TryAcquire(ctx, scheddriver.RunKey(job.Name), time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := schedule.New(db.Schedules(), &schedule.Options{Node: "a", ClaimTTL: 30 * time.Second, PollInterval: 100 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Add(job); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		stopped := make(chan struct{})
+		go func() { s.Run(ctx); close(stopped) }()
+		time.Sleep(20 * time.Second)
+		synctest.Wait()
+		var held []string
+		for at := every.Next(start.Add(-time.Second)); !at.After(time.Now()); at = every.Next(at) {
+			info, err := db.Schedules().Claims().Inspect(ctx, scheddriver.ClaimKey(job.Name, every.ID(at)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if info.Held {
+				held = append(held, every.ID(at))
+			}
+		}
+		if len(held) != 1 {
+			t.Fatalf("claims held while the gate is closed: %q, want one (the oldest waiting slot's)", held)
+		}
+		if len(done) != 0 {
+			t.Fatalf("a slot ran while another node held the run lease")
+		}
+		if err := run.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		if len(done) == 0 {
+			t.Fatal("no slot ran after the run lease was released")
+		}
+		cancel()
+		<-stopped
+	})
+}

@@ -20,13 +20,15 @@ import (
 type logs struct {
 	mu   sync.Mutex
 	msgs []string
+	full []string // each record's time, message and attributes
 }
 
-// all returns the messages logged so far.
+// all returns the records logged so far, each with its time and
+// attributes.
 func (l *logs) all() []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return slices.Clone(l.msgs)
+	return slices.Clone(l.full)
 }
 
 func (l *logs) Enabled(_ context.Context, lv slog.Level) bool {
@@ -36,9 +38,10 @@ func (l *logs) Handle(_ context.Context, r slog.Record) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.msgs = append(l.msgs, r.Message)
+	var b strings.Builder
+	r.Attrs(func(a slog.Attr) bool { b.WriteString(" " + a.String()); return true })
+	l.full = append(l.full, r.Time.Format("15:04:05.000")+" "+r.Message+b.String())
 	if os.Getenv("SCHEDULETEST_LOG") != "" {
-		var b strings.Builder
-		r.Attrs(func(a slog.Attr) bool { b.WriteString(" " + a.String()); return true })
 		fmt.Fprintf(os.Stderr, "%s %p %s%s\n", r.Time.Format("15:04:05.000"), l, r.Message, b.String())
 	}
 	return nil
