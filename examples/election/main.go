@@ -16,7 +16,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"log"
@@ -38,7 +37,10 @@ func main() {
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, *db, *holder, *ttl, *every, *terms); err != nil && !errors.Is(err, context.Canceled) {
+	// A stop asked for while the worker still starts (opening the file,
+	// creating the log table) ends it cleanly too: the store's error then
+	// says the call was interrupted, not why it could not start.
+	if err := run(ctx, *db, *holder, *ttl, *every, *terms); err != nil && ctx.Err() == nil {
 		log.Fatal(err)
 	}
 }
