@@ -56,7 +56,9 @@ func (m Misfire) String() string {
 // Overlap says what happens when a slot comes due while an earlier run of
 // the same job is still running, on any node. Under OverlapSkip and
 // OverlapQueue runs are serialized by the job's run lease (key RunKey of
-// package schedule/driver).
+// package schedule/driver), and a node claims a job's next slot only once
+// the one before it has taken that lease or settled: slots claimed ahead
+// would wait behind it, each holding and renewing a claim.
 type Overlap int
 
 const (
