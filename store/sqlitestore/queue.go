@@ -289,6 +289,65 @@ type queuedConn struct {
 	q      *writeQueue
 	turn   bool   // a transaction of this connection holds a turn
 	unlock func() // ends the turn's file lock
+	stmts  map[string]*cachedStmt
+}
+
+// stmtCacheSize bounds the statements one connection keeps prepared. The
+// store's statements are a fixed set, well under it.
+const stmtCacheSize = 256
+
+// cachedStmt is a statement a connection keeps prepared, so that running
+// it again skips SQLite's parser and planner (a third of a lease call's
+// CPU when every call prepared its statements).
+type cachedStmt struct {
+	st   driver.Stmt
+	busy bool // rows of it are open: a second use prepares anew
+}
+
+// cached returns query's prepared statement on the connection, preparing
+// it on first use; nil when it is in use or cannot be kept, and the caller
+// runs the query unprepared (which reports any error the query has).
+func (c *queuedConn) cached(ctx context.Context, fc conn, query string) *cachedStmt {
+	if cs, ok := c.stmts[query]; ok {
+		if cs.busy {
+			return nil
+		}
+		return cs
+	}
+	if len(c.stmts) >= stmtCacheSize {
+		return nil
+	}
+	st, err := fc.PrepareContext(ctx, query)
+	if err != nil {
+		return nil
+	}
+	if _, ok := st.(driver.StmtQueryContext); !ok {
+		st.Close()
+		return nil
+	}
+	if _, ok := st.(driver.StmtExecContext); !ok {
+		st.Close()
+		return nil
+	}
+	if c.stmts == nil {
+		c.stmts = map[string]*cachedStmt{}
+	}
+	cs := &cachedStmt{st: st}
+	c.stmts[query] = cs
+	return cs
+}
+
+// stmtRows are the rows of a cached statement, which is free again once
+// they are closed.
+type stmtRows struct {
+	driver.Rows
+	cs *cachedStmt
+}
+
+func (r *stmtRows) Close() error {
+	err := r.Rows.Close()
+	r.cs.busy = false
+	return err
 }
 
 func (c *queuedConn) full() (conn, error) {
@@ -358,6 +417,9 @@ func (c *queuedConn) ExecContext(ctx context.Context, query string, args []drive
 	if err != nil {
 		return nil, err
 	}
+	if cs := c.cached(ctx, fc, query); cs != nil {
+		return cs.st.(driver.StmtExecContext).ExecContext(ctx, args)
+	}
 	return fc.ExecContext(ctx, query, args)
 }
 
@@ -365,6 +427,14 @@ func (c *queuedConn) QueryContext(ctx context.Context, query string, args []driv
 	fc, err := c.full()
 	if err != nil {
 		return nil, err
+	}
+	if cs := c.cached(ctx, fc, query); cs != nil {
+		rows, err := cs.st.(driver.StmtQueryContext).QueryContext(ctx, args)
+		if err != nil {
+			return nil, err
+		}
+		cs.busy = true
+		return &stmtRows{Rows: rows, cs: cs}, nil
 	}
 	return fc.QueryContext(ctx, query, args)
 }
@@ -393,6 +463,10 @@ func (c *queuedConn) IsValid() bool {
 // Close closes the connection, ending a turn its transaction still held.
 func (c *queuedConn) Close() error {
 	c.end()
+	for q, cs := range c.stmts {
+		cs.st.Close()
+		delete(c.stmts, q)
+	}
 	return c.Conn.Close()
 }
 
