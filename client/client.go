@@ -38,7 +38,25 @@ type Options struct {
 	HTTPClient *http.Client
 	// MaxResponseBytes bounds a response body. Default 8 MiB.
 	MaxResponseBytes int64
+	// MaxInFlight is how many requests the client sends at once for the
+	// calls that answer at once (lease, rate limit, permit, fenced write,
+	// idempotency and session calls; not an acquire that waits). Calls
+	// made while that many are in flight queue, and each request that
+	// ends takes what has queued, up to MaxBatchCalls, in one batch
+	// request (POST /v1/batch): with many concurrent callers the HTTP
+	// round trip is paid once per batch instead of once per call, and a
+	// lone caller still sends its call on its own at once. Default
+	// DefaultMaxInFlight; a negative value sends every call on a request
+	// of its own. A server without the batch operation is detected on
+	// the first batch, and the calls are sent one by one from then on.
+	MaxInFlight int
 }
+
+// DefaultMaxInFlight is the default of Options.MaxInFlight.
+const DefaultMaxInFlight = 2
+
+// MaxBatchCalls is the most calls the client puts in one batch request.
+const MaxBatchCalls = 64
 
 // DefaultMaxIdleConnsPerHost is the number of idle keep-alive connections
 // to the server the default HTTP client keeps (Options.HTTPClient).
@@ -59,6 +77,9 @@ type Client struct {
 	// Nil otherwise: the client's Do sends them.
 	rt      http.RoundTripper
 	maxResp int64
+	// batch gathers the calls that queue behind MaxInFlight requests into
+	// batch requests; nil when batching is off.
+	batch *batcher
 }
 
 // authHeader is the Authorization field's values; it prints redacted.
@@ -123,6 +144,12 @@ func New(baseURL string, o *Options) (*Client, error) {
 		opt.MaxResponseBytes = 8 << 20
 	}
 	c := &Client{base: u, token: secret.New(opt.Token), hc: opt.HTTPClient, rt: rt, maxResp: opt.MaxResponseBytes}
+	if opt.MaxInFlight == 0 {
+		opt.MaxInFlight = DefaultMaxInFlight
+	}
+	if opt.MaxInFlight > 0 {
+		c.batch = &batcher{c: c, max: opt.MaxInFlight}
+	}
 	if !c.token.IsZero() {
 		c.auth = authHeader{"Bearer " + c.token.Reveal()}
 	}
@@ -168,27 +195,50 @@ type transportError struct{ err error }
 func (e *transportError) Error() string { return "tenure serve unreachable: " + e.err.Error() }
 func (e *transportError) Unwrap() error { return e.err }
 
-// call sends one request and decodes the answer into out (nil: none). On
+// call sends one request (a call that can be batched goes through the
+// client's batcher) and decodes the answer into out (nil: none). On
 // failure the error wraps the primitive's error as m says.
 func (c *Client) call(ctx context.Context, m mapping, method, path string, query url.Values, in, out any) error {
-	u := *c.base
-	u.Path += path
-	u.RawQuery = query.Encode()
-	var body io.Reader
+	if op, ok := batchOps[path]; ok && c.batch != nil && method == http.MethodPost && query == nil && in != nil {
+		return c.batch.do(ctx, m, path, op, in, out)
+	}
+	return c.send(ctx, m, method, path, query, in, out)
+}
+
+// send is call without the batcher: one request of its own.
+func (c *Client) send(ctx context.Context, m mapping, method, path string, query url.Values, in, out any) error {
+	var body []byte
 	if in != nil {
 		b, err := serveapi.Marshal(in)
 		if err != nil {
 			return errors.Join(m.unavailable, err)
 		}
-		body = bytes.NewReader(b)
+		body = b
+	}
+	status, problem, b, err := c.roundTrip(ctx, method, path, query, body)
+	if err != nil {
+		return fmt.Errorf("%w: %w", m.unavailable, &transportError{err})
+	}
+	return answer(m, method, path, status, problem, b, out)
+}
+
+// roundTrip sends one request with body (nil: none) and returns the
+// answer's status and body, and whether the body is a problem.
+func (c *Client) roundTrip(ctx context.Context, method, path string, query url.Values, body []byte) (status int, problem bool, b []byte, err error) {
+	u := *c.base
+	u.Path += path
+	u.RawQuery = query.Encode()
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
 	}
 	// The URL is set as built, not written out and parsed again.
-	req, err := http.NewRequestWithContext(ctx, method, "", body)
+	req, err := http.NewRequestWithContext(ctx, method, "", rd)
 	if err != nil {
-		return errors.Join(m.unavailable, err)
+		return 0, false, nil, err
 	}
 	req.URL, req.Host = &u, u.Host
-	if in != nil {
+	if body != nil {
 		req.Header["Content-Type"] = jsonContentType
 	}
 	req.Header["Accept"] = acceptJSON
@@ -202,15 +252,20 @@ func (c *Client) call(ctx context.Context, m mapping, method, path string, query
 		resp, err = c.hc.Do(req)
 	}
 	if err != nil {
-		return fmt.Errorf("%w: %w", m.unavailable, &transportError{err})
+		return 0, false, nil, err
 	}
 	defer resp.Body.Close()
-	b, err := readBody(resp, c.maxResp)
-	if err != nil {
-		return fmt.Errorf("%w: %w", m.unavailable, &transportError{err})
+	if b, err = readBody(resp, c.maxResp); err != nil {
+		return 0, false, nil, err
 	}
-	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
-		if out == nil || resp.StatusCode == http.StatusNoContent {
+	return resp.StatusCode, strings.HasPrefix(resp.Header.Get("Content-Type"), serveapi.ProblemContentType), b, nil
+}
+
+// answer decodes an answer of status with body b into out (nil: none), or
+// returns the error of its problem (problem: b is one) as m maps it.
+func answer(m mapping, method, path string, status int, problem bool, b []byte, out any) error {
+	if status >= 200 && status < 300 {
+		if out == nil || status == http.StatusNoContent {
 			return nil
 		}
 		if err := serveapi.Unmarshal(b, out); err != nil {
@@ -219,10 +274,15 @@ func (c *Client) call(ctx context.Context, m mapping, method, path string, query
 		return nil
 	}
 	var p serveapi.Problem
-	if !strings.HasPrefix(resp.Header.Get("Content-Type"), serveapi.ProblemContentType) || json.Unmarshal(b, &p) != nil || p.Type == "" {
-		p = serveapi.NewProblem(serveapi.TypeUnavailable, fmt.Sprintf("answer %d without a problem body", resp.StatusCode))
-		p.Status = resp.StatusCode
+	if !problem || json.Unmarshal(b, &p) != nil || p.Type == "" {
+		p = serveapi.NewProblem(serveapi.TypeUnavailable, fmt.Sprintf("answer %d without a problem body", status))
+		p.Status = status
 	}
+	return problemError(m, p)
+}
+
+// problemError is the error of problem p as m maps it.
+func problemError(m mapping, p serveapi.Problem) error {
 	e := &Error{Type: p.Type, Status: p.Status, Title: p.Title, Detail: p.Detail}
 	if p.Type != serveapi.TypeUnavailable {
 		e.err = m.of(p)

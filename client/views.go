@@ -113,7 +113,8 @@ func (v leases) Leave(ctx context.Context, key, token string) error {
 // max_wait) for a held key to be free, in one request (a long poll).
 func (c *Client) AcquireWait(ctx context.Context, key, token string, ttl, wait time.Duration) (lease.Grant, error) {
 	var g serveapi.LeaseGrant
-	err := c.call(ctx, leaseMapping(key), http.MethodPost, "/v1/leases/acquire", nil,
+	// A long poll holds its request: never in a batch.
+	err := c.send(ctx, leaseMapping(key), http.MethodPost, "/v1/leases/acquire", nil,
 		serveapi.AcquireLease{Key: key, Token: token, TTL: d(ttl), Wait: d(wait)}, &g)
 	if err != nil {
 		return lease.Grant{}, err

@@ -17,7 +17,7 @@ import (
 // its primitive (op_*.go). The mux, the tokens' operation lists, the
 // dashboard's in-process calls and the OpenAPI document are all made from
 // them.
-var operations = slices.Concat(leaseOps, fencedOps, idempotencyOps, rateOps, permitOps, sessionOps, scheduleOps)
+var operations = slices.Concat(leaseOps, fencedOps, idempotencyOps, rateOps, permitOps, sessionOps, scheduleOps, batchOps)
 
 // Route is one API operation: its method, path and operation ID (the
 // OpenAPI document's operationId, and the name a token's operation list
@@ -59,6 +59,7 @@ func readOps() []string {
 // routes mounts the operations on the server's mux.
 func (s *Server) routes() {
 	s.handlers = map[string]handler{}
+	s.batchCalls = batchable(s)
 	for _, o := range operations {
 		d := o.spec()
 		h := o.serve(s)
@@ -125,6 +126,7 @@ type noBody struct{}
 type operation interface {
 	spec() opSpec
 	serve(s *Server) handler
+	call(s *Server) batchCall
 }
 
 // opSpec is an operation's declaration without its types' parameters.
@@ -175,22 +177,7 @@ func (o *op[In, Out]) serve(s *Server) handler {
 			fail(w, err)
 			return
 		}
-		if !o.Needs.has(&s.st) {
-			fail(w, notSupported(o.Needs.what))
-			return
-		}
-		r := &request{s: s, p: p, header: w.Header()}
-		if scope >= 0 {
-			if err := r.guard(o.Scope, reflect.ValueOf(&in).Elem().Field(scope).String()); err != nil {
-				fail(w, err)
-				return
-			}
-		}
-		start := time.Now()
-		out, err := o.Handle(hr.Context(), r, in)
-		if s.tel != nil {
-			s.tel.record(hr.Context(), o.ID, &in, out, err, start)
-		}
+		out, err := o.run(hr.Context(), &request{s: s, p: p, header: w.Header()}, scope, &in)
 		switch {
 		case err != nil:
 			fail(w, err)
@@ -200,6 +187,28 @@ func (o *op[In, Out]) serve(s *Server) handler {
 			writeJSON(w, status, out)
 		}
 	}
+}
+
+// run serves a decoded request: it checks the store view and the token's
+// namespaces, runs Handle and records the operation's telemetry.
+func (o *op[In, Out]) run(ctx context.Context, r *request, scope int, in *In) (Out, error) {
+	s := r.s
+	if !o.Needs.has(&s.st) {
+		var zero Out
+		return zero, notSupported(o.Needs.what)
+	}
+	if scope >= 0 {
+		if err := r.guard(o.Scope, reflect.ValueOf(in).Elem().Field(scope).String()); err != nil {
+			var zero Out
+			return zero, err
+		}
+	}
+	start := time.Now()
+	out, err := o.Handle(ctx, r, *in)
+	if s.tel != nil {
+		s.tel.record(ctx, o.ID, in, out, err, start)
+	}
+	return out, err
 }
 
 // scopeField returns the index of d's Scope member in its input, -1 for
@@ -243,6 +252,8 @@ var (
 	// sessions they are checked against.
 	sessionValueView = storeView{"values checked against a session", func(st *Stores) bool { return st.SessionValues != nil && st.Sessions != nil }}
 	scheduleView     = storeView{"schedules", func(st *Stores) bool { return st.Schedules != nil }}
+	// anyView is no view of its own: each call of a batch needs its own.
+	anyView = storeView{"", func(*Stores) bool { return true }}
 )
 
 // request is what an operation's Handle gets besides its input: the
@@ -251,8 +262,10 @@ type request struct {
 	s *Server
 	p principal
 	// header is the answer's header, for operations that set fields of
-	// their own (allowRate's RateLimit fields).
+	// their own (allowRate's RateLimit fields); nil for a call of a batch.
 	header http.Header
+	// batch is set for a call of a batch, which must answer at once.
+	batch bool
 }
 
 // guard returns a forbidden problem when key lies outside the token's

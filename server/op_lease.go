@@ -89,6 +89,9 @@ func acquireLease(ctx context.Context, r *request, in serveapi.AcquireLease) (se
 	if in.Wait < 0 || in.Wait.D() > s.cfg.MaxWait {
 		return serveapi.LeaseGrant{}, invalidf("wait %v out of range [0, %v]", in.Wait.D(), s.cfg.MaxWait)
 	}
+	if in.Wait > 0 && r.batch {
+		return serveapi.LeaseGrant{}, invalidf("an acquire that waits (wait %v) cannot be a call of a batch: send it on its own", in.Wait.D())
+	}
 	if err := leasedriver.ValidateHolder(in.Holder); err != nil {
 		return serveapi.LeaseGrant{}, err
 	}

@@ -450,6 +450,17 @@ func TestOpenAPIEveryOperationExercised(t *testing.T) {
 	}
 	call("revokeSession", "POST", "/v1/sessions/revoke", serveapi.SessionRef{ID: sr.ID}, nil)
 	call("revokeUserSessions", "POST", "/v1/sessions/revoke-user", serveapi.UserRef{UserID: "alice"}, nil)
+	var br serveapi.BatchResults
+	call("batch", "POST", "/v1/batch", serveapi.Batch{Calls: []serveapi.BatchCall{
+		{Operation: "acquireLease", Body: []byte(`{"key":"batch/a","ttl":"10s"}`)},
+		{Operation: "allowRate", Body: []byte(`{"requests":[{"key":"batch","limit":{"name":"api","rate":10,"period":"1m"}}]}`)},
+		{Operation: "releaseLease", Body: []byte(`{"key":"batch/b","token":"R7FJKTDJ6NNMY7V2J5BMYEMBIO"}`)},
+	}}, &br)
+	var bg serveapi.LeaseGrant
+	if len(br.Results) != 3 || br.Results[0].Status != 200 || serveapi.Unmarshal(br.Results[0].Body, &bg) != nil || bg.Fence == 0 || bg.Token == "" ||
+		br.Results[1].Status != 200 || br.Results[2].Status != 409 || br.Results[2].Problem == nil || br.Results[2].Problem.Type != serveapi.TypeNotHeld {
+		t.Fatalf("batch results %+v", br)
+	}
 	slot := seedSlot(t, e, "nightly")
 	var slots struct {
 		Slots []struct {

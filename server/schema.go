@@ -1,6 +1,7 @@
 package server
 
 import (
+	"encoding/json"
 	"reflect"
 	"slices"
 	"strings"
@@ -36,6 +37,7 @@ func newSchemaSet() *schemaSet {
 var (
 	durationType = reflect.TypeFor[serveapi.Duration]()
 	bytesType    = reflect.TypeFor[[]byte]()
+	rawType      = reflect.TypeFor[json.RawMessage]()
 )
 
 // fieldExtras are the schema keywords of fields that the Go types do not
@@ -120,6 +122,8 @@ func (s *schemaSet) of(t reflect.Type) map[string]any {
 		return map[string]any{"type": "string", "format": "date-time"}
 	case t == bytesType:
 		return map[string]any{"type": "string", "contentEncoding": "base64"}
+	case t == rawType:
+		return map[string]any{"type": "object"}
 	}
 	switch t.Kind() {
 	case reflect.Pointer:

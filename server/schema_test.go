@@ -39,6 +39,9 @@ func filled(t reflect.Type, owner, field string) reflect.Value {
 	case t == timeType:
 		v.Set(reflect.ValueOf(time.Date(2026, 12, 1, 15, 9, 55, 0, time.UTC)))
 		return v
+	case t == rawType:
+		v.Set(reflect.ValueOf(json.RawMessage(`{}`)))
+		return v
 	}
 	switch t.Kind() {
 	case reflect.Pointer:
@@ -178,8 +181,8 @@ func TestOperationsDeclared(t *testing.T) {
 			t.Errorf("%s: no handler", d.OperationID)
 		}
 	}
-	if len(ids) != 30 {
-		t.Errorf("%d operations, want 30", len(ids))
+	if len(ids) != 31 {
+		t.Errorf("%d operations, want 31", len(ids))
 	}
 	if _, pattern := srv.mux.Handler(httptest.NewRequest("GET", "/v1/leases/nothing", nil)); pattern != "/v1/" {
 		t.Errorf("an unknown route goes to %q", pattern)

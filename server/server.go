@@ -193,6 +193,8 @@ type Server struct {
 	// handlers are the operations' handlers by operation ID, for the
 	// dashboard's in-process calls.
 	handlers map[string]handler
+	// batchCalls are the calls a batch may carry, by operation ID.
+	batchCalls map[string]batchCall
 	// onWait, when set (by tests), is called when an acquire starts to
 	// wait for a held key.
 	onWait func()

@@ -1,6 +1,7 @@
 package serveapi
 
 import (
+	"encoding/json"
 	"time"
 )
 
@@ -326,4 +327,29 @@ type UserRef struct {
 // Revoked is the answer to revokeUserSessions.
 type Revoked struct {
 	Removed int `json:"removed" doc:"live sessions removed"`
+}
+
+// Batch is the body of batch: calls of other operations, served together
+// and answered in order.
+type Batch struct {
+	Calls []BatchCall `json:"calls" doc:"the calls, at most max_batch_calls; each is served as its operation's own request would be"`
+}
+
+// BatchCall is one call of a batch.
+type BatchCall struct {
+	Operation string          `json:"operation" doc:"the operation ID of a POST operation that answers at once (an acquire without wait, a rate decision, ...)"`
+	Body      json.RawMessage `json:"body" doc:"the operation's request body"`
+}
+
+// BatchResults is the answer to batch.
+type BatchResults struct {
+	Results []BatchResult `json:"results" doc:"one per call, in order"`
+}
+
+// BatchResult is the answer to one call of a batch: the operation's status
+// with its body, or its problem.
+type BatchResult struct {
+	Status  int             `json:"status" doc:"the HTTP status the call's own request would have had"`
+	Body    json.RawMessage `json:"body,omitempty" doc:"a 200: the operation's answer"`
+	Problem *Problem        `json:"problem,omitempty" doc:"a 4xx or 5xx: the call's problem"`
 }
