@@ -12,4 +12,10 @@
 // and a request that got no answer wraps the primitive's ErrUnavailable
 // (the outcome of a write is then unknown; every write is idempotent per
 // token, so it can be sent again). The bearer token is never printed.
+//
+// Many concurrent callers share round trips: while Options.MaxInFlight
+// requests are in flight, the calls made meanwhile queue, and each request
+// that ends sends what has queued in one batch request (POST /v1/batch),
+// each call still with its own answer and error. A lone caller's call goes
+// at once on a request of its own.
 package client

@@ -77,9 +77,15 @@ func TestBatchChecksEachCall(t *testing.T) {
 			t.Errorf("%s in the store: %+v, %v; want held %v", key, info, err, held)
 		}
 	}
-	// A token that may only read may not send a batch at all.
-	st, body, h := e.do(t, readerTok, "POST", "/v1/batch", batchOf("releaseLease", `{"key":"a","token":"R7FJKTDJ6NNMY7V2J5BMYEMBIO"}`))
-	problem(t, st, body, h, http.StatusForbidden, serveapi.TypeForbidden)
+	// A token that may only read may send a batch, and each call in it is
+	// forbidden.
+	st, body, _ = e.do(t, readerTok, "POST", "/v1/batch", batchOf("releaseLease", `{"key":"billing/a","token":"`+g.Token+`"}`))
+	if res := results(t, st, body); len(res) != 1 || res[0].Status != 403 || res[0].Problem == nil || res[0].Problem.Type != serveapi.TypeForbidden {
+		t.Fatalf("a read-only token's release in a batch: %+v", res)
+	}
+	if info, err := e.mem.Leases().Inspect(ctx, "billing/a"); err != nil || !info.Held {
+		t.Fatalf("a forbidden release released billing/a: %+v, %v", info, err)
+	}
 }
 
 // TestBatchRefusedWhole: a batch with an operation it may not carry, a

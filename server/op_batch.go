@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/tenurekit/tenure/internal/serveapi"
@@ -24,8 +23,8 @@ var batchOps = []operation{
 		Needs: anyView, Handle: batch,
 		Doc: "Serve calls of other POST operations together, concurrently, and answer each in order with the status and " +
 			"body (or problem) its own request would have had. Each call is checked as its own request would be: the " +
-			"token's operations and namespaces, and one unit of the token's rate limit per call. An acquire that waits " +
-			"(wait above 0) cannot be batched.",
+			"token's operations and namespaces, and one unit of the token's rate limit per call; any token may send a batch. " +
+			"An acquire that waits (wait above 0) cannot be batched.",
 		Example: serveapi.Batch{Calls: []serveapi.BatchCall{
 			{Operation: "allowRate", Body: []byte(`{"requests":[{"key":"user:42","limit":{"name":"api","rate":100,"period":"1m"}}]}`)},
 			{Operation: "releaseLease", Body: []byte(`{"key":"billing/close-month","token":"R7FJKTDJ6NNMY7V2J5BMYEMBIO"}`)},
@@ -92,9 +91,9 @@ func batchProblem(s *Server, ctx context.Context, op string, err error) serveapi
 	return serveapi.BatchResult{Status: p.Status, Problem: &p}
 }
 
-// batch serves a batch's calls concurrently, batchParallel at a time (a
-// store that pipelines, as Redis does, sends them together), and answers
-// in order.
+// batch serves a batch's calls concurrently (a store that pipelines, as
+// Redis does, sends them together; one with a pool of connections uses
+// several) and answers in order.
 func batch(ctx context.Context, r *request, in serveapi.Batch) (serveapi.BatchResults, error) {
 	s := r.s
 	n := len(in.Calls)
@@ -131,25 +130,10 @@ func batch(ctx context.Context, r *request, in serveapi.Batch) (serveapi.BatchRe
 		serve(0)
 		return out, nil
 	}
-	var (
-		wg   sync.WaitGroup
-		next atomic.Int64
-	)
-	for range min(n, batchParallel) {
-		wg.Go(func() {
-			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
-				serve(i)
-			}
-		})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { serve(i) })
 	}
 	wg.Wait()
 	return out, nil
 }
-
-// batchParallel is how many calls of one batch are served at once: enough
-// for a store that pipelines (Redis) to send them together, few enough
-// that a store that writes one transaction at a time (SQLite) does not
-// have its connections and its write queue crowded by one batch (at 50
-// concurrent callers, 4 made SQLite lease calls through serve 2.6x faster
-// than 64).
-const batchParallel = 4

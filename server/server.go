@@ -432,7 +432,9 @@ func (s *Server) api(op string, h handler) http.HandlerFunc {
 // dashboard's own endpoints) and is within its rate limit, and bounds the
 // request's body. It writes the problem and returns false otherwise.
 func (s *Server) admit(w http.ResponseWriter, r *http.Request, t *authToken, op string) bool {
-	if op != "" && !t.all && !t.ops[op] {
+	// A batch is any token's to send: each of its calls is checked
+	// against the token's operations.
+	if op != "" && op != "batch" && !t.all && !t.ops[op] {
 		writeProblem(w, serveapi.NewProblem(serveapi.TypeForbidden, fmt.Sprintf("token %q may not call %s", t.name, op)))
 		return false
 	}

