@@ -140,6 +140,7 @@ func (b *batcher) drain() {
 		}
 		calls := make([]*pending, n)
 		copy(calls, b.queue)
+		clear(b.queue[:n]) // the queue's array keeps no call it sent
 		b.queue = b.queue[n:]
 		b.mu.Unlock()
 		b.send(calls)
