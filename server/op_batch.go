@@ -56,18 +56,18 @@ func (o *op[In, Out]) call(s *Server) batchCall {
 	return func(ctx context.Context, r *request, body []byte) serveapi.BatchResult {
 		var in In
 		if err := serveapi.DecodeStrict(body, &in); err != nil {
-			return batchProblem(s, ctx, o.ID, invalidf("the body of the %s call is not valid: %v", o.ID, err))
+			return batchProblem(ctx, s, o.ID, invalidf("the body of the %s call is not valid: %v", o.ID, err))
 		}
 		out, err := o.run(ctx, r, scope, &in)
 		if err != nil {
-			return batchProblem(s, ctx, o.ID, err)
+			return batchProblem(ctx, s, o.ID, err)
 		}
 		if status == http.StatusNoContent {
 			return serveapi.BatchResult{Status: status}
 		}
 		b, err := serveapi.Marshal(out)
 		if err != nil {
-			return batchProblem(s, ctx, o.ID, err)
+			return batchProblem(ctx, s, o.ID, err)
 		}
 		return serveapi.BatchResult{Status: status, Body: b}
 	}
@@ -76,7 +76,7 @@ func (o *op[In, Out]) call(s *Server) batchCall {
 // batchProblem is the result of a call that failed with err. A store's
 // error text goes to the log, as for a request of its own, and the answer
 // says so.
-func batchProblem(s *Server, ctx context.Context, op string, err error) serveapi.BatchResult {
+func batchProblem(ctx context.Context, s *Server, op string, err error) serveapi.BatchResult {
 	p := problemOf(err)
 	if _, ok := err.(*problemError); !ok && (p.Type == serveapi.TypeUnavailable || p.Type == serveapi.TypeInternal) {
 		id := newRequestID()
