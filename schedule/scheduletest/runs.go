@@ -2,6 +2,7 @@ package scheduletest
 
 import (
 	"context"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -353,13 +354,20 @@ func (e *env) panicOnRealClock() {
 	first := every.Next(e.now().Add(500 * time.Millisecond)) // after the first poll
 	sched := listed{every, []time.Time{first, every.Next(first.Add(8 * e.Unit))}}
 	second := sched.ats[1]
-	e.start(e.node(), e.opts("a"), schedule.Job{Name: job, Schedule: sched, Run: func(ctx context.Context, s *schedule.Slot) error {
+	var lg logs
+	o := e.opts("a")
+	if o.Logger == nil {
+		o.Logger = slog.New(&lg)
+	}
+	e.start(e.node(), o, schedule.Job{Name: job, Schedule: sched, Run: func(ctx context.Context, s *schedule.Slot) error {
 		if s.Time.Equal(first) {
 			panic("boom in " + s.ID)
 		}
 		return e.Complete(ctx, s)
 	}})
-	r := e.waitState(job, sched.ID(first), schedule.Failed)
+	r := e.waitState(job, sched.ID(first), schedule.Failed, func() string {
+		return "node a logged: " + strings.Join(lg.all(), " | ")
+	})
 	if !r.Final() || r.Attempts != 1 || !strings.Contains(r.Error, "boom in "+sched.ID(first)) {
 		t.Fatalf("panicked slot: %+v; want failed for good with the panic value", r)
 	}

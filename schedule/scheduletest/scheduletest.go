@@ -311,14 +311,22 @@ func (e *env) records(job string) []schedule.Record {
 	return rs
 }
 
-func (e *env) waitState(job, id string, want schedule.State) schedule.Record {
+func (e *env) waitState(job, id string, want schedule.State, detail ...func() string) schedule.Record {
 	e.t.Helper()
-	var r schedule.Record
+	var (
+		r  schedule.Record
+		ok bool
+	)
+	last := func() string {
+		if !ok {
+			return "(no record)"
+		}
+		return fmt.Sprintf("(last record %+v)", r)
+	}
 	e.waitFor(fmt.Sprintf("slot %s to be %s", id, want), func() bool {
-		var ok bool
 		r, ok = e.record(job, id)
 		return ok && r.State == want
-	})
+	}, append([]func() string{last}, detail...)...)
 	return r
 }
 
