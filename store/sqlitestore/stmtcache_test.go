@@ -158,6 +158,16 @@ func TestStmtCacheSchemaAndErrors(t *testing.T) {
 	if err := db.QueryRowContext(ctx, all).Scan(&v, &w); err != nil || v != 2 || w != 7 {
 		t.Fatalf("first row = (%d, %d), %v; want (2, 7)", v, w, err)
 	}
+	// The driver's column types come through a kept statement's rows.
+	rows, err := db.QueryContext(ctx, all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cts, err := rows.ColumnTypes()
+	rows.Close()
+	if err != nil || len(cts) != 2 || cts[0].DatabaseTypeName() != "INTEGER" || cts[1].Name() != "w" {
+		t.Fatalf("column types %v, %v; want two INTEGER columns v and w", cts, err)
+	}
 	const bad = `SELECT v FROM nosuchtable`
 	if _, err := db.QueryContext(ctx, bad); err == nil || !strings.Contains(err.Error(), "nosuchtable") {
 		t.Fatalf("query of a missing table: %v", err)
