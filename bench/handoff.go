@@ -69,7 +69,7 @@ func runHandoff(b *testing.B, workers int, hold time.Duration, newWorker func(w 
 				} else {
 					grants[w]++
 				}
-				time.Sleep(hold)
+				holdFor(hold)
 				if e := release(); e != nil {
 					errOnce.Do(func() { err = e })
 					stop.Store(true)

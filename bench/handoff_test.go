@@ -4,10 +4,13 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/bsm/redislock"
+	"github.com/jackc/pgx/v5"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/tenurekit/tenure/lease"
@@ -53,10 +56,10 @@ func lockerHandoff(b *testing.B, store lease.Store, key string) {
 
 // BenchmarkHandoffPostgres passes one key among 20 workers on one
 // PostgreSQL: tenure fair (a table of waiters, woken by the release's
-// NOTIFY), tenure unfair, and a session advisory lock (pg_advisory_lock,
-// which waits inside the server on a connection held meanwhile, woken by
-// the unlock: the fastest hand-off PostgreSQL has, with neither TTL nor
-// fence).
+// NOTIFY), tenure unfair, two floors (notify-floor and notify-write: see
+// notifyHandoff) and a session advisory lock (pg_advisory_lock, which waits inside the
+// server on a connection held meanwhile, woken by the unlock: the fastest
+// hand-off PostgreSQL has, with neither TTL nor fence).
 //
 //	go test -run '^$' -bench HandoffPostgres
 func BenchmarkHandoffPostgres(b *testing.B) {
@@ -72,6 +75,11 @@ func BenchmarkHandoffPostgres(b *testing.B) {
 		b.Fatal(err)
 	}
 	lockerHandoff(b, st.Leases(), "bench:handoff")
+	b.Run("notify-floor", func(b *testing.B) { notifyHandoff(b, p, notifyFloor) })
+	if _, err := p.pool.Exec(context.Background(), notifyWriteTable); err != nil {
+		b.Fatal(err)
+	}
+	b.Run("notify-write", func(b *testing.B) { notifyHandoff(b, p, notifyWrite) })
 	b.Run("advisory", func(b *testing.B) {
 		runHandoff(b, HandoffWorkers, HandoffHold, func(int) lockFunc {
 			return func(ctx context.Context) (func() error, error) {
@@ -269,4 +277,88 @@ func BenchmarkHandoffServe(b *testing.B) {
 			lockerHandoff(b, s.leases, "bench:handoff:serve-library")
 		})
 	}
+}
+
+// The statements a notifyHandoff release sends: notifyFloor only wakes
+// the next worker; notifyWrite also records the new holder in a one-row
+// table (notifyWriteTable), the one committed write a hand-off that keeps
+// its holder in PostgreSQL cannot do without.
+const (
+	notifyFloor      = `SELECT pg_notify('bench_notify_floor', $1)`
+	notifyWrite      = `WITH u AS (UPDATE bench_notify_write SET holder = $1, n = n + 1 RETURNING 1) SELECT pg_notify('bench_notify_floor', $1) FROM u`
+	notifyWriteTable = `CREATE TABLE IF NOT EXISTS bench_notify_write (holder text NOT NULL, n bigint NOT NULL);
+INSERT INTO bench_notify_write SELECT '', 0 WHERE NOT EXISTS (SELECT 1 FROM bench_notify_write)`
+)
+
+// notifyHandoff is the hand-off of a lock whose queue of waiters is in
+// this process: a release sends release (one autocommit statement whose
+// NOTIFY names the next worker), which a listening connection hands to
+// that worker. It is not a lock a service could use (the queue dies with
+// the process); it is the least a hand-off woken by NOTIFY can cost on
+// this server: with notifyFloor, a lock that keeps nothing in PostgreSQL;
+// with notifyWrite, one that records each new holder, as a lease with a
+// TTL and a fence must. A lock that keeps its queue in the database pays
+// that and its queue's statements besides.
+func notifyHandoff(b *testing.B, p *pgClients, release string) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ln, err := pgx.Connect(ctx, p.dsn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close(context.Background())
+	if _, err := ln.Exec(ctx, "LISTEN bench_notify_floor"); err != nil {
+		b.Fatal(err)
+	}
+	var (
+		mu    sync.Mutex
+		held  bool
+		queue []int
+	)
+	wake := make([]chan struct{}, HandoffWorkers)
+	for i := range wake {
+		wake[i] = make(chan struct{}, 1)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			n, err := ln.WaitForNotification(ctx)
+			if err != nil {
+				return
+			}
+			w, err := strconv.Atoi(n.Payload)
+			if err != nil || w < 0 || w >= len(wake) {
+				continue
+			}
+			wake[w] <- struct{}{}
+		}
+	}()
+	defer func() { cancel(); <-done }()
+	runHandoff(b, HandoffWorkers, HandoffHold, func(w int) lockFunc {
+		return func(ctx context.Context) (func() error, error) {
+			mu.Lock()
+			if !held {
+				held = true
+				mu.Unlock()
+			} else {
+				queue = append(queue, w)
+				mu.Unlock()
+				<-wake[w]
+			}
+			return func() error {
+				mu.Lock()
+				if len(queue) == 0 {
+					held = false
+					mu.Unlock()
+					return nil
+				}
+				next := queue[0]
+				queue = queue[1:]
+				mu.Unlock()
+				_, err := p.pool.Exec(ctx, release, strconv.Itoa(next))
+				return err
+			}, nil
+		}
+	})
 }
