@@ -250,14 +250,18 @@ func (v leases) acquire(ctx context.Context, key, token string, ttl time.Duratio
 	s := v.s
 	start := time.Now()
 	lock, hk, wp := s.lockKey(key), s.holderKey(key), s.waitersPrefix(key)
-	gate := cmps(cmpCreateRev(lock, cmpEqual, 0), cmpRangeCreateRev(wp, cmpEqual, 0)) // free, no waiter
-	var rev int64
-	if p != nil {
-		rev = p.rev
-		gate = cmps(cmpCreateRev(lock, cmpEqual, 0), cmpCreateRev(p.key, cmpEqual, rev),
-			cmpRangeCreateRev(wp, cmpGreater, rev-1)) // free, and none before this waiter
-	}
 	for attempt := 1; ; attempt++ {
+		gate := cmps(cmpCreateRev(lock, cmpEqual, 0), cmpRangeCreateRev(wp, cmpEqual, 0)) // free, no waiter
+		var rev int64
+		if p != nil && p.rev > 0 {
+			rev = p.rev
+			gate = cmps(cmpCreateRev(lock, cmpEqual, 0), cmpCreateRev(p.key, cmpEqual, rev),
+				cmpRangeCreateRev(wp, cmpGreater, rev-1)) // free, and none before this waiter
+		}
+		// A waiter's first attempt (p.rev 0) has the plain gate: with no
+		// waiter at all the free key is its; otherwise it counts every
+		// waiter as ahead of it (before its own place is put) and takes
+		// its place at the back, in the same txn.
 		resp, g, err := s.putOnLease(ctx, ttl, start, func(id int64) (*pb.TxnResponse, error) {
 			granted := ops(opPut(lock, token, id), opGet(lock), opPut(hk, holder, id))
 			again := ops(opGet(lock), opPut(lock, token, id), opPut(hk, holder, id))
@@ -293,9 +297,17 @@ func (v leases) acquire(ctx context.Context, key, token string, ttl time.Duratio
 				// waiters ahead.
 				ahead := len(inner.GetResponses()[2].GetResponseRange().GetKvs())
 				if p != nil {
-					// The place is kept; one that had expired was taken
-					// anew, at the back.
-					if pk := firstKV(inner.GetResponses()[4]); pk != nil && pk.CreateRevision != p.rev {
+					pk := firstKV(inner.GetResponses()[4])
+					switch {
+					case pk == nil:
+						return lease.Grant{}, fmt.Errorf("etcdstore: acquire %q: place missing in its own txn", key)
+					case p.rev == 0:
+						// The first attempt took the place.
+						p.rev = pk.CreateRevision
+						s.places.set(p.key, p.rev)
+					case pk.CreateRevision != p.rev:
+						// The place is kept; one that had expired was
+						// taken anew, at the back.
 						s.places.set(p.key, pk.CreateRevision)
 						return lease.Grant{}, &lease.HeldError{Key: key, TTL: time.Millisecond, Position: ahead}
 					}

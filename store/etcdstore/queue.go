@@ -49,45 +49,29 @@ func opCountWaiters(prefix string, before int64) *pb.RequestOp {
 
 // AcquireQueued is AcquireHolder for a waiter that keeps its place in
 // key's queue for stay (leasedriver.Queuer): a free key goes to the first
-// live waiter, never to a newcomer. Two transactions: the waiter's place
-// (put again on a lease that lives at least stay), then the acquire, which
-// succeeds only when no live waiter arrived before this one.
+// live waiter, never to a newcomer. One transaction: the acquire, which
+// succeeds only when no live waiter arrived before this one and otherwise
+// keeps the waiter's place (put again on a lease that lives at least
+// stay), or takes it on the waiter's first attempt.
 func (v leases) AcquireQueued(ctx context.Context, key, token string, ttl time.Duration, holder string, stay time.Duration) (lease.Grant, error) {
 	if err := leasedriver.ValidateQueued(key, token, ttl, holder, stay); err != nil {
 		return lease.Grant{}, err
 	}
 	s := v.s
 	wk := s.waitersPrefix(key) + leasedriver.WaiterID(token)
-	rev := s.places.get(wk)
-	if rev == 0 {
-		// The first attempt takes the place, in a transaction of its own,
-		// to learn its create revision: later attempts keep the place in
-		// the acquire's own transaction.
-		resp, _, err := s.putOnLease(ctx, stay, time.Now(), func(id int64) (*pb.TxnResponse, error) {
-			return s.rpc.txn(ctx, nil, ops(opPut(wk, "", id), opGet(wk)), nil)
-		})
-		if err != nil {
-			return lease.Grant{}, wrapErr("acquire: take a place in the queue", err)
-		}
-		kv := firstKV(resp.Responses[1])
-		if kv == nil {
-			return lease.Grant{}, fmt.Errorf("etcdstore: acquire %q: place missing in its own txn", key)
-		}
-		rev = kv.CreateRevision
-		s.places.set(wk, rev)
-	}
 	// The place is kept on a lease that lives at least stay.
 	sg := s.leaseFor(stay, time.Now())
 	if r := sg.result(ctx); r.err != nil {
 		s.dropGrant(sg)
 		return lease.Grant{}, wrapErr("acquire: grant the place's lease", r.err)
 	}
-	return v.acquire(ctx, key, token, ttl, holder, &place{key: wk, rev: rev, lease: sg.id})
+	return v.acquire(ctx, key, token, ttl, holder, &place{key: wk, rev: s.places.get(wk), lease: sg.id})
 }
 
 // place is a waiter's place in a key's queue, for a queued acquire: its
-// key, its create revision (the waiter's arrival) and the etcd lease that
-// keeps it for the waiter's stay.
+// key, its create revision (the waiter's arrival; 0 before its first
+// attempt took the place) and the etcd lease that keeps it for the
+// waiter's stay.
 type place struct {
 	key   string
 	rev   int64
