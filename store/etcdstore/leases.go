@@ -297,10 +297,9 @@ func (v leases) acquire(ctx context.Context, key, token string, ttl time.Duratio
 				// waiters ahead.
 				ahead := len(inner.GetResponses()[2].GetResponseRange().GetKvs())
 				if p != nil {
-					pk := firstKV(inner.GetResponses()[4])
-					switch {
+					// The txn put the place just before reading it.
+					switch pk := firstKV(inner.GetResponses()[4]); {
 					case pk == nil:
-						return lease.Grant{}, fmt.Errorf("etcdstore: acquire %q: place missing in its own txn", key)
 					case p.rev == 0:
 						// The first attempt took the place.
 						p.rev = pk.CreateRevision
