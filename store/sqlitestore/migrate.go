@@ -189,6 +189,23 @@ func (s *Store) Migrate(ctx context.Context) error {
 const checksumVersion = 6
 
 func (s *Store) immediate(ctx context.Context, fn func(conn *sql.Conn) error) error {
+	// The writers' turn first, as the store's write transactions take it:
+	// the queue of the file's writers in this process and, for Open's
+	// database, the lock file the writers of every process take turns on
+	// (LockFileSuffix). Without it the migration waited on SQLite's busy
+	// handler, which polls for the write lock while those writers hand it
+	// on among themselves.
+	if err := s.wq.acquire(ctx, laneNormal); err != nil {
+		return err
+	}
+	defer s.wq.release()
+	if s.wq.lockPath != "" {
+		unlock, err := fileLock(ctx, s.wq.lockPath)
+		if err != nil {
+			return err
+		}
+		defer unlock()
+	}
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
 		return err
