@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -57,9 +58,10 @@ func lockerHandoff(b *testing.B, store lease.Store, key string) {
 // BenchmarkHandoffPostgres passes one key among 20 workers on one
 // PostgreSQL: tenure fair (a table of waiters, woken by the release's
 // NOTIFY), tenure unfair, two floors (notify-floor and notify-write: see
-// notifyHandoff) and a session advisory lock (pg_advisory_lock, which waits inside the
-// server on a connection held meanwhile, woken by the unlock: the fastest
-// hand-off PostgreSQL has, with neither TTL nor fence).
+// notifyHandoff) and a session advisory lock (pg_advisory_lock, which
+// waits inside the server on a connection held meanwhile, woken by the
+// unlock: the fastest hand-off PostgreSQL has, with neither TTL nor
+// fence).
 //
 //	go test -run '^$' -bench HandoffPostgres
 func BenchmarkHandoffPostgres(b *testing.B) {
@@ -311,9 +313,11 @@ func notifyHandoff(b *testing.B, p *pgClients, release string) {
 		b.Fatal(err)
 	}
 	var (
-		mu    sync.Mutex
-		held  bool
-		queue []int
+		mu     sync.Mutex
+		held   bool
+		queue  []int
+		failed = make(chan struct{}) // closed when a release fails
+		fail   sync.Once
 	)
 	wake := make([]chan struct{}, HandoffWorkers)
 	for i := range wake {
@@ -344,7 +348,11 @@ func notifyHandoff(b *testing.B, p *pgClients, release string) {
 			} else {
 				queue = append(queue, w)
 				mu.Unlock()
-				<-wake[w]
+				select {
+				case <-wake[w]:
+				case <-failed:
+					return nil, errors.New("bench: a release failed; its waiter is never woken")
+				}
 			}
 			return func() error {
 				mu.Lock()
@@ -356,8 +364,11 @@ func notifyHandoff(b *testing.B, p *pgClients, release string) {
 				next := queue[0]
 				queue = queue[1:]
 				mu.Unlock()
-				_, err := p.pool.Exec(ctx, release, strconv.Itoa(next))
-				return err
+				if _, err := p.pool.Exec(ctx, release, strconv.Itoa(next)); err != nil {
+					fail.Do(func() { close(failed) })
+					return err
+				}
+				return nil
 			}, nil
 		}
 	})
