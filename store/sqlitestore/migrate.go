@@ -182,12 +182,13 @@ func (s *Store) Migrate(ctx context.Context) error {
 	return err
 }
 
-// immediate runs fn in one immediate transaction (SQLite's write lock
-// taken at BEGIN) on one connection, and commits if fn returns nil.
 // checksumVersion is the migration that adds the checksum column of the
 // migrations table.
 const checksumVersion = 6
 
+// immediate runs fn in one immediate transaction (SQLite's write lock
+// taken at BEGIN) on one connection, in the writers' turn, and commits if
+// fn returns nil.
 func (s *Store) immediate(ctx context.Context, fn func(conn *sql.Conn) error) error {
 	// The writers' turn first, as the store's write transactions take it:
 	// the queue of the file's writers in this process and, for Open's
