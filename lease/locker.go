@@ -86,7 +86,10 @@ type Locker struct {
 	log   *slog.Logger
 	tel   *telemetry    // nil when off
 	queue driver.Queuer // st's queue of waiters; nil without one or when Unfair
-	waker driver.Waker  // store's wake-ups; nil without them
+	// handover is st's hand-over to a watching waiter; nil without one
+	// or without queue.
+	handover driver.Handover
+	waker    driver.Waker // store's wake-ups; nil without them
 }
 
 // New returns a Locker on s. o may be nil for the defaults. A nil store or
@@ -135,6 +138,9 @@ func New(s Store, o *Options) (*Locker, error) {
 	l.st = newTimedStore(s, l.tel)
 	if _, ok := s.(driver.Queuer); ok && !l.o.Unfair {
 		l.queue = l.st.(driver.Queuer)
+		if _, ok := s.(driver.Handover); ok {
+			l.handover = l.st.(driver.Handover)
+		}
 	}
 	l.waker, _ = s.(driver.Waker)
 	return l, nil
@@ -264,7 +270,7 @@ func (lk *Locker) acquire(ctx context.Context, key string, ttl time.Duration) (*
 		// Unqueued, the waiter is woken only by stores that wake every
 		// watcher of a release (a store with a queue may wake only the
 		// waiters in it): it keeps its backoff, cut short by a wake-up.
-		if !waitFor(ctx, wake, "", lk.pause(attempt, nil, held)) {
+		if ok, _, _ := waitFor(ctx, wake, "", lk.pause(attempt, nil, held)); !ok {
 			return nil, fmt.Errorf("lease: gave up waiting for %q: %w (last: %w)", key, ctx.Err(), err)
 		}
 	}
@@ -277,10 +283,30 @@ func (lk *Locker) acquireQueued(ctx context.Context, key string, ttl time.Durati
 	me := driver.WaiterID(token)
 	// A place lives three polls: the waiter keeps it with every attempt.
 	stay := min(3*lk.o.RetryMax, driver.MaxTTL)
-	var last error
-	for attempt, unknown := 1, 0; ; attempt++ {
+	// Watching a store with hand-over, a release may grant the key with
+	// the wake-up; sents keeps when the recent attempts were sent, for
+	// the validity of such a grant.
+	handover := lk.handover != nil && wake != nil
+	var (
+		last  error
+		sents [64]struct {
+			attempt uint64
+			at      time.Time
+		}
+	)
+	for attempt, unknown := uint64(1), 0; ; attempt++ {
 		sent := time.Now()
-		g, err := lk.queue.AcquireQueued(ctx, key, token, ttl, lk.o.Holder, stay)
+		var (
+			g   Grant
+			err error
+		)
+		if handover {
+			slot := &sents[attempt%uint64(len(sents))]
+			slot.attempt, slot.at = attempt, sent
+			g, err = lk.handover.AcquireHandover(ctx, key, token, ttl, lk.o.Holder, stay, attempt)
+		} else {
+			g, err = lk.queue.AcquireQueued(ctx, key, token, ttl, lk.o.Holder, stay)
+		}
 		if err == nil {
 			return lk.newLease(key, token, ttl, g, sent), nil
 		}
@@ -289,7 +315,7 @@ func (lk *Locker) acquireQueued(ctx context.Context, key string, ttl time.Durati
 		switch {
 		case errors.As(err, &held):
 			unknown, last = 0, err
-			wait = lk.pause(attempt, wake, held)
+			wait = lk.pause(int(attempt), wake, held)
 		case errors.Is(err, ErrInvalid):
 			return nil, err
 		case errors.Is(err, ErrUnavailable) && unknown+1 < lk.o.Attempts && ctx.Err() == nil:
@@ -311,7 +337,15 @@ func (lk *Locker) acquireQueued(ctx context.Context, key string, ttl time.Durati
 			lk.giveUp(ctx, key, token)
 			return nil, err
 		}
-		if !waitFor(ctx, wake, me, wait) {
+		ok, fence, from := waitFor(ctx, wake, me, wait)
+		if s := sents[from%uint64(len(sents))]; fence != 0 && from != 0 && s.attempt == from {
+			// Handed over by a release, for ttl from the attempt whose
+			// place it found: the lease's validity counts from when that
+			// attempt was sent. (A grant from an attempt too old to be
+			// kept here is found by the next attempt.)
+			return lk.newLease(key, token, ttl, Grant{Fence: fence, TTL: ttl}, s.at), nil
+		}
+		if !ok {
 			lk.giveUp(ctx, key, token)
 			if last == nil {
 				last = err
@@ -348,23 +382,28 @@ func (lk *Locker) giveUp(ctx context.Context, key, token string) {
 
 // waitFor waits d, or until wake names me (or any waiter: "";
 // me "" takes every wake-up) or ctx ends; it reports whether ctx is still
-// live.
-func waitFor(ctx context.Context, wake <-chan string, me string, d time.Duration) bool {
+// live, and the fence and attempt of a grant the wake-up handed to me
+// (driver.GrantWake; 0 and 0 when none).
+func waitFor(ctx context.Context, wake <-chan string, me string, d time.Duration) (live bool, fence, attempt uint64) {
 	if wake == nil {
-		return sleep(ctx, d)
+		return sleep(ctx, d), 0, 0
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	for {
 		select {
 		case <-t.C:
-			return true
-		case who := <-wake:
-			if who == "" || me == "" || who == me {
-				return true
+			return true, 0, 0
+		case w := <-wake:
+			who, fence, attempt := driver.ParseWake(w)
+			switch {
+			case me != "" && who == me:
+				return true, fence, attempt
+			case who == "" || me == "":
+				return true, 0, 0
 			}
 		case <-ctx.Done():
-			return false
+			return false, 0, 0
 		}
 	}
 }

@@ -131,6 +131,15 @@ func (ts timedStore) AcquireQueued(ctx context.Context, key, token string, ttl t
 	return g, err
 }
 
+// AcquireHandover times AcquireHandover; the Locker calls it only on a
+// store that is a driver.Handover.
+func (ts timedStore) AcquireHandover(ctx context.Context, key, token string, ttl time.Duration, holder string, stay time.Duration, attempt uint64) (Grant, error) {
+	cctx, call := ts.c.Start(ctx, opAcquire)
+	g, err := ts.s.(driver.Handover).AcquireHandover(cctx, key, token, ttl, holder, stay, attempt)
+	call.End(ctx, storeOutcomes.Of(err))
+	return g, err
+}
+
 // Leave gives a place up, on a store that is a driver.Queuer.
 func (ts timedStore) Leave(ctx context.Context, key, token string) error {
 	return ts.s.(driver.Queuer).Leave(ctx, key, token)

@@ -5,6 +5,8 @@ import (
 	"crypto/sha1"
 	"encoding/hex"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -50,6 +52,59 @@ type Waker interface {
 	// the connection down) is made good by the caller's polling. A store
 	// that cannot watch now returns an error, and the caller polls.
 	Watch(ctx context.Context, key string) (wake <-chan string, stop func(), err error)
+}
+
+// Handover is implemented by queueing stores (Queuer, Waker) whose
+// release can hand a free key straight to the first live waiter in its
+// queue, in the release's own write, instead of freeing the key and
+// waking the waiter to take it: one write a hand-off where there were
+// two. lease.Locker's Acquire uses it for a waiter that watches the key.
+type Handover interface {
+	// AcquireHandover is AcquireQueued for a waiter that watches key
+	// (Waker.Watch) on this store; attempt numbers the waiter's calls
+	// (each call a new number). While token keeps its place, a release
+	// may grant key to it, keeping holder, and wake it with a wake-up
+	// that carries the grant (GrantWake): the fence, and the attempt
+	// whose place the release found. The grant runs for ttl from that
+	// attempt's time on the store, so the lease's validity counts from
+	// when that attempt was sent, as an AcquireQueued granted by that
+	// attempt would.
+	//
+	// The store hands the key only to a waiter whose wake-ups it can
+	// still deliver, so that a waiter whose process ended is never
+	// granted the key: that one is woken instead, as by AcquireQueued,
+	// and its place expires after stay. A waiter that misses the wake-up
+	// finds the key its own at its next attempt, which keeps the fence
+	// (the same token). A waiter that gives up must Leave and then
+	// release token: a grant may have reached it first.
+	AcquireHandover(ctx context.Context, key, token string, ttl time.Duration, holder string, stay time.Duration, attempt uint64) (Grant, error)
+}
+
+// GrantWake is the wake-up that tells waiter (a WaiterID) that a release
+// granted it the key with fence, from the place its attempt wrote
+// (Handover).
+func GrantWake(waiter string, fence, attempt uint64) string {
+	return waiter + "/" + strconv.FormatUint(fence, 10) + "/" + strconv.FormatUint(attempt, 10)
+}
+
+// ParseWake reads a wake-up: the waiter it names ("" for any waiter)
+// and, from a GrantWake, the grant's fence and attempt (0 and 0 from any
+// other wake-up).
+func ParseWake(wake string) (waiter string, fence, attempt uint64) {
+	w, rest, ok := strings.Cut(wake, "/")
+	if !ok {
+		return wake, 0, 0
+	}
+	f, a, ok := strings.Cut(rest, "/")
+	if !ok {
+		return w, 0, 0
+	}
+	fence, ferr := strconv.ParseUint(f, 10, 64)
+	attempt, aerr := strconv.ParseUint(a, 10, 64)
+	if ferr != nil || aerr != nil || fence == 0 || attempt == 0 {
+		return w, 0, 0
+	}
+	return w, fence, attempt
 }
 
 // WaiterID names the waiter holding token in wake-ups: the first 16 hex

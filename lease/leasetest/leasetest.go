@@ -90,6 +90,12 @@ type Target struct {
 	// use afterwards. The suite then checks that fences still never go
 	// back (tenure floors a new fence at the store's clock).
 	Forget func(t *testing.T) lease.Store
+	// EndWatchers, for a store with hand-over (lease/driver.Handover),
+	// ends the connections on which Store receives its wake-ups, as the
+	// end of its process would (Store makes them again for later
+	// watches), and returns once the server has seen them end. The
+	// hand-over cases need it.
+	EndWatchers func(t *testing.T)
 	// Unit is a short TTL that the store grants exactly (etcd grants whole
 	// seconds). Default 200ms.
 	Unit time.Duration
@@ -158,6 +164,8 @@ func Run(t *testing.T, newTarget func(t *testing.T) Target) {
 		{"QueueLeave", testQueueLeave},
 		{"LockerServesWaitersInOrder", testLockerFair},
 		{"WakeOnRelease", testWakeOnRelease},
+		{"HandoverGrantsTheFirstWaiter", testHandover},
+		{"HandoverSkipsAWaiterWhoseProcessEnded", testHandoverEnded},
 		{"EndedLeasesLeaveNoState", testEndedLeaveNoState},
 		{"FenceAboveReclaimed", testFenceAboveReclaimed},
 		{"FenceAboveReclaimedMidGrant", testReclaimMidGrant},

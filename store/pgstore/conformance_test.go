@@ -195,8 +195,43 @@ func pgLeases(priv *testenv.PostgresServer, o *pgstore.Options) func(t *testing.
 				}
 				return fresh.Leases()
 			},
-			Resource: newSQLResource(t, openSQL(t, driverPgx, dsn, nil), db),
-			Ended:    pgEnded(db, openSQL(t, driverPgx, dsn, nil)),
+			Resource:    newSQLResource(t, openSQL(t, driverPgx, dsn, nil), db),
+			Ended:       pgEnded(db, openSQL(t, driverPgx, dsn, nil)),
+			EndWatchers: endListeners(openSQL(t, driverPgx, dsn, nil)),
+		}
+	}
+}
+
+// endListeners ends the listening connections of the stores on direct's
+// database (their backends, found by the advisory lock each holds), as
+// the end of their process would, and waits until the server has seen
+// them end.
+func endListeners(direct *sql.DB) func(t *testing.T) {
+	return func(t *testing.T) {
+		t.Helper()
+		ctx := ctxT(t)
+		pids := column(t, direct, `SELECT pid::text FROM pg_locks WHERE locktype = 'advisory' AND granted
+			AND classid = `+pgstore.ListenLockClass+` AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`)
+		if len(pids) == 0 {
+			t.Fatal("no listening connection to end")
+		}
+		for _, pid := range pids {
+			if _, err := direct.ExecContext(ctx, `SELECT pg_terminate_backend($1::int)`, pid); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for deadline := time.Now().Add(30 * time.Second); ; {
+			var n int
+			if err := direct.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity WHERE pid::text = ANY($1)`, pids).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			if n == 0 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the listening connections %v have not ended", pids)
+			}
+			time.Sleep(5 * time.Millisecond)
 		}
 	}
 }
@@ -436,8 +471,9 @@ func TestConformanceSQLDB(t *testing.T) {
 					}
 					return fresh.Leases()
 				},
-				Resource: newSQLResource(t, direct, db),
-				Ended:    pgEnded(db, direct),
+				Resource:    newSQLResource(t, direct, db),
+				Ended:       pgEnded(db, direct),
+				EndWatchers: endListeners(direct),
 			}
 		},
 		// Runs the idempotency suite on a Store made by NewDB on pgx's

@@ -41,7 +41,8 @@
 // migrate sql --schema NAME` prints them). The lease tables:
 //
 //	leases(key text PRIMARY KEY, token text, fence bigint NOT NULL, expires_at timestamptz, holder text, waiters boolean)
-//	lease_waiters(key text, waiter text, seq bigint, stay_until timestamptz, PRIMARY KEY (key, waiter))
+//	lease_waiters(key text, waiter text, seq bigint, stay_until timestamptz, PRIMARY KEY (key, waiter),
+//		token text, holder text, grant_until timestamptz, attempt bigint, listener integer) -- hand-over (migration 8)
 //	lease_fence_floor(id boolean PRIMARY KEY, fence bigint NOT NULL) -- one row
 //	fences(resource text PRIMARY KEY, fence bigint NOT NULL)
 //

@@ -5,3 +5,7 @@ package pgstore
 func Statements(s *Store) []string {
 	return []string{s.q.acquire, s.q.renew, s.q.release, s.q.inspect}
 }
+
+// ListenLockClass is the first key of the advisory lock a listening
+// connection holds.
+const ListenLockClass = listenLockClass

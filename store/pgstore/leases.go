@@ -156,7 +156,7 @@ func (v leases) Release(ctx context.Context, key, token string) error {
 	}
 	if s.hot.is(key) {
 		var n, woke int64
-		if err := s.db.queryRow(ctx, s.qq.release, []any{key, token, s.wakeCh}, &n, &woke); err != nil {
+		if err := s.db.queryRow(ctx, s.qq.release, []any{key, token, s.wakeCh, leasedriver.WaiterID(token)}, &n, &woke); err != nil {
 			return s.wrap(ctx, fmt.Sprintf("release %q", key), err)
 		}
 		if n == 0 {

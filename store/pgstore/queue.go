@@ -2,9 +2,11 @@ package pgstore
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha1"
 	"database/sql"
 	"database/sql/driver"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -31,12 +33,15 @@ func buildQueueQueries(schema string) queueQueries {
 	leases := schema + ".leases"
 	waiters := schema + ".lease_waiters"
 	seq := strings.ReplaceAll(schema, "'", "''") + ".lease_waiters_seq"
+	floor := schema + ".lease_fence_floor"
 	const clock = `WITH c AS (SELECT clock_timestamp() AS now)`
 	// first is the first live waiter of key $1.
 	first := `(SELECT w.waiter FROM ` + waiters + ` AS w, c WHERE w.key = $1 AND w.stay_until > c.now ORDER BY w.seq LIMIT 1)`
 	free := `NOT EXISTS (SELECT 1 FROM ` + leases + ` AS l, c WHERE l.key = $1 AND l.token IS NOT NULL AND l.expires_at > c.now)`
 	return queueQueries{
-		// $1 key, $2 token, $3 ttl µs, $4 holder, $5 waiter, $6 stay µs.
+		// $1 key, $2 token, $3 ttl µs, $4 holder, $5 waiter, $6 stay µs;
+		// for a hand-over (else NULL): $7 token, $8 attempt, $9 the
+		// listening session's lock (see listenLock).
 		// The grant is the plain acquire's upsert, tried only when no
 		// other live waiter is first (or the token holds the key
 		// already); otherwise the waiter keeps its place (a place whose
@@ -55,12 +60,17 @@ granted AS (
 	RETURNING l.fence),
 gone AS (DELETE FROM ` + waiters + ` AS w WHERE w.key = $1 AND w.waiter = $5 AND EXISTS (SELECT 1 FROM granted)),
 queued AS (
-	INSERT INTO ` + waiters + ` AS w (key, waiter, seq, stay_until)
-	SELECT $1, $5, nextval('` + seq + `'), c.now + $6::bigint * interval '1 microsecond' FROM c
+	INSERT INTO ` + waiters + ` AS w (key, waiter, seq, stay_until, token, holder, grant_until, attempt, listener)
+	SELECT $1, $5, nextval('` + seq + `'), c.now + $6::bigint * interval '1 microsecond',
+		$7::text, CASE WHEN $7::text IS NOT NULL THEN nullif($4::text, '') END,
+		CASE WHEN $7::text IS NOT NULL THEN c.now + $3::bigint * interval '1 microsecond' END,
+		$8::bigint, $9::integer FROM c
 	WHERE NOT EXISTS (SELECT 1 FROM granted)
 	ON CONFLICT (key, waiter) DO UPDATE SET
 		seq = CASE WHEN w.stay_until > (SELECT now FROM c) THEN w.seq ELSE excluded.seq END,
-		stay_until = excluded.stay_until
+		stay_until = excluded.stay_until,
+		token = excluded.token, holder = excluded.holder, grant_until = excluded.grant_until,
+		attempt = excluded.attempt, listener = excluded.listener
 	RETURNING w.seq),
 hint AS (UPDATE ` + leases + ` AS l SET waiters = true
 	WHERE l.key = $1 AND NOT l.waiters AND NOT EXISTS (SELECT 1 FROM granted))
@@ -80,18 +90,37 @@ SELECT count(*) FROM (SELECT pg_notify($3, coalesce((SELECT w.waiter FROM ` + wa
 	WHERE EXISTS (SELECT 1 FROM me WHERE me.stay_until > c.now)
 	AND NOT EXISTS (SELECT 1 FROM ` + waiters + ` AS w WHERE w.key = $1 AND w.waiter <> $2 AND w.stay_until > c.now AND w.seq < (SELECT seq FROM me))
 	AND ` + free + `) AS n`,
-		// $1 key, $2 token, $3 channel: the release of a key that has
-		// been contended lately (see contended), which wakes the first
-		// live waiter in the same statement (NOTIFY, sent at commit) and
-		// clears the waiters hint when none is left.
+		// $1 key, $2 token, $3 channel, $4 the token's waiter: the
+		// release of a key that has been contended lately (see
+		// contended). When the first live waiter (other than the
+		// releasing token's own place, left by an attempt that crossed a
+		// hand-over, which goes) took a hand-over, its session still
+		// listening and its grant still ahead, the key goes to it: a new
+		// tenure, its fence above the last one, the floor and the clock,
+		// until the end its attempt asked for; it leaves the queue and is
+		// woken with the grant (lease/driver.GrantWake). Otherwise the
+		// key is freed and the first live waiter is woken to take it.
+		// Either wake-up is a NOTIFY, sent at commit. The waiters hint
+		// is cleared when none is left.
 		release: clock + `,
-r AS (UPDATE ` + leases + ` AS l SET token = NULL, holder = NULL, expires_at = c.now,
-		waiters = l.waiters AND EXISTS (SELECT 1 FROM ` + waiters + ` AS w WHERE w.key = $1 AND w.stay_until > c.now)
-	FROM c
-	WHERE l.key = $1 AND l.token = $2 AND l.expires_at > c.now RETURNING l.waiters)
-SELECT count(*), count(CASE WHEN nx.waiter IS NOT NULL THEN pg_notify($3, nx.waiter || ' ' || $1) END)
-FROM r LEFT JOIN LATERAL (SELECT w.waiter FROM ` + waiters + ` AS w, c
-	WHERE r.waiters AND w.key = $1 AND w.stay_until > c.now ORDER BY w.seq LIMIT 1) AS nx ON true`,
+nx AS (SELECT w.waiter, w.token, w.holder, w.grant_until, w.attempt, w.listener
+	FROM ` + waiters + ` AS w, c
+	WHERE w.key = $1 AND w.waiter <> $4 AND w.stay_until > c.now ORDER BY w.seq LIMIT 1),
+h AS (SELECT nx.waiter, nx.token, nx.holder, nx.grant_until, nx.attempt FROM nx, c
+	WHERE nx.token IS NOT NULL AND nx.grant_until > c.now AND nx.listener IS NOT NULL
+	AND NOT pg_try_advisory_xact_lock_shared(` + listenLockClass + `, nx.listener)),
+r AS (UPDATE ` + leases + ` AS l SET token = h.token, holder = h.holder, expires_at = coalesce(h.grant_until, c.now),
+		fence = CASE WHEN h.token IS NULL THEN l.fence
+			ELSE greatest(l.fence + 1, (extract(epoch FROM c.now) * 1000000)::bigint,
+				(SELECT ff.fence FROM ` + floor + ` AS ff) + 1) END,
+		waiters = l.waiters AND EXISTS (SELECT 1 FROM nx)
+	FROM c LEFT JOIN h ON true
+	WHERE l.key = $1 AND l.token = $2 AND l.expires_at > c.now RETURNING l.fence),
+gone AS (DELETE FROM ` + waiters + ` AS w WHERE w.key = $1 AND (w.waiter = $4 OR w.waiter = (SELECT waiter FROM h))
+	AND EXISTS (SELECT 1 FROM r))
+SELECT count(*), count(CASE WHEN h.waiter IS NOT NULL THEN pg_notify($3, h.waiter || '/' || r.fence || '/' || h.attempt || ' ' || $1)
+		WHEN nx.waiter IS NOT NULL THEN pg_notify($3, nx.waiter || ' ' || $1) END)
+FROM r LEFT JOIN nx ON true LEFT JOIN h ON true`,
 		// $1 key, $2 channel: after a release that found the waiters
 		// hint on, wake the first live waiter (NOTIFY, sent at commit),
 		// or clear the hint when none is left.
@@ -113,6 +142,29 @@ func wakeChannel(schema string) string {
 // key's queue for stay (leasedriver.Queuer): a free key goes to the first
 // live waiter, never to a newcomer. One statement.
 func (v leases) AcquireQueued(ctx context.Context, key, token string, ttl time.Duration, holder string, stay time.Duration) (lease.Grant, error) {
+	return v.acquireQueued(ctx, key, token, ttl, holder, stay, 0)
+}
+
+// AcquireHandover is AcquireQueued for a waiter that watches key
+// (leasedriver.Handover): while the store's listening connection is up,
+// the waiter's place carries its token and that connection's backend, and
+// a release that finds the waiter first hands the key to it while that
+// backend lives. A process that ended has closed the connection, and is
+// woken instead, as are the waiters of a store that is not listening now.
+// A waiter on a machine that vanished without closing its connection may
+// still be handed the key within its stay, which then waits for its
+// lease to expire, as a lease granted just before the machine vanished
+// would.
+func (v leases) AcquireHandover(ctx context.Context, key, token string, ttl time.Duration, holder string, stay time.Duration, attempt uint64) (lease.Grant, error) {
+	if attempt == 0 {
+		return lease.Grant{}, fmt.Errorf("%w: hand-over attempt 0 (they are numbered from 1)", lease.ErrInvalid)
+	}
+	return v.acquireQueued(ctx, key, token, ttl, holder, stay, attempt)
+}
+
+// acquireQueued is AcquireQueued, with a hand-over when attempt is not 0
+// and the store listens.
+func (v leases) acquireQueued(ctx context.Context, key, token string, ttl time.Duration, holder string, stay time.Duration, attempt uint64) (lease.Grant, error) {
 	s := v.s
 	if err := s.validate(key, token, ttl); err != nil {
 		return lease.Grant{}, err
@@ -128,7 +180,13 @@ func (v leases) AcquireQueued(ctx context.Context, key, token string, ttl time.D
 		f, rem, ahead int64
 		who           string
 	)
-	err := s.grantRow(ctx, s.qq.acquire, []any{key, token, ttl, holder, leasedriver.WaiterID(token), stay}, &f, &rem, &who, &ahead)
+	args := []any{key, token, ttl, holder, leasedriver.WaiterID(token), stay, nil, nil, nil}
+	if attempt != 0 {
+		if id, ok := s.wakes.backend(); ok {
+			args[6], args[7], args[8] = token, int64(attempt), id
+		}
+	}
+	err := s.grantRow(ctx, s.qq.acquire, args, &f, &rem, &who, &ahead)
 	if err != nil {
 		return lease.Grant{}, s.wrap(ctx, fmt.Sprintf("acquire %q", key), err)
 	}
@@ -206,6 +264,34 @@ type listener struct {
 	mu     sync.Mutex
 	run    *listenRun // the running listener, nil when none
 	linger *time.Timer
+	// id is the key of the listening connection's advisory lock while
+	// it listens (0 otherwise): a waiter's place names it for a
+	// hand-over.
+	id int32
+}
+
+// listenLockClass is the first key of the session advisory lock each
+// listening connection holds while it is connected: (listenLockClass, id)
+// with id random and not 0. A release hands a key over only to a waiter
+// whose listener's lock is held (pg_try_advisory_xact_lock_shared fails):
+// the connection of a process that ended is closed, and its lock gone.
+// Taken with pg_advisory_lock(int, int), it shares PostgreSQL's advisory
+// locks with the application's: an application's lock on the
+// two-key form with this first key would read as a listener.
+const listenLockClass = "1952804469" // "tenu"
+
+// backend returns the key of the listening connection's lock.
+func (l *listener) backend() (id int32, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.id, l.id != 0
+}
+
+// setBackend records the listening connection's lock (0: none).
+func (l *listener) setBackend(id int32) {
+	l.mu.Lock()
+	l.id = id
+	l.mu.Unlock()
 }
 
 // listenRun is one run of the listening loop.
@@ -329,6 +415,21 @@ func (l *listener) loop(ctx context.Context, r *listenRun) {
 			if _, err := c.Exec(ctx, "LISTEN "+pgx.Identifier{l.channel}.Sanitize()); err != nil {
 				return fmt.Errorf("pgstore: LISTEN for wake-ups: %w", err)
 			}
+			// The lock tells the releases that this connection (and the
+			// waiters of its process) live. Without it the store's
+			// waiters are woken, not handed keys.
+			for range 3 {
+				id := randomLockID()
+				var locked bool
+				if id == 0 || c.QueryRow(ctx, `SELECT pg_try_advisory_lock(`+listenLockClass+`, $1)`, id).Scan(&locked) != nil {
+					break
+				}
+				if locked {
+					l.setBackend(id)
+					defer l.setBackend(0)
+					break
+				}
+			}
 			listening = true
 			if first {
 				first = false
@@ -409,4 +510,18 @@ func (c *contended) is(key string) bool {
 	defer c.mu.Unlock()
 	t, ok := c.until[key]
 	return ok && time.Now().Before(t)
+}
+
+// randomLockID is a random non-zero key for a listener's lock (0 when
+// the system's randomness fails).
+func randomLockID() int32 {
+	var b [4]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return 0
+	}
+	id := int32(binary.BigEndian.Uint32(b[:]))
+	if id == 0 {
+		id = 1
+	}
+	return id
 }
