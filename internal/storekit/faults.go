@@ -147,13 +147,25 @@ var errFromStore = errors.New("storekit: the store replied")
 // Leases returns s behind f. A store with a queue of waiters
 // (leasedriver.Queuer) keeps it behind f, and its wake-ups
 // (leasedriver.Waker), which f does not break: a missed wake-up is made
-// good by polling.
+// good by polling. Its hand-over (leasedriver.Handover) is kept too, its
+// attempts behind f.
 func (f *Faults) Leases(s lease.Store) lease.Store {
 	w := faultyLeases{f, s, lease.ErrUnavailable}
 	if _, ok := s.(leasedriver.Queuer); ok {
+		if _, ok := s.(leasedriver.Handover); ok {
+			return faultyHandover{faultyQueued{w}}
+		}
 		return faultyQueued{w}
 	}
 	return w
+}
+
+type faultyHandover struct{ faultyQueued }
+
+func (w faultyHandover) AcquireHandover(ctx context.Context, key, token string, ttl time.Duration, holder string, stay time.Duration, attempt uint64) (lease.Grant, error) {
+	return do(ctx, w.f, w.unav, func(ctx context.Context) (lease.Grant, error) {
+		return w.inner.(leasedriver.Handover).AcquireHandover(ctx, key, token, ttl, holder, stay, attempt)
+	})
 }
 
 type faultyQueued struct{ faultyLeases }
