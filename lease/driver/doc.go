@@ -4,7 +4,8 @@
 // leases (memstore, sqlitestore, pgstore, redisstore, etcdstore, or one of
 // your own): the Store interface and the values that cross it (Grant, Info,
 // HeldError), the optional interfaces a store may implement (HolderAcquirer,
-// Lister), the checks every store runs before its first write (Validate,
+// Lister; for contended keys Queuer, Waker and Handover, with the
+// wake-ups' format: WaiterID, GrantWake, ParseWake), the checks every store runs before its first write (Validate,
 // ValidateKey, ValidateToken, ValidateTTL, ValidateHolder, ValidateList),
 // and the rule stores share for fences (NextFence).
 //
