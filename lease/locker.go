@@ -338,12 +338,22 @@ func (lk *Locker) acquireQueued(ctx context.Context, key string, ttl time.Durati
 			return nil, err
 		}
 		ok, fence, from := waitFor(ctx, wake, me, wait)
-		if s := sents[from%uint64(len(sents))]; fence != 0 && from != 0 && s.attempt == from {
+		if fence != 0 {
 			// Handed over by a release, for ttl from the attempt whose
 			// place it found: the lease's validity counts from when that
-			// attempt was sent. (A grant from an attempt too old to be
-			// kept here is found by the next attempt.)
-			return lk.newLease(key, token, ttl, Grant{Fence: fence, TTL: ttl}, s.at), nil
+			// attempt was sent. Only a grant to the last attempt is taken,
+			// while that validity lies ahead: a later attempt found the
+			// key not this waiter's (the grant had run out, while this
+			// process was not running), and a grant that ran out may have
+			// been followed by another holder's. The next attempt, sent
+			// at once, finds the key this waiter's, with the same fence,
+			// if the grant still holds.
+			if s := sents[from%uint64(len(sents))]; from == attempt && s.attempt == from && time.Now().Before(lk.margin().Until(s.at, ttl)) {
+				return lk.newLease(key, token, ttl, Grant{Fence: fence, TTL: ttl}, s.at), nil
+			}
+			if ok {
+				continue
+			}
 		}
 		if !ok {
 			lk.giveUp(ctx, key, token)
