@@ -153,7 +153,7 @@ func TestHandoverOfAnEarlierAttemptIgnored(t *testing.T) {
 			t.Fatalf("%d attempts after 1.5s, want 2", n)
 		}
 		h.wake <- leasedriver.GrantWake(waiter, 1<<60, 1) // to attempt 1
-		synctest.Wait()                                    // taken or not: attempt 3, refused, if not
+		synctest.Wait()                                   // taken or not: attempt 3, refused, if not
 		h.mu.Lock()
 		n = len(h.attempts)
 		h.mu.Unlock()
