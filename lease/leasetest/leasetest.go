@@ -162,6 +162,7 @@ func Run(t *testing.T, newTarget func(t *testing.T) Target) {
 		{"QueueServesInArrivalOrder", testQueueOrder},
 		{"QueuePlaceExpires", testQueuePlaceExpires},
 		{"QueueLeave", testQueueLeave},
+		{"StaleReleaseOfAContendedKey", testStaleReleaseQueued},
 		{"LockerServesWaitersInOrder", testLockerFair},
 		{"WakeOnRelease", testWakeOnRelease},
 		{"HandoverGrantsTheFirstWaiter", testHandover},

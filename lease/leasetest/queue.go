@@ -310,3 +310,44 @@ func testWakeOnRelease(t *testing.T, tg Target) {
 	default:
 	}
 }
+
+// testStaleReleaseQueued: the release of a contended key (one with a queue,
+// whose release wakes or hands over to the next waiter) by a token whose
+// lease expired and was granted on changes nothing: the holder keeps the
+// key and its fence, and the waiter behind it is neither woken to take it
+// nor handed it.
+func testStaleReleaseQueued(t *testing.T, tg Target) {
+	q := queuer(t, tg)
+	ctx := ctxT(t)
+	k := key(t, "k")
+	stale, holder, next := lease.NewToken(), lease.NewToken(), lease.NewToken()
+	acquire(t, tg.Store, k, stale, tg.Unit)
+	_, err := q.AcquireQueued(ctx, k, holder, 30*time.Second, "holder", 30*time.Second)
+	queued(t, err, "a waiter while the key is held", 0)
+	waitFree(t, tg.Direct, k, 10*tg.Unit+5*time.Second)
+	g, err := q.AcquireQueued(ctx, k, holder, 30*time.Second, "holder", 30*time.Second)
+	if err != nil {
+		t.Fatalf("the first waiter on the expired key: %v", err)
+	}
+	if h, ok := tg.Store.(leasedriver.Handover); ok {
+		if wk, ok := tg.Store.(leasedriver.Waker); ok {
+			if _, stop, err := wk.Watch(ctx, k); err == nil {
+				defer stop()
+			}
+		}
+		_, err = h.AcquireHandover(ctx, k, next, 30*time.Second, "next", 30*time.Second, 1)
+	} else {
+		_, err = q.AcquireQueued(ctx, k, next, 30*time.Second, "next", 30*time.Second)
+	}
+	queued(t, err, "the next waiter", 0)
+	if err := tg.Store.Release(ctx, k, stale); !errors.Is(err, lease.ErrNotHeld) {
+		t.Fatalf("the expired token's release: %v, want ErrNotHeld", err)
+	}
+	info := inspect(t, tg.Direct, k)
+	if !info.Held || info.Fence != g.Fence || info.TTL < 20*time.Second {
+		t.Fatalf("after the expired token's release the store has %+v, want the key held with fence %d", info, g.Fence)
+	}
+	if r, err := tg.Store.Renew(ctx, k, holder, 30*time.Second); err != nil || r.Fence != g.Fence {
+		t.Fatalf("the holder's renew: %+v, %v; want fence %d", r, err, g.Fence)
+	}
+}

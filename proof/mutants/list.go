@@ -212,6 +212,14 @@ var list = []Mutant{
 		Workloads: []string{"lease-counter"}, Suite: "Lease",
 	},
 	{
+		Name: "postgres/release-contended-any-token", Store: "postgres",
+		Breaks: "the release of a contended key (which hands it over to the first waiter) takes it from its holder whatever the token",
+		Edits: []Edit{{File: pgQueue,
+			Old: "\tWHERE l.key = $1 AND l.token = $2 AND l.expires_at > c.now RETURNING l.fence),",
+			New: "\tWHERE l.key = $1 AND $2::text IS NOT NULL AND l.expires_at > c.now RETURNING l.fence),"}},
+		Workloads: []string{"lease-counter"}, Suite: "Lease",
+	},
+	{
 		Name: "redis/renew-any-token", Store: "redis",
 		Breaks: "Renew extends a lease whatever the token",
 		Edits: []Edit{{File: redisLua + "renew.lua",
