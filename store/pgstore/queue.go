@@ -41,7 +41,7 @@ func buildQueueQueries(schema string) queueQueries {
 	return queueQueries{
 		// $1 key, $2 token, $3 ttl µs, $4 holder, $5 waiter, $6 stay µs;
 		// for a hand-over (else NULL): $7 token, $8 attempt, $9 the
-		// listening session's lock (see listenLock).
+		// listening connection's lock (see listenLockClass).
 		// The grant is the plain acquire's upsert, tried only when no
 		// other live waiter is first (or the token holds the key
 		// already); otherwise the waiter keeps its place (a place whose
@@ -147,10 +147,11 @@ func (v leases) AcquireQueued(ctx context.Context, key, token string, ttl time.D
 
 // AcquireHandover is AcquireQueued for a waiter that watches key
 // (leasedriver.Handover): while the store's listening connection is up,
-// the waiter's place carries its token and that connection's backend, and
-// a release that finds the waiter first hands the key to it while that
-// backend lives. A process that ended has closed the connection, and is
-// woken instead, as are the waiters of a store that is not listening now.
+// the waiter's place carries its token and the key of the advisory lock
+// that connection holds (listenLockClass), and a release that finds the
+// waiter first hands the key to it while that lock is held. A process
+// that ended has closed the connection, and is woken instead, as are the
+// waiters of a store that is not listening now.
 // A waiter on a machine that vanished without closing its connection may
 // still be handed the key within its stay, which then waits for its
 // lease to expire, as a lease granted just before the machine vanished
@@ -275,8 +276,8 @@ type listener struct {
 // with id random and not 0. A release hands a key over only to a waiter
 // whose listener's lock is held (pg_try_advisory_xact_lock_shared fails):
 // the connection of a process that ended is closed, and its lock gone.
-// Taken with pg_advisory_lock(int, int), it shares PostgreSQL's advisory
-// locks with the application's: an application's lock on the
+// Taken with pg_try_advisory_lock(int, int), it shares PostgreSQL's
+// advisory locks with the application's: an application's lock on the
 // two-key form with this first key would read as a listener.
 const listenLockClass = "1952804469" // "tenu"
 
