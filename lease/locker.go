@@ -284,16 +284,9 @@ func (lk *Locker) acquireQueued(ctx context.Context, key string, ttl time.Durati
 	// A place lives three polls: the waiter keeps it with every attempt.
 	stay := min(3*lk.o.RetryMax, driver.MaxTTL)
 	// Watching a store with hand-over, a release may grant the key with
-	// the wake-up; sents keeps when the recent attempts were sent, for
-	// the validity of such a grant.
+	// the wake-up.
 	handover := lk.handover != nil && wake != nil
-	var (
-		last  error
-		sents [64]struct {
-			attempt uint64
-			at      time.Time
-		}
-	)
+	var last error
 	for attempt, unknown := uint64(1), 0; ; attempt++ {
 		sent := time.Now()
 		var (
@@ -301,8 +294,6 @@ func (lk *Locker) acquireQueued(ctx context.Context, key string, ttl time.Durati
 			err error
 		)
 		if handover {
-			slot := &sents[attempt%uint64(len(sents))]
-			slot.attempt, slot.at = attempt, sent
 			g, err = lk.handover.AcquireHandover(ctx, key, token, ttl, lk.o.Holder, stay, attempt)
 		} else {
 			g, err = lk.queue.AcquireQueued(ctx, key, token, ttl, lk.o.Holder, stay)
@@ -341,15 +332,15 @@ func (lk *Locker) acquireQueued(ctx context.Context, key string, ttl time.Durati
 		if fence != 0 {
 			// Handed over by a release, for ttl from the attempt whose
 			// place it found: the lease's validity counts from when that
-			// attempt was sent. Only a grant to the last attempt is taken,
-			// while that validity lies ahead: a later attempt found the
-			// key not this waiter's (the grant had run out, while this
-			// process was not running), and a grant that ran out may have
-			// been followed by another holder's. The next attempt, sent
-			// at once, finds the key this waiter's, with the same fence,
-			// if the grant still holds.
-			if s := sents[from%uint64(len(sents))]; from == attempt && s.attempt == from && time.Now().Before(lk.margin().Until(s.at, ttl)) {
-				return lk.newLease(key, token, ttl, Grant{Fence: fence, TTL: ttl}, s.at), nil
+			// attempt was sent. Only a grant to the last attempt (this
+			// one, sent at sent) is taken, while that validity lies
+			// ahead: a later attempt found the key not this waiter's (the
+			// grant had run out, while this process was not running), and
+			// a grant that ran out may have been followed by another
+			// holder's. The next attempt, sent at once, finds the key this
+			// waiter's, with the same fence, if the grant still holds.
+			if from == attempt && time.Now().Before(lk.margin().Until(sent, ttl)) {
+				return lk.newLease(key, token, ttl, Grant{Fence: fence, TTL: ttl}, sent), nil
 			}
 			if ok {
 				continue
