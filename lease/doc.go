@@ -28,8 +28,11 @@
 // goes to the first live waiter, so waiters are served in arrival order;
 // on a store that wakes waiters (driver.Waker: every store tenure ships)
 // the release wakes the waiter that is first, and polling at the holder's
-// remaining TTL (at most Options.RetryMax) is only the fallback.
-// Options.Unfair turns the queue off. Elsewhere Acquire backs off with
+// remaining TTL (at most Options.RetryMax) is only the fallback. On a
+// store with hand-over (driver.Handover: pgstore) the release grants the
+// key to the first waiting Acquire itself and the wake-up carries the
+// grant, which Acquire takes while its validity, counted from the
+// waiter's last attempt, lies ahead. Options.Unfair turns the queue off. Elsewhere Acquire backs off with
 // jitter.
 //
 // # A tenure held elsewhere
