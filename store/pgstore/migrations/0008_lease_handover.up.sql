@@ -12,6 +12,7 @@
 -- stays UNLOGGED: a place lost in a crash or a failover is taken again,
 -- without the hand-over, by the waiter's next attempt.
 -- Expand-only: a tenure of version 7 runs on it, and hands nothing over.
+-- SQLite's version 8 records the version only.
 -- {{schema}} stands for the quoted schema name ("tenure" by default).
 
 -- +goose Up
