@@ -11,13 +11,16 @@
 //	defer term.Resign(context.Background())
 //	settle(term.Context(), term.Fence()) // the term's context ends before the store could end the term
 //
-// A term ends when it is resigned, when a renewal is refused (the store
-// ended it) or when its validity runs out without a renewal (a paused or
-// partitioned leader): Term.Done closes first, before another instance can
-// lead. The term's fence is the lease's: pass it to the guards where the
-// leader's writes land (package fence, each store's Admit, CheckHolder,
-// HolderSet or Compare), so that a leader that woke after its term never
-// writes over its successor.
+// A term ends when it is resigned, when its validity runs out without a
+// renewal (a paused or partitioned leader) or when a renewal is refused
+// (the store ended it). In the first two cases Term.Done closes before
+// another instance can lead. A term the store ended (an operator's forced
+// release) is noticed at the next renewal, up to a third of the TTL later,
+// while another instance may lead already; the fence is what turns the old
+// leader's writes away then. The term's fence is the lease's: pass it to
+// the guards where the leader's writes land (package fence, each store's
+// Admit, CheckHolder, HolderSet or Compare), so that a leader that woke
+// after its term never writes over its successor.
 //
 // Election.Leader reads who leads now (its holder description, fence and
 // time left) and Election.Observe follows the changes: every leader it

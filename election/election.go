@@ -284,12 +284,14 @@ func (e *Election) Observe(ctx context.Context) iter.Seq2[Leader, error] {
 type Callbacks struct {
 	// OnStartedLeading runs while this campaigner leads, with the term's
 	// context (see Term.Context). When it returns the term is resigned.
+	// When nil, Run leads until the term ends or ctx does.
 	OnStartedLeading func(ctx context.Context, t *Term)
 	// OnStoppedLeading is called when a term of this campaigner ended,
 	// with Term.Err.
 	OnStoppedLeading func(err error)
 	// OnNewLeader is called with each leader Observe reports (this
-	// campaigner included), from a goroutine of its own.
+	// campaigner included), from a goroutine of its own. An error reading
+	// the leader is logged (Options.Logger) and reading goes on.
 	OnNewLeader func(Leader)
 }
 
@@ -305,9 +307,11 @@ func (e *Election) Run(ctx context.Context, cb Callbacks) error {
 		go func() {
 			defer close(done)
 			for l, err := range e.Observe(octx) {
-				if err == nil {
-					cb.OnNewLeader(l)
+				if err != nil {
+					e.log.Warn("election: cannot read the leader; reading again", "election", e.name, "err", err)
+					continue
 				}
+				cb.OnNewLeader(l)
 			}
 		}()
 	}
@@ -328,6 +332,8 @@ func (e *Election) Run(ctx context.Context, cb Callbacks) error {
 		stop := context.AfterFunc(ctx, cancel)
 		if cb.OnStartedLeading != nil {
 			cb.OnStartedLeading(wctx, t)
+		} else {
+			<-wctx.Done()
 		}
 		stop()
 		cancel()

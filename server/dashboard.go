@@ -458,8 +458,7 @@ func (d *dashboard) snapshot(ctx context.Context, p principal, v view) snapshot 
 			"/v1/leases?"+url.Values{"prefix": {v.prefix}, "limit": {strconv.Itoa(leasePage)}}.Encode())
 	}
 	if v.listLeases {
-		out.Elections = d.panel(ctx, p, "listLeases",
-			"/v1/leases?"+url.Values{"prefix": {election.KeyPrefix}, "limit": {strconv.Itoa(leasePage)}}.Encode())
+		out.Elections = d.electionsPanel(ctx, p)
 	}
 	if len(v.keys) > 0 {
 		out.Watched = map[string]*panel{}
@@ -483,6 +482,49 @@ func (d *dashboard) snapshot(ctx context.Context, p principal, v view) snapshot 
 		out.Idem = d.idemPanel(ctx, p)
 	}
 	return out
+}
+
+// electionsPages bounds the pages of election leases one snapshot reads.
+const electionsPages = 10
+
+// electionsPanel lists the led elections (the held leases election/NAME)
+// as listLeases shows them to p. Ended elections keep records that list
+// before led ones, so it reads up to electionsPages pages of leasePage and
+// keeps the held leases; Next names where it stopped when more were left.
+func (d *dashboard) electionsPanel(ctx context.Context, p principal) *panel {
+	out := serveapi.LeaseList{Leases: []serveapi.LeaseInfo{}}
+	q := url.Values{"prefix": {election.KeyPrefix}, "limit": {strconv.Itoa(leasePage)}}
+	for range electionsPages {
+		st, b := d.call(ctx, p, "listLeases", "/v1/leases?"+q.Encode(), nil)
+		if st != http.StatusOK {
+			return &panel{Status: st, Body: b}
+		}
+		var page serveapi.LeaseList
+		if err := json.Unmarshal(b, &page); err != nil {
+			return problemPanel(serveapi.NewProblem(serveapi.TypeInternal, "the elections could not be read"))
+		}
+		for _, l := range page.Leases {
+			if l.Held {
+				out.Leases = append(out.Leases, l)
+			}
+		}
+		out.Next = page.Next
+		if page.Next == "" {
+			break
+		}
+		q.Set("after", page.Next)
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		return problemPanel(serveapi.NewProblem(serveapi.TypeInternal, "the elections could not be encoded"))
+	}
+	return &panel{Status: http.StatusOK, Body: b}
+}
+
+// problemPanel is a panel that reports pr.
+func problemPanel(pr serveapi.Problem) *panel {
+	b, _ := json.Marshal(pr)
+	return &panel{Status: pr.Status, Body: b}
 }
 
 // poll is one panel's snapshot, shared by every stream of one token that

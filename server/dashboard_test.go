@@ -827,3 +827,56 @@ func TestDashboardStreamOutlivesWriteTimeout(t *testing.T) {
 		}
 	}
 }
+
+// TestDashboardElectionsPastOnePage: the elections panel shows a led
+// election listed after more than one page of ended ones (whose records
+// the store keeps), and only the led ones.
+func TestDashboardElectionsPastOnePage(t *testing.T) {
+	e := newDash(t, nil)
+	ctx := context.Background()
+	for i := range 250 {
+		k := fmt.Sprintf("%sended-%03d", election.KeyPrefix, i)
+		tok := fmt.Sprintf("ended-token-%03d-0123456789", i)
+		if _, err := e.mem.Leases().Acquire(ctx, k, tok, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.mem.Leases().Release(ctx, k, tok); err != nil {
+			t.Fatal(err)
+		}
+	}
+	el, err := election.New(e.mem.Leases(), "zz-settlement", &election.Options{Holder: "worker-9"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	term, err := el.Campaign(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer term.Resign(ctx)
+	if e.login(t, adminTok).StatusCode != 200 {
+		t.Fatal("login failed")
+	}
+	rd, stop := e.stream(t, url.Values{"list": {"1"}})
+	defer stop()
+	name, data := event(t, rd)
+	if name != "snapshot" {
+		t.Fatalf("event %q", name)
+	}
+	var s snapT
+	if err := json.Unmarshal([]byte(data), &s); err != nil {
+		t.Fatal(err)
+	}
+	var ll serveapi.LeaseList
+	if err := json.Unmarshal(s.Elections.Body, &ll); err != nil {
+		t.Fatalf("elections panel: %v: %s", err, s.Elections.Body)
+	}
+	if s.Elections.Status != 200 || len(ll.Leases) != 1 || ll.Leases[0].Key != election.KeyPrefix+"zz-settlement" ||
+		ll.Leases[0].Fence != term.Fence() || ll.Leases[0].Holder != "worker-9" || ll.Next != "" {
+		first := ""
+		if len(ll.Leases) > 0 {
+			first = ll.Leases[0].Key
+		}
+		t.Fatalf("elections panel: status %d, %d leases (first %q), next %q; want the one led election",
+			s.Elections.Status, len(ll.Leases), first, ll.Next)
+	}
+}

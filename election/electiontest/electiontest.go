@@ -32,6 +32,7 @@ func Run(t *testing.T, newTarget func(t *testing.T) leasetest.Target) {
 		{"ObserveFollowsTerms", testObserve},
 		{"TermEndsWhenStoreEndsIt", testStoreEndsTerm},
 		{"CrashedLeaderReplacedAfterTTL", testCrashedLeader},
+		{"ObserveSeesAnExpiredTermGo", testObserveExpiry},
 		{"TermLostWhenUnreachable", testUnreachable},
 		{"CampaignGivesUpItsPlace", testGiveUp},
 		{"RunCallbacks", testRun},
@@ -388,6 +389,35 @@ func testCrashedLeader(t *testing.T, tg leasetest.Target) {
 	o.waitSeen(t, "b", func(l election.Leader) bool { return l.Fence == tb.Fence() })
 	resign(t, tb)
 	o.terms(t, dead.Fence(), tb.Fence())
+}
+
+// testObserveExpiry: a leader that crashed with nobody campaigning is
+// reported gone once its lease expired. The observer's ObserveEvery is an
+// hour and an expiry wakes nothing on most stores: Observe reads the store
+// again when the term's time runs out, or it would report the crashed
+// leader for that hour.
+func testObserveExpiry(t *testing.T, tg leasetest.Target) {
+	n := name(t)
+	ttl := max(3*tg.Unit, 600*time.Millisecond)
+	w, err := election.New(tg.Direct, n, &election.Options{Holder: "w", TTL: ttl, ObserveEvery: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lk, err := lease.New(tg.Store, &lease.Options{Holder: "crashed"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead, err := lk.TryAcquire(ctxT(t), w.Key(), ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := observe(t, w)
+	o.waitSeen(t, "the crashed leader", func(l election.Leader) bool { return l.Fence == dead.Fence() && l.Holder == "crashed" })
+	o.waitSeen(t, "no leader once the crashed term expired", func(l election.Leader) bool { return !l.Elected() })
+	if l := leader(t, w); l.Elected() {
+		t.Fatalf("Observe reported no leader while Leader reads %+v", l)
+	}
+	o.terms(t, dead.Fence())
 }
 
 // testUnreachable: a leader cut off from the store loses its term (Done,

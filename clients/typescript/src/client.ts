@@ -1,3 +1,4 @@
+import { Election, type ElectionOptions } from "./election.js";
 import { Idempotency } from "./idempotency.js";
 import { Leases, type Lease, type MarginOptions } from "./lease.js";
 import { Limits } from "./limits.js";
@@ -60,6 +61,19 @@ export class Client {
     this.idempotency = new Idempotency(this.#t);
     this.limits = new Limits(this.#t);
     this.sessions = new Sessions(this.#t);
+  }
+
+  /**
+   * The leader election name on this server: one leader at a time, its
+   * term fenced like any lease (the lease "election/" + name), the other
+   * campaigners waiting in arrival order. It sends nothing until used.
+   *
+   * ```ts
+   * const term = await c.election("settlement", { ttl: "15s" }).campaign();
+   * ```
+   */
+  election(name: string, options: ElectionOptions = {}): Election {
+    return new Election(this.leases, name, options);
   }
 
   /** The server's base URL. */

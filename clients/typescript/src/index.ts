@@ -1,7 +1,7 @@
 /**
  * The TypeScript client of tenure serve: leases with fencing tokens and
- * keep-alive, holder-checked and fenced writes, idempotency, rate limits
- * and sessions over tenure's HTTP API.
+ * keep-alive, holder-checked and fenced writes, leader election,
+ * idempotency, rate limits and sessions over tenure's HTTP API.
  */
 export { Client, type FencedValue, type LeaseRef, type Options } from "./client.js";
 export type { ClientOptions } from "./transport.js";
@@ -30,6 +30,16 @@ export {
   UnavailableError,
   type Problem,
 } from "./errors.js";
+export {
+  DEFAULT_ELECTION_TTL_MS,
+  DEFAULT_OBSERVE_EVERY_MS,
+  ELECTION_KEY_PREFIX,
+  Election,
+  Term,
+  type ElectionOptions,
+  type Leader,
+  type ObserveOptions,
+} from "./election.js";
 export { Lease, Leases, type AcquireOptions, type LeaseInfo, type MarginOptions } from "./lease.js";
 export {
   ClaimLostError,

@@ -679,7 +679,10 @@
       note('election-note', p.status === 501 ? 'This store does not list its leases.' : problemText(p), p.status !== 501);
       return;
     }
-    note('election-note', '');
+    // The server reads a bounded number of election records and keeps
+    // the led ones; next names where it stopped.
+    const more = !!p.body.next;
+    note('election-note', more ? 'Only the first 2,000 election records were read: the elections led among them are shown. `tenure election list` lists them all.' : '');
     const rows = [];
     for (const i of p.body.leases || []) {
       if (!i.held) continue;
@@ -690,7 +693,7 @@
         el('td', { class: 'num', text: (durMs(i.ttl) / 1000).toFixed(1) + 's' })));
     }
     $('election-rows').replaceChildren(...rows);
-    $('election-empty').hidden = rows.length > 0;
+    $('election-empty').hidden = rows.length > 0 || more;
   };
 
   // ---- discovery ----
