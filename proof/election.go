@@ -7,11 +7,13 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/tenurekit/tenure/election"
 	"github.com/tenurekit/tenure/internal/storeurl"
 	"github.com/tenurekit/tenure/lease"
+	leasedriver "github.com/tenurekit/tenure/lease/driver"
 )
 
 func init() {
@@ -63,7 +65,9 @@ func electionWorker(ctx context.Context, w *workerEnv) error {
 // checks judge them, with several writes per term.
 func electionLoop(ctx context.Context, w *workerEnv, mode string) error {
 	ttl := w.spec.TTL
-	e, err := election.New(w.env.Leases, electionName(w, mode), &election.Options{
+	var fence atomic.Uint64 // the term's, while it lasts
+	store := recordRenewals(w.env.Leases, w.rec, mode, electionKey(w, mode), &fence)
+	e, err := election.New(store, electionName(w, mode), &election.Options{
 		TTL:    ttl,
 		Holder: "proof worker",
 		Lease:  &lease.Options{RetryMin: 2 * time.Millisecond, RetryMax: 20 * time.Millisecond, Attempts: 1},
@@ -87,6 +91,7 @@ func electionLoop(ctx context.Context, w *workerEnv, mode string) error {
 			continue
 		}
 		l := t.Lease()
+		fence.Store(l.Fence())
 		p.OK(strconv.FormatInt(l.ValidUntil().UnixNano(), 10), l.Fence())
 		// The steps of a term finish even when the worker is told to
 		// stop, so that a stop leaves no write unknown.
@@ -113,6 +118,79 @@ func electionLoop(ctx context.Context, w *workerEnv, mode string) error {
 		ocancel()
 	}
 	return nil
+}
+
+// recordRenewals returns s, through which a term's keep-alive renews key:
+// each renewal of key is recorded as a "renew" of the term's fence whose
+// output is its validity (half the TTL from its send, as the lease-counter
+// records its own), so that the lease's history judges the whole of each
+// term, not only its first TTL. The store's queue, wake-ups and hand-over
+// stay as they are.
+func recordRenewals(s lease.Store, rec *Recorder, mode, key string, fence *atomic.Uint64) lease.Store {
+	r := renewRecorder{Store: s, rec: rec, mode: mode, key: key, fence: fence}
+	q, queued := s.(leasedriver.Queuer)
+	wk, wakes := s.(leasedriver.Waker)
+	if !queued || !wakes {
+		return r
+	}
+	rq := renewRecorderQueued{renewRecorder: r, q: q, wk: wk}
+	if h, ok := s.(leasedriver.Handover); ok {
+		return renewRecorderHandover{renewRecorderQueued: rq, h: h}
+	}
+	return rq
+}
+
+type renewRecorder struct {
+	lease.Store
+	rec       *Recorder
+	mode, key string
+	fence     *atomic.Uint64
+}
+
+func (r renewRecorder) AcquireHolder(ctx context.Context, key, token string, ttl time.Duration, holder string) (lease.Grant, error) {
+	return leasedriver.AcquireAs(ctx, r.Store, key, token, ttl, holder)
+}
+
+func (r renewRecorder) Renew(ctx context.Context, key, token string, ttl time.Duration) (lease.Grant, error) {
+	if key != r.key {
+		return r.Store.Renew(ctx, key, token, ttl)
+	}
+	p := r.rec.Invoke(r.mode, "renew", key, "", r.fence.Load())
+	sent := time.Now()
+	g, err := r.Store.Renew(ctx, key, token, ttl)
+	if err != nil {
+		p.End("", r.fence.Load(), err)
+		return g, err
+	}
+	p.OK(strconv.FormatInt(sent.Add(ttl/2).UnixNano(), 10), g.Fence)
+	return g, nil
+}
+
+type renewRecorderQueued struct {
+	renewRecorder
+	q  leasedriver.Queuer
+	wk leasedriver.Waker
+}
+
+func (r renewRecorderQueued) AcquireQueued(ctx context.Context, key, token string, ttl time.Duration, holder string, stay time.Duration) (lease.Grant, error) {
+	return r.q.AcquireQueued(ctx, key, token, ttl, holder, stay)
+}
+
+func (r renewRecorderQueued) Leave(ctx context.Context, key, token string) error {
+	return r.q.Leave(ctx, key, token)
+}
+
+func (r renewRecorderQueued) Watch(ctx context.Context, key string) (<-chan string, func(), error) {
+	return r.wk.Watch(ctx, key)
+}
+
+type renewRecorderHandover struct {
+	renewRecorderQueued
+	h leasedriver.Handover
+}
+
+func (r renewRecorderHandover) AcquireHandover(ctx context.Context, key, token string, ttl time.Duration, holder string, stay time.Duration, attempt uint64) (lease.Grant, error) {
+	return r.h.AcquireHandover(ctx, key, token, ttl, holder, stay, attempt)
 }
 
 func electionCheck(ctx context.Context, w *workerEnv, ri *runInfo, h *History, mode string) ModeResult {
