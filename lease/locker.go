@@ -233,7 +233,8 @@ func (lk *Locker) tryAcquire(ctx context.Context, key string, ttl time.Duration)
 // released. Otherwise, and as the fallback for a missed wake-up, it backs
 // off with jitter and never sleeps past the holder's remaining TTL. When
 // ctx ends first, the error wraps both ctx.Err() and the last ErrHeld, and
-// the waiter's place is given up.
+// the waiter's place is given up. With a ctx that has ended already,
+// Acquire returns ctx.Err() wrapped and sends nothing to the store.
 func (lk *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (*Lease, error) {
 	ctx, sp := lk.tel.start(ctx, "tenure.lease.acquire", key)
 	l, err := lk.acquire(ctx, key, ttl)
@@ -248,6 +249,11 @@ func (lk *Locker) acquire(ctx context.Context, key string, ttl time.Duration) (*
 	}
 	if err := driver.ValidateTTL(ttl); err != nil {
 		return nil, err
+	}
+	// A context that ended before the first attempt sends nothing: there
+	// is no place to give up and no grant to release afterwards.
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("lease: acquire %q: %w", key, err)
 	}
 	var wake <-chan string
 	if lk.waker != nil {

@@ -118,6 +118,28 @@ func TestAcquireGivesUpWithContext(t *testing.T) {
 	})
 }
 
+// TestAcquireWithEndedContextSendsNothing: an Acquire whose context has
+// ended sends no attempt, so it leaves no place to give up and nothing to
+// release in the background after it returned.
+func TestAcquireWithEndedContextSendsNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &faulty{Store: newMem(t, nil).Leases()}
+		ctx, cancel := context.WithCancel(t.Context())
+		cancel()
+		l, err := leasetest.NewLocker(t, f, nil).Acquire(ctx, "k", time.Minute)
+		if !errors.Is(err, context.Canceled) || l != nil {
+			t.Fatalf("Acquire with an ended context: %v, %v; want context.Canceled", l, err)
+		}
+		synctest.Wait() // any background give-up
+		if n := f.acquires.Load(); n != 0 {
+			t.Fatalf("%d acquires sent with an ended context, want none", n)
+		}
+		if info, err := f.Inspect(t.Context(), "k"); err != nil || info.Held || info.Fence != 0 {
+			t.Fatalf("stored %+v, %v; want nothing", info, err)
+		}
+	})
+}
+
 func TestTryAcquireHeld(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		lk := leasetest.NewLocker(t, newMem(t, nil).Leases(), nil)
