@@ -1,3 +1,4 @@
+import { Client } from "../src/index.js";
 import { startServe, type Serve } from "../tools/serve.js";
 
 export { startServe, type Serve };
@@ -24,4 +25,23 @@ export function abortedAt(signal: AbortSignal): Promise<number> {
 let n = 0;
 export function unique(prefix: string): string {
   return `${prefix}/${process.pid}-${Date.now()}-${++n}`;
+}
+
+/**
+ * A client of s whose lease renewals are cut on the way once cut() was
+ * called (the server never sees them). Its margin leaves room for a late
+ * timer on a loaded machine: a lease's signal is still due before the TTL
+ * measured from before the acquire was sent.
+ */
+export function renewCutClient(s: Serve): { client: Client; cut: () => void } {
+  let cut = false;
+  const client = new Client(s.url, {
+    token: s.token,
+    leases: { marginMs: 1000 },
+    fetch: async (input, init) => {
+      if (cut && String(input).endsWith("/v1/leases/renew")) throw new TypeError("fetch failed (cut by the test)");
+      return fetch(input, init);
+    },
+  });
+  return { client, cut: () => (cut = true) };
 }
