@@ -5,7 +5,10 @@
 // wake-up, so a slow watcher never blocks the others or the store.
 package wakehub
 
-import "sync"
+import (
+	"sync"
+	"time"
+)
 
 // Hub is the watchers of a store's keys. The zero value is ready to use;
 // it is safe for concurrent use.
@@ -90,4 +93,45 @@ func Send(ch chan string, who string) {
 	case ch <- who:
 	default:
 	}
+}
+
+// ContendedFor is how long a key counts as contended after a store last
+// saw it refused or released with waiters.
+const ContendedFor = 10 * time.Second
+
+// Contended remembers the keys a store saw contended lately, for a release
+// that hands such a key on in its own write (one round trip to the
+// hand-off) where other keys take a cheaper path. It keeps at most 4096
+// keys. The zero value is ready to use; it is safe for concurrent use.
+type Contended struct {
+	mu    sync.Mutex
+	until map[string]time.Time
+}
+
+// Mark counts key as contended from now on, for ContendedFor.
+func (c *Contended) Mark(key string) {
+	now := time.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.until == nil {
+		c.until = map[string]time.Time{}
+	}
+	if len(c.until) >= 4096 {
+		for k, t := range c.until {
+			if now.After(t) {
+				delete(c.until, k)
+			}
+		}
+	}
+	if len(c.until) < 4096 {
+		c.until[key] = now.Add(ContendedFor)
+	}
+}
+
+// Is reports whether key counts as contended.
+func (c *Contended) Is(key string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t, ok := c.until[key]
+	return ok && time.Now().Before(t)
 }

@@ -110,7 +110,7 @@ func (v leases) AcquireHolder(ctx context.Context, key, token string, ttl time.D
 			return lease.Grant{}, s.wrap(ctx, fmt.Sprintf("acquire %q: read holder", key), err)
 		}
 		if rem > 0 || ahead > 0 {
-			s.hot.mark(key)
+			s.hot.Mark(key)
 		}
 		if rem > 0 {
 			return lease.Grant{}, &lease.HeldError{Key: key, TTL: time.Duration(rem) * time.Microsecond, Holder: who, Position: int(ahead)}
@@ -154,7 +154,7 @@ func (v leases) Release(ctx context.Context, key, token string) error {
 	if err := pgToken(token); err != nil {
 		return err
 	}
-	if s.hot.is(key) {
+	if s.hot.Is(key) {
 		var n, woke int64
 		if err := s.db.queryRow(ctx, s.qq.release, []any{key, token, s.wakeCh, leasedriver.WaiterID(token)}, &n, &woke); err != nil {
 			return s.wrap(ctx, fmt.Sprintf("release %q", key), err)
@@ -175,7 +175,7 @@ func (v leases) Release(ctx context.Context, key, token string) error {
 	if waiters {
 		// Released: a failed wake-up is made good by the waiters'
 		// polling.
-		s.hot.mark(key)
+		s.hot.Mark(key)
 		var n int64
 		_ = s.db.queryRow(ctx, s.qq.wake, []any{key, s.wakeCh}, &n)
 	}

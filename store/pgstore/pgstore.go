@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/tenurekit/tenure/internal/wakehub"
 	"github.com/tenurekit/tenure/lease"
 )
 
@@ -69,7 +70,7 @@ type Store struct {
 	qq     queueQueries
 	wakeCh string    // the NOTIFY channel of lease wake-ups
 	wakes  *listener // the watchers of keys and their connection
-	hot    contended // the keys seen contended lately
+	hot    wakehub.Contended // the keys seen contended lately
 
 	unlogged bool // Options.UnloggedLeases
 

@@ -92,7 +92,7 @@ SELECT count(*) FROM (SELECT pg_notify($3, coalesce((SELECT w.waiter FROM ` + wa
 	AND ` + free + `) AS n`,
 		// $1 key, $2 token, $3 channel, $4 the token's waiter: the
 		// release of a key that has been contended lately (see
-		// contended). When the first live waiter (other than the
+		// wakehub.Contended). When the first live waiter (other than the
 		// releasing token's own place, left by an attempt that crossed a
 		// hand-over, which goes) took a hand-over, its session still
 		// listening and its grant still ahead, the key goes to it: a new
@@ -192,7 +192,7 @@ func (v leases) acquireQueued(ctx context.Context, key, token string, ttl time.D
 		return lease.Grant{}, s.wrap(ctx, fmt.Sprintf("acquire %q", key), err)
 	}
 	if f == 0 {
-		s.hot.mark(key)
+		s.hot.Mark(key)
 	}
 	switch {
 	case f > 0:
@@ -469,48 +469,6 @@ func (l *listener) loop(ctx context.Context, r *listenRun) {
 			backoff = min(2*backoff, 2*time.Second)
 		}
 	}
-}
-
-// contendedFor is how long a key counts as contended after the store last
-// saw it refused or released with waiters.
-const contendedFor = 10 * time.Second
-
-// contended remembers the keys this store saw contended lately: their
-// release wakes the first waiter in the release's own statement (one
-// round trip to the hand-off). Other keys are released by a statement that
-// never reads the queue, followed by a wake-up statement only when the
-// row's waiters hint is on.
-type contended struct {
-	mu    sync.Mutex
-	until map[string]time.Time
-}
-
-// mark counts key as contended from now on, for contendedFor.
-func (c *contended) mark(key string) {
-	now := time.Now()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.until == nil {
-		c.until = map[string]time.Time{}
-	}
-	if len(c.until) >= 4096 {
-		for k, t := range c.until {
-			if now.After(t) {
-				delete(c.until, k)
-			}
-		}
-	}
-	if len(c.until) < 4096 {
-		c.until[key] = now.Add(contendedFor)
-	}
-}
-
-// is reports whether key counts as contended.
-func (c *contended) is(key string) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	t, ok := c.until[key]
-	return ok && time.Now().Before(t)
 }
 
 // randomLockID is a random non-zero key for a listener's lock (0 when

@@ -135,8 +135,9 @@ func TestConformance(t *testing.T) {
 						flushAll(t, own.Nodes()...)
 						return direct.Leases()
 					},
-					Resource: &resource{s: s, direct: direct, c: dc},
-					Ended:    endedHooks(direct, dc),
+					Resource:    &resource{s: s, direct: direct, c: dc},
+					Ended:       endedHooks(direct, dc),
+					EndWatchers: s.EndWakes,
 				}
 			},
 			Idempotency: func(t *testing.T) idempotencytest.Target {
@@ -197,8 +198,9 @@ func TestConformance(t *testing.T) {
 						flushAll(t, own.Nodes()...)
 						return direct.Leases()
 					},
-					Resource: &resource{s: s, direct: direct, c: dc},
-					Ended:    endedHooks(direct, dc),
+					Resource:    &resource{s: s, direct: direct, c: dc},
+					Ended:       endedHooks(direct, dc),
+					EndWatchers: s.EndWakes,
 				}
 			},
 			Session: func(t *testing.T, _ *storetest.Clock) sessiontest.Target {
@@ -269,8 +271,9 @@ func singleFactory(t *testing.T, c client) storetest.Factory {
 					flushAll(t, srv)
 					return direct.Leases()
 				},
-				Resource: &resource{s: s, direct: direct, c: dc},
-				Ended:    endedHooks(direct, dc),
+				Resource:    &resource{s: s, direct: direct, c: dc},
+				Ended:       endedHooks(direct, dc),
+				EndWatchers: s.EndWakes,
 			}
 		},
 		Idempotency: func(t *testing.T) idempotencytest.Target {

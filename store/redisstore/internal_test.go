@@ -114,7 +114,7 @@ func testScriptsValidateBeforeWriting(t *testing.T, open func(t *testing.T, addr
 	c := newClient(t, srv.Addr())
 	s := open(t, srv.Addr(), nil)
 	lock, fk, hk := s.leaseKeys3("k")
-	qk, sk, _ := s.queueKeys("k")
+	qk, sk, ho, _ := s.queueKeys("k")
 	fl := s.floorKey("k")
 	vk, ak := s.valueKeys("r")
 	cases := []struct {
@@ -123,29 +123,31 @@ func testScriptsValidateBeforeWriting(t *testing.T, open func(t *testing.T, addr
 		keys []string
 		args []string
 	}{
-		{"acquire empty token", acquireScript, []string{lock, fk, hk, qk, sk, fl}, []string{"", "1000", "1000", "", "0"}},
-		{"acquire long token", acquireScript, []string{lock, fk, hk, qk, sk, fl}, []string{strings.Repeat("t", 129), "1000", "1000", "", "0"}},
-		{"acquire zero ttl", acquireScript, []string{lock, fk, hk, qk, sk, fl}, []string{"t", "0", "1000", "", "0"}},
-		{"acquire fractional ttl", acquireScript, []string{lock, fk, hk, qk, sk, fl}, []string{"t", "1.5", "1000", "", "0"}},
-		{"acquire ttl over a day", acquireScript, []string{lock, fk, hk, qk, sk, fl}, []string{"t", "86400001", "1000", "", "0"}},
-		{"acquire ttl not a number", acquireScript, []string{lock, fk, hk, qk, sk, fl}, []string{"t", "x", "1000", "", "0"}},
-		{"acquire bad retention", acquireScript, []string{lock, fk, hk, qk, sk, fl}, []string{"t", "1000", "-1", "", "0"}},
-		{"acquire long holder", acquireScript, []string{lock, fk, hk, qk, sk, fl}, []string{"t", "1000", "1000", strings.Repeat("h", 129), "0"}},
-		{"acquire holder with a line break", acquireScript, []string{lock, fk, hk, qk, sk, fl}, []string{"t", "1000", "1000", "a\nb", "0"}},
-		{"acquire holder with NUL", acquireScript, []string{lock, fk, hk, qk, sk, fl}, []string{"t", "1000", "1000", "a\x00b", "0"}},
-		{"acquire without stay argument", acquireScript, []string{lock, fk, hk, qk, sk, fl}, []string{"t", "1000", "1000", ""}},
-		{"acquire three keys", acquireScript, []string{lock, fk, hk}, []string{"t", "1000", "1000", "", "0"}},
-		{"acquire without the floor", acquireScript, []string{lock, fk, hk, qk, sk}, []string{"t", "1000", "1000", "", "0"}},
-		{"acquire negative stay", acquireScript, []string{lock, fk, hk, qk, sk, fl}, []string{"t", "1000", "1000", "", "-1"}},
-		{"acquire fractional stay", acquireScript, []string{lock, fk, hk, qk, sk, fl}, []string{"t", "1000", "1000", "", "0.5"}},
+		{"acquire empty token", acquireScript, []string{lock, fk, hk, qk, sk, fl, ho}, []string{"", "1000", "1000", "", "0", "0", ""}},
+		{"acquire long token", acquireScript, []string{lock, fk, hk, qk, sk, fl, ho}, []string{strings.Repeat("t", 129), "1000", "1000", "", "0", "0", ""}},
+		{"acquire zero ttl", acquireScript, []string{lock, fk, hk, qk, sk, fl, ho}, []string{"t", "0", "1000", "", "0", "0", ""}},
+		{"acquire fractional ttl", acquireScript, []string{lock, fk, hk, qk, sk, fl, ho}, []string{"t", "1.5", "1000", "", "0", "0", ""}},
+		{"acquire ttl over a day", acquireScript, []string{lock, fk, hk, qk, sk, fl, ho}, []string{"t", "86400001", "1000", "", "0", "0", ""}},
+		{"acquire ttl not a number", acquireScript, []string{lock, fk, hk, qk, sk, fl, ho}, []string{"t", "x", "1000", "", "0", "0", ""}},
+		{"acquire bad retention", acquireScript, []string{lock, fk, hk, qk, sk, fl, ho}, []string{"t", "1000", "-1", "", "0", "0", ""}},
+		{"acquire long holder", acquireScript, []string{lock, fk, hk, qk, sk, fl, ho}, []string{"t", "1000", "1000", strings.Repeat("h", 129), "0", "0", ""}},
+		{"acquire holder with a line break", acquireScript, []string{lock, fk, hk, qk, sk, fl, ho}, []string{"t", "1000", "1000", "a\nb", "0", "0", ""}},
+		{"acquire holder with NUL", acquireScript, []string{lock, fk, hk, qk, sk, fl, ho}, []string{"t", "1000", "1000", "a\x00b", "0", "0", ""}},
+		{"acquire without stay argument", acquireScript, []string{lock, fk, hk, qk, sk, fl, ho}, []string{"t", "1000", "1000", ""}},
+		{"acquire three keys", acquireScript, []string{lock, fk, hk}, []string{"t", "1000", "1000", "", "0", "0", ""}},
+		{"acquire without the floor", acquireScript, []string{lock, fk, hk, qk, sk}, []string{"t", "1000", "1000", "", "0", "0", ""}},
+		{"acquire negative stay", acquireScript, []string{lock, fk, hk, qk, sk, fl, ho}, []string{"t", "1000", "1000", "", "-1", "0", ""}},
+		{"acquire attempt not a number", acquireScript, []string{lock, fk, hk, qk, sk, fl, ho}, []string{"t", "1000", "1000", "", "10", "x", "c"}},
+		{"acquire channel with a space", acquireScript, []string{lock, fk, hk, qk, sk, fl, ho}, []string{"t", "1000", "1000", "", "10", "1", "a b"}},
+		{"acquire fractional stay", acquireScript, []string{lock, fk, hk, qk, sk, fl, ho}, []string{"t", "1000", "1000", "", "0.5", "0", ""}},
 		{"renew zero ttl", renewScript, []string{lock, fk, hk}, []string{"t", "0", "1000"}},
 		{"renew two keys", renewScript, []string{lock, fk}, []string{"t", "1000", "1000"}},
 		{"renew bad retention", renewScript, []string{lock, fk, hk}, []string{"t", "1000", "-1"}},
-		{"release empty token", releaseScript, []string{lock, qk, sk, hk}, []string{"", "", "0"}},
-		{"release without channel", releaseScript, []string{lock, qk, sk, hk}, []string{"t"}},
-		{"release three keys", releaseScript, []string{lock, qk, sk}, []string{"t", "", "0"}},
-		{"release one key", releaseScript, []string{lock}, []string{"t", "", "0"}},
-		{"leave empty token", leaveScript, []string{qk, sk}, []string{"", "w", "0"}},
+		{"release empty token", releaseScript, []string{lock, qk, sk, hk, fk, fl, ho}, []string{"", "", "0", "0", "0"}},
+		{"release without channel", releaseScript, []string{lock, qk, sk, hk, fk, fl, ho}, []string{"t"}},
+		{"release three keys", releaseScript, []string{lock, qk, sk}, []string{"t", "", "0", "0", "0"}},
+		{"release one key", releaseScript, []string{lock}, []string{"t", "", "0", "0", "0"}},
+		{"leave empty token", leaveScript, []string{qk, sk, ho}, []string{"", "w", "0"}},
 		{"leave one key", leaveScript, []string{qk}, []string{"t", "w", "0"}},
 		{"fenced set negative", fencedSetScript, []string{vk, ak}, []string{"-1", "s", "v"}},
 		{"fenced set leading zero", fencedSetScript, []string{vk, ak}, []string{"01", "s", "v"}},
@@ -393,8 +395,8 @@ func TestAllKeys(t *testing.T) {
 		for _, key := range []string{"k", "}a{b%", "report:tenant-42", strings.Repeat("k", lease.MaxKeyLen)} {
 			k := s.allKeys(key)
 			lock, fence, holder := s.leaseKeys3(key)
-			queue, stays, wake := s.queueKeys(key)
-			want := leaseKeySet{lock, fence, holder, queue, stays, wake, s.floorKey(escape(key))}
+			queue, stays, handover, wake := s.queueKeys(key)
+			want := leaseKeySet{lock, fence, holder, queue, stays, handover, wake, s.floorKey(escape(key))}
 			if k != want {
 				t.Fatalf("allKeys(%q) = %+v, want %+v", key, k, want)
 			}

@@ -38,6 +38,7 @@ var (
 	_ lease.Lister               = leases{}
 	_ leasedriver.Queuer         = leases{}
 	_ leasedriver.Waker          = leases{}
+	_ leasedriver.Handover       = leases{}
 )
 
 func (v leases) Acquire(ctx context.Context, key, token string, ttl time.Duration) (lease.Grant, error) {
@@ -49,7 +50,7 @@ func (v leases) Acquire(ctx context.Context, key, token string, ttl time.Duratio
 // lease's hash tag, with the lock's TTL, that names the grant's fence. A
 // grant without a description writes nothing more than a plain Acquire.
 func (v leases) AcquireHolder(ctx context.Context, key, token string, ttl time.Duration, holder string) (lease.Grant, error) {
-	return v.acquire(ctx, key, token, ttl, holder, 0)
+	return v.acquire(ctx, key, token, ttl, holder, 0, 0)
 }
 
 // AcquireQueued is AcquireHolder for a waiter that keeps its place in
@@ -59,12 +60,35 @@ func (v leases) AcquireQueued(ctx context.Context, key, token string, ttl time.D
 	if err := leasedriver.ValidateStay(stay); err != nil {
 		return lease.Grant{}, err
 	}
-	return v.acquire(ctx, key, token, ttl, holder, stay)
+	return v.acquire(ctx, key, token, ttl, holder, stay, 0)
+}
+
+// AcquireHandover is AcquireQueued for a waiter that watches key
+// (leasedriver.Handover). While this store is subscribed to the key's
+// hand-over channel (Watch subscribes to it), the waiter's place carries
+// its attempt, the end of the grant that attempt asks for, its holder and
+// that channel, in a hash next to the queue. A release that finds the
+// waiter first hands the key to it in the release script, if the channel
+// still has a subscriber: a process that ended has none, and its waiter is
+// woken instead. The release hands a key over only where it waits for no
+// replica (no replica connected, or Replication.Off): a grant must not
+// reach its waiter before the replicas have it, and with replicas the
+// waiter takes the key with an acquire of its own, confirmed as every
+// grant is.
+func (v leases) AcquireHandover(ctx context.Context, key, token string, ttl time.Duration, holder string, stay time.Duration, attempt uint64) (lease.Grant, error) {
+	if err := leasedriver.ValidateStay(stay); err != nil {
+		return lease.Grant{}, err
+	}
+	if attempt == 0 {
+		return lease.Grant{}, fmt.Errorf("%w: hand-over attempt 0 (they are numbered from 1)", lease.ErrInvalid)
+	}
+	return v.acquire(ctx, key, token, ttl, holder, stay, attempt)
 }
 
 // acquire runs the acquire script; stay 0 is a plain acquire, which does
-// not queue.
-func (v leases) acquire(ctx context.Context, key, token string, ttl time.Duration, holder string, stay time.Duration) (lease.Grant, error) {
+// not queue, and attempt not 0 a hand-over's (when this store listens for
+// the key's hand-overs).
+func (v leases) acquire(ctx context.Context, key, token string, ttl time.Duration, holder string, stay time.Duration, attempt uint64) (lease.Grant, error) {
 	if err := leasedriver.Validate(key, token, ttl); err != nil {
 		return lease.Grant{}, err
 	}
@@ -81,7 +105,13 @@ func (v leases) acquire(ctx context.Context, key, token string, ttl time.Duratio
 	if stay > 0 && stay < time.Millisecond {
 		stayMS = "1"
 	}
-	res, p := s.write(ctx, acquireScript, []string{k.lock, k.fence, k.holder, k.queue, k.stays, k.floor}, []string{token, ms, s.keep, holder, stayMS}, false)
+	at, grantCh := "0", ""
+	if attempt != 0 {
+		if ch := s.grantChannel(k.wake); s.wakes.subscribed(ch) {
+			at, grantCh = strconv.FormatUint(attempt, 10), ch
+		}
+	}
+	res, p := s.write(ctx, acquireScript, []string{k.lock, k.fence, k.holder, k.queue, k.stays, k.floor, k.handover}, []string{token, ms, s.keep, holder, stayMS, at, grantCh}, false)
 	arr, err := res.ToArray()
 	if err != nil {
 		return lease.Grant{}, s.fail(err)
@@ -111,6 +141,9 @@ func (v leases) acquire(ctx context.Context, key, token string, ttl time.Duratio
 		if n == 0 && held.Position > 0 {
 			held.TTL = 0 // free, promised to a waiter ahead
 		}
+		if stay > 0 {
+			s.hot.Mark(key)
+		}
 		// A place in the queue is not confirmed on the replicas: lost in
 		// a failover, the waiter takes a new one with its next attempt.
 		return lease.Grant{}, held
@@ -138,7 +171,7 @@ func (v leases) acquire(ctx context.Context, key, token string, ttl time.Duratio
 func (s *Store) releaseUnconfirmed(ctx context.Context, lock, holder, token string) {
 	ctx, cancel := s.afterUnconfirmed(ctx)
 	defer cancel()
-	_ = releaseScript.Exec(ctx, s.c, []string{lock, lock + ":queue", lock + ":stays", holder}, []string{token, "", "0"}).Error()
+	_ = releaseScript.Exec(ctx, s.c, []string{lock, lock + ":queue", lock + ":stays", holder, lock + ":fence", lock + ":floor", lock + ":handover"}, []string{token, "", "0", "0", "0"}).Error()
 }
 
 // remaining converts a PTTL reply of an existing lock to a duration: at
@@ -198,14 +231,21 @@ func (v leases) Release(ctx context.Context, key, token string) error {
 	}
 	k := s.allKeys(key)
 	lock, wake := k.lock, k.wake
-	relKeys, relArgs := []string{lock, k.queue, k.stays, k.holder}, []string{token, wake, s.shardedFlag()}
+	// The key goes to a waiter that took a hand-over only where the
+	// release waits for no replica (see AcquireHandover).
+	handover := "0"
+	if _, need, err := s.confirming(ctx, lock, false); err == nil && need == 0 {
+		handover = "1"
+	}
+	relKeys := []string{lock, k.queue, k.stays, k.holder, k.fence, k.floor, k.handover}
+	relArgs := []string{token, wake, s.shardedFlag(), handover, s.keep}
 	var (
 		n   int64
 		err error
 		res rclient.Result
 		p   *pending
 	)
-	if s.delex.Load() {
+	if s.delex.Load() && !s.hot.Is(key) {
 		res, p = s.writeCmd(ctx, rclient.Cmd{Name: "DELEX", Keys: []string{lock}, Args: []string{"IFEQ", token}})
 		n, err = res.AsInt64()
 		if msg, ok := rclient.ServerError(err); ok {
@@ -235,6 +275,12 @@ func (v leases) Release(ctx context.Context, key, token string) error {
 	}
 	return s.confirm(ctx, p)
 }
+
+// grantChannel is this store's channel for the hand-overs of the key whose
+// wake channel is wake: under the key's hash tag, and named by a random
+// string of the store's, so that a release finds it subscribed only while
+// this store (its process) listens.
+func (s *Store) grantChannel(wake string) string { return wake + ":" + s.grants }
 
 // shardedFlag is the scripts' argument that says whether to wake waiters
 // with SPUBLISH (Redis Cluster) or PUBLISH.
@@ -267,24 +313,27 @@ func (v leases) Leave(ctx context.Context, key, token string) error {
 	if err := s.ready(ctx); err != nil {
 		return err
 	}
-	queue, stays, wake := s.queueKeys(key)
-	if err := leaveScript.Exec(ctx, s.c, []string{queue, stays}, []string{token, wake, s.shardedFlag()}).Error(); err != nil {
+	queue, stays, handover, wake := s.queueKeys(key)
+	if err := leaveScript.Exec(ctx, s.c, []string{queue, stays, handover}, []string{token, wake, s.shardedFlag()}).Error(); err != nil {
 		return s.fail(err)
 	}
 	return nil
 }
 
-// Watch subscribes to the channel a release of key publishes to
+// Watch subscribes to the channels a release of key publishes to
 // (leasedriver.Waker): PUBLISH, or SPUBLISH on Redis Cluster, under the
-// key's hash tag. It returns once the server confirmed the subscription.
-// An expiry publishes nothing: a waiter polls at the holder's TTL.
+// key's hash tag. There are two: the key's, which every watching process
+// shares, and this store's own for the key, on which a release hands the
+// key over (see AcquireHandover). It returns once the server confirmed
+// both subscriptions. An expiry publishes nothing: a waiter polls at the
+// holder's TTL.
 func (v leases) Watch(ctx context.Context, key string) (<-chan string, func(), error) {
 	if err := leasedriver.ValidateKey(key); err != nil {
 		return nil, nil, err
 	}
 	s := v.s
-	_, _, wake := s.queueKeys(key)
-	ch, stop, err := s.watch(ctx, wake)
+	_, _, _, wake := s.queueKeys(key)
+	ch, stop, err := s.watch(ctx, wake, s.grantChannel(wake))
 	if err != nil {
 		return nil, nil, s.fail(err)
 	}

@@ -2,7 +2,9 @@ package redisstore
 
 import (
 	"context"
+	"crypto/rand"
 	"embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"github.com/tenurekit/tenure"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
+	"github.com/tenurekit/tenure/internal/wakehub"
 	"github.com/tenurekit/tenure/lease"
 	"github.com/tenurekit/tenure/store/redisstore/internal/rclient"
 )
@@ -100,6 +103,10 @@ type Store struct {
 	keep      string // fence retention in ms, as sent to the scripts
 	cluster   bool
 	wakes     wakeHub // the wake channels' subscriptions (Watch)
+	// grants names this store's channels for hand-overs: a key's wake
+	// channel, ":", and grants (random, one per store).
+	grants string
+	hot    wakehub.Contended // keys seen contended lately (see Release)
 
 	checked atomic.Bool // the server check passed and still stands
 	delex   atomic.Bool // every node has DELEX (valid once checked)
@@ -205,6 +212,7 @@ func newStore(c rclient.Client, o *Options) *Store {
 		}
 	}
 	s.keep = strconv.FormatInt(ceilMillis(keep), 10)
+	s.grants = randomHex(8)
 	s.cluster = c.Cluster()
 	s.repl = newReplConfig(repl)
 	return s
@@ -273,11 +281,11 @@ func (s *Store) leaseKeys3(key string) (lock, fence, holder string) {
 
 // leaseKeySet is every key of a lease, the channel that wakes its waiters
 // and the fence floor of its hash slot.
-type leaseKeySet struct{ lock, fence, holder, queue, stays, wake, floor string }
+type leaseKeySet struct{ lock, fence, holder, queue, stays, handover, wake, floor string }
 
 // leaseSuffixes are the names of a lease's keys after its hash tag, in the
 // order of leaseKeySet.
-var leaseSuffixes = [...]string{"lock", "fence", "holder", "queue", "stays", "wake"}
+var leaseSuffixes = [...]string{"lock", "fence", "holder", "queue", "stays", "handover", "wake"}
 
 // allKeys returns every key of a lease (see leaseKeySet), built in one
 // allocation: the acquire and release scripts take most of them.
@@ -307,22 +315,23 @@ func (s *Store) allKeys(key string) leaseKeySet {
 	b.WriteString(floorSuffix)
 	all := b.String()
 	return leaseKeySet{
-		lock:   all[:ends[0]],
-		fence:  all[ends[0]:ends[1]],
-		holder: all[ends[1]:ends[2]],
-		queue:  all[ends[2]:ends[3]],
-		stays:  all[ends[3]:ends[4]],
-		wake:   all[ends[4]:ends[5]],
-		floor:  all[ends[5]:],
+		lock:     all[:ends[0]],
+		fence:    all[ends[0]:ends[1]],
+		holder:   all[ends[1]:ends[2]],
+		queue:    all[ends[2]:ends[3]],
+		stays:    all[ends[3]:ends[4]],
+		handover: all[ends[4]:ends[5]],
+		wake:     all[ends[5]:ends[6]],
+		floor:    all[ends[6]:],
 	}
 }
 
 // queueKeys returns the keys of a lease's queue of waiters (by arrival,
-// by the end of their stay) and the channel that wakes them, all under
-// the lease's hash tag.
-func (s *Store) queueKeys(key string) (queue, stays, wake string) {
+// by the end of their stay, and their hand-overs) and the channel that
+// wakes them, all under the lease's hash tag.
+func (s *Store) queueKeys(key string) (queue, stays, handover, wake string) {
 	base := s.prefix + "{" + escape(key) + "}:"
-	return base + "queue", base + "stays", base + "wake"
+	return base + "queue", base + "stays", base + "handover", base + "wake"
 }
 
 // FenceFloorKey returns the name of the key that holds the fence floor of
@@ -652,4 +661,12 @@ func allScripts() []string {
 		srcs = append(srcs, string(b))
 	}
 	return srcs
+}
+
+// randomHex returns n random bytes in hex ("0" repeated when the system's
+// randomness fails, which crypto/rand does not report since Go 1.24).
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }

@@ -584,7 +584,7 @@ func (v schedClaims) Acquire(ctx context.Context, key, token string, ttl time.Du
 	_, ms := s.ttlArg(ttl)
 	// Slot claims have no queue of waiters: its keys (in the claim's hash
 	// slot) stay empty.
-	res, p := s.write(ctx, acquireScript, []string{lock, fk, schedHolderKey(lock), lock + ":queue", lock + ":stays", s.schedFloorKey(key)}, []string{token, ms, schedKeep, "", "0"}, false)
+	res, p := s.write(ctx, acquireScript, []string{lock, fk, schedHolderKey(lock), lock + ":queue", lock + ":stays", s.schedFloorKey(key), lock + ":handover"}, []string{token, ms, schedKeep, "", "0", "0", ""}, false)
 	arr, err := res.ToArray()
 	if err != nil {
 		return lease.Grant{}, s.fail(err)
@@ -644,7 +644,7 @@ func (v schedClaims) Release(ctx context.Context, key, token string) error {
 	if err := s.ready(ctx); err != nil {
 		return err
 	}
-	res, p := s.write(ctx, releaseScript, []string{lock, lock + ":queue", lock + ":stays", schedHolderKey(lock)}, []string{token, "", "0"}, false)
+	res, p := s.write(ctx, releaseScript, []string{lock, lock + ":queue", lock + ":stays", schedHolderKey(lock), lock + ":fence", lock + ":floor", lock + ":handover"}, []string{token, "", "0", "0", "0"}, false)
 	n, err := res.AsInt64()
 	if err != nil {
 		return s.fail(err)

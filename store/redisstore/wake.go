@@ -29,11 +29,31 @@ type wakeSub struct {
 	linger *time.Timer // set while no watcher is left
 }
 
-// watch returns a channel that receives when channel is published to,
-// and its stop.
-func (s *Store) watch(ctx context.Context, channel string) (<-chan string, func(), error) {
-	h := &s.wakes
+// watch returns a channel that receives when any of channels is
+// published to, and its stop. It returns once each is subscribed.
+func (s *Store) watch(ctx context.Context, channels ...string) (<-chan string, func(), error) {
 	ch := make(chan string, 1)
+	stops := make([]func(), 0, len(channels))
+	stop := func() {
+		for _, f := range stops {
+			f()
+		}
+	}
+	for _, c := range channels {
+		f, err := s.watchOne(ctx, c, ch)
+		if err != nil {
+			stop()
+			return nil, nil, err
+		}
+		stops = append(stops, f)
+	}
+	return ch, stop, nil
+}
+
+// watchOne passes channel's messages to ch, subscribing to channel unless
+// the store is already, and returns the stop.
+func (s *Store) watchOne(ctx context.Context, channel string, ch chan string) (func(), error) {
+	h := &s.wakes
 	h.mu.Lock()
 	if h.subs == nil {
 		h.subs = map[string]*wakeSub{}
@@ -63,13 +83,29 @@ func (s *Store) watch(ctx context.Context, channel string) (<-chan string, func(
 		case <-sub.ready:
 		case <-ctx.Done():
 			h.unwatch(channel, sub, ch)
-			return nil, nil, ctx.Err()
+			return nil, ctx.Err()
 		}
 	}
 	if sub.err != nil {
-		return nil, nil, sub.err
+		return nil, sub.err
 	}
-	return ch, func() { h.unwatch(channel, sub, ch) }, nil
+	return func() { h.unwatch(channel, sub, ch) }, nil
+}
+
+// subscribed reports whether the store is subscribed to channel.
+func (h *wakeHub) subscribed(channel string) bool {
+	h.mu.Lock()
+	sub := h.subs[channel]
+	h.mu.Unlock()
+	if sub == nil {
+		return false
+	}
+	select {
+	case <-sub.ready:
+		return sub.err == nil
+	default:
+		return false
+	}
 }
 
 // fan passes a wake-up (the waiter it names) to every watcher of

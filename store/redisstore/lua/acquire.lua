@@ -9,10 +9,15 @@
 -- KEYS[6] fence floor of the hash slot (no expiry): every grant in the
 --         slot raises it to its fence, and every new fence is above it,
 --         so fences stay above those of keys whose records expired
+-- KEYS[7] hand-over key (hash: a queued waiter's token -> '<attempt>
+--         <grant end, server µs> <its process's grant channel>
+--         <holder description>', for the release that hands it the key;
+--         see release.lua)
 -- ARGV[1] token, ARGV[2] ttl in ms, ARGV[3] fence retention in ms,
 -- ARGV[4] holder description ('' for none), ARGV[5] the caller's stay in
 -- the queue in ms when it is refused (0: a plain acquire, which does not
--- queue)
+-- queue), ARGV[6] the caller's attempt number for a hand-over (0: none),
+-- ARGV[7] the channel its process receives a hand-over on ('' for none)
 -- Returns {1, fence, ttl} when granted (or renewed for the holding token),
 -- {0, pttl, holder description or '', waiters ahead} when another token
 -- holds the lock, or {0, 0, '', waiters ahead} when the lock is free but
@@ -21,10 +26,12 @@
 -- roll back what was already written. (On a full server the script is
 -- refused before it starts: it declares no allow-oom.)
 local token, ttl, keep, holder, stay = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5])
-if #KEYS ~= 6 or #ARGV ~= 5 or #token < 1 or #token > 128
+local attempt, grantch = ARGV[6], ARGV[7]
+if #KEYS ~= 7 or #ARGV ~= 7 or #token < 1 or #token > 128
   or not ttl or ttl < 1 or ttl > 86400000 or ttl % 1 ~= 0
   or not keep or keep < 0 or keep > 315360000000 or keep % 1 ~= 0
   or not stay or stay < 0 or stay > 86400000 or stay % 1 ~= 0
+  or not attempt:find('^%d+$') or #attempt > 20 or #grantch > 512 or grantch:find('[%s%z]')
   or #holder > 128 or holder:find('[%z\n\r]') then
   return redis.error_reply('ERR redisstore: invalid acquire arguments')
 end
@@ -39,6 +46,7 @@ if redis.call('EXISTS', KEYS[4]) == 1 then
   if #gone > 0 then
     redis.call('ZREM', KEYS[4], unpack(gone))
     redis.call('ZREM', KEYS[5], unpack(gone))
+    redis.call('HDEL', KEYS[7], unpack(gone))
   end
   rank = redis.call('ZRANK', KEYS[4], token)
   ahead = rank or redis.call('ZCARD', KEYS[4])
@@ -51,7 +59,14 @@ local function wait()
       redis.call('ZADD', KEYS[4], now, token)
     end
     redis.call('ZADD', KEYS[5], now + stay * 1000, token)
-    for i = 4, 5 do
+    -- A waiter that takes a hand-over: the grant a release may give it
+    -- runs for ttl from now, the time of this attempt.
+    if attempt ~= '0' and grantch ~= '' then
+      redis.call('HSET', KEYS[7], token, attempt .. ' ' .. string.format('%d', now + ttl * 1000) .. ' ' .. grantch .. ' ' .. holder)
+    elseif rank then
+      redis.call('HDEL', KEYS[7], token)
+    end
+    for _, i in ipairs({4, 5, 7}) do
       if redis.call('PTTL', KEYS[i]) < stay then
         redis.call('PEXPIRE', KEYS[i], stay)
       end
@@ -62,6 +77,7 @@ local function leave()
   if rank then
     redis.call('ZREM', KEYS[4], token)
     redis.call('ZREM', KEYS[5], token)
+    redis.call('HDEL', KEYS[7], token)
   end
 end
 -- The refusal: the holder's remaining time and description, or 0 and ''

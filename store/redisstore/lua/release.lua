@@ -6,35 +6,80 @@
 -- reports the last fence meanwhile; once it is gone, the slot's fence
 -- floor keeps later fences above it.
 -- KEYS[1] lock key, KEYS[2] queue key, KEYS[3] stays key (the key's
--- waiters, see acquire.lua), KEYS[4] holder key; ARGV[1] token; ARGV[2]
--- the channel that wakes the key's waiters ('' for none), ARGV[3] '1' to
--- publish it sharded (SPUBLISH, Redis Cluster). The wake-up names the
--- first live waiter (the first 16 hex digits of its token's SHA-1), ''
--- when none waits.
--- Returns 1 if deleted, 0 otherwise.
+-- waiters, see acquire.lua), KEYS[4] holder key, KEYS[5] fence key,
+-- KEYS[6] the slot's fence floor, KEYS[7] hand-over key (see
+-- acquire.lua); ARGV[1] token; ARGV[2] the channel that wakes the key's
+-- waiters ('' for none), ARGV[3] '1' to publish it sharded (SPUBLISH,
+-- Redis Cluster), ARGV[4] '1' to hand the key over, ARGV[5] the fence
+-- retention in ms.
+-- The wake-up names the first live waiter (the first 16 hex digits of its
+-- token's SHA-1), '' when none waits. When that waiter took a hand-over
+-- (its entry in KEYS[7]), its grant has time left and its process is
+-- subscribed to the channel its entry names, the key is its own at once:
+-- a new grant (a fence above the last, as acquire.lua grants it), until
+-- the end its attempt asked for, with its holder description; it leaves
+-- the queue, and the wake-up on its process's channel carries the grant
+-- ('<waiter>/<fence>/<attempt>'). A waiter whose process ended is never
+-- handed the key: its subscription is gone.
+-- Returns 1 if deleted (or handed over), 0 otherwise.
 -- allow-oom: deleting frees memory, so a holder can release on a full server.
-if #KEYS ~= 4 or #ARGV ~= 3 or #ARGV[1] < 1 or #ARGV[1] > 128 then
+if #KEYS ~= 7 or #ARGV ~= 5 or #ARGV[1] < 1 or #ARGV[1] > 128 then
   return redis.error_reply('ERR redisstore: invalid release arguments')
 end
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('DEL', KEYS[1], KEYS[4])
-  if ARGV[2] ~= '' then
-    local who = ''
-    if redis.call('EXISTS', KEYS[2]) == 1 then
-      local t = redis.call('TIME')
-      local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-      local gone = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)
-      if #gone > 0 then
-        redis.call('ZREM', KEYS[2], unpack(gone))
-        redis.call('ZREM', KEYS[3], unpack(gone))
-      end
-      local first = redis.call('ZRANGE', KEYS[2], 0, 0)
-      if first[1] then
-        who = redis.sha1hex(first[1]):sub(1, 16)
-      end
-    end
-    redis.call(ARGV[3] == '1' and 'SPUBLISH' or 'PUBLISH', ARGV[2], who)
-  end
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+redis.call('DEL', KEYS[1], KEYS[4])
+if ARGV[2] == '' then
   return 1
 end
-return 0
+local sharded = ARGV[3] == '1'
+local channel, wake = ARGV[2], ''
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local gone = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)
+  if #gone > 0 then
+    redis.call('ZREM', KEYS[2], unpack(gone))
+    redis.call('ZREM', KEYS[3], unpack(gone))
+    redis.call('HDEL', KEYS[7], unpack(gone))
+  end
+  local first = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+  if first then
+    wake = redis.sha1hex(first):sub(1, 16)
+    local h = ARGV[4] == '1' and redis.call('HGET', KEYS[7], first)
+    if h then
+      local attempt, till, ch, holder = h:match('^(%d+) (%d+) (%S+) (.*)$')
+      local ttl = till and math.floor((tonumber(till) - now) / 1000)
+      local keep = tonumber(ARGV[5])
+      if ttl and ttl >= 1 and keep
+        and redis.call('PUBSUB', sharded and 'SHARDNUMSUB' or 'NUMSUB', ch)[2] > 0 then
+        redis.call('SET', KEYS[1], first, 'PX', ttl)
+        -- The fence, as acquire.lua grants a new one: max(last + 1,
+        -- floor + 1, server clock in microseconds).
+        local f = now
+        local fs = string.format('%d', f)
+        local last = tonumber(redis.call('SET', KEYS[5], fs, 'PX', ttl + keep, 'GET')) or 0
+        local floor = tonumber(redis.call('SET', KEYS[6], fs, 'GET')) or 0
+        if floor > last then
+          last = floor
+        end
+        if last >= f then
+          f = last + 1
+          fs = string.format('%d', f)
+          redis.call('SET', KEYS[5], fs, 'PX', ttl + keep)
+          redis.call('SET', KEYS[6], fs)
+        end
+        if holder ~= '' then
+          redis.call('SET', KEYS[4], fs .. ' ' .. holder, 'PX', ttl)
+        end
+        redis.call('ZREM', KEYS[2], first)
+        redis.call('ZREM', KEYS[3], first)
+        redis.call('HDEL', KEYS[7], first)
+        channel, wake = ch, wake .. '/' .. fs .. '/' .. attempt
+      end
+    end
+  end
+end
+redis.call(sharded and 'SPUBLISH' or 'PUBLISH', channel, wake)
+return 1
