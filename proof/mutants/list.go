@@ -231,8 +231,8 @@ var list = []Mutant{
 		Name: "redis/release-any-token", Store: "redis",
 		Breaks: "Release frees a lease whatever the token",
 		Edits: []Edit{{File: redisLua + "release.lua",
-			Old: "if redis.call('GET', KEYS[1]) == ARGV[1] then",
-			New: "if redis.call('GET', KEYS[1]) then"}},
+			Old: "if redis.call('GET', KEYS[1]) ~= ARGV[1] then",
+			New: "if not redis.call('GET', KEYS[1]) then"}},
 		Workloads: []string{"lease-counter"}, Suite: "Lease",
 	},
 	{
@@ -281,10 +281,28 @@ var list = []Mutant{
 	{
 		Name: "redis/fence-not-floored", Store: "redis",
 		Breaks: "a new tenure's fence is the last one plus one, not floored at the server's clock: a server that lost its data grants fences it granted before",
-		Edits: []Edit{{File: redisLua + "acquire.lua",
-			Old: "  local f = clock()\n  local fs = string.format('%d', f)\n  local last",
-			New: "  local f = 1\n  local fs = string.format('%d', f)\n  local last"}},
+		Edits: []Edit{
+			{File: redisLua + "acquire.lua",
+				Old: "  local f = clock()\n  local fs = string.format('%d', f)\n  local last",
+				New: "  local f = 1\n  local fs = string.format('%d', f)\n  local last"},
+			{File: redisLua + "release.lua",
+				Old: "        local f = now\n",
+				New: "        local f = 1\n"},
+		},
 		Workloads: []string{"lease-counter"}, Suite: "Lease",
+	},
+	{
+		Name: "redis/handover-fence-not-raised", Store: "redis",
+		Breaks: "a release that hands a contended key to the first waiter grants it the released holder's fence, not one above it",
+		Edits: []Edit{
+			{File: redisLua + "release.lua",
+				Old: "        local f = now\n",
+				New: "        local f = tonumber(redis.call('GET', KEYS[5])) or now\n"},
+			{File: redisLua + "release.lua",
+				Old: "        if last >= f then\n",
+				New: "        if last > f then\n"},
+		},
+		Workloads: []string{"election"}, Suite: "Lease", Faults: "pause,kill",
 	},
 
 	// ---- Liveness: a lease that expired passes on ----
@@ -355,9 +373,14 @@ var list = []Mutant{
 	{
 		Name: "redis/fence-floor-ignored", Store: "redis",
 		Breaks: "the acquire script neither reads nor raises its slot's fence floor: a key whose fence key expired is granted a fence below one it had, once the clock is behind it",
-		Edits: []Edit{{File: redisLua + "acquire.lua",
-			Old: "  local floor = tonumber(redis.call('SET', KEYS[6], fs, 'GET')) or 0",
-			New: "  local floor = 0"}},
+		Edits: []Edit{
+			{File: redisLua + "acquire.lua",
+				Old: "  local floor = tonumber(redis.call('SET', KEYS[6], fs, 'GET')) or 0",
+				New: "  local floor = 0"},
+			{File: redisLua + "release.lua",
+				Old: "        local floor = tonumber(redis.call('SET', KEYS[6], fs, 'GET')) or 0",
+				New: "        local floor = 0"},
+		},
 		Workloads: []string{"fence-floor"}, Suite: "Lease",
 	},
 
