@@ -20,6 +20,11 @@ const (
 	// longest wait for the key, in milliseconds.
 	WaitP99Metric = "wait-p99-ms"
 	WaitMaxMetric = "wait-max-ms"
+	// GapP50Metric and GapMeanMetric are the median and the mean time from
+	// a holder's call to release the key to the next holder's grant, in
+	// microseconds: the hand-off itself, without the hold.
+	GapP50Metric  = "gap-p50-us"
+	GapMeanMetric = "gap-mean-us"
 )
 
 // lockFunc waits for the contended key and returns its release.
@@ -42,6 +47,10 @@ func runHandoff(b *testing.B, workers int, hold time.Duration, newWorker func(w 
 		wg      sync.WaitGroup
 		mu      sync.Mutex
 		waits   []time.Duration
+		// released is when the last holder called its release (Unix
+		// ns, 0 before the first); gaps are the hand-offs timed from it.
+		released atomic.Int64
+		gaps     []time.Duration
 	)
 	grants := make([]int, workers)
 	n := int64(b.N)
@@ -49,10 +58,11 @@ func runHandoff(b *testing.B, workers int, hold time.Duration, newWorker func(w 
 	start := time.Now()
 	for w := range workers {
 		wg.Go(func() {
-			var mine []time.Duration
+			var mine, gapped []time.Duration
 			defer func() {
 				mu.Lock()
 				waits = append(waits, mine...)
+				gaps = append(gaps, gapped...)
 				mu.Unlock()
 			}()
 			for !stop.Load() {
@@ -64,12 +74,16 @@ func runHandoff(b *testing.B, workers int, hold time.Duration, newWorker func(w 
 					return
 				}
 				mine = append(mine, time.Since(t0))
+				if r := released.Load(); r != 0 {
+					gapped = append(gapped, time.Duration(time.Now().UnixNano()-r))
+				}
 				if next.Add(1) > n {
 					stop.Store(true)
 				} else {
 					grants[w]++
 				}
 				holdFor(hold)
+				released.Store(time.Now().UnixNano())
 				if e := release(); e != nil {
 					errOnce.Do(func() { err = e })
 					stop.Store(true)
@@ -86,6 +100,16 @@ func runHandoff(b *testing.B, workers int, hold time.Duration, newWorker func(w 
 	}
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), HandoffMetric)
 	b.ReportMetric(jain(grants), FairnessMetric)
+	if len(gaps) > 0 {
+		slices.Sort(gaps)
+		var sum time.Duration
+		for _, g := range gaps {
+			sum += g
+		}
+		us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+		b.ReportMetric(us(gaps[len(gaps)/2]), GapP50Metric)
+		b.ReportMetric(us(sum/time.Duration(len(gaps))), GapMeanMetric)
+	}
 	slices.Sort(waits)
 	if len(waits) > 0 {
 		ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -29,7 +29,7 @@
 // on a store that wakes waiters (driver.Waker: every store tenure ships)
 // the release wakes the waiter that is first, and polling at the holder's
 // remaining TTL (at most Options.RetryMax) is only the fallback. On a
-// store with hand-over (driver.Handover: pgstore) the release grants the
+// store with hand-over (driver.Handover: pgstore and redisstore) the release grants the
 // key to the first waiting Acquire itself and the wake-up carries the
 // grant, which Acquire takes while its validity, counted from the
 // waiter's last attempt, lies ahead. Options.Unfair turns the queue off. Elsewhere Acquire backs off with

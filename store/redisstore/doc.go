@@ -81,6 +81,9 @@
 //	                        a grant with a holder description)
 //	<prefix>{<key>}:queue   the key's waiters (lease/driver.Queuer), by arrival, and
 //	<prefix>{<key>}:stays   by the end of their stay; both expire with the longest stay
+//	<prefix>{<key>}:handover  the waiters that take a hand-over (a hash: token ->
+//	                        attempt, grant end, grant channel, holder), expiring
+//	                        with the queue
 //	<prefix>{<n>}:floor     the fence floor of one hash slot, without expiry
 //
 // A key's own records go with its lock: nothing is kept per key once its
@@ -122,6 +125,29 @@
 // its first write, since a Lua error does not roll back earlier writes.
 // Scripts run with EVALSHA and fall back to EVAL on NOSCRIPT (script caches
 // are per node and are lost on restart).
+//
+// # Contended keys: the queue, wake-ups and hand-over
+//
+// A waiting lease.Locker keeps a place in the key's queue (the queue and
+// stays keys above), and a free key goes only to the first live waiter.
+// The release script publishes a wake-up naming that waiter on the key's
+// channel, <prefix>{<key>}:wake (SPUBLISH on a cluster, so it stays on the
+// key's shard), which every watching process subscribes to. Each store
+// also subscribes, while it watches a key, to a channel of its own for the
+// key: the key's channel, a colon and 16 random hex digits chosen by New.
+// A waiting Locker's place names that channel (AcquireHandover), and a
+// release that finds such a waiter first, its grant still ahead, and the
+// channel subscribed (PUBSUB NUMSUB or SHARDNUMSUB, from the script) grants
+// it the key in the release script itself: a new fence above the last,
+// for the TTL its attempt asked for, counted from that attempt. The
+// wake-up on that channel carries the grant, so the hand-off takes one
+// round trip instead of two. A waiter whose process ended has no
+// subscriber left and is woken instead, never granted the key. Where the
+// release waits for replicas (see Replication) it does not hand the key
+// over: the waiter takes it with its own acquire, which the replicas
+// confirm before it is reported. On servers with DELEX, a key this store
+// saw contended in the last 10 s is released by the script, which can
+// hand it over.
 //
 // # Holder descriptions and listing
 //
