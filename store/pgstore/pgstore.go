@@ -68,8 +68,8 @@ type Store struct {
 	schema string
 	q      queries
 	qq     queueQueries
-	wakeCh string    // the NOTIFY channel of lease wake-ups
-	wakes  *listener // the watchers of keys and their connection
+	wakeCh string            // the NOTIFY channel of lease wake-ups
+	wakes  *listener         // the watchers of keys and their connection
 	hot    wakehub.Contended // the keys seen contended lately
 
 	unlogged bool // Options.UnloggedLeases
