@@ -67,6 +67,7 @@ func testHandover(t *testing.T, tg Target) {
 	holder := lease.NewToken()
 	first := acquire(t, tg.Store, k, holder, 30*time.Second)
 	a, b := lease.NewToken(), lease.NewToken()
+	sent := time.Now() // before a's attempt: its grant ends 30s after it, or later
 	for i, tok := range []string{a, b} {
 		_, err := h.AcquireHandover(ctx, k, tok, 30*time.Second, []string{"waiter-a", "waiter-b"}[i], 30*time.Second, uint64(7+i))
 		queued(t, err, "a waiter taking a hand-over while the key is held", i)
@@ -84,6 +85,11 @@ func testHandover(t *testing.T, tg Target) {
 	}
 	if !info.Held || info.Fence != fence || info.Holder != "waiter-a" || info.TTL <= 0 || info.TTL > 30*time.Second {
 		t.Fatalf("after the hand-over the store has %+v, want held by waiter-a with fence %d for at most 30s", info, fence)
+	}
+	// The grant runs for the TTL from the attempt, never less: the waiter
+	// counts its validity from when it sent that attempt.
+	if least := 30*time.Second - time.Since(sent) - 2*time.Millisecond; info.TTL < least {
+		t.Fatalf("the handed grant has %v left, want at least %v (30s from the waiter's attempt)", info.TTL, least)
 	}
 	if g, err := tg.Store.Renew(ctx, k, a, 30*time.Second); err != nil || g.Fence != fence {
 		t.Fatalf("the waiter renews the key handed to it: %+v, %v; want fence %d", g, err, fence)

@@ -50,9 +50,12 @@ if redis.call('EXISTS', KEYS[2]) == 1 then
     local h = ARGV[4] == '1' and redis.call('HGET', KEYS[7], first)
     if h then
       local attempt, till, ch, holder = h:match('^(%d+) (%d+) (%S+) (.*)$')
-      local ttl = till and math.floor((tonumber(till) - now) / 1000)
+      -- The grant ends where the attempt's would have, rounded up to the
+      -- millisecond: never before the waiter's own validity.
+      local left = till and tonumber(till) - now
+      local ttl = left and math.ceil(left / 1000)
       local keep = tonumber(ARGV[5])
-      if ttl and ttl >= 1 and keep
+      if left and left >= 1000 and keep
         and redis.call('PUBSUB', sharded and 'SHARDNUMSUB' or 'NUMSUB', ch)[2] > 0 then
         redis.call('SET', KEYS[1], first, 'PX', ttl)
         -- The fence, as acquire.lua grants a new one: max(last + 1,
