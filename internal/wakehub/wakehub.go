@@ -1,8 +1,8 @@
 // Package wakehub fans a store's lease wake-ups out to the waiters that
 // watch a key (lease/driver.Waker). A store receives wake-ups its own way
 // (in process, Redis pub/sub, PostgreSQL LISTEN) and hands them to a Hub;
-// each watcher has a channel with a buffer of one that keeps the newest
-// wake-up, so a slow watcher never blocks the others or the store.
+// each watcher has a channel with a small buffer (Buffer) that keeps the
+// newest wake-ups, so a slow watcher never blocks the others or the store.
 package wakehub
 
 import (
@@ -21,7 +21,7 @@ type Hub struct {
 // Watch returns a channel that receives key's wake-ups, and the function
 // that stops it. The channel is never closed.
 func (h *Hub) Watch(key string) (<-chan string, func()) {
-	ch := make(chan string, 1)
+	ch := make(chan string, Buffer)
 	h.mu.Lock()
 	if h.w == nil {
 		h.w = map[string]map[chan string]struct{}{}
@@ -77,8 +77,14 @@ func (h *Hub) Watchers() int {
 	return h.n
 }
 
-// Send puts who into ch without blocking: a full buffer holds an older
-// wake-up, which who replaces.
+// Buffer is the size of a watcher's channel. A wake-up that hands a
+// waiter the key (lease/driver.GrantWake) may be followed at once by one
+// for another waiter (the next one leaving, say), before the watcher ran:
+// a buffer of more than one keeps the grant there.
+const Buffer = 4
+
+// Send puts who into ch without blocking: a full buffer drops its oldest
+// wake-up for who.
 func Send(ch chan string, who string) {
 	select {
 	case ch <- who:

@@ -1,6 +1,9 @@
 package wakehub
 
-import "testing"
+import (
+	"fmt"
+	"testing"
+)
 
 func TestHub(t *testing.T) {
 	var h Hub
@@ -11,11 +14,15 @@ func TestHub(t *testing.T) {
 	if n := h.Watchers(); n != 3 {
 		t.Fatalf("watchers %d, want 3", n)
 	}
-	h.Wake("k", "w1")
-	h.Wake("k", "w2") // replaces w1 in both buffers
+	// A full buffer keeps the newest Buffer wake-ups, in order.
+	for i := range Buffer + 1 {
+		h.Wake("k", fmt.Sprintf("w%d", i))
+	}
 	for name, ch := range map[string]<-chan string{"a": a, "b": b} {
-		if got := <-ch; got != "w2" {
-			t.Errorf("%s received %q, want the newest, w2", name, got)
+		for i := 1; i <= Buffer; i++ {
+			if got, want := <-ch, fmt.Sprintf("w%d", i); got != want {
+				t.Errorf("%s received %q, want %q (the oldest, w0, dropped)", name, got, want)
+			}
 		}
 	}
 	select {

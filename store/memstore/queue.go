@@ -103,7 +103,7 @@ func (v leases) Watch(ctx context.Context, key string) (<-chan string, func(), e
 		return nil, nil, err
 	}
 	s := v.s
-	ch := make(chan string, 1)
+	ch := make(chan string, wakehub.Buffer)
 	s.mu.Lock()
 	if s.watchers[key] == nil {
 		s.watchers[key] = map[chan string]struct{}{}

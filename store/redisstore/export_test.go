@@ -2,7 +2,6 @@ package redisstore
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
@@ -53,9 +52,7 @@ func (s *Store) EndWakes(t *testing.T) {
 		if sub.stop != nil {
 			sub.stop()
 		}
-		if strings.HasSuffix(ch, ":"+s.grants) {
-			grants = append(grants, ch)
-		}
+		grants = append(grants, s.grantChannel(ch))
 	}
 	if len(grants) == 0 {
 		t.Fatal("EndWakes: the store is subscribed to no hand-over channel")

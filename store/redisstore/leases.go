@@ -105,13 +105,18 @@ func (v leases) acquire(ctx context.Context, key, token string, ttl time.Duratio
 	if stay > 0 && stay < time.Millisecond {
 		stayMS = "1"
 	}
-	at, grantCh := "0", ""
-	if attempt != 0 {
-		if ch := s.grantChannel(k.wake); s.wakes.subscribed(ch) {
-			at, grantCh = strconv.FormatUint(attempt, 10), ch
-		}
+	cn, need, err := s.confirming(ctx, k.lock, false)
+	if err != nil {
+		return lease.Grant{}, s.fail(err)
 	}
-	res, p := s.write(ctx, acquireScript, []string{k.lock, k.fence, k.holder, k.queue, k.stays, k.floor, k.handover}, []string{token, ms, s.keep, holder, stayMS, at, grantCh}, false)
+	// A place takes a hand-over only while this store listens for the
+	// key's and waits for no replica: a grant handed over is not
+	// confirmed, so a store that confirms its grants takes none.
+	at, grantCh := "0", ""
+	if attempt != 0 && need == 0 && s.wakes.subscribed(k.wake) {
+		at, grantCh = strconv.FormatUint(attempt, 10), s.grantChannel(k.wake)
+	}
+	res, p := s.writeAt(ctx, cn, need, acquireScript, []string{k.lock, k.fence, k.holder, k.queue, k.stays, k.floor, k.handover}, []string{token, ms, s.keep, holder, stayMS, at, grantCh})
 	arr, err := res.ToArray()
 	if err != nil {
 		return lease.Grant{}, s.fail(err)
@@ -233,15 +238,18 @@ func (v leases) Release(ctx context.Context, key, token string) error {
 	lock, wake := k.lock, k.wake
 	// The key goes to a waiter that took a hand-over only where the
 	// release waits for no replica (see AcquireHandover).
+	cn, need, err := s.confirming(ctx, lock, false)
+	if err != nil {
+		return s.fail(err)
+	}
 	handover := "0"
-	if _, need, err := s.confirming(ctx, lock, false); err == nil && need == 0 {
+	if need == 0 {
 		handover = "1"
 	}
 	relKeys := []string{lock, k.queue, k.stays, k.holder, k.fence, k.floor, k.handover}
 	relArgs := []string{token, wake, s.shardedFlag(), handover, s.keep}
 	var (
 		n   int64
-		err error
 		res rclient.Result
 		p   *pending
 	)
@@ -256,7 +264,7 @@ func (v leases) Release(ctx context.Context, key, token string) error {
 			// A node without DELEX (a mixed-version cluster): nothing
 			// was deleted; use the script from now on.
 			s.delex.Store(false)
-			res, p = s.write(ctx, releaseScript, relKeys, relArgs, false)
+			res, p = s.writeAt(ctx, cn, need, releaseScript, relKeys, relArgs)
 			n, err = res.AsInt64()
 		} else if err == nil && n == 1 {
 			// DELEX cannot publish: wake the key's waiters with a command
@@ -264,7 +272,7 @@ func (v leases) Release(ctx context.Context, key, token string) error {
 			s.c.Do(ctx, s.publishCmd(wake))
 		}
 	} else {
-		res, p = s.write(ctx, releaseScript, relKeys, relArgs, false)
+		res, p = s.writeAt(ctx, cn, need, releaseScript, relKeys, relArgs)
 		n, err = res.AsInt64()
 	}
 	if err != nil {

@@ -427,6 +427,13 @@ func (s *Store) write(ctx context.Context, script *rclient.Script, keys, args []
 	if err != nil {
 		return rclient.ErrorResult(err), nil
 	}
+	return s.writeAt(ctx, n, need, script, keys, args)
+}
+
+// writeAt is write once confirming has answered n and need: for a write
+// whose arguments depend on whether it is confirmed (a release that hands
+// a key over only when it is not), decided once.
+func (s *Store) writeAt(ctx context.Context, n *replNode, need int, script *rclient.Script, keys, args []string) (rclient.Result, *pending) {
 	if need == 0 {
 		return script.Exec(ctx, s.c, keys, args), nil
 	}

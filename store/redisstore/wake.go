@@ -29,31 +29,13 @@ type wakeSub struct {
 	linger *time.Timer // set while no watcher is left
 }
 
-// watch returns a channel that receives when any of channels is
-// published to, and its stop. It returns once each is subscribed.
-func (s *Store) watch(ctx context.Context, channels ...string) (<-chan string, func(), error) {
-	ch := make(chan string, 1)
-	stops := make([]func(), 0, len(channels))
-	stop := func() {
-		for _, f := range stops {
-			f()
-		}
-	}
-	for _, c := range channels {
-		f, err := s.watchOne(ctx, c, ch)
-		if err != nil {
-			stop()
-			return nil, nil, err
-		}
-		stops = append(stops, f)
-	}
-	return ch, stop, nil
-}
-
-// watchOne passes channel's messages to ch, subscribing to channel unless
-// the store is already, and returns the stop.
-func (s *Store) watchOne(ctx context.Context, channel string, ch chan string) (func(), error) {
+// watch returns a channel that receives when channel, or one of also, is
+// published to, and its stop. The store subscribes to them all on one
+// connection, shared by every watcher of channel, and watch returns once
+// the server confirmed each.
+func (s *Store) watch(ctx context.Context, channel string, also ...string) (<-chan string, func(), error) {
 	h := &s.wakes
+	ch := make(chan string, wakehub.Buffer)
 	h.mu.Lock()
 	if h.subs == nil {
 		h.subs = map[string]*wakeSub{}
@@ -70,7 +52,7 @@ func (s *Store) watchOne(ctx context.Context, channel string, ch chan string) (f
 	sub.chans[ch] = struct{}{}
 	h.mu.Unlock()
 	if !shared {
-		stop, err := s.c.Subscribe(ctx, channel, s.cluster, func(msg string) { h.fan(channel, msg) })
+		stop, err := s.c.Subscribe(ctx, append([]string{channel}, also...), s.cluster, func(msg string) { h.fan(channel, msg) })
 		h.mu.Lock()
 		sub.stop, sub.err = stop, err
 		if err != nil && h.subs[channel] == sub {
@@ -83,13 +65,13 @@ func (s *Store) watchOne(ctx context.Context, channel string, ch chan string) (f
 		case <-sub.ready:
 		case <-ctx.Done():
 			h.unwatch(channel, sub, ch)
-			return nil, ctx.Err()
+			return nil, nil, ctx.Err()
 		}
 	}
 	if sub.err != nil {
-		return nil, sub.err
+		return nil, nil, sub.err
 	}
-	return func() { h.unwatch(channel, sub, ch) }, nil
+	return ch, func() { h.unwatch(channel, sub, ch) }, nil
 }
 
 // subscribed reports whether the store is subscribed to channel.
@@ -109,7 +91,7 @@ func (h *wakeHub) subscribed(channel string) bool {
 }
 
 // fan passes a wake-up (the waiter it names) to every watcher of
-// channel; a watcher's buffer keeps the newest.
+// channel; a watcher's buffer keeps the newest (wakehub.Send).
 func (h *wakeHub) fan(channel, who string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()

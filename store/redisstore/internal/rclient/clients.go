@@ -3,6 +3,7 @@ package rclient
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -171,21 +172,32 @@ func (c *ruClient) Nodes(context.Context) ([]Node, error) {
 
 func (c *ruClient) Cluster() bool { return c.c.Mode() == rueidis.ClientModeCluster }
 
-func (c *ruClient) Subscribe(ctx context.Context, channel string, sharded bool, fn func(msg string)) (func(), error) {
-	sub := c.c.B().Subscribe().Channel(channel).Build()
-	unsub := c.c.B().Unsubscribe().Channel(channel).Build()
+func (c *ruClient) Subscribe(ctx context.Context, channels []string, sharded bool, fn func(msg string)) (func(), error) {
+	sub := c.c.B().Subscribe().Channel(channels...).Build()
+	unsub := c.c.B().Unsubscribe().Channel(channels...).Build()
 	kind := "subscribe"
 	if sharded {
-		sub = c.c.B().Ssubscribe().Channel(channel).Build()
-		unsub = c.c.B().Sunsubscribe().Channel(channel).Build()
+		sub = c.c.B().Ssubscribe().Channel(channels...).Build()
+		unsub = c.c.B().Sunsubscribe().Channel(channels...).Build()
 		kind = "ssubscribe"
 	}
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	confirmed := make(chan struct{})
-	var once sync.Once
+	var (
+		mu   sync.Mutex
+		seen = map[string]bool{}
+	)
 	rctx = rueidis.WithOnSubscriptionHook(rctx, func(s rueidis.PubSubSubscription) {
-		if s.Kind == kind {
-			once.Do(func() { close(confirmed) })
+		if s.Kind != kind || !slices.Contains(channels, s.Channel) {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if !seen[s.Channel] {
+			seen[s.Channel] = true
+			if len(seen) == len(channels) {
+				close(confirmed)
+			}
 		}
 	})
 	// Receive leaves the channel subscribed when it returns: unsubscribe
@@ -328,17 +340,27 @@ func (c goClient) Nodes(ctx context.Context) ([]Node, error) {
 
 func (c goClient) Cluster() bool { return c.cluster }
 
-func (c goClient) Subscribe(ctx context.Context, channel string, sharded bool, fn func(msg string)) (func(), error) {
+func (c goClient) Subscribe(ctx context.Context, channels []string, sharded bool, fn func(msg string)) (func(), error) {
 	var ps *redis.PubSub
 	if sharded {
-		ps = c.c.SSubscribe(ctx, channel)
+		ps = c.c.SSubscribe(ctx, channels...)
 	} else {
-		ps = c.c.Subscribe(ctx, channel)
+		ps = c.c.Subscribe(ctx, channels...)
 	}
-	// The first reply is the subscription's confirmation.
-	if _, err := ps.Receive(ctx); err != nil {
-		ps.Close()
-		return nil, err
+	// Wait for each channel's confirmation; a message that comes between
+	// two of them is passed on.
+	for confirmed := 0; confirmed < len(channels); {
+		m, err := ps.Receive(ctx)
+		if err != nil {
+			ps.Close()
+			return nil, err
+		}
+		switch m := m.(type) {
+		case *redis.Subscription:
+			confirmed++
+		case *redis.Message:
+			fn(m.Payload)
+		}
 	}
 	msgs := ps.Channel()
 	go func() {

@@ -58,11 +58,12 @@ type Client interface {
 	Nodes(ctx context.Context) ([]Node, error)
 	// Cluster reports whether the client talks to a Redis Cluster.
 	Cluster() bool
-	// Subscribe subscribes to channel (SSUBSCRIBE when sharded, else
-	// SUBSCRIBE) and calls fn with each message, in one goroutine, until
-	// stop is called, which unsubscribes. It returns once the server has
-	// confirmed the subscription, or with an error.
-	Subscribe(ctx context.Context, channel string, sharded bool, fn func(msg string)) (stop func(), err error)
+	// Subscribe subscribes to channels (SSUBSCRIBE when sharded, all in
+	// one hash slot, else SUBSCRIBE) on one connection and calls fn with
+	// each message, in one goroutine, until stop is called, which
+	// unsubscribes. It returns once the server has confirmed every
+	// channel's subscription, or with an error.
+	Subscribe(ctx context.Context, channels []string, sharded bool, fn func(msg string)) (stop func(), err error)
 }
 
 // Script is a Lua script, run with EVALSHA (EVALSHA_RO for a read-only
