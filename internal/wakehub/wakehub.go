@@ -102,7 +102,8 @@ func Send(ch chan string, who string) {
 }
 
 // ContendedFor is how long a key counts as contended after a store last
-// saw it refused or released with waiters.
+// marked it (Contended.Mark: pgstore when it saw the key refused or
+// released with waiters, redisstore when one of its waiters was refused).
 const ContendedFor = 10 * time.Second
 
 // Contended remembers the keys a store saw contended lately, for a release

@@ -92,9 +92,9 @@
 // slot used: the greatest fence granted in the slot. n is the smallest
 // number whose decimal form hashes (CRC16 modulo 16384, the cluster's
 // HASH_SLOT) to the slot of the lease's hash tag, so the acquire script
-// reads and raises the floor in the lease's own slot, on one node of a
-// cluster; there are at most 16384 floors per prefix, about 100 bytes
-// each. A slot claim of a schedule uses the floor of its job's slot. No
+// (and a release that hands the key over) reads and raises the floor in
+// the lease's own slot, on one node of a cluster; there are at most 16384
+// floors per prefix, about 100 bytes each. A slot claim of a schedule uses the floor of its job's slot. No
 // other key of the store has such a name: a lease's and a fenced
 // resource's keys end in the suffixes above, and the other primitives'
 // keys carry a tag or a marker of their own ({s:, {sched:, idem{, rl{).
@@ -142,7 +142,11 @@
 // for the TTL its attempt asked for, counted from that attempt. The
 // wake-up on that channel carries the grant, so the hand-off takes one
 // round trip instead of two. A waiter whose process ended has no
-// subscriber left and is woken instead, never granted the key. Where the
+// subscriber left and is woken instead, never granted the key (a waiter on
+// a machine that vanished without closing its connection may still be
+// handed the key within its stay, until the server drops that connection;
+// the key then waits for the grant's TTL, as a lease granted just before
+// the machine vanished would). Where the
 // release waits for replicas (see Replication) it does not hand the key
 // over: the waiter takes it with its own acquire, which the replicas
 // confirm before it is reported. On servers with DELEX, a key this store

@@ -70,7 +70,10 @@ func (v leases) AcquireQueued(ctx context.Context, key, token string, ttl time.D
 // that channel, in a hash next to the queue. A release that finds the
 // waiter first hands the key to it in the release script, if the channel
 // still has a subscriber: a process that ended has none, and its waiter is
-// woken instead. The release hands a key over only where it waits for no
+// woken instead. (A machine that vanished without closing its connection
+// keeps its subscription until the server drops the connection, and its
+// waiter may be handed the key within its stay, which then waits for the
+// grant's TTL.) The release hands a key over only where it waits for no
 // replica (no replica connected, or Replication.Off): a grant must not
 // reach its waiter before the replicas have it, and with replicas the
 // waiter takes the key with an acquire of its own, confirmed as every

@@ -63,7 +63,7 @@ local function wait()
     -- runs for ttl from now, the time of this attempt.
     if attempt ~= '0' and grantch ~= '' then
       redis.call('HSET', KEYS[7], token, attempt .. ' ' .. string.format('%d', now + ttl * 1000) .. ' ' .. grantch .. ' ' .. holder)
-    elseif rank then
+    else
       redis.call('HDEL', KEYS[7], token)
     end
     for _, i in ipairs({4, 5, 7}) do
