@@ -148,8 +148,10 @@
 // the key then waits for the grant's TTL, as a lease granted just before
 // the machine vanished would). Where the
 // release waits for replicas (see Replication) it does not hand the key
-// over: the waiter takes it with its own acquire, which the replicas
-// confirm before it is reported. On servers with DELEX, a key this store
+// over, and a waiter whose store waits for replicas takes no hand-over:
+// the waiter takes the key with its own acquire, which the replicas
+// confirm before it is reported. Watch subscribes to both channels on one
+// connection. On servers with DELEX, a key this store
 // saw contended in the last 10 s is released by the script, which can
 // hand it over.
 //
@@ -284,6 +286,10 @@
 // unless Options.AllowEviction is set. A write refused because the server
 // reached maxmemory under noeviction returns [ErrOutOfMemory]; nothing was
 // granted or stored. Renewals and releases still work on a full server.
+// A user restricted by an ACL needs, besides the scripting, key and
+// publish commands, SUBSCRIBE (SSUBSCRIBE on a cluster) for wake-ups and
+// PUBSUB (the release script asks PUBSUB NUMSUB, or SHARDNUMSUB, whether
+// a waiter still listens before it hands a key over).
 //
 // # Errors
 //
