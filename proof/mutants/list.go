@@ -304,6 +304,14 @@ var list = []Mutant{
 		},
 		Workloads: []string{"election"}, Suite: "Lease", Faults: "pause,kill",
 	},
+	{
+		Name: "redis/handover-short-grant", Store: "redis",
+		Breaks: "a release that hands a contended key over grants it for a quarter of the TTL the waiter's attempt asked for: the store expires it while the waiter still counts it valid",
+		Edits: []Edit{{File: redisLua + "release.lua",
+			Old: "math.ceil(left / 1000)",
+			New: "math.ceil(left / 4000)"}},
+		Workloads: []string{"election"}, Suite: "Lease", Faults: "pause,kill",
+	},
 
 	// ---- Liveness: a lease that expired passes on ----
 	{
