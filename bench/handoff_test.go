@@ -57,8 +57,8 @@ func lockerHandoff(b *testing.B, store lease.Store, key string) {
 
 // BenchmarkHandoffPostgres passes one key among 20 workers on one
 // PostgreSQL: tenure fair (a table of waiters, woken by the release's
-// NOTIFY), tenure unfair, two floors (notify-floor and notify-write: see
-// notifyHandoff) and a session advisory lock (pg_advisory_lock, which
+// NOTIFY), tenure unfair, three floors (notify-floor and notify-write: see
+// notifyHandoff; queue-write: see queueWriteHandoff) and a session advisory lock (pg_advisory_lock, which
 // waits inside the server on a connection held meanwhile, woken by the
 // unlock: the fastest hand-off PostgreSQL has, with neither TTL nor
 // fence).
@@ -82,6 +82,7 @@ func BenchmarkHandoffPostgres(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Run("notify-write", func(b *testing.B) { notifyHandoff(b, p, notifyWrite) })
+	b.Run("queue-write", func(b *testing.B) { queueWriteHandoff(b, p) })
 	b.Run("advisory", func(b *testing.B) {
 		runHandoff(b, HandoffWorkers, HandoffHold, func(int) lockFunc {
 			return func(ctx context.Context) (func() error, error) {
@@ -367,6 +368,118 @@ func notifyHandoff(b *testing.B, p *pgClients, release string) {
 				if _, err := p.pool.Exec(ctx, release, strconv.Itoa(next)); err != nil {
 					fail.Do(func() { close(failed) })
 					return err
+				}
+				return nil
+			}, nil
+		}
+	})
+}
+
+// The statements of queueWriteHandoff, on a one-row table
+// (queueWriteTable) holding the key's holder token, fence, expiry and its
+// queue of waiting tokens. queueWriteAcquire ($1 the token) takes the key
+// when it is free or expired, and otherwise appends the token to the
+// queue, in one upsert; it answers whether the token holds the key.
+// queueWriteRelease ($1 the holder's token) grants the key to the first
+// token of the queue (a new fence, a new expiry) and names it in a NOTIFY,
+// or frees the key when the queue is empty, in one statement.
+const (
+	queueWriteTable = `CREATE TABLE IF NOT EXISTS bench_queue_write (key text PRIMARY KEY, token text,
+	fence bigint NOT NULL DEFAULT 0, expires_at timestamptz, queue text[] NOT NULL DEFAULT '{}');
+DELETE FROM bench_queue_write`
+	queueWriteAcquire = `WITH c AS (SELECT clock_timestamp() AS now)
+INSERT INTO bench_queue_write AS l (key, token, fence, expires_at) SELECT 'k', $1, 1, c.now + interval '10 seconds' FROM c
+ON CONFLICT (key) DO UPDATE SET
+	token = CASE WHEN l.token IS NULL OR l.expires_at <= (SELECT now FROM c) THEN excluded.token ELSE l.token END,
+	fence = CASE WHEN l.token IS NULL OR l.expires_at <= (SELECT now FROM c) THEN l.fence + 1 ELSE l.fence END,
+	expires_at = CASE WHEN l.token IS NULL OR l.expires_at <= (SELECT now FROM c) THEN excluded.expires_at ELSE l.expires_at END,
+	queue = CASE WHEN l.token IS NULL OR l.expires_at <= (SELECT now FROM c) THEN l.queue ELSE array_append(l.queue, excluded.token) END
+RETURNING l.token = $1`
+	queueWriteRelease = `WITH c AS (SELECT clock_timestamp() AS now),
+u AS (UPDATE bench_queue_write AS l SET token = l.queue[1], queue = l.queue[2:], fence = l.fence + 1,
+	expires_at = c.now + interval '10 seconds' FROM c WHERE l.key = 'k' AND l.token = $1 RETURNING l.token)
+SELECT count(*), count(pg_notify('bench_queue_write', u.token)) FROM u`
+)
+
+// queueWriteHandoff is the hand-off of a lock whose queue of waiters is
+// kept in PostgreSQL, in the key's own row: a waiter that finds the key
+// held writes its place there in the statement that found it held, and a
+// release grants the key to the first place and wakes it (NOTIFY, which a
+// listening connection hands to that waiter) in one statement. It is not
+// a lock a service could use (a place never expires, a waiter's process
+// is not checked, nothing is validated); it is the least a lock that keeps
+// its queue in the database, as tenure's fair Locker does, can cost per
+// hand-off on this server: notify-write's one committed write for the
+// release, and a committed write for each waiter's place.
+func queueWriteHandoff(b *testing.B, p *pgClients) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if _, err := p.pool.Exec(ctx, queueWriteTable); err != nil {
+		b.Fatal(err)
+	}
+	ln, err := pgx.Connect(ctx, p.dsn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close(context.Background())
+	if _, err := ln.Exec(ctx, "LISTEN bench_queue_write"); err != nil {
+		b.Fatal(err)
+	}
+	var (
+		mu   sync.Mutex
+		wake = map[string]chan struct{}{} // by token, while it waits
+		seq  int64
+	)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			n, err := ln.WaitForNotification(ctx)
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			ch := wake[n.Payload]
+			mu.Unlock()
+			if ch != nil {
+				ch <- struct{}{}
+			}
+		}
+	}()
+	defer func() { cancel(); <-done }()
+	runHandoff(b, HandoffWorkers, HandoffHold, func(w int) lockFunc {
+		return func(ctx context.Context) (func() error, error) {
+			ch := make(chan struct{}, 1)
+			mu.Lock()
+			seq++
+			token := strconv.Itoa(w) + "-" + strconv.FormatInt(seq, 10)
+			wake[token] = ch
+			mu.Unlock()
+			defer func() {
+				mu.Lock()
+				delete(wake, token)
+				mu.Unlock()
+			}()
+			var held bool
+			if err := p.pool.QueryRow(ctx, queueWriteAcquire, token).Scan(&held); err != nil {
+				return nil, err
+			}
+			if !held {
+				t := time.NewTimer(30 * time.Second)
+				defer t.Stop()
+				select {
+				case <-ch:
+				case <-t.C:
+					return nil, errors.New("bench: a queued waiter was not woken within 30s")
+				}
+			}
+			return func() error {
+				var n, woke int64
+				if err := p.pool.QueryRow(ctx, queueWriteRelease, token).Scan(&n, &woke); err != nil {
+					return err
+				}
+				if n != 1 {
+					return errors.New("bench: a release found the key not held by its token")
 				}
 				return nil
 			}, nil
