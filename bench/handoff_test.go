@@ -58,10 +58,10 @@ func lockerHandoff(b *testing.B, store lease.Store, key string) {
 // BenchmarkHandoffPostgres passes one key among 20 workers on one
 // PostgreSQL: tenure fair (a table of waiters, woken by the release's
 // NOTIFY), tenure unfair, three floors (notify-floor and notify-write: see
-// notifyHandoff; queue-write: see queueWriteHandoff) and a session advisory lock (pg_advisory_lock, which
-// waits inside the server on a connection held meanwhile, woken by the
-// unlock: the fastest hand-off PostgreSQL has, with neither TTL nor
-// fence).
+// notifyHandoff; queue-write: see queueWriteHandoff) and a session
+// advisory lock (pg_advisory_lock, which waits inside the server on a
+// connection held meanwhile, woken by the unlock: the fastest hand-off
+// PostgreSQL has, with neither TTL nor fence).
 //
 //	go test -run '^$' -bench HandoffPostgres
 func BenchmarkHandoffPostgres(b *testing.B) {
@@ -398,7 +398,7 @@ RETURNING l.token = $1`
 	queueWriteRelease = `WITH c AS (SELECT clock_timestamp() AS now),
 u AS (UPDATE bench_queue_write AS l SET token = l.queue[1], queue = l.queue[2:], fence = l.fence + 1,
 	expires_at = c.now + interval '10 seconds' FROM c WHERE l.key = 'k' AND l.token = $1 RETURNING l.token)
-SELECT count(*), count(pg_notify('bench_queue_write', u.token)) FROM u`
+SELECT count(*), count(CASE WHEN u.token IS NOT NULL THEN pg_notify('bench_queue_write', u.token) END) FROM u`
 )
 
 // queueWriteHandoff is the hand-off of a lock whose queue of waiters is
