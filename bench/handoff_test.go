@@ -293,6 +293,38 @@ const (
 INSERT INTO bench_notify_write SELECT '', 0 WHERE NOT EXISTS (SELECT 1 FROM bench_notify_write)`
 )
 
+// listen LISTENs on channel on a connection of its own and hands each
+// notification's payload to wake, until the returned stop is called.
+func listen(b *testing.B, p *pgClients, channel string, wake func(payload string)) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	ln, err := pgx.Connect(ctx, p.dsn)
+	if err != nil {
+		cancel()
+		b.Fatal(err)
+	}
+	if _, err := ln.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
+		cancel()
+		ln.Close(context.Background())
+		b.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			n, err := ln.WaitForNotification(ctx)
+			if err != nil {
+				return
+			}
+			wake(n.Payload)
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+		ln.Close(context.Background())
+	}
+}
+
 // notifyHandoff is the hand-off of a lock whose queue of waiters is in
 // this process: a release sends release (one autocommit statement whose
 // NOTIFY names the next worker), which a listening connection hands to
@@ -303,16 +335,6 @@ INSERT INTO bench_notify_write SELECT '', 0 WHERE NOT EXISTS (SELECT 1 FROM benc
 // TTL and a fence must. A lock that keeps its queue in the database pays
 // that and its queue's statements besides.
 func notifyHandoff(b *testing.B, p *pgClients, release string) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	ln, err := pgx.Connect(ctx, p.dsn)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ln.Close(context.Background())
-	if _, err := ln.Exec(ctx, "LISTEN bench_notify_floor"); err != nil {
-		b.Fatal(err)
-	}
 	var (
 		mu     sync.Mutex
 		held   bool
@@ -324,22 +346,11 @@ func notifyHandoff(b *testing.B, p *pgClients, release string) {
 	for i := range wake {
 		wake[i] = make(chan struct{}, 1)
 	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			n, err := ln.WaitForNotification(ctx)
-			if err != nil {
-				return
-			}
-			w, err := strconv.Atoi(n.Payload)
-			if err != nil || w < 0 || w >= len(wake) {
-				continue
-			}
+	defer listen(b, p, "bench_notify_floor", func(payload string) {
+		if w, err := strconv.Atoi(payload); err == nil && w >= 0 && w < len(wake) {
 			wake[w] <- struct{}{}
 		}
-	}()
-	defer func() { cancel(); <-done }()
+	})()
 	runHandoff(b, HandoffWorkers, HandoffHold, func(w int) lockFunc {
 		return func(ctx context.Context) (func() error, error) {
 			mu.Lock()
@@ -412,17 +423,7 @@ SELECT count(*), count(CASE WHEN u.token IS NOT NULL THEN pg_notify('bench_queue
 // hand-off on this server: notify-write's one committed write for the
 // release, and a committed write for each waiter's place.
 func queueWriteHandoff(b *testing.B, p *pgClients) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	if _, err := p.pool.Exec(ctx, queueWriteTable); err != nil {
-		b.Fatal(err)
-	}
-	ln, err := pgx.Connect(ctx, p.dsn)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ln.Close(context.Background())
-	if _, err := ln.Exec(ctx, "LISTEN bench_queue_write"); err != nil {
+	if _, err := p.pool.Exec(context.Background(), queueWriteTable); err != nil {
 		b.Fatal(err)
 	}
 	var (
@@ -430,23 +431,14 @@ func queueWriteHandoff(b *testing.B, p *pgClients) {
 		wake = map[string]chan struct{}{} // by token, while it waits
 		seq  int64
 	)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			n, err := ln.WaitForNotification(ctx)
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			ch := wake[n.Payload]
-			mu.Unlock()
-			if ch != nil {
-				ch <- struct{}{}
-			}
+	defer listen(b, p, "bench_queue_write", func(payload string) {
+		mu.Lock()
+		ch := wake[payload]
+		mu.Unlock()
+		if ch != nil {
+			ch <- struct{}{}
 		}
-	}()
-	defer func() { cancel(); <-done }()
+	})()
 	runHandoff(b, HandoffWorkers, HandoffHold, func(w int) lockFunc {
 		return func(ctx context.Context) (func() error, error) {
 			ch := make(chan struct{}, 1)
