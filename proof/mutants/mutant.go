@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Stores a mutant can belong to, each with the package of its conformance
@@ -57,6 +58,11 @@ type Mutant struct {
 	// command's default faults), for a guarantee that one of them would
 	// mask.
 	Faults string
+	// Duration, if set, is the proof run's --duration (default: the
+	// command's, 10s), for a guarantee whose loss shows only when a fault
+	// lands in a narrow window on a store whose runs see few faults (etcd,
+	// whose leases last whole seconds).
+	Duration time.Duration
 }
 
 // Pattern is the -run pattern of m's conformance subtests: Suite under
@@ -151,6 +157,8 @@ func (m Mutant) check() error {
 		return fmt.Errorf("mutants: %s: no edit", m.Name)
 	case len(m.Workloads) == 0:
 		return fmt.Errorf("mutants: %s: no covering workload", m.Name)
+	case m.Duration < 0:
+		return fmt.Errorf("mutants: %s: negative proof duration %v", m.Name, m.Duration)
 	case !slices.Contains(suites, strings.Split(m.Suite, "/")[0]):
 		return fmt.Errorf("mutants: %s: unknown conformance suite %q (have %s)", m.Name, m.Suite, strings.Join(suites, ", "))
 	}

@@ -245,6 +245,9 @@ func (r *Runner) proof(ctx context.Context, m Mutant, bin, dir string) Outcome {
 	if m.Faults != "" {
 		args = append(args, "--fault", m.Faults)
 	}
+	if m.Duration > 0 {
+		args = append(args, "--duration", m.Duration.String())
+	}
 	cmd := exec.CommandContext(pctx, bin, args...)
 	cmd.Dir = dir
 	cmd.Env = os.Environ()
