@@ -55,6 +55,37 @@ func lockerHandoff(b *testing.B, store lease.Store, key string) {
 	}
 }
 
+// BenchmarkHandoffManyWaiters passes one key among 20, 200 and 1,000
+// workers of one process on the memory store, each holding it 2 ms: what a
+// hand-off costs as the waiters of a key in a process grow. A release
+// wakes the waiter it hands to, not every waiter of the key, so the gap
+// should grow little with their number.
+//
+//	go test -run '^$' -bench HandoffManyWaiters -benchtime 1500x
+func BenchmarkHandoffManyWaiters(b *testing.B) {
+	for _, w := range []int{HandoffWorkers, 200, 1000} {
+		b.Run("workers="+strconv.Itoa(w), func(b *testing.B) {
+			s, err := memstore.New(nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			lk, err := lease.New(s.Leases(), nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			runHandoff(b, w, HandoffHold, func(int) lockFunc {
+				return func(ctx context.Context) (func() error, error) {
+					l, err := lk.Acquire(ctx, "bench:handoff", 10*time.Second)
+					if err != nil {
+						return nil, err
+					}
+					return func() error { return l.Release(ctx) }, nil
+				}
+			})
+		})
+	}
+}
+
 // BenchmarkHandoffPostgres passes one key among 20 workers on one
 // PostgreSQL: tenure fair (a table of waiters, woken by the release's
 // NOTIFY), tenure unfair, three floors (notify-floor and notify-write: see

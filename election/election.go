@@ -234,7 +234,7 @@ func (e *Election) Observe(ctx context.Context) iter.Seq2[Leader, error] {
 	return func(yield func(Leader, error) bool) {
 		var wake <-chan string
 		if w, ok := e.store.(leasedriver.Waker); ok {
-			if ch, stop, err := w.Watch(ctx, e.key); err == nil {
+			if ch, stop, err := w.Watch(ctx, e.key, ""); err == nil {
 				wake = ch
 				defer stop()
 			}

@@ -44,7 +44,7 @@ func (h *handing) AcquireHandover(ctx context.Context, key, token string, ttl ti
 	return h.AcquireQueued(ctx, key, token, ttl, holder, stay)
 }
 
-func (h *handing) Watch(ctx context.Context, key string) (<-chan string, func(), error) {
+func (h *handing) Watch(ctx context.Context, key, waiter string) (<-chan string, func(), error) {
 	return h.wake, func() {}, nil
 }
 

@@ -255,9 +255,17 @@ func (lk *Locker) acquire(ctx context.Context, key string, ttl time.Duration) (*
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("lease: acquire %q: %w", key, err)
 	}
+	// A queued waiter keeps one token from its first attempt to its
+	// grant, and is woken only by the wake-ups that name it (or none);
+	// an unqueued one takes every wake-up.
+	var token, me string
+	if lk.queue != nil {
+		token = NewToken()
+		me = driver.WaiterID(token)
+	}
 	var wake <-chan string
 	if lk.waker != nil {
-		if ch, stop, err := lk.waker.Watch(ctx, key); err == nil {
+		if ch, stop, err := lk.waker.Watch(ctx, key, me); err == nil {
 			wake = ch
 			defer stop()
 		} else {
@@ -265,7 +273,7 @@ func (lk *Locker) acquire(ctx context.Context, key string, ttl time.Duration) (*
 		}
 	}
 	if lk.queue != nil {
-		return lk.acquireQueued(ctx, key, ttl, wake)
+		return lk.acquireQueued(ctx, key, ttl, token, wake)
 	}
 	for attempt := 1; ; attempt++ {
 		l, err := lk.tryAcquire(ctx, key, ttl)
@@ -283,9 +291,8 @@ func (lk *Locker) acquire(ctx context.Context, key string, ttl time.Duration) (*
 }
 
 // acquireQueued waits for key with a place in the store's queue of its
-// waiters, under one token, woken by wake (nil: none).
-func (lk *Locker) acquireQueued(ctx context.Context, key string, ttl time.Duration, wake <-chan string) (*Lease, error) {
-	token := NewToken()
+// waiters, under token, woken by wake (nil: none).
+func (lk *Locker) acquireQueued(ctx context.Context, key string, ttl time.Duration, token string, wake <-chan string) (*Lease, error) {
 	me := driver.WaiterID(token)
 	// A place lives three polls: the waiter keeps it with every attempt.
 	stay := min(3*lk.o.RetryMax, driver.MaxTTL)

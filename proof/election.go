@@ -180,8 +180,8 @@ func (r renewRecorderQueued) Leave(ctx context.Context, key, token string) error
 	return r.q.Leave(ctx, key, token)
 }
 
-func (r renewRecorderQueued) Watch(ctx context.Context, key string) (<-chan string, func(), error) {
-	return r.wk.Watch(ctx, key)
+func (r renewRecorderQueued) Watch(ctx context.Context, key, waiter string) (<-chan string, func(), error) {
+	return r.wk.Watch(ctx, key, waiter)
 }
 
 type renewRecorderHandover struct {

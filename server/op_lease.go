@@ -128,15 +128,21 @@ func acquireLease(ctx context.Context, r *request, in serveapi.AcquireLease) (se
 		queue, _ = s.st.Leases.(leasedriver.Queuer)
 		stay = max(stay, 3*waitPoll)
 	}
+	me := leasedriver.WaiterID(token)
 	if in.Wait > 0 {
 		if w, ok := s.st.Leases.(leasedriver.Waker); ok {
-			if ch, stop, err := w.Watch(ctx, in.Key); err == nil {
+			// A queued acquire is woken by the wake-ups that name it (or
+			// none); one outside a queue by every wake-up.
+			watchAs := ""
+			if queue != nil {
+				watchAs = me
+			}
+			if ch, stop, err := w.Watch(ctx, in.Key, watchAs); err == nil {
 				wake = ch
 				defer stop()
 			}
 		}
 	}
-	me := leasedriver.WaiterID(token)
 	giveUp := func(err error) (serveapi.LeaseGrant, error) {
 		if queue != nil && in.Stay == 0 {
 			go func() {

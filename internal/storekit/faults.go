@@ -182,9 +182,9 @@ func (w faultyQueued) Leave(ctx context.Context, key, token string) error {
 
 // Watch is the store's own, or errors.ErrUnsupported from a store that
 // does not wake waiters.
-func (w faultyQueued) Watch(ctx context.Context, key string) (<-chan string, func(), error) {
+func (w faultyQueued) Watch(ctx context.Context, key, waiter string) (<-chan string, func(), error) {
 	if wk, ok := w.inner.(leasedriver.Waker); ok {
-		return wk.Watch(ctx, key)
+		return wk.Watch(ctx, key, waiter)
 	}
 	return nil, nil, errors.ErrUnsupported
 }

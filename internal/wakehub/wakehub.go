@@ -8,28 +8,33 @@ package wakehub
 import (
 	"sync"
 	"time"
+
+	"github.com/tenurekit/tenure/lease/driver"
 )
 
 // Hub is the watchers of a store's keys. The zero value is ready to use;
 // it is safe for concurrent use.
 type Hub struct {
 	mu sync.Mutex
-	w  map[string]map[chan string]struct{}
+	w  map[string]*Set
 	n  int // watchers, over all keys
 }
 
-// Watch returns a channel that receives key's wake-ups, and the function
-// that stops it. The channel is never closed.
-func (h *Hub) Watch(key string) (<-chan string, func()) {
+// Watch returns a channel that receives key's wake-ups for the waiter me
+// (a lease/driver.WaiterID, or "" for a watcher that takes every wake-up;
+// see Set), and the function that stops it. The channel is never closed.
+func (h *Hub) Watch(key, me string) (<-chan string, func()) {
 	ch := make(chan string, Buffer)
 	h.mu.Lock()
 	if h.w == nil {
-		h.w = map[string]map[chan string]struct{}{}
+		h.w = map[string]*Set{}
 	}
-	if h.w[key] == nil {
-		h.w[key] = map[chan string]struct{}{}
+	w := h.w[key]
+	if w == nil {
+		w = &Set{}
+		h.w[key] = w
 	}
-	h.w[key][ch] = struct{}{}
+	w.Add(ch, me)
 	h.n++
 	h.mu.Unlock()
 	var once sync.Once
@@ -38,8 +43,8 @@ func (h *Hub) Watch(key string) (<-chan string, func()) {
 			h.mu.Lock()
 			defer h.mu.Unlock()
 			if w := h.w[key]; w != nil {
-				delete(w, ch)
-				if len(w) == 0 {
+				w.Remove(ch, me)
+				if w.Len() == 0 {
 					delete(h.w, key)
 				}
 			}
@@ -48,13 +53,14 @@ func (h *Hub) Watch(key string) (<-chan string, func()) {
 	}
 }
 
-// Wake passes a wake-up naming who (a lease/driver.WaiterID, or "" for
-// any waiter) to every watcher of key.
+// Wake passes a wake-up naming who (a lease/driver.WaiterID, or a
+// lease/driver.GrantWake for one; "" for any waiter) to key's watchers, as
+// Set.Send does.
 func (h *Hub) Wake(key, who string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for ch := range h.w[key] {
-		Send(ch, who)
+	if w := h.w[key]; w != nil {
+		w.Send(who)
 	}
 }
 
@@ -64,9 +70,7 @@ func (h *Hub) WakeAll(who string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, w := range h.w {
-		for ch := range w {
-			Send(ch, who)
-		}
+		w.Send(who)
 	}
 }
 
@@ -75,6 +79,76 @@ func (h *Hub) Watchers() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.n
+}
+
+// Set is the watchers of one key, each a channel and the waiter it
+// watches for. A wake-up that names a waiter goes to that waiter's
+// watchers and to those watching for "" (which take every wake-up); one
+// that names none goes to all. So a release that wakes the first of many
+// waiters in a process wakes one goroutine, not every waiter of the key.
+// The zero value is empty; its owner's lock guards it.
+type Set struct {
+	all map[chan string]struct{}            // every watcher
+	any map[chan string]struct{}            // watching for ""
+	by  map[string]map[chan string]struct{} // by the waiter watched for
+}
+
+// Add adds ch, watching for the waiter me ("" for every wake-up).
+func (s *Set) Add(ch chan string, me string) {
+	if s.all == nil {
+		s.all = map[chan string]struct{}{}
+	}
+	s.all[ch] = struct{}{}
+	if me == "" {
+		if s.any == nil {
+			s.any = map[chan string]struct{}{}
+		}
+		s.any[ch] = struct{}{}
+		return
+	}
+	if s.by == nil {
+		s.by = map[string]map[chan string]struct{}{}
+	}
+	if s.by[me] == nil {
+		s.by[me] = map[chan string]struct{}{}
+	}
+	s.by[me][ch] = struct{}{}
+}
+
+// Remove removes ch, added for me.
+func (s *Set) Remove(ch chan string, me string) {
+	delete(s.all, ch)
+	if me == "" {
+		delete(s.any, ch)
+		return
+	}
+	if w := s.by[me]; w != nil {
+		delete(w, ch)
+		if len(w) == 0 {
+			delete(s.by, me)
+		}
+	}
+}
+
+// Len reports how many watchers s has.
+func (s *Set) Len() int { return len(s.all) }
+
+// Send passes a wake-up naming who to the watchers it concerns (see Set),
+// without blocking (see the package Send).
+func (s *Set) Send(who string) {
+	me, _, _ := driver.ParseWake(who)
+	if me == "" {
+		for ch := range s.all {
+			Send(ch, who)
+		}
+		return
+	}
+	for ch := range s.by[me] {
+		Send(ch, who)
+	}
+	for ch := range s.any {
+		Send(ch, who)
+	}
 }
 
 // Buffer is the size of a watcher's channel. A wake-up that hands a

@@ -47,11 +47,15 @@ type Waker interface {
 	// free, until stop is called. Each wake-up names the waiter that is
 	// now first in the key's queue (WaiterID of its token), or is "" when
 	// any waiter may try: a waiter named by none waits on, so a release
-	// wakes one waiter, not all. The channel has a buffer and is never
-	// closed; a wake-up may be spurious, and one lost (the buffer full,
-	// the connection down) is made good by the caller's polling. A store
-	// that cannot watch now returns an error, and the caller polls.
-	Watch(ctx context.Context, key string) (wake <-chan string, stop func(), err error)
+	// wakes one waiter, not all. waiter is the watching waiter's own
+	// WaiterID, and the channel receives only the wake-ups that name it
+	// or none; with waiter "" (a watcher outside the queue) it receives
+	// every wake-up. So a release wakes one goroutine of a process, not
+	// each of its waiters for the key. The channel has a buffer and is
+	// never closed; a wake-up may be spurious, and one lost (the buffer
+	// full, the connection down) is made good by the caller's polling. A
+	// store that cannot watch now returns an error, and the caller polls.
+	Watch(ctx context.Context, key, waiter string) (wake <-chan string, stop func(), err error)
 }
 
 // Handover is implemented by queueing stores (Queuer, Waker) whose

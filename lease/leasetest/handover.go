@@ -24,10 +24,11 @@ func handover(t *testing.T, tg Target) (leasedriver.Handover, leasedriver.Waker)
 	return h, wk
 }
 
-// watch watches k on wk, failing the test if the store cannot.
+// watch watches k on wk for every wake-up, failing the test if the store
+// cannot.
 func watch(t *testing.T, wk leasedriver.Waker, k string) <-chan string {
 	t.Helper()
-	ch, stop, err := wk.Watch(ctxT(t), k)
+	ch, stop, err := wk.Watch(ctxT(t), k, "")
 	if errors.Is(err, errors.ErrUnsupported) {
 		t.Skipf("leasetest: the store cannot wake waiters in this configuration: %v", err)
 	}

@@ -245,6 +245,8 @@ func testLockerFair(t *testing.T, tg Target) {
 // testWakeOnRelease: a store that wakes waiters tells a watcher of a key
 // when it is released; on a store with a queue the wake-up names the
 // waiter first in it, and a waiter that leaves first wakes the next one.
+// A watcher for a waiter receives the wake-ups that name it, and none that
+// names another waiter.
 func testWakeOnRelease(t *testing.T, tg Target) {
 	wk, ok := tg.Store.(leasedriver.Waker)
 	if !ok {
@@ -254,7 +256,7 @@ func testWakeOnRelease(t *testing.T, tg Target) {
 	k := key(t, "k")
 	holder := lease.NewToken()
 	acquire(t, tg.Store, k, holder, 30*time.Second)
-	wake, stop, err := wk.Watch(ctx, k)
+	wake, stop, err := wk.Watch(ctx, k, "")
 	if errors.Is(err, errors.ErrUnsupported) {
 		t.Skipf("leasetest: the store cannot wake waiters in this configuration: %v", err)
 	}
@@ -271,8 +273,17 @@ func testWakeOnRelease(t *testing.T, tg Target) {
 			queued(t, err, "a waiter while the key is held", i)
 		}
 	}
+	var mine <-chan string // the second waiter's watcher
+	if queues {
+		ch, stop, err := wk.Watch(ctx, k, leasedriver.WaiterID(second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer stop()
+		mine = ch
+	}
 	// A watcher of another key hears nothing of this one.
-	other, stopOther, err := wk.Watch(ctx, key(t, "other"))
+	other, stopOther, err := wk.Watch(ctx, key(t, "other"), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -309,6 +320,21 @@ func testWakeOnRelease(t *testing.T, tg Target) {
 		t.Fatalf("a watcher of another key was woken (%q)", who)
 	default:
 	}
+	// The second waiter's watcher was passed the wake-up naming it, after
+	// none naming the first (the release's).
+	for deadline := time.After(30 * time.Second); ; {
+		select {
+		case who := <-mine:
+			switch w, _, _ := leasedriver.ParseWake(who); w {
+			case leasedriver.WaiterID(second):
+				return
+			case leasedriver.WaiterID(first):
+				t.Fatalf("the second waiter's watcher received the wake-up naming the first waiter (%q): a release must wake only the waiter it names", who)
+			}
+		case <-deadline:
+			t.Fatal("the second waiter's watcher received no wake-up naming it")
+		}
+	}
 }
 
 // testStaleReleaseQueued: the release of a contended key (one with a queue,
@@ -331,7 +357,7 @@ func testStaleReleaseQueued(t *testing.T, tg Target) {
 	}
 	if h, ok := tg.Store.(leasedriver.Handover); ok {
 		if wk, ok := tg.Store.(leasedriver.Waker); ok {
-			if _, stop, err := wk.Watch(ctx, k); err == nil {
+			if _, stop, err := wk.Watch(ctx, k, leasedriver.WaiterID(next)); err == nil {
 				defer stop()
 			}
 		}

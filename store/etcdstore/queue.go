@@ -127,11 +127,11 @@ func (v leases) Leave(ctx context.Context, key, token string) error {
 // waiter that is first now. One etcd watch of the lock and one of its
 // queue serve every watcher of the key in this store; they end a while
 // after the last watcher stopped.
-func (v leases) Watch(ctx context.Context, key string) (<-chan string, func(), error) {
+func (v leases) Watch(ctx context.Context, key, waiter string) (<-chan string, func(), error) {
 	if err := leasedriver.ValidateKey(key); err != nil {
 		return nil, nil, err
 	}
-	return v.s.watches.watch(ctx, v.s, key)
+	return v.s.watches.watch(ctx, v.s, key, waiter)
 }
 
 // wakeLinger is how long a key's etcd watches stay after its last watcher
@@ -154,8 +154,8 @@ type keyWatch struct {
 	linger *time.Timer
 }
 
-func (w *watches) watch(ctx context.Context, s *Store, key string) (<-chan string, func(), error) {
-	ch, stop := w.hub.Watch(key)
+func (w *watches) watch(ctx context.Context, s *Store, key, waiter string) (<-chan string, func(), error) {
+	ch, stop := w.hub.Watch(key, waiter)
 	w.mu.Lock()
 	if w.keys == nil {
 		w.keys = map[string]*keyWatch{}

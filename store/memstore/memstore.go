@@ -24,14 +24,15 @@ package memstore
 import (
 	"context"
 	"fmt"
-	"github.com/tenurekit/tenure"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/tenurekit/tenure"
 	"github.com/tenurekit/tenure/fence"
 	"github.com/tenurekit/tenure/internal/obs"
+	"github.com/tenurekit/tenure/internal/wakehub"
 	"github.com/tenurekit/tenure/lease"
 	leasedriver "github.com/tenurekit/tenure/lease/driver"
 )
@@ -69,7 +70,7 @@ type Store struct {
 	// queues are the waiters of contended keys (leasedriver.Queuer), in
 	// arrival order; watchers the channels Watch hands out, by key.
 	queues   map[string]waitQueue
-	watchers map[string]map[chan string]struct{}
+	watchers wakehub.Hub
 }
 
 type leaseRec struct {
@@ -92,7 +93,7 @@ type fencedRec struct {
 // tenure.ErrInvalid.
 func New(o *Options) (*Store, error) {
 	s := &Store{now: time.Now, limitKeys: DefaultLimitKeys, leases: map[string]*leaseRec{}, fenced: map[string]fencedRec{},
-		queues: map[string]waitQueue{}, watchers: map[string]map[chan string]struct{}{}}
+		queues: map[string]waitQueue{}}
 	if o == nil {
 		return s, nil
 	}

@@ -5,7 +5,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/tenurekit/tenure/internal/wakehub"
 	"github.com/tenurekit/tenure/lease"
 	leasedriver "github.com/tenurekit/tenure/lease/driver"
 )
@@ -95,31 +94,14 @@ func (v leases) Leave(ctx context.Context, key, token string) error {
 // first in its queue leaves (leasedriver.Waker), naming the waiter that
 // is first now. An expiry sends nothing: a waiter polls at the holder's
 // remaining TTL.
-func (v leases) Watch(ctx context.Context, key string) (<-chan string, func(), error) {
+func (v leases) Watch(ctx context.Context, key, waiter string) (<-chan string, func(), error) {
 	if err := leasedriver.ValidateKey(key); err != nil {
 		return nil, nil, err
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, nil, err
 	}
-	s := v.s
-	ch := make(chan string, wakehub.Buffer)
-	s.mu.Lock()
-	if s.watchers[key] == nil {
-		s.watchers[key] = map[chan string]struct{}{}
-	}
-	s.watchers[key][ch] = struct{}{}
-	s.mu.Unlock()
-	stop := func() {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if w := s.watchers[key]; w != nil {
-			delete(w, ch)
-			if len(w) == 0 {
-				delete(s.watchers, key)
-			}
-		}
-	}
+	ch, stop := v.s.watchers.Watch(key, waiter)
 	return ch, stop, nil
 }
 
@@ -130,7 +112,5 @@ func (s *Store) wake(key string, now time.Time) {
 	if q := s.queue(key, now); len(q) > 0 {
 		who = leasedriver.WaiterID(q[0].token)
 	}
-	for ch := range s.watchers[key] {
-		wakehub.Send(ch, who)
-	}
+	s.watchers.Wake(key, who)
 }

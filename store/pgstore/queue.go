@@ -240,11 +240,11 @@ func (v leases) Leave(ctx context.Context, key, token string) error {
 // store at PostgreSQL itself, or at a session-mode pool, for wake-ups;
 // through a transaction-mode pool waiters are still served in order, at
 // the pace of their polling.
-func (v leases) Watch(ctx context.Context, key string) (<-chan string, func(), error) {
+func (v leases) Watch(ctx context.Context, key, waiter string) (<-chan string, func(), error) {
 	if err := leasedriver.ValidateKey(key); err != nil {
 		return nil, nil, err
 	}
-	return v.s.wakes.watch(ctx, key)
+	return v.s.wakes.watch(ctx, key, waiter)
 }
 
 // wakeLinger is how long the listening connection stays open after its
@@ -351,12 +351,13 @@ func dbSession(db *sql.DB) func(ctx context.Context, fn func(c *pgx.Conn) error)
 	}
 }
 
-// watch returns a channel for key's wake-ups once the listener listens.
-func (l *listener) watch(ctx context.Context, key string) (<-chan string, func(), error) {
+// watch returns a channel for key's wake-ups for waiter (see
+// wakehub.Set) once the listener listens.
+func (l *listener) watch(ctx context.Context, key, waiter string) (<-chan string, func(), error) {
 	if l.session == nil {
 		return nil, nil, errNoListen
 	}
-	ch, stop := l.hub.Watch(key)
+	ch, stop := l.hub.Watch(key, waiter)
 	l.mu.Lock()
 	if l.linger != nil {
 		l.linger.Stop()

@@ -338,13 +338,13 @@ func (v leases) Leave(ctx context.Context, key, token string) error {
 // key over (see AcquireHandover). It returns once the server confirmed
 // both subscriptions. An expiry publishes nothing: a waiter polls at the
 // holder's TTL.
-func (v leases) Watch(ctx context.Context, key string) (<-chan string, func(), error) {
+func (v leases) Watch(ctx context.Context, key, waiter string) (<-chan string, func(), error) {
 	if err := leasedriver.ValidateKey(key); err != nil {
 		return nil, nil, err
 	}
 	s := v.s
 	_, _, _, wake := s.queueKeys(key)
-	ch, stop, err := s.watch(ctx, wake, s.grantChannel(wake))
+	ch, stop, err := s.watch(ctx, waiter, wake, s.grantChannel(wake))
 	if err != nil {
 		return nil, nil, s.fail(err)
 	}

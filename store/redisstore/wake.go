@@ -25,15 +25,15 @@ type wakeSub struct {
 	ready  chan string // closed once subscribed, or failed (err)
 	err    error
 	stop   func()
-	chans  map[chan string]struct{}
+	chans  wakehub.Set
 	linger *time.Timer // set while no watcher is left
 }
 
 // watch returns a channel that receives when channel, or one of also, is
-// published to, and its stop. The store subscribes to them all on one
-// connection, shared by every watcher of channel, and watch returns once
-// the server confirmed each.
-func (s *Store) watch(ctx context.Context, channel string, also ...string) (<-chan string, func(), error) {
+// published to with a wake-up for waiter (see wakehub.Set), and its stop.
+// The store subscribes to them all on one connection, shared by every
+// watcher of channel, and watch returns once the server confirmed each.
+func (s *Store) watch(ctx context.Context, waiter, channel string, also ...string) (<-chan string, func(), error) {
 	h := &s.wakes
 	ch := make(chan string, wakehub.Buffer)
 	h.mu.Lock()
@@ -42,14 +42,14 @@ func (s *Store) watch(ctx context.Context, channel string, also ...string) (<-ch
 	}
 	sub, shared := h.subs[channel]
 	if !shared {
-		sub = &wakeSub{ready: make(chan string), chans: map[chan string]struct{}{}}
+		sub = &wakeSub{ready: make(chan string)}
 		h.subs[channel] = sub
 	}
 	if sub.linger != nil {
 		sub.linger.Stop()
 		sub.linger = nil
 	}
-	sub.chans[ch] = struct{}{}
+	sub.chans.Add(ch, waiter)
 	h.mu.Unlock()
 	if !shared {
 		stop, err := s.c.Subscribe(ctx, append([]string{channel}, also...), s.cluster, func(msg string) { h.fan(channel, msg) })
@@ -64,14 +64,14 @@ func (s *Store) watch(ctx context.Context, channel string, also ...string) (<-ch
 		select {
 		case <-sub.ready:
 		case <-ctx.Done():
-			h.unwatch(channel, sub, ch)
+			h.unwatch(channel, sub, ch, waiter)
 			return nil, nil, ctx.Err()
 		}
 	}
 	if sub.err != nil {
 		return nil, nil, sub.err
 	}
-	return ch, func() { h.unwatch(channel, sub, ch) }, nil
+	return ch, func() { h.unwatch(channel, sub, ch, waiter) }, nil
 }
 
 // subscribed reports whether the store is subscribed to channel.
@@ -90,30 +90,30 @@ func (h *wakeHub) subscribed(channel string) bool {
 	}
 }
 
-// fan passes a wake-up (the waiter it names) to every watcher of
-// channel; a watcher's buffer keeps the newest (wakehub.Send).
+// fan passes a wake-up (the waiter it names) to the watchers of channel
+// it concerns (wakehub.Set); a watcher's buffer keeps the newest
+// (wakehub.Send).
 func (h *wakeHub) fan(channel, who string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if sub := h.subs[channel]; sub != nil {
-		for ch := range sub.chans {
-			wakehub.Send(ch, who)
-		}
+		sub.chans.Send(who)
 	}
 }
 
-// unwatch stops ch; the subscription ends wakeLinger after its last
-// watcher stopped, unless another one came meanwhile.
-func (h *wakeHub) unwatch(channel string, sub *wakeSub, ch chan string) {
+// unwatch stops ch, watching for waiter; the subscription ends
+// wakeLinger after its last watcher stopped, unless another one came
+// meanwhile.
+func (h *wakeHub) unwatch(channel string, sub *wakeSub, ch chan string, waiter string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	delete(sub.chans, ch)
-	if len(sub.chans) > 0 || sub.linger != nil || h.subs[channel] != sub {
+	sub.chans.Remove(ch, waiter)
+	if sub.chans.Len() > 0 || sub.linger != nil || h.subs[channel] != sub {
 		return
 	}
 	sub.linger = time.AfterFunc(wakeLinger, func() {
 		h.mu.Lock()
-		if len(sub.chans) > 0 || h.subs[channel] != sub {
+		if sub.chans.Len() > 0 || h.subs[channel] != sub {
 			h.mu.Unlock()
 			return
 		}

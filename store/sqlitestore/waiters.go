@@ -150,14 +150,14 @@ func (v leases) Leave(ctx context.Context, key, token string) error {
 // stores on one database file (or, for a database from New, of the store
 // itself): a waiter in another process polls, still in arrival order. An
 // expiry sends nothing: a waiter polls at the holder's remaining TTL.
-func (v leases) Watch(ctx context.Context, key string) (<-chan string, func(), error) {
+func (v leases) Watch(ctx context.Context, key, waiter string) (<-chan string, func(), error) {
 	if err := leasedriver.ValidateKey(key); err != nil {
 		return nil, nil, err
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, nil, err
 	}
-	ch, stop := v.s.wq.wakes.Watch(v.s.wakeKey(key))
+	ch, stop := v.s.wq.wakes.Watch(v.s.wakeKey(key), waiter)
 	return ch, stop, nil
 }
 
