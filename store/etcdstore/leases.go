@@ -17,6 +17,12 @@ import (
 // leases is the lease.Store view of a Store.
 type leases struct{ s *Store }
 
+// The lease view queues its waiters and wakes them.
+var (
+	_ leasedriver.Queuer = leases{}
+	_ leasedriver.Waker  = leases{}
+)
+
 // holderSpace holds each lock's holder description, on the lock's etcd
 // lease, so it goes when the lock goes.
 const holderSpace = "holder/"

@@ -114,6 +114,12 @@ func (s *Store) Leases() lease.Store { return leases{s} }
 
 type leases struct{ s *Store }
 
+// The lease view queues its waiters and wakes them.
+var (
+	_ leasedriver.Queuer = leases{}
+	_ leasedriver.Waker  = leases{}
+)
+
 func (v leases) Acquire(ctx context.Context, key, token string, ttl time.Duration) (lease.Grant, error) {
 	return v.AcquireHolder(ctx, key, token, ttl, "")
 }

@@ -19,6 +19,13 @@ func (s *Store) Leases() lease.Store { return leases{s} }
 
 type leases struct{ s *Store }
 
+// The lease view queues its waiters, wakes them and hands keys over.
+var (
+	_ leasedriver.Queuer   = leases{}
+	_ leasedriver.Waker    = leases{}
+	_ leasedriver.Handover = leases{}
+)
+
 // heldAttempts bounds how often Acquire retries when the key was busy at
 // the acquire but free again when the holder's TTL was read.
 const heldAttempts = 3

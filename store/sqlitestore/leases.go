@@ -16,6 +16,12 @@ func (s *Store) Leases() lease.Store { return leases{s} }
 
 type leases struct{ s *Store }
 
+// The lease view queues its waiters and wakes them.
+var (
+	_ leasedriver.Queuer = leases{}
+	_ leasedriver.Waker  = leases{}
+)
+
 // micros returns d in whole microseconds, rounded up so that a grant is
 // never shorter than asked.
 func micros(d time.Duration) int64 {
