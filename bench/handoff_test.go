@@ -42,16 +42,22 @@ func lockerHandoff(b *testing.B, store lease.Store, key string) {
 				b.Fatal(err)
 			}
 			k := key + ":" + c.name
-			runHandoff(b, HandoffWorkers, HandoffHold, func(int) lockFunc {
-				return func(ctx context.Context) (func() error, error) {
-					l, err := lk.Acquire(ctx, k, 10*time.Second)
-					if err != nil {
-						return nil, err
-					}
-					return func() error { return l.Release(ctx) }, nil
-				}
-			})
+			runHandoff(b, HandoffWorkers, HandoffHold, lockerLock(lk, k))
 		})
+	}
+}
+
+// lockerLock is each worker's lock of key through lk: Acquire with a 10 s
+// TTL, and the lease's Release.
+func lockerLock(lk *lease.Locker, key string) func(int) lockFunc {
+	return func(int) lockFunc {
+		return func(ctx context.Context) (func() error, error) {
+			l, err := lk.Acquire(ctx, key, 10*time.Second)
+			if err != nil {
+				return nil, err
+			}
+			return func() error { return l.Release(ctx) }, nil
+		}
 	}
 }
 
@@ -73,15 +79,7 @@ func BenchmarkHandoffManyWaiters(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			runHandoff(b, w, HandoffHold, func(int) lockFunc {
-				return func(ctx context.Context) (func() error, error) {
-					l, err := lk.Acquire(ctx, "bench:handoff", 10*time.Second)
-					if err != nil {
-						return nil, err
-					}
-					return func() error { return l.Release(ctx) }, nil
-				}
-			})
+			runHandoff(b, w, HandoffHold, lockerLock(lk, "bench:handoff"))
 		})
 	}
 }
@@ -211,15 +209,7 @@ func BenchmarkHandoffMemory(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			runHandoff(b, HandoffWorkers, HandoffHold, func(int) lockFunc {
-				return func(ctx context.Context) (func() error, error) {
-					l, err := lk.Acquire(ctx, "bench:handoff", 10*time.Second)
-					if err != nil {
-						return nil, err
-					}
-					return func() error { return l.Release(ctx) }, nil
-				}
-			})
+			runHandoff(b, HandoffWorkers, HandoffHold, lockerLock(lk, "bench:handoff"))
 		})
 	}
 }
@@ -252,15 +242,7 @@ func BenchmarkHandoffRedis(b *testing.B) {
 				b.Fatal(err)
 			}
 			key := "bench:handoff:" + c.name
-			runHandoff(b, HandoffWorkers, HandoffHold, func(int) lockFunc {
-				return func(ctx context.Context) (func() error, error) {
-					l, err := lk.Acquire(ctx, key, 10*time.Second)
-					if err != nil {
-						return nil, err
-					}
-					return func() error { return l.Release(ctx) }, nil
-				}
-			})
+			runHandoff(b, HandoffWorkers, HandoffHold, lockerLock(lk, key))
 		})
 	}
 	b.Run("redislock", func(b *testing.B) {
