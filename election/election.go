@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tenurekit/tenure/internal/tenancy"
 	"github.com/tenurekit/tenure/lease"
 	leasedriver "github.com/tenurekit/tenure/lease/driver"
 )
@@ -22,6 +23,14 @@ const DefaultTTL = 15 * time.Second
 // DefaultObserveEvery is the longest Observe waits between two reads of
 // the leader when Options.ObserveEvery is zero.
 const DefaultObserveEvery = time.Second
+
+// observeFloor and observeCap bound Observe's waits after reads of a term
+// with no time left that has not yet ended on the store: from the first,
+// doubling, to the second (or ObserveEvery, if less).
+const (
+	observeFloor = 20 * time.Millisecond
+	observeCap   = 100 * time.Millisecond
+)
 
 // ErrInvalid reports bad input; it is tenure.ErrInvalid's kind.
 var ErrInvalid = lease.ErrInvalid
@@ -43,7 +52,9 @@ type Options struct {
 	Holder string
 	// ObserveEvery is the longest Observe waits between two reads of the
 	// leader (it also reads when the store wakes it, and when the leader's
-	// time runs out). Default DefaultObserveEvery (1s).
+	// time runs out: every 20ms to 100ms while the store reports a term
+	// with no time left that has not ended yet, as etcd does for the last
+	// second of a lease). Default DefaultObserveEvery (1s).
 	ObserveEvery time.Duration
 	// Lease configures the lease.Locker the election campaigns with (its
 	// Holder is replaced by Holder). Default: lease.Options' defaults.
@@ -184,7 +195,9 @@ func (t *Term) Err() error {
 
 // Resign ends the term: the keep-alive stops and the lease is released, so
 // the next campaigner leads at once. Resigning a term that ended already
-// is not an error.
+// is not an error. A release the store does not answer is sent again for
+// at most the lease's ReleaseTimeout (lease.Options; default 5s), then its
+// error is returned and the term ends on the store at its TTL.
 func (t *Term) Resign(ctx context.Context) error {
 	if t.ka.Context().Err() == nil {
 		t.resigned.Store(true)
@@ -242,6 +255,8 @@ func (e *Election) Observe(ctx context.Context) iter.Seq2[Leader, error] {
 		first := true
 		var last Leader
 		var highest uint64
+		var zeroOf uint64 // the term last read with no time left,
+		atZero := 0       // and how many reads in a row said so
 		for ctx.Err() == nil {
 			cur, err := e.Leader(ctx)
 			wait := e.every
@@ -265,8 +280,21 @@ func (e *Election) Observe(ctx context.Context) iter.Seq2[Leader, error] {
 						return
 					}
 				}
-				if cur.Elected() && cur.TTL > 0 && cur.TTL < wait {
-					wait = cur.TTL // the term may end then
+				if cur.Elected() {
+					// The term may end when its time runs out. A store
+					// that reports time left in whole units (etcd: seconds)
+					// says 0 for the last of it: read again soon, then
+					// less often, until the term is gone.
+					if cur.TTL > 0 {
+						zeroOf = 0
+						wait = min(wait, cur.TTL)
+					} else {
+						if zeroOf != cur.Fence {
+							zeroOf, atZero = cur.Fence, 0
+						}
+						atZero++
+						wait = tenancy.Backoff(min(observeFloor, wait), min(observeCap, wait), atZero)
+					}
 				}
 			}
 			t := time.NewTimer(wait)
@@ -296,9 +324,11 @@ type Callbacks struct {
 }
 
 // Run campaigns until ctx ends: each time it leads it runs
-// OnStartedLeading with the term, resigns when that returns or when the
-// term ends, calls OnStoppedLeading, and campaigns again. It returns
-// ctx's error.
+// OnStartedLeading with the term, resigns when that returns, panics or
+// when the term ends, calls OnStoppedLeading, and campaigns again (after
+// a short backoff, growing to ObserveEvery, when terms keep ending within
+// a third of the TTL). It returns ctx's error, once OnNewLeader has
+// returned.
 func (e *Election) Run(ctx context.Context, cb Callbacks) error {
 	if cb.OnNewLeader != nil {
 		octx, cancel := context.WithCancel(ctx)
@@ -315,6 +345,7 @@ func (e *Election) Run(ctx context.Context, cb Callbacks) error {
 			}
 		}()
 	}
+	short := 0 // terms in a row that ended within a third of the TTL
 	for ctx.Err() == nil {
 		t, err := e.Campaign(ctx)
 		if err != nil {
@@ -328,24 +359,46 @@ func (e *Election) Run(ctx context.Context, cb Callbacks) error {
 			}
 			continue
 		}
-		wctx, cancel := context.WithCancel(t.Context())
-		stop := context.AfterFunc(ctx, cancel)
-		if cb.OnStartedLeading != nil {
-			cb.OnStartedLeading(wctx, t)
-		} else {
-			<-wctx.Done()
+		began := time.Now()
+		e.lead(ctx, t, cb)
+		// A term given up at once (OnStartedLeading returned straight
+		// away, again and again) would campaign in a tight loop against
+		// the store when no one else campaigns: such terms are spaced out
+		// by a backoff that grows to ObserveEvery.
+		if time.Since(began) >= e.ttl/3 {
+			short = 0
+			continue
 		}
+		short++
+		select {
+		case <-ctx.Done():
+		case <-time.After(tenancy.Backoff(min(5*time.Millisecond, e.every), e.every, short)):
+		}
+	}
+	return ctx.Err()
+}
+
+// lead runs OnStartedLeading with t (or waits for t to end when it is
+// nil), then resigns t and calls OnStoppedLeading. It does both also when
+// OnStartedLeading panics, before the panic goes on: a leader whose work
+// died must not keep its term alive.
+func (e *Election) lead(ctx context.Context, t *Term, cb Callbacks) {
+	wctx, cancel := context.WithCancel(t.Context())
+	stop := context.AfterFunc(ctx, cancel)
+	defer func() {
 		stop()
 		cancel()
-		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		rerr := t.Resign(rctx)
-		rcancel()
-		if rerr != nil {
-			e.log.Warn("election: resign failed; the term expires on its own", "election", e.name, "err", rerr)
+		// Bounded by the lease's ReleaseTimeout.
+		if err := t.Resign(context.WithoutCancel(ctx)); err != nil {
+			e.log.Warn("election: resign failed; the term expires on its own", "election", e.name, "err", err)
 		}
 		if cb.OnStoppedLeading != nil {
 			cb.OnStoppedLeading(t.Err())
 		}
+	}()
+	if cb.OnStartedLeading != nil {
+		cb.OnStartedLeading(wctx, t)
+	} else {
+		<-wctx.Done()
 	}
-	return ctx.Err()
 }

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/tenurekit/tenure/election"
@@ -152,4 +153,122 @@ func TestRunLogsObserveErrors(t *testing.T) {
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Run returned %v, want context.Canceled", err)
 	}
+}
+
+// TestRunResignsWhenStartedLeadingPanics: a panic in OnStartedLeading
+// goes on to Run's caller, but only once the term is resigned and
+// OnStoppedLeading has been called: a leader whose work died must not
+// keep renewing its term.
+func TestRunResignsWhenStartedLeadingPanics(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newCounting(t)
+		e, err := election.New(st, "panics", &election.Options{Holder: "a", TTL: 300 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var stopped atomic.Int64
+		recovered := make(chan any, 1)
+		go func() {
+			defer func() { recovered <- recover() }()
+			_ = e.Run(t.Context(), election.Callbacks{
+				OnStartedLeading: func(context.Context, *election.Term) { panic("the work died") },
+				OnStoppedLeading: func(error) { stopped.Add(1) },
+			})
+		}()
+		if r := <-recovered; r != "the work died" {
+			t.Fatalf("recovered %v, want the callback's panic", r)
+		}
+		if n := stopped.Load(); n != 1 {
+			t.Fatalf("OnStoppedLeading called %d times, want once", n)
+		}
+		l, err := e.Leader(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Elected() {
+			t.Fatalf("Leader = %+v after the panic, want the term resigned", l)
+		}
+		renews := st.renews.Load()
+		time.Sleep(time.Second) // over three TTLs: no renewal may come
+		if n := st.renews.Load(); n != renews {
+			t.Fatalf("%d renewals after the panic, want none", n-renews)
+		}
+	})
+}
+
+// TestRunSpacesOutTermsGivenUpAtOnce: when OnStartedLeading returns at
+// once, term after term, Run backs off between campaigns (up to
+// ObserveEvery) instead of campaigning in a tight loop.
+func TestRunSpacesOutTermsGivenUpAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newCounting(t)
+		e, err := election.New(st, "quick", &election.Options{Holder: "a", TTL: 3 * time.Second, ObserveEvery: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		var terms atomic.Int64
+		err = e.Run(ctx, election.Callbacks{OnStartedLeading: func(context.Context, *election.Term) {
+			if terms.Add(1) == 1000 {
+				cancel() // a tight loop: stop it, and fail below
+			}
+		}})
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Run = %v after %d terms, want the 10s deadline", err, terms.Load())
+		}
+		// 10s of backoffs of at most 1s (each at least half its bound).
+		t.Logf("%d terms in 10s", terms.Load())
+		if n := terms.Load(); n < 10 || n > 40 {
+			t.Fatalf("%d terms in 10s, want between 10 and 40", n)
+		}
+	})
+}
+
+// seconds reports the time a term has left in whole seconds, rounded
+// down, as etcd does, and wakes no one.
+type seconds struct{ *counting }
+
+func (s seconds) Inspect(ctx context.Context, key string) (lease.Info, error) {
+	info, err := s.counting.Inspect(ctx, key)
+	info.TTL = info.TTL.Truncate(time.Second)
+	return info, err
+}
+
+// TestObserveEndOfTermInWholeSeconds: on a store that reports the time
+// left in whole seconds, the last second of a term reads as 0. Observe
+// must still report the term's end soon after it, not an ObserveEvery
+// later.
+func TestObserveEndOfTermInWholeSeconds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := seconds{newCounting(t)}
+		e, err := election.New(st, "seconds", &election.Options{ObserveEvery: 10 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A leader that crashed at once: its term ends on the store at
+		// +1.5s.
+		if _, err := st.Acquire(t.Context(), e.Key(), lease.NewToken(), 1500*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		var seen []election.Leader
+		for l, err := range e.Observe(t.Context()) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			seen = append(seen, l)
+			if !l.Elected() {
+				break
+			}
+		}
+		if len(seen) != 2 || !seen[0].Elected() {
+			t.Fatalf("Observe reported %+v, want the term then no leader", seen)
+		}
+		// The term ended at +1.5s; reads of it with no time left come at
+		// most 100ms apart.
+		if took := time.Since(start); took < 1500*time.Millisecond || took > 1600*time.Millisecond {
+			t.Fatalf("the end of the term reported at +%v, want between +1.5s and +1.6s", took)
+		}
+	})
 }

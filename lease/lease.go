@@ -110,19 +110,21 @@ func (l *Lease) Renew(ctx context.Context) error {
 
 // Release ends the lease. Only this tenure's token is released; a later
 // holder is never touched. A request whose outcome is unknown is sent again
-// with the same token. If ctx has already ended, Release still runs with
-// Options.ReleaseTimeout. The lease counts as ended afterwards whatever the
-// result; an error wrapping ErrNotHeld means it had already expired or been
-// taken.
+// with the same token, for at most Options.ReleaseTimeout (or until ctx
+// ends, if that comes first), so a release while the store cannot be
+// reached returns its error rather than retrying for ever. If ctx has
+// already ended, Release still runs, for Options.ReleaseTimeout. The lease
+// counts as ended afterwards whatever the result; an error wrapping
+// ErrNotHeld means it had already expired or been taken.
 func (l *Lease) Release(ctx context.Context) error {
 	if l.lk == nil {
 		return errRemoteOp
 	}
 	if ctx.Err() != nil {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), l.lk.o.ReleaseTimeout)
-		defer cancel()
+		ctx = context.WithoutCancel(ctx)
 	}
+	ctx, cancel := context.WithTimeout(ctx, l.lk.o.ReleaseTimeout)
+	defer cancel()
 	err := l.lk.releaseToken(ctx, l.key, l.g.Token())
 	l.g.End(errReleased)
 	return err

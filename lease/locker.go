@@ -47,9 +47,10 @@ type Options struct {
 	// (ErrUnavailable) is sent again with the same token before giving up.
 	// Default 3.
 	Attempts int
-	// ReleaseTimeout bounds a release that runs after the caller's context
-	// ended: Do's release, and the clean-up of an acquire whose outcome is
-	// unknown. Default 5s.
+	// ReleaseTimeout bounds every release: Lease.Release (which retries a
+	// request whose outcome is unknown at most this long, and runs this
+	// long when its context has ended already), Do's release, and the
+	// clean-up of an acquire whose outcome is unknown. Default 5s.
 	ReleaseTimeout time.Duration
 	// Logger receives debug and warning records (a lost lease is a
 	// warning). Tokens are never logged. Default: discard.

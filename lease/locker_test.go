@@ -202,7 +202,17 @@ type faulty struct {
 	lease.Store
 	dropAcquires atomic.Int32 // replies of the next n acquires are lost
 	refuseRenew  atomic.Bool
+	downRelease  atomic.Bool // releases fail as unreachable
 	acquires     atomic.Int32
+	releases     atomic.Int32
+}
+
+func (f *faulty) Release(ctx context.Context, key, token string) error {
+	f.releases.Add(1)
+	if f.downRelease.Load() {
+		return fmt.Errorf("%w: unreachable", lease.ErrUnavailable)
+	}
+	return f.Store.Release(ctx, key, token)
 }
 
 func (f *faulty) Acquire(ctx context.Context, key, token string, ttl time.Duration) (lease.Grant, error) {
@@ -251,6 +261,42 @@ func TestUnknownAcquireCleansUp(t *testing.T) {
 		info, _ := f.Inspect(t.Context(), "k")
 		if info.Held || info.Fence == 0 {
 			t.Fatalf("stored %+v: the applied acquire should have been released", info)
+		}
+	})
+}
+
+// A release while the store cannot be reached retries for
+// Options.ReleaseTimeout and returns the store's error, even with a
+// context that never ends; the lease ends all the same.
+func TestReleaseBoundedWhileStoreDown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &faulty{Store: newMem(t, nil).Leases()}
+		lk := leasetest.NewLocker(t, f, &lease.Options{ReleaseTimeout: 2 * time.Second})
+		l, err := lk.TryAcquire(t.Context(), "k", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.downRelease.Store(true)
+		start := time.Now()
+		done := make(chan error, 1)
+		go func() { done <- l.Release(context.Background()) }()
+		select {
+		case err = <-done:
+		case <-time.After(time.Hour):
+			t.Fatal("Release still retrying after an hour")
+		}
+		if !errors.Is(err, lease.ErrUnavailable) {
+			t.Fatalf("Release = %v, want ErrUnavailable", err)
+		}
+		if elapsed := time.Since(start); elapsed > 2*time.Second {
+			t.Fatalf("Release returned after %v, want within ReleaseTimeout (2s)", elapsed)
+		}
+		if n := f.releases.Load(); n < 2 {
+			t.Fatalf("%d release requests, want the unknown outcome sent again", n)
+		}
+		<-l.Done() // the lease counts as ended
+		if info, _ := f.Inspect(t.Context(), "k"); !info.Held {
+			t.Fatalf("stored %+v: no release reached the store, the lease should still be there", info)
 		}
 	})
 }

@@ -304,12 +304,17 @@ export class Election {
    * the server's leader when read, and terms come in order: a term's fence
    * is never yielded after a greater one. It reads every `observeEvery`
    * (default 1 s), and at the latest when the current leader's remaining
-   * time runs out. A read that fails goes to `onError` and is retried.
+   * time runs out (every 20 ms to 100 ms while the server reports a term
+   * with no time left that has not ended yet, as it does on etcd for the
+   * last second of a lease). A read that fails goes to `onError` and is
+   * retried.
    */
   async *observe(signal?: AbortSignal, o: ObserveOptions = {}): AsyncGenerator<Leader, void, undefined> {
     let first = true;
     let last = 0;
     let highest = 0;
+    let zeroOf = 0; // the term last read with no time left,
+    let atZero = 0; // and how many reads in a row said so
     while (!signal?.aborted) {
       let wait = this.observeEveryMs;
       let cur: Leader | undefined;
@@ -328,7 +333,20 @@ export class Election {
           highest = Math.max(highest, cur.fence);
           yield cur;
         }
-        if (cur.elected && cur.ttlMs > 0 && cur.ttlMs < wait) wait = cur.ttlMs; // the term may end then
+        if (cur.elected && cur.ttlMs > 0) {
+          zeroOf = 0;
+          wait = Math.min(wait, cur.ttlMs); // the term may end then
+        } else if (cur.elected) {
+          // A store that reports the time left in whole units (etcd:
+          // seconds) says 0 for the last of it: read again within 20 ms,
+          // then every 100 ms at most, until the term is gone.
+          if (zeroOf !== cur.fence) {
+            zeroOf = cur.fence;
+            atZero = 0;
+          }
+          atZero++;
+          wait = backoff(atZero, Math.min(20, wait), Math.min(100, wait));
+        }
       }
       if (!(await sleep(wait, signal))) return;
     }

@@ -252,6 +252,44 @@ test("observe never yields an older term after a newer one", async () => {
   );
 });
 
+test("observe reads again soon while a term has no time left, before observeEvery", async () => {
+  // A store that reports the time left in whole seconds (etcd) says 0s
+  // for the last second of a term: observe must not wait observeEvery
+  // (a minute here) to see it end.
+  const script = [
+    { held: true, fence: 9, ttl: "1s", holder: "nine" },
+    { held: true, fence: 9, ttl: "0s", holder: "nine" },
+    { held: true, fence: 9, ttl: "0s", holder: "nine" },
+    { held: true, fence: 9, ttl: "0s", holder: "nine" },
+    { held: false, fence: 9, ttl: "0s" },
+  ];
+  let reads = 0;
+  const scripted = new Client(s.url, {
+    token: s.token,
+    fetch: async (input, init) => {
+      if (!String(input).includes("/v1/leases/inspect")) return fetch(input, init);
+      const step = script[Math.min(reads++, script.length - 1)]!;
+      return new Response(JSON.stringify({ key: "election/zero", ...step }), { status: 200, headers: { "content-type": "application/json" } });
+    },
+  });
+  const stop = new AbortController();
+  const obs = collect(scripted.election("zero", { observeEvery: "1m" }).observe(stop.signal));
+  try {
+    await waitFor("the end of the term observed", () => obs.seen.length >= 2, 10_000);
+  } finally {
+    stop.abort();
+    await obs.finished;
+  }
+  assert.equal(reads, script.length);
+  assert.deepEqual(
+    obs.seen.map((l) => [l.fence, l.elected]),
+    [
+      [9, true],
+      [0, false],
+    ],
+  );
+});
+
 test("observe reports a failed read to onError and goes on", async () => {
   let fail = true;
   const flaky = new Client(s.url, {
