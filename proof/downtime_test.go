@@ -25,8 +25,8 @@ func electionRun(downFor, nextAt time.Duration, others []downSpan) (*runInfo, *H
 }
 
 // The liveness check of the election: a new leader within the allowance
-// of a term's end (the leader going down plus a TTL; the allowance is two
-// TTLs and twenty times the median hand-off, 20ms here: 1s, and the time
+// of a term's end (the leader going down plus a TTL; the allowance is a
+// TTL and twenty times the median hand-off, 20ms here: 0.7s, and the time
 // in which no other worker could have taken over).
 func TestElectionLiveness(t *testing.T) {
 	t0 := time.Unix(1000, 0)
@@ -76,7 +76,7 @@ func TestElectionLivenessAfterResignation(t *testing.T) {
 		t.Fatalf("%d violations %q, want one after the resignation", m.Count, m.Violations)
 	}
 	// w1 is granted fence 4 at +2.9s: 1.3s after the resignation, more than
-	// the allowance of 1s, unless the machine stalled 300ms meanwhile (which
+	// the allowance of 0.7s, unless the machine stalled 300ms meanwhile (which
 	// adds three times that).
 	h.Ops = append(h.Ops, Op{Proc: "w1/a", Mode: Guarded, F: "acquire", Fence: 4, Status: OK, Invoke: ms(1700 * time.Millisecond), Complete: ms(2900 * time.Millisecond)})
 	m = ModeResult{}
@@ -105,7 +105,7 @@ func TestSlotOf(t *testing.T) {
 // own hand-off does not widen its own allowance.
 func TestElectionLivenessLongestHandoff(t *testing.T) {
 	// w2 goes down at +1s (its term ends at +1.3s); w3 leads at +2.6s,
-	// 1.3s later: more than the allowance of 1s.
+	// 1.3s later: more than the allowance of 0.7s.
 	ri, h := electionRun(time.Second, 2600*time.Millisecond, nil)
 	var m ModeResult
 	electionLiveness(ri, h, Guarded, storeurl.Redis, &m)
@@ -116,11 +116,11 @@ func TestElectionLivenessLongestHandoff(t *testing.T) {
 	op := func(proc, f string, fence uint64, invoke, complete time.Duration) Op {
 		return Op{Proc: proc, Mode: Guarded, F: f, Fence: fence, Status: OK, Invoke: ms(invoke), Complete: ms(complete)}
 	}
-	// Later, w3 resigns and w1 leads 800ms after it; two more hand-offs
+	// Later, w3 resigns and w1 leads 650ms after it; two more hand-offs
 	// take 20ms, so the median stays 20ms.
 	h.Ops = append(h.Ops,
 		op("w3/a", "release", 3, 4990*time.Millisecond, 5000*time.Millisecond),
-		op("w1/a", "acquire", 4, 4000*time.Millisecond, 5800*time.Millisecond),
+		op("w1/a", "acquire", 4, 4000*time.Millisecond, 5650*time.Millisecond),
 		op("w1/a", "release", 4, 5990*time.Millisecond, 6000*time.Millisecond),
 		op("w2/a", "acquire", 5, 5000*time.Millisecond, 6020*time.Millisecond),
 		op("w2/a", "release", 5, 6190*time.Millisecond, 6200*time.Millisecond),
@@ -129,9 +129,9 @@ func TestElectionLivenessLongestHandoff(t *testing.T) {
 	m = ModeResult{}
 	electionLiveness(ri, h, Guarded, storeurl.Redis, &m)
 	if m.Count != 0 {
-		t.Fatalf("%d violations %q, want none: a clean hand-off of 800ms allows 2.2s after a death", m.Count, m.Violations)
+		t.Fatalf("%d violations %q, want none: a clean hand-off of 650ms allows 1.6s after a death", m.Count, m.Violations)
 	}
-	// The 800ms hand-off alone is judged by the others (20ms): within 1s.
+	// The 650ms hand-off alone is judged by the others (20ms): within 0.7s.
 	// Made 1.1s, it is late by its own allowance, whatever it allows others.
 	h.Ops[len(h.Ops)-5].Complete = ms(6100 * time.Millisecond)
 	h.Ops[len(h.Ops)-4].Invoke, h.Ops[len(h.Ops)-4].Complete = ms(6190*time.Millisecond), ms(6200*time.Millisecond)
@@ -142,5 +142,47 @@ func TestElectionLivenessLongestHandoff(t *testing.T) {
 	electionLiveness(ri, h, Guarded, storeurl.Redis, &m)
 	if m.Count != 1 || !strings.Contains(m.Violations[0], "resigned") {
 		t.Fatalf("%d violations %q, want one: the 1.1s hand-off after w3 resigned", m.Count, m.Violations)
+	}
+}
+
+// A leader killed goes down whatever how soon its worker is started again:
+// its term is not renewed after the kill, so it ends a TTL later and the
+// next leader must follow within the allowance. A pause as short is not a
+// death: the leader resumes and renews its term.
+func TestElectionLivenessShortKill(t *testing.T) {
+	for _, c := range []struct {
+		kind string
+		want int
+	}{{"pause", 0}, {"kill", 1}} {
+		ri, h := electionRun(100*time.Millisecond, 3*time.Second, nil)
+		ri.downs[0].kind = c.kind
+		var m ModeResult
+		electionLiveness(ri, h, Guarded, storeurl.Redis, &m)
+		if m.Count != c.want {
+			t.Fatalf("%s for 100ms: %d violations %q, want %d", c.kind, m.Count, m.Violations, c.want)
+		}
+		if c.want > 0 && !strings.Contains(m.Violations[0], "went down") {
+			t.Fatalf("violation %q, want the leader that went down", m.Violations[0])
+		}
+	}
+}
+
+// The report's succession figures: the longest time to the next grant
+// after a death (past its TTL) and after a resignation, and the allowance
+// each was judged by.
+func TestElectionSuccessionMeasured(t *testing.T) {
+	ri, h := electionRun(time.Second, 1500*time.Millisecond, nil)
+	var m ModeResult
+	electionLiveness(ri, h, Guarded, storeurl.Redis, &m)
+	s := m.Succession
+	if m.Count != 0 || s == nil {
+		t.Fatalf("violations %q, succession %+v", m.Violations, s)
+	}
+	// w2 went down at +1s: its term ended at +1.3s, w3 led at +1.5s. w1
+	// resigned at +410ms and w2 led at +430ms (the median hand-off, 20ms).
+	want := Succession{Deaths: 1, Resignations: 1, AfterDeath: 200 * time.Millisecond, AfterResignation: 20 * time.Millisecond,
+		AllowanceDeath: 700 * time.Millisecond, AllowanceResignation: 700 * time.Millisecond}
+	if *s != want {
+		t.Fatalf("succession %+v, want %+v", *s, want)
 	}
 }

@@ -19,7 +19,7 @@ import (
 func init() {
 	register(&workload{
 		name:    "election",
-		summary: "workers campaign in one election and, while leading, increment a counter several times per term through the store's holder check; paused and killed leaders are replaced, and a leader that wakes after its term never writes (final counter = acknowledged increments, terms' fences increase in commit order, one leader at a time, and a new leader soon after a term ends: within two TTLs and a few hand-offs of a resignation, or of the leader going down plus a TTL)",
+		summary: "workers campaign in one election and, while leading, increment a counter several times per term through the store's holder check; paused and killed leaders are replaced, and a leader that wakes after its term never writes (final counter = acknowledged increments, terms' fences increase in commit order, one leader at a time, and a new leader soon after a term ends: within a TTL and a few hand-offs of a resignation, or of the leader going down plus a TTL)",
 		supports: func(k storeurl.Kind) string {
 			if k == storeurl.Memory {
 				return "the memory store's workers are goroutines of one process: a pause stops a leader's work but not its term's keep-alive, so no term ends under a pause"
@@ -205,14 +205,17 @@ func electionCheck(ctx context.Context, w *workerEnv, ri *runInfo, h *History, m
 
 // electionLiveness: once a term ends, the next leader is granted within a
 // bound. A term ends when its leader resigns (the resignation's
-// completion) or goes down (killed, paused or its connections held, for
+// completion) or goes down (killed, or paused or its connections held for
 // a TTL or longer: the term ends on the store at most a TTL after its last
 // renewal, so at the moment it went down plus a TTL). The next grant must
-// come within an allowance of that end: two TTLs and twenty times the
-// median hand-off the run measured after a resignation (a tenth of a TTL
-// if it measured none), or twice the longest such hand-off (other than the
-// term's own) if that is more, since a machine so busy that a clean
-// hand-off took that long is as slow after a death; plus three times the
+// come within an allowance of that end: a TTL (a waiter's place left by a
+// campaigner that went down, and on etcd the whole seconds of its leases)
+// and twenty times the median hand-off the run measured after a
+// resignation (a tenth of a TTL if it measured none), or twice the longest
+// such hand-off (other than the term's own) if that is more, since a
+// machine so busy that a clean hand-off took that long is as slow after a
+// death. A hand-off is timed to the grant's earliest effect: the time its
+// worker was down before recording it does not count. Plus three times the
 // time the machine stalled the nemesis's own clock in the window (a loaded
 // machine delays every process alike), plus the time in the window in which no other worker could have
 // taken over (every other one was down, or a fault stopped them all, or a
@@ -246,26 +249,6 @@ func electionLiveness(ri *runInfo, h *History, mode string, kind storeurl.Kind, 
 		}
 		return grants[i], true
 	}
-	var handoffs []time.Duration
-	// The two longest hand-offs, and the resignation of the longest: a
-	// term's own hand-off does not widen the allowance it is judged by.
-	var longest, second time.Duration
-	longestOf := ""
-	for k, r := range resigned {
-		if r.complete == 0 {
-			continue
-		}
-		if g, ok := next(r.complete); ok {
-			d := time.Duration(g.Complete - r.complete)
-			handoffs = append(handoffs, d)
-			switch {
-			case d > longest:
-				longest, second, longestOf = d, longest, k
-			case d > second:
-				second = d
-			}
-		}
-	}
 	// leading reports whether slot held a term at t.
 	leading := func(slot int, t int64) bool {
 		for _, g := range grants {
@@ -283,6 +266,26 @@ func electionLiveness(ri *runInfo, h *History, mode string, kind storeurl.Kind, 
 		return false
 	}
 	downs := blocking(ri.downs, h, mode, kind, leading)
+	var handoffs []time.Duration
+	// The two longest hand-offs, and the resignation of the longest: a
+	// term's own hand-off does not widen the allowance it is judged by.
+	var longest, second time.Duration
+	longestOf := ""
+	for k, r := range resigned {
+		if r.complete == 0 {
+			continue
+		}
+		if g, ok := next(r.complete); ok {
+			d := max(time.Duration(earliestGrant(g, downs)-r.complete), 0)
+			handoffs = append(handoffs, d)
+			switch {
+			case d > longest:
+				longest, second, longestOf = d, longest, k
+			case d > second:
+				second = d
+			}
+		}
+	}
 	median := ri.ttl / 10 // when no resignation was followed by a grant
 	if len(handoffs) > 0 {
 		slices.Sort(handoffs)
@@ -296,13 +299,13 @@ func electionLiveness(ri *runInfo, h *History, mode string, kind storeurl.Kind, 
 		if key == longestOf {
 			other = second
 		}
-		base := 2*ri.ttl + max(20*median, 2*other)
+		base := ri.ttl + max(20*median, 2*other)
 		// The term's end: its leader going down before it resigned, or
 		// its resignation.
 		var from, end time.Time
 		how := ""
 		for _, d := range downs {
-			if d.slot == slot && d.from.UnixNano() >= g.Complete && (!didResign || d.from.UnixNano() < r.invoke) && d.to.Sub(d.from) >= ri.ttl {
+			if d.slot == slot && d.from.UnixNano() >= g.Complete && (!didResign || d.from.UnixNano() < r.invoke) && (d.kind == "kill" || d.to.Sub(d.from) >= ri.ttl) {
 				from, end, how = d.from, d.from.Add(ri.ttl), "went down"
 				break
 			}
@@ -329,7 +332,14 @@ func electionLiveness(ri *runInfo, h *History, mode string, kind storeurl.Kind, 
 			}
 			return allow
 		}
-		if took, allow, late := successor(ri, h.Select(mode, "acquire"), downs, end, allowFrom); late {
+		took, allow, late, after := successor(ri, h.Select(mode, "acquire"), downs, end, allowFrom)
+		if after >= 0 {
+			if m.Succession == nil {
+				m.Succession = &Succession{}
+			}
+			m.Succession.add(how, after, allow)
+		}
+		if late {
 			m.violate("no new leader within %v of the end of %s's term (fence %d; it %s at +%v; TTL %v); %s",
 				allow.Round(time.Millisecond), g.Proc, g.Fence, how, from.Sub(ri.start).Round(time.Millisecond), ri.ttl, took)
 		}
@@ -352,27 +362,33 @@ func electionLiveness(ri *runInfo, h *History, mode string, kind storeurl.Kind, 
 // within the allowance of that. One that may have been granted before the
 // workers were told to stop, its worker alive then, leaves nothing to
 // judge.
-func successor(ri *runInfo, acquires []Op, downs []downSpan, end time.Time, allowFrom func(end time.Time) time.Duration) (string, time.Duration, bool) {
+//
+// When a grant came in time, took is how long after the term's end (moved
+// as above) the first one did, at the earliest; took is -1 when the term's
+// end was not judged or no grant came in time.
+func successor(ri *runInfo, acquires []Op, downs []downSpan, end time.Time, allowFrom func(end time.Time) time.Duration) (why string, allow time.Duration, late bool, took time.Duration) {
 	termEnd := end
 	for range len(acquires) + 1 {
 		allow := allowFrom(end)
 		deadline := end.Add(allow)
 		if deadline.After(ri.stopping) {
-			return "", allow, false
+			return "", allow, false, -1
 		}
 		first := int64(0)
+		for _, o := range acquires {
+			if o.Status == OK && o.Complete > termEnd.UnixNano() {
+				if e := earliestGrant(o, downs); first == 0 || e < first {
+					first = e
+				}
+			}
+		}
+		if first != 0 && first <= deadline.UnixNano() {
+			return "", allow, false, max(time.Duration(first-end.UnixNano()), 0)
+		}
 		moved := end
 		for _, o := range acquires {
 			slot := slotOf(o.Proc)
 			switch {
-			case o.Status == OK && o.Complete > termEnd.UnixNano():
-				earliest := max(o.Invoke, o.Complete-int64(downWithin(downs, slot, time.Unix(0, o.Invoke), time.Unix(0, o.Complete))))
-				if earliest <= deadline.UnixNano() {
-					return "", allow, false
-				}
-				if first == 0 || earliest < first {
-					first = earliest
-				}
 			case o.Status == Unknown:
 				last, killed := ri.stopping, false
 				for _, d := range downs {
@@ -394,7 +410,7 @@ func successor(ri *runInfo, acquires []Op, downs []downSpan, end time.Time, allo
 					continue // could not have been granted in the window
 				}
 				if !killed {
-					return "", allow, false
+					return "", allow, false, -1
 				}
 				if e := last.Add(ri.ttl); e.After(moved) {
 					moved = e
@@ -406,11 +422,19 @@ func successor(ri *runInfo, acquires []Op, downs []downSpan, end time.Time, allo
 			continue
 		}
 		if first == 0 {
-			return "none was granted before the run ended", allow, true
+			return "none was granted before the run ended", allow, true, -1
 		}
-		return "the next was granted at the earliest " + time.Duration(first-termEnd.UnixNano()).Round(time.Millisecond).String() + " after the term ended", allow, true
+		return "the next was granted at the earliest " + time.Duration(first-termEnd.UnixNano()).Round(time.Millisecond).String() + " after the term ended", allow, true, -1
 	}
-	return "", 0, false
+	return "", 0, false, -1
+}
+
+// earliestGrant is when a granted acquire took effect at the earliest: its
+// completion, less the time its worker was down since its invocation
+// (granted, then paused or cut off before it could record it), and not
+// before its invocation.
+func earliestGrant(o Op, downs []downSpan) int64 {
+	return max(o.Invoke, o.Complete-int64(downWithin(downs, slotOf(o.Proc), time.Unix(0, o.Invoke), time.Unix(0, o.Complete))))
 }
 
 // downWithin returns how long, within [from, to], slot was down (or a fault

@@ -50,9 +50,9 @@ func keptDir(t *testing.T) string {
 // showed none (the random faults missed), whose nemesis had no time for
 // an aimed fault (a busy machine makes fewer grants in a run), or whose
 // lease-counter control stayed linearizable, is run again, twice as long
-// each time. A guarded run whose only violations are
-// of the election's liveness bound is run once more, and judged the same
-// way.
+// each time, as is an election run in which no term's end was judged. A
+// guarded run whose only violations are of the election's liveness bound
+// is run once more, and judged the same way.
 func prove(t *testing.T, o proof.Options) []proof.Result {
 	t.Helper()
 	rs, err := proof.Run(t.Context(), o)
@@ -70,7 +70,10 @@ func prove(t *testing.T, o proof.Options) []proof.Result {
 			// and its visualization is checked), or an inconclusive run,
 			// is run again.
 			lucky := r.Workload == "lease-counter" && r.Control.Linearizable != nil && *r.Control.Linearizable
-			return r.Verdict == proof.VerdictInconclusive || r.Verdict == proof.VerdictPass && (aims[r.Workload] && aimedFaults(r) == 0 || lucky)
+			// An election run too short for any term's end to be judged
+			// (ends near the run's end are not) checked no liveness.
+			unjudged := r.Workload == "election" && (r.Guarded.Succession == nil || r.Guarded.Succession.Deaths+r.Guarded.Succession.Resignations == 0)
+			return r.Verdict == proof.VerdictInconclusive || r.Verdict == proof.VerdictPass && (aims[r.Workload] && aimedFaults(r) == 0 || lucky || unjudged)
 		}
 		run := func(d time.Duration) proof.Result {
 			o2 := o
@@ -142,6 +145,16 @@ func check(t *testing.T, r proof.Result) {
 	}
 	if aims[r.Workload] && aimedFaults(r) == 0 {
 		t.Errorf("%s on %s: faults %v: no aimed fault", r.Workload, r.Store, r.Faults)
+	}
+	if r.Workload == "election" {
+		// The liveness check must have judged terms' ends, or it
+		// checked nothing.
+		if s := r.Guarded.Succession; s == nil || s.Deaths+s.Resignations == 0 {
+			t.Errorf("election on %s: no term's end was judged (%+v)", r.Store, s)
+		} else {
+			t.Logf("election on %s: next leader at most %v after a death plus a TTL (%d judged), %v after a resignation (%d judged)",
+				r.Store, s.AfterDeath, s.Deaths, s.AfterResignation, s.Resignations)
+		}
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"text/tabwriter"
+	"time"
 )
 
 // WriteText prints results as a table, one row per workload, store and
@@ -67,6 +68,11 @@ func WriteText(w io.Writer, results []Result) error {
 			}
 			if len(m.Errors) > 0 {
 				fmt.Fprintf(w, "  %s errors: %s\n", mode, formatFaults(m.Errors))
+			}
+			if s := m.Succession; s != nil {
+				fmt.Fprintf(w, "  %s: a new leader after %d term(s) whose leader went down: at most %v after the leader went down plus a TTL (allowed %v); after %d resignation(s): at most %v (allowed %v)\n",
+					mode, s.Deaths, s.AfterDeath.Round(time.Millisecond), s.AllowanceDeath.Round(time.Millisecond),
+					s.Resignations, s.AfterResignation.Round(time.Millisecond), s.AllowanceResignation.Round(time.Millisecond))
 			}
 		}
 		for _, f := range r.Files {

@@ -175,6 +175,45 @@ type ModeResult struct {
 	Violations []string `json:"violations,omitempty"`
 	// Count is the total number of violations.
 	Count int `json:"violation_count"`
+	// Succession is how soon new leaders followed the terms that ended,
+	// in the election workload's guarded run (nil elsewhere).
+	Succession *Succession `json:"succession,omitempty"`
+}
+
+// Succession measures the election workload's liveness: for each term
+// whose end it judged, the time from that end to the next leader's grant.
+// A term ends when its leader resigns (the resignation's reply), or when
+// its leader went down plus a TTL (the latest the store can keep a term
+// that is not renewed).
+type Succession struct {
+	// Deaths and Resignations count the judged terms that ended with
+	// their leader going down, and with a resignation.
+	Deaths       int `json:"deaths"`
+	Resignations int `json:"resignations"`
+	// AfterDeath and AfterResignation are the longest times from such an
+	// end to the next grant.
+	AfterDeath       time.Duration `json:"after_death_ns"`
+	AfterResignation time.Duration `json:"after_resignation_ns"`
+	// AllowanceDeath and AllowanceResignation are the allowances those
+	// longest times were judged against (see the workload's description).
+	AllowanceDeath       time.Duration `json:"allowance_death_ns"`
+	AllowanceResignation time.Duration `json:"allowance_resignation_ns"`
+}
+
+// add counts one judged term's end: how it ended ("went down" or
+// "resigned"), how long after it the next grant came, and its allowance.
+func (s *Succession) add(how string, took, allow time.Duration) {
+	if how == "went down" {
+		s.Deaths++
+		if took >= s.AfterDeath {
+			s.AfterDeath, s.AllowanceDeath = took, allow
+		}
+		return
+	}
+	s.Resignations++
+	if took >= s.AfterResignation {
+		s.AfterResignation, s.AllowanceResignation = took, allow
+	}
 }
 
 func (m *ModeResult) violate(format string, args ...any) {
