@@ -332,16 +332,16 @@ func electionLiveness(ri *runInfo, h *History, mode string, kind storeurl.Kind, 
 			}
 			return allow
 		}
-		took, allow, late, after := successor(ri, h.Select(mode, "acquire"), downs, end, allowFrom)
-		if after >= 0 {
+		why, allow, late, took := successor(ri, h.Select(mode, "acquire"), downs, end, allowFrom)
+		if took >= 0 {
 			if m.Succession == nil {
 				m.Succession = &Succession{}
 			}
-			m.Succession.add(how, after, allow)
+			m.Succession.add(how, took, allow)
 		}
 		if late {
 			m.violate("no new leader within %v of the end of %s's term (fence %d; it %s at +%v; TTL %v); %s",
-				allow.Round(time.Millisecond), g.Proc, g.Fence, how, from.Sub(ri.start).Round(time.Millisecond), ri.ttl, took)
+				allow.Round(time.Millisecond), g.Proc, g.Fence, how, from.Sub(ri.start).Round(time.Millisecond), ri.ttl, why)
 		}
 	}
 }
@@ -369,7 +369,7 @@ func electionLiveness(ri *runInfo, h *History, mode string, kind storeurl.Kind, 
 func successor(ri *runInfo, acquires []Op, downs []downSpan, end time.Time, allowFrom func(end time.Time) time.Duration) (why string, allow time.Duration, late bool, took time.Duration) {
 	termEnd := end
 	for range len(acquires) + 1 {
-		allow := allowFrom(end)
+		allow = allowFrom(end)
 		deadline := end.Add(allow)
 		if deadline.After(ri.stopping) {
 			return "", allow, false, -1
