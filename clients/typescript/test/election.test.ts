@@ -216,6 +216,24 @@ test("observe reads again when the leader's time runs out, before observeEvery",
   assert.equal(DEFAULT_OBSERVE_EVERY_MS, 1000);
 });
 
+/**
+ * A client whose inspect calls are answered by script, one step per call
+ * (the last step again once it runs out), for the election name; every
+ * other request goes to the server. reads() counts the answered calls.
+ */
+function scriptedInspect(name: string, script: object[]): { client: Client; reads: () => number } {
+  let reads = 0;
+  const client = new Client(s.url, {
+    token: s.token,
+    fetch: async (input, init) => {
+      if (!String(input).includes("/v1/leases/inspect")) return fetch(input, init);
+      const step = script[Math.min(reads++, script.length - 1)]!;
+      return new Response(JSON.stringify({ key: ELECTION_KEY_PREFIX + name, ...step }), { status: 200, headers: { "content-type": "application/json" } });
+    },
+  });
+  return { client, reads: () => reads };
+}
+
 test("observe never yields an older term after a newer one", async () => {
   // The server's answers to inspect are replaced by a script: fence 5,
   // then an older 3 (a store that lost its data), 5 again, 7, no leader.
@@ -226,22 +244,14 @@ test("observe never yields an older term after a newer one", async () => {
     { held: true, fence: 7, ttl: "10s", holder: "seven" },
     { held: false, fence: 7, ttl: "0s" },
   ];
-  let reads = 0;
-  const scripted = new Client(s.url, {
-    token: s.token,
-    fetch: async (input, init) => {
-      if (!String(input).includes("/v1/leases/inspect")) return fetch(input, init);
-      const step = script[Math.min(reads++, script.length - 1)]!;
-      return new Response(JSON.stringify({ key: "election/scripted", ...step }), { status: 200, headers: { "content-type": "application/json" } });
-    },
-  });
+  const scripted = scriptedInspect("scripted", script);
   const stop = new AbortController();
   const seen: Leader[] = [];
-  for await (const l of scripted.election("scripted", { observeEvery: 5 }).observe(stop.signal)) {
+  for await (const l of scripted.client.election("scripted", { observeEvery: 5 }).observe(stop.signal)) {
     seen.push(l);
     if (!l.elected) break;
   }
-  assert.ok(reads >= script.length, `${reads} reads`);
+  assert.ok(scripted.reads() >= script.length, `${scripted.reads()} reads`);
   assert.deepEqual(
     seen.map((l) => [l.fence, l.holder]),
     [
@@ -263,24 +273,16 @@ test("observe reads again soon while a term has no time left, before observeEver
     { held: true, fence: 9, ttl: "0s", holder: "nine" },
     { held: false, fence: 9, ttl: "0s" },
   ];
-  let reads = 0;
-  const scripted = new Client(s.url, {
-    token: s.token,
-    fetch: async (input, init) => {
-      if (!String(input).includes("/v1/leases/inspect")) return fetch(input, init);
-      const step = script[Math.min(reads++, script.length - 1)]!;
-      return new Response(JSON.stringify({ key: "election/zero", ...step }), { status: 200, headers: { "content-type": "application/json" } });
-    },
-  });
+  const scripted = scriptedInspect("zero", script);
   const stop = new AbortController();
-  const obs = collect(scripted.election("zero", { observeEvery: "1m" }).observe(stop.signal));
+  const obs = collect(scripted.client.election("zero", { observeEvery: "1m" }).observe(stop.signal));
   try {
     await waitFor("the end of the term observed", () => obs.seen.length >= 2, 10_000);
   } finally {
     stop.abort();
     await obs.finished;
   }
-  assert.equal(reads, script.length);
+  assert.equal(scripted.reads(), script.length);
   assert.deepEqual(
     obs.seen.map((l) => [l.fence, l.elected]),
     [
